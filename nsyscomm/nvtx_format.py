@@ -1,0 +1,78 @@
+"""The NVTX message format shared by the capture wrapper and the ingest SQL.
+
+Every message lives in the NVTX domain ``nsyscomm``. nsys 2022.4 drops NVTX
+payload structs and old nvtx packages only give us a message string, so the
+metadata travels inside the message itself, as ``|``-separated ``key=value``
+fields. The SQL side (sql/wrapper_ranges.sql) extracts fields with
+``regexp_extract(name, '\\|key=([^|]*)')``, so values must not contain ``|``;
+``caller`` is always last and is read to the end of the string, so a caller
+may contain any character.
+
+Collective call (a push/pop range that encloses the backend's kernel launch)::
+
+    nsyscomm:all_reduce|api=all_reduce|bytes=4194304|dtype=float32|numel=1048576|pg=0|gsize=4|granks=|seq=17|async=0|step=3|caller=train.py:88 train_step
+
+Process marker (one per process, a range or a mark, once the rank is known)::
+
+    nsyscomm.rank|rank=0|local_rank=0|world=4|host=node-a
+
+Step marker (a range or a mark, emitted by ``nsyscomm.step(i)``)::
+
+    nsyscomm.step|step=12
+
+``granks`` is empty for the default (world) group. ``step`` is empty when no
+step is known. ``seq`` counts calls per group name in each process, from 0.
+"""
+
+from __future__ import annotations
+
+DOMAIN = "nsyscomm"
+COLLECTIVE_PREFIX = "nsyscomm:"
+RANK_PREFIX = "nsyscomm.rank"
+STEP_PREFIX = "nsyscomm.step"
+VERSION = 1
+
+# Order matters only for readability; caller must stay last.
+COLLECTIVE_FIELDS = ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks", "seq", "async", "step", "caller")
+
+
+def _clean(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value).replace("|", "/")
+
+
+def format_collective(op: str, *, api: str, bytes: int, dtype, numel, pg, gsize, granks=(), seq: int,
+                      async_op: bool = False, step=None, caller: str = "") -> str:
+    fields = {
+        "api": api, "bytes": bytes, "dtype": dtype, "numel": numel, "pg": pg, "gsize": gsize,
+        "granks": granks, "seq": seq, "async": async_op, "step": step,
+    }
+    body = "|".join(f"{k}={_clean(v)}" for k, v in fields.items())
+    # caller is read to the end of the message, so it is not cleaned of '|'
+    return f"{COLLECTIVE_PREFIX}{op}|{body}|caller={caller or ''}"
+
+
+def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str:
+    return f"{RANK_PREFIX}|rank={rank}|local_rank={local_rank}|world={world}|host={_clean(host)}"
+
+
+def format_step_marker(step: int) -> str:
+    return f"{STEP_PREFIX}|step={step}"
+
+
+def parse(message: str) -> dict:
+    """Python twin of the SQL extraction, for tests and for non-SQL sources."""
+    head, _, rest = message.partition("|caller=") if message.startswith(COLLECTIVE_PREFIX) else (message, "", None)
+    parts = head.split("|")
+    out = {"kind": parts[0]}
+    for part in parts[1:]:
+        k, _, v = part.partition("=")
+        out[k] = v
+    if rest is not None:
+        out["caller"] = rest
+    return out

@@ -1,0 +1,48 @@
+"""The normalized ``collectives`` table: the only contract between ingest and analysis.
+
+One row per collective call on one rank. Every source (nsys SQLite, Kineto JSON, ...)
+produces exactly these columns, in this order; every analysis in sql/ reads only them.
+"""
+
+from __future__ import annotations
+
+COLLECTIVES = (
+    ("report", "VARCHAR"),       # file name of the report the row came from
+    ("rank", "INTEGER"),         # wrapper marker > NCCL payload > process order
+    ("local_rank", "INTEGER"),
+    ("host", "VARCHAR"),
+    ("pid", "BIGINT"),
+    ("tid", "BIGINT"),
+    ("op", "VARCHAR"),           # canonical family, see nsyscomm.ops.OPS
+    ("api", "VARCHAR"),          # the exact call made
+    ("bytes", "BIGINT"),         # nccl-tests message size S
+    ("dtype", "VARCHAR"),
+    ("numel", "BIGINT"),
+    ("group", "VARCHAR"),
+    ("group_size", "INTEGER"),
+    ("group_ranks", "VARCHAR"),
+    ("seq", "BIGINT"),
+    ("caller", "VARCHAR"),
+    ("step", "BIGINT"),
+    ("cpu_start", "BIGINT"),
+    ("cpu_end", "BIGINT"),
+    ("gpu_start", "BIGINT"),
+    ("gpu_end", "BIGINT"),
+    ("stream", "BIGINT"),
+    ("device", "INTEGER"),
+    ("duration_ns", "BIGINT"),
+    ("source", "VARCHAR"),       # wrapper | nccl_payload | torch_range | kernel_name
+    # extras beyond DESIGN.md's list (allowed: extra columns are fine)
+    ("kernel", "VARCHAR"),       # NCCL kernel short name, first one when several
+    ("algo", "VARCHAR"),         # NCCL algorithm parsed from the kernel name (RING, TREE, ...)
+    ("proto", "VARCHAR"),        # NCCL protocol (LL, LL128, SIMPLE)
+    ("kernels", "INTEGER"),      # number of NCCL kernels matched to the call
+    ("kernel_ns", "BIGINT"),     # sum of the matched kernels' durations
+)
+
+COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)
+
+
+def create_sql(table: str = "collectives") -> str:
+    cols = ",\n    ".join(f'"{n}" {t}' for n, t in COLLECTIVES)
+    return f"CREATE TABLE {table} (\n    {cols}\n)"
