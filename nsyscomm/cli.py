@@ -1,0 +1,85 @@
+"""Command line: a thin click layer over nsyscomm.api (every command is a library call)."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+from rich.console import Console
+
+from nsyscomm import __version__
+from nsyscomm.errors import InputError
+
+FORMATS = ("text", "markdown", "csv", "json")
+
+
+def _fail(e: Exception, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    click.echo(f"nsyscomm: error: {msg}", err=True)
+    sys.exit(2 if isinstance(e, InputError) else 1)
+
+
+def _run_guarded(fn, debug: bool):
+    try:
+        return fn()
+    except InputError as e:
+        _fail(e, debug)
+    except KeyboardInterrupt:
+        click.echo("nsyscomm: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # a bug of ours: one line, and the way to see more
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                   f"(run again with --debug for a traceback, and report it)", err=True)
+        sys.exit(1)
+
+
+def emit(result, fmt: str, units: str, by_caller: bool) -> None:
+    if fmt == "json":
+        from nsyscomm.views.json_out import dumps
+        click.echo(dumps(result, by_caller))
+    elif fmt == "markdown":
+        from nsyscomm.views.tables import markdown
+        click.echo(markdown(result, units, by_caller), nl=False)
+    elif fmt == "csv":
+        from nsyscomm.views.tables import csv
+        click.echo(csv(result, by_caller), nl=False)
+    else:
+        from nsyscomm.views.text import render
+        # piped output (CI logs, files) gets wide tables instead of rich's 80-column default
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=200)
+        render(result, console, units, by_caller)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nsyscomm")
+def main():
+    """nsyscomm: where the communication time of distributed training goes (Nsight Systems)."""
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@click.option("--by", "by", type=click.Choice(["op", "caller"]), default="op", show_default=True,
+              help="caller: split each op by the call site (DeepSpeed's debug view).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--units", type=click.Choice(["Gbps", "GBps"]), default="Gbps", show_default=True,
+              help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+def summarize(inputs, by, fmt, units, debug):
+    """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
+
+    With no INPUTS, the bundled sample reports are summarized."""
+    from nsyscomm.api import load
+
+    result = _run_guarded(lambda: load(list(inputs) or None), debug)
+    _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+
+
+if __name__ == "__main__":
+    main()

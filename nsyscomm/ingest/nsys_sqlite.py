@@ -1,0 +1,177 @@
+"""nsys SQLite export -> rows of the normalized `collectives` table (one report).
+
+Schema differences between nsys versions are absorbed here, once: every table the
+SQL needs gets a stand-in view with fixed columns (an empty one when nsys did not
+create the table because nothing of that kind was captured).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from nsyscomm import duck
+from nsyscomm.errors import InputError
+from nsyscomm.ingest.names import parse_kernel
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Prefixes of NVTX names that matter to us, so the NVTX scan can drop everything else early.
+_RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%")
+
+
+@dataclass
+class Extract:
+    """What one report contributes to a job: its calls and what ranks them."""
+
+    report: str
+    path: Path
+    calls: pd.DataFrame                 # collectives columns except rank/local_rank/host/report
+    markers: pd.DataFrame               # pid, rank, local_rank, world, host
+    spans: pd.DataFrame                 # pid, first_ns, last_ns: the process's whole time span
+    session_start_utc_ns: int | None = None
+    nsys_version: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _tables(path: Path) -> dict[str, set[str]]:
+    """Table -> column names, read through Python's sqlite3 in read-only mode."""
+    uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
+            return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"{path}: not a readable SQLite database ({e}); "
+                         f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+
+
+def _col(cols: set[str], name: str, alias: str | None = None, table: str = "") -> str:
+    prefix = f"{table}." if table else ""
+    return f'{prefix}"{name}"' if name in cols else f"NULL AS \"{alias or name}\""
+
+
+def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
+    path = Path(path)
+    report = report or path.name
+    tables = _tables(path)
+    warnings: list[str] = []
+    if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
+                                                  "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
+        raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
+                         f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
+
+    con = duck.connect(sqlite=True, threads=threads)
+    try:
+        # ATTACH takes no parameters; the path is quoted as a SQL string literal
+        quoted = str(path.resolve()).replace("'", "''")
+        con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
+        _make_views(con, tables, warnings)
+        names = con.execute("""
+            SELECT DISTINCT s.id, s.value FROM r.StringIds s
+            WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
+        """).fetchall()
+        parsed = [(i, v, *parse_kernel(v)) for i, v in names]
+        parsed = [p for p in parsed if p[2] is not None or p[1].startswith(("ncclDevKernel", "ncclKernel", "ncclSym"))]
+        kn = pd.DataFrame(parsed, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
+        con.execute("""CREATE TEMP TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
+                       proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")
+        if len(kn):
+            con.register("kernel_names_df", kn)
+            con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
+        con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
+        calls = con.execute(duck.sql("calls_nsys")).df()
+        unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
+        if unlaunched:
+            warnings.append(f"{report}: {unlaunched} NCCL kernel(s) have no launch call in the report "
+                            f"(capture window edge); counted from the kernel name alone")
+        markers = con.execute(r"""
+            SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid,
+                   TRY_CAST(regexp_extract(name, '\|rank=([0-9]+)', 1) AS INTEGER)       AS rank,
+                   TRY_CAST(regexp_extract(name, '\|local_rank=([0-9]+)', 1) AS INTEGER) AS local_rank,
+                   TRY_CAST(regexp_extract(name, '\|world=([0-9]+)', 1) AS INTEGER)      AS world,
+                   nullif(regexp_extract(name, '\|host=([^|]*)', 1), '')                  AS host
+            FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%'
+        """).df()
+        spans = con.execute(duck.sql("process_spans")).df()
+        session = None
+        if "TARGET_INFO_SESSION_START_TIME" in tables:
+            row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
+            session = int(row[0]) if row and row[0] is not None else None
+        version = _version(con, tables)
+    finally:
+        con.close()
+    return Extract(report, path, calls, markers, spans, session, version, warnings)
+
+
+def _version(con, tables) -> str | None:
+    for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if t in tables:
+            row = con.execute(f"SELECT value FROM r.{t} WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()
+            if row:
+                return row[0]
+    return None
+
+
+def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
+    k = tables.get("CUPTI_ACTIVITY_KIND_KERNEL")
+    if k is not None:
+        con.execute(f"""CREATE TEMP VIEW src_kernels AS
+            SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
+            FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
+    else:
+        con.execute("""CREATE TEMP VIEW src_kernels AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+            NULL::BIGINT AS deviceId, NULL::BIGINT AS streamId, NULL::BIGINT AS correlationId,
+            NULL::BIGINT AS globalPid, NULL::BIGINT AS shortName WHERE false""")
+    rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
+    if rt is not None:
+        con.execute("""CREATE TEMP VIEW src_runtime AS
+            SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME""")
+    else:
+        con.execute("""CREATE TEMP VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+            NULL::BIGINT AS globalTid, NULL::BIGINT AS correlationId WHERE false""")
+    nv = tables.get("NVTX_EVENTS")
+    if nv is not None:
+        like_text = " OR ".join(f"e.text LIKE '{p}'" for p in _RANGE_PATTERNS)
+        like_str = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
+        text_id = "e.textId" if "textId" in nv else "NULL"
+        # Registered strings (textId) are resolved only for the few names that can matter.
+        con.execute(f"CREATE TEMP TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
+        con.execute(f"""CREATE TEMP TABLE src_ranges AS
+            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid, coalesce(e.text, s.value) AS name,
+                   e.eventType
+            FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
+            WHERE e.eventType IN (34, 59, 60) AND (s.id IS NOT NULL OR {like_text})""")
+    else:
+        con.execute("""CREATE TEMP VIEW src_ranges AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+            NULL::BIGINT AS globalTid, NULL::VARCHAR AS name, NULL::BIGINT AS eventType WHERE false""")
+    # every event of a process, for its elapsed time (mpitrace's "elapsed")
+    parts = []
+    if nv is not None:
+        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, coalesce("end", start) AS "end" '
+                     'FROM r.NVTX_EVENTS WHERE eventType IN (34, 59, 60) AND globalTid IS NOT NULL')
+    if rt is not None:
+        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM r.CUPTI_ACTIVITY_KIND_RUNTIME')
+    if k is not None and "globalPid" in k:
+        parts.append('SELECT (globalPid >> 24) & 16777215 AS pid, start, "end" FROM r.CUPTI_ACTIVITY_KIND_KERNEL')
+    if not parts:
+        parts.append('SELECT NULL::BIGINT AS pid, NULL::BIGINT AS start, NULL::BIGINT AS "end" WHERE false')
+    # UNION ALL BY NAME: the branches present differ from report to report
+    con.execute("CREATE TEMP VIEW src_events AS " + " UNION ALL BY NAME ".join(parts))
+    for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        if t not in tables:
+            warnings.append(f"table {t} is absent (nothing of that kind was captured)")

@@ -1,0 +1,1 @@
+"""Views read only analysis results (a nsyscomm.api.Result), never the reports."""

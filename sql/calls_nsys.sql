@@ -1,0 +1,101 @@
+-- One row per collective call per process of one nsys report (ranks are assigned later,
+-- across all reports of the job, in sql/collectives.sql).
+-- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges: the
+-- nsyscomm wrapper's and PyTorch's nccl:/gloo: record_function ranges).
+-- Metadata priority per row: wrapper range > PyTorch range > kernel name alone.
+WITH ranges AS (
+    SELECT row_number() OVER (ORDER BY start, globalTid, name) AS rid, start, "end", globalTid, name,
+           CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
+    FROM src_ranges
+    WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'
+),
+kernels AS (
+    SELECT row_number() OVER (ORDER BY kstart, global_pid, stream) AS kid, * FROM nccl_kernels
+),
+-- a range owns a kernel when it contains the kernel's launch call on the same thread;
+-- grouped calls launch at ncclGroupEnd, which the outer PyTorch/wrapper range still contains
+enclosing AS (
+    SELECT k.kid, r.rid, r.kind, r.start
+    FROM kernels k
+    JOIN ranges r
+      ON r.globalTid = k.launch_tid
+     AND k.launch_start >= r.start
+     AND k.launch_start <= r."end"
+),
+innermost AS (
+    SELECT kid, kind, arg_max(rid, start) AS rid FROM enclosing GROUP BY kid, kind
+),
+owned AS (
+    SELECT k.*,
+           coalesce(w.rid, t.rid) AS rid
+    FROM kernels k
+    LEFT JOIN innermost w ON w.kid = k.kid AND w.kind = 'wrapper'
+    LEFT JOIN innermost t ON t.kid = k.kid AND t.kind = 'torch_range'
+),
+by_range AS (
+    SELECT rid,
+           min(kstart)                 AS gpu_start,
+           max(kend)                   AS gpu_end,
+           count(*)                    AS kernels,
+           sum(kend - kstart)          AS kernel_ns,
+           arg_min(kernel, kstart)     AS kernel,
+           arg_min(kop, kstart)        AS kop,
+           arg_min(algo, kstart)       AS algo,
+           arg_min(proto, kstart)      AS proto,
+           arg_min(kdtype, kstart)     AS kdtype,
+           arg_min(stream, kstart)     AS stream,
+           arg_min(device, kstart)     AS device
+    FROM owned WHERE rid IS NOT NULL GROUP BY rid
+),
+wrapper AS (
+    SELECT r.*, b.* EXCLUDE (rid),
+           regexp_extract(r.name, '^nsyscomm:([^|]*)', 1)             AS w_op,
+           regexp_extract(r.name, '\|api=([^|]*)', 1)                 AS w_api,
+           regexp_extract(r.name, '\|bytes=([^|]*)', 1)               AS w_bytes,
+           regexp_extract(r.name, '\|dtype=([^|]*)', 1)               AS w_dtype,
+           regexp_extract(r.name, '\|numel=([^|]*)', 1)               AS w_numel,
+           regexp_extract(r.name, '\|pg=([^|]*)', 1)                  AS w_pg,
+           regexp_extract(r.name, '\|gsize=([^|]*)', 1)               AS w_gsize,
+           regexp_extract(r.name, '\|granks=([^|]*)', 1)              AS w_granks,
+           regexp_extract(r.name, '\|seq=([^|]*)', 1)                 AS w_seq,
+           regexp_extract(r.name, '\|step=([^|]*)', 1)                AS w_step,
+           regexp_extract(r.name, '\|caller=(.*)$', 1)                AS w_caller
+    FROM ranges r LEFT JOIN by_range b ON b.rid = r.rid
+    WHERE r.kind = 'wrapper'
+)
+SELECT
+    ((globalTid >> 24) & 16777215)                      AS pid,
+    (globalTid & 16777215)                              AS tid,
+    nullif(w_op, '')                                    AS op,
+    nullif(w_api, '')                                   AS api,
+    TRY_CAST(nullif(w_bytes, '') AS BIGINT)             AS bytes,
+    coalesce(nullif(w_dtype, ''), kdtype)               AS dtype,
+    TRY_CAST(nullif(w_numel, '') AS BIGINT)             AS numel,
+    nullif(w_pg, '')                                    AS "group",
+    TRY_CAST(nullif(w_gsize, '') AS INTEGER)            AS group_size,
+    nullif(w_granks, '')                                AS group_ranks,
+    TRY_CAST(nullif(w_seq, '') AS BIGINT)               AS seq,
+    nullif(w_caller, '')                                AS caller,
+    TRY_CAST(nullif(w_step, '') AS BIGINT)              AS step,
+    start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
+    'wrapper' AS source, kernel, algo, proto,
+    coalesce(kernels, 0) AS kernels, kernel_ns
+FROM wrapper
+UNION ALL
+-- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)
+SELECT
+    ((r.globalTid >> 24) & 16777215), (r.globalTid & 16777215),
+    NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
+    'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns
+FROM ranges r JOIN by_range b ON b.rid = r.rid
+WHERE r.kind = 'torch_range'
+UNION ALL
+-- kernels no range owns, including kernels whose launch row is outside the capture window
+SELECT
+    ((coalesce(launch_tid, global_pid) >> 24) & 16777215),
+    CASE WHEN launch_tid IS NULL THEN NULL ELSE (launch_tid & 16777215) END,
+    kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    launch_start, launch_end, kstart, kend, stream, device,
+    'kernel_name', kernel, algo, proto, 1, kend - kstart
+FROM owned WHERE rid IS NULL

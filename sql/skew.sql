@@ -1,0 +1,20 @@
+-- Arrival skew per rank over the logical collectives that several ranks took part in:
+-- how often the rank arrived last, by how much it trailed the first arrival on average,
+-- and how long it waited for others. Inputs: collectives, logical_collectives.
+WITH shared AS (
+    SELECT * FROM logical_collectives WHERE participants >= 2
+),
+per_row AS (
+    SELECT c.rank,
+           (l.last_rank = c.rank)::INTEGER                     AS is_last,
+           coalesce(c.gpu_start, c.cpu_start) - l.first_arrival AS delay_ns,
+           c.duration_ns - l.latency_ns                        AS wait_ns
+    FROM collectives c
+    JOIN shared l ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+)
+SELECT rank,
+       sum(is_last)             AS late_count,
+       avg(delay_ns) / 1e6      AS avg_arrival_delay_ms,
+       sum(wait_ns) / 1e6       AS wait_ms,
+       count(*)                 AS instances
+FROM per_row GROUP BY rank ORDER BY rank

@@ -1,0 +1,40 @@
+-- DeepSpeed-style summary: per op and message size (and communicator size, so busbw uses
+-- the right n); per caller too when $by_caller. Latencies are logical collectives' (min over
+-- ranks); calls and ranks count the per-rank rows. Inputs: collectives, logical_collectives, busbw_factors.
+WITH lc AS (
+    SELECT *, CASE WHEN $by_caller THEN caller END AS key_caller FROM logical_collectives
+),
+per_key AS (
+    SELECT op, bytes, group_size, key_caller,
+           count(*)                          AS count,
+           sum(participants)                 AS calls,
+           sum(latency_ns)                   AS total_ns,
+           median(latency_ns)                AS p50_ns,
+           max(latency_ns)                   AS max_ns
+    FROM lc GROUP BY ALL
+),
+row_keys AS (
+    SELECT c.op, c.bytes, l.group_size, CASE WHEN $by_caller THEN l.caller END AS key_caller,
+           count(DISTINCT c.rank) AS ranks,
+           string_agg(DISTINCT c.dtype, ',' ORDER BY c.dtype) AS dtype
+    FROM collectives c
+    JOIN logical_collectives l
+      ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+    GROUP BY ALL
+)
+SELECT
+    p.op, p.bytes, p.count, p.calls, r.ranks,
+    p.total_ns / 1e6                                 AS total_ms,
+    p.total_ns / p.count / 1e6                       AS avg_ms,
+    p.p50_ns / 1e6                                   AS p50_ms,
+    p.max_ns / 1e6                                   AS max_ms,
+    -- bytes per ns is GB/s (1 GB = 1e9 bytes)
+    CASE WHEN p.total_ns > 0 THEN p.bytes / (p.total_ns / p.count) END                                  AS algbw_GBps,
+    CASE WHEN p.total_ns > 0 THEN p.bytes / (p.total_ns / p.count) * f.factor END                       AS busbw_GBps,
+    p.group_size, r.dtype, p.key_caller AS caller
+FROM per_key p
+JOIN row_keys r
+  ON r.op = p.op AND r.bytes IS NOT DISTINCT FROM p.bytes AND r.group_size IS NOT DISTINCT FROM p.group_size
+ AND r.key_caller IS NOT DISTINCT FROM p.key_caller
+LEFT JOIN busbw_factors f ON f.op = p.op AND f.group_size = p.group_size
+ORDER BY p.op, p.bytes NULLS LAST, p.group_size, p.key_caller
