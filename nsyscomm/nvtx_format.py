@@ -57,6 +57,21 @@ def format_collective(op: str, *, api: str, bytes: int, dtype, numel, pg, gsize,
     return f"{COLLECTIVE_PREFIX}{op}|{body}|caller={caller or ''}"
 
 
+def collective_template(op: str, *, api: str, dtype, pg, gsize, granks=()) -> str:
+    """A ``%``-template for the hot path: ``template % (bytes, numel, seq, async, step, caller)``.
+
+    ``collective_template(op, api=a, dtype=d, pg=p, gsize=g, granks=r) % (b, n, s, "1" or "0", step or "", c)``
+    equals ``format_collective(op, api=a, bytes=b, dtype=d, numel=n, pg=p, gsize=g, granks=r, seq=s,
+    async_op=..., step=step, caller=c)``; the wrapper caches one template per (op, api, dtype, group)
+    so a call costs one ``%`` instead of ten field conversions.
+    """
+    static = {k: _clean(v).replace("%", "%%") for k, v in
+              (("api", api), ("dtype", dtype), ("pg", pg), ("gsize", gsize), ("granks", granks))}
+    return (f"{COLLECTIVE_PREFIX}{op.replace('%', '%%')}|api={static['api']}|bytes=%s|dtype={static['dtype']}"
+            f"|numel=%s|pg={static['pg']}|gsize={static['gsize']}|granks={static['granks']}"
+            "|seq=%s|async=%s|step=%s|caller=%s")
+
+
 def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str:
     return f"{RANK_PREFIX}|rank={rank}|local_rank={local_rank}|world={world}|host={_clean(host)}"
 

@@ -1,0 +1,781 @@
+"""NVTX ranges around every torch.distributed collective (``nsyscomm.annotate()``).
+
+Two layers, so that nothing is missed and the common path stays cheap:
+
+1. Python wrappers replace the public functions of ``torch.distributed`` (both the package
+   namespace and ``distributed_c10d``) and of ``torch.distributed._functional_collectives``.
+   They know the exact API called, compute the nccl-tests message size, and push one range
+   in domain ``nsyscomm`` around the original call (so the backend's kernel launch is inside).
+2. A catch-all at the dispatcher level: a Python kernel registered for every ``c10d::*`` op
+   on the Autograd keys (AutogradCPU / AutogradCUDA). It sees what bypasses the Python
+   functions: DDP's C++ reducer (gradient all-reduces), DDP's parameter/buffer broadcasts,
+   anything imported before annotate(). Calls made through layer 1 run with the Autograd
+   keys excluded, so they never reach layer 2 (one range per call, and layer 2's ~50 us
+   Python-kernel cost is paid only by calls that layer 1 did not see).
+
+Nothing here synchronizes a device or touches a tensor's data; a failure to build or emit
+the message degrades to no annotation (warned once); exceptions of the collective itself
+propagate unchanged. torch and nvtx are imported only when annotate() runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+import warnings
+
+from nsyscomm import nvtx_format as _fmt
+
+_lock = threading.RLock()
+_enabled = False
+_installed = False          # layer 1 installed (stays installed for isend/irecv, see annotate)
+_patched: list = []         # (owner, name, original, wrapper)
+_lib = None                 # torch.library.Library holding layer 2
+_opt_hook = None
+_warned: set = set()
+
+_groups: dict = {}          # ProcessGroup -> _Group
+_seq: dict = {}             # seq key -> itertools.count
+_dtype_names: dict = {}
+_code_info: dict = {}       # code object -> basename, or None to skip the frame
+
+_step = None                # current step (int) or None
+_explicit_step = False      # nsyscomm.step() was called: optimizer detection off
+_first_optimizer = None     # id of the optimizer whose steps count
+_capture = None             # (A, B) from NSYSCOMM_CAPTURE_STEPS
+_capture_open = False
+_rank_marked = False
+
+_torch = None
+_c10d = None
+_Below = None               # torch._C._AutoDispatchBelowAutograd
+
+
+class _TLS(threading.local):
+    busy = False            # inside an annotated call on this thread: inner calls pass through
+    api = None              # api label for layer-2 calls made by a layer-1 wrapper (batch_isend_irecv)
+
+
+_tls = _TLS()
+
+
+# ---------------------------------------------------------------- emission (monkeypatched in tests)
+
+def _noop(*_a):
+    return None
+
+
+_push = _noop
+_pop = _noop
+_mark = _noop
+_emitter_kind = "none"
+_domain_keepalive = None
+
+
+def _init_emitter():
+    """Bind _push/_pop/_mark to nvtx. Fast path for nvtx <= 0.2.11's Cython API, public API otherwise."""
+    global _push, _pop, _mark, _emitter_kind, _domain_keepalive
+    try:
+        import nvtx  # noqa: F401
+    except Exception as e:  # no nvtx: no annotation
+        _warn_once("nvtx", f"nsyscomm: the nvtx package is not importable ({e!r}); collectives are not annotated. "
+                           "Install it with: pip install 'nvtx==0.2.11'")
+        _push = _pop = _mark = _noop
+        _emitter_kind = "none"
+        return
+    try:
+        from nvtx._lib.lib import Domain, EventAttributes, RegisteredString, mark, pop_range, push_range
+
+        dom = Domain(_fmt.DOMAIN)
+        h = dom.handle
+
+        def push(msg, _E=EventAttributes, _R=RegisteredString, _p=push_range, _h=h):
+            # not lru-cached (nvtx.annotate caches every message: unbounded for unique messages)
+            _p(_E(_R(_h, msg), None), _h)
+
+        def pop(_p=pop_range, _h=h):
+            _p(_h)
+
+        def mark_(msg, _E=EventAttributes, _R=RegisteredString, _m=mark, _h=h):
+            _m(_E(_R(_h, msg), None), _h)
+
+        push("nsyscomm.init")
+        pop()
+        _domain_keepalive = dom
+        _push, _pop, _mark = push, pop, mark_
+        _emitter_kind = "nvtx-fast"
+    except Exception:
+        import nvtx
+
+        def push(msg):
+            nvtx.push_range(msg, domain=_fmt.DOMAIN)
+
+        def pop():
+            nvtx.pop_range(domain=_fmt.DOMAIN)
+
+        def mark_(msg):
+            nvtx.mark(msg, domain=_fmt.DOMAIN)
+
+        _push, _pop, _mark = push, pop, mark_
+        _emitter_kind = "nvtx-public"
+
+
+def _warn_once(key, text):
+    if key in _warned:
+        return
+    _warned.add(key)
+    try:
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------- helpers
+
+_skip_dirs: tuple = ()
+
+
+def _caller() -> str:
+    """``file:line function`` of the first frame outside torch and nsyscomm (sys._getframe walk, cached per code)."""
+    f = sys._getframe(2)
+    info = _code_info
+    while f is not None:
+        code = f.f_code
+        name = info.get(code, 0)
+        if name == 0:
+            fn = code.co_filename
+            name = None if (fn.startswith(_skip_dirs) or fn.startswith("<frozen")) else os.path.basename(fn)
+            info[code] = name
+        if name is not None:
+            return f"{name}:{f.f_lineno} {code.co_name}"
+        f = f.f_back
+    return ""
+
+
+def _dtype_name(dt) -> str:
+    n = _dtype_names.get(dt)
+    if n is None:
+        n = str(dt).replace("torch.", "")
+        _dtype_names[dt] = n
+    return n
+
+
+class _Group:
+    __slots__ = ("name", "size", "granks", "counter", "templates", "pg", "ranks")
+
+    def __init__(self, pg):
+        c10d = _c10d
+        self.pg = pg
+        try:
+            self.name = str(pg.group_name)
+        except Exception:
+            self.name = str(c10d._get_process_group_name(pg))
+        self.size = pg.size()
+        world = c10d.GroupMember.WORLD
+        try:
+            self.ranks = list(c10d.get_process_group_ranks(pg))
+        except Exception:
+            self.ranks = list(range(self.size))
+        self.granks = () if pg is world else tuple(self.ranks)
+        with _lock:
+            self.counter = _seq.setdefault(self.name, itertools.count())
+        self.templates = {}
+
+    def template(self, op, api, dtype):
+        key = (op, api, dtype)
+        t = self.templates.get(key)
+        if t is None:
+            t = _fmt.collective_template(op, api=api, dtype=dtype, pg=self.name, gsize=self.size, granks=self.granks)
+            self.templates[key] = t
+        return t
+
+    def p2p_seq(self, peer_global):
+        me = _global_rank()
+        a, b = (me, peer_global) if me <= peer_global else (peer_global, me)
+        key = (self.name, "p2p", a, b)
+        c = _seq.get(key)
+        if c is None:
+            with _lock:
+                c = _seq.setdefault(key, itertools.count())
+        return next(c)
+
+
+def _group(pg):
+    if pg is None:
+        pg = _c10d.GroupMember.WORLD
+        if pg is None:
+            pg = _c10d._get_default_group()
+    g = _groups.get(pg)
+    if g is None:
+        g = _Group(pg)
+        _groups[pg] = g
+    return g
+
+
+def _global_rank():
+    try:
+        return _c10d.get_rank()
+    except Exception:
+        return -1
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flat(y)
+    elif x is not None and hasattr(x, "numel"):
+        yield x
+
+
+def _sum_bytes(x):
+    b = n = 0
+    dt = None
+    for t in _flat(x):
+        n += t.numel()
+        b += t.numel() * t.element_size()
+        if dt is None:
+            dt = t.dtype
+    return b, n, dt
+
+
+# ---------------------------------------------------------------- step and rank markers
+
+def _emit_rank_marker():
+    global _rank_marked
+    try:
+        if not _c10d.is_initialized():
+            return
+        rank = _c10d.get_rank()
+        world = _c10d.get_world_size()
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        _mark(_fmt.format_rank_marker(rank, local, world, socket.gethostname()))
+        _rank_marked = True
+    except Exception as e:
+        _warn_once("rank", f"nsyscomm: could not emit the rank marker ({e!r})")
+
+
+def _set_step(i):
+    global _step
+    _step = i
+    try:
+        _mark(_fmt.format_step_marker(i))
+        _update_capture(i)
+    except Exception as e:
+        _warn_once("step", f"nsyscomm: could not emit the step marker ({e!r})")
+
+
+def _update_capture(i):
+    global _capture_open
+    if _capture is None:
+        return
+    a, b = _capture
+    if not _capture_open and a <= i < b:
+        _push(CAPTURE_RANGE)
+        _capture_open = True
+        _emit_rank_marker()
+    elif _capture_open and i >= b:
+        _pop()
+        _capture_open = False
+
+
+CAPTURE_RANGE = "nsyscomm.capture"
+
+
+def step(i: int):
+    """Declare that the following collectives belong to training step ``i`` (turns off optimizer detection)."""
+    global _explicit_step
+    _explicit_step = True
+    _set_step(int(i))
+
+
+def _optimizer_post_hook(optimizer, args, kwargs):
+    global _first_optimizer
+    if _explicit_step or not _enabled:
+        return
+    oid = id(optimizer)
+    if _first_optimizer is None:
+        _first_optimizer = oid
+    if oid == _first_optimizer:
+        _set_step((_step or 0) + 1)
+
+
+# ---------------------------------------------------------------- layer 1: Python wrappers
+
+def _arg(args, kwargs, idx, kw, default=None):
+    if idx is not None and len(args) > idx:
+        return args[idx]
+    return kwargs.get(kw, default)
+
+
+def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, a_kw="async_op",
+                  always_async=False, p2p=None, funcol=False):
+    """Build a wrapper. size_rule: t | t_n | list | list_n | none | obj."""
+
+    def message(args, kwargs):
+        if funcol:
+            g = _funcol_group(_arg(args, kwargs, g_idx, g_kw), _arg(args, kwargs, g_idx + 1, "tag", ""))
+        else:
+            pg = _arg(args, kwargs, g_idx, g_kw)
+            if pg is not None and pg is _c10d.GroupMember.NON_GROUP_MEMBER:
+                return None
+            g = _group(pg)
+        if size_rule == "t" or size_rule == "t_n":
+            t = _arg(args, kwargs, t_idx, t_kw)
+            numel = t.numel()
+            nbytes = numel * t.element_size()
+            dt = t.dtype
+            if size_rule == "t_n":
+                nbytes *= g.size
+                numel *= g.size
+        elif size_rule == "list" or size_rule == "list_n":
+            nbytes, numel, dt = _sum_bytes(_arg(args, kwargs, t_idx, t_kw))
+            if size_rule == "list_n":
+                nbytes *= g.size
+                numel *= g.size
+        elif size_rule == "obj":
+            nbytes, numel, dt = "", "", None
+        else:
+            nbytes, numel, dt = 0, 0, None
+        if always_async:
+            asy = "1"
+        else:
+            asy = "1" if _arg(args, kwargs, a_idx, a_kw, False) else "0"
+        if p2p is not None:
+            seq = g.p2p_seq(p2p(args, kwargs, g))
+        else:
+            seq = next(g.counter)
+        if not _rank_marked:
+            _emit_rank_marker()
+        label = _tls.api or api
+        st = _step
+        return g.template(op, label, _dtype_name(dt) if dt is not None else "") % (
+            nbytes, numel, seq, asy, "" if st is None else st, _caller())
+
+    def wrapper(*args, **kwargs):
+        if not _enabled or _tls.busy:
+            return fn(*args, **kwargs)
+        if funcol and _is_compiling():
+            return fn(*args, **kwargs)
+        pushed = False
+        try:
+            msg = message(args, kwargs)
+            if msg is not None:
+                _push(msg)
+                pushed = True
+        except Exception as e:
+            _warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
+        tls = _tls
+        tls.busy = True
+        try:
+            with _Below():
+                return fn(*args, **kwargs)
+        finally:
+            tls.busy = False
+            if pushed:
+                try:
+                    _pop()
+                except Exception as e:
+                    _warn_once("pop", f"nsyscomm: NVTX pop failed ({e!r})")
+
+    wrapper.__wrapped__ = fn
+    wrapper.__name__ = getattr(fn, "__name__", api)
+    wrapper.__qualname__ = getattr(fn, "__qualname__", api)
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    wrapper.__module__ = getattr(fn, "__module__", None)
+    wrapper._nsyscomm = True
+    return wrapper
+
+
+def _is_compiling():
+    try:
+        return _torch.compiler.is_compiling()
+    except Exception:
+        return False
+
+
+def _funcol_group(group, tag):
+    fc = sys.modules["torch.distributed._functional_collectives"]
+    name = fc._resolve_group_name(group, tag or "")
+    pg = _c10d._resolve_process_group(name)
+    return _group(pg)
+
+
+def _peer_send(args, kwargs, g):
+    dst = _arg(args, kwargs, 1, "dst")
+    if dst is None:
+        gd = kwargs.get("group_dst")
+        dst = g.ranks[gd] if gd is not None else -1
+    return dst
+
+
+def _peer_recv(args, kwargs, g):
+    src = _arg(args, kwargs, 1, "src")
+    if src is None:
+        gs = kwargs.get("group_src")
+        src = g.ranks[gs] if gs is not None else -1
+    return src
+
+
+# api -> (op, size_rule, tensor idx, tensor kw, group idx, group kw, async idx, extra)
+_C10D_SPECS = {
+    "all_reduce": ("all_reduce", "t", 0, "tensor", 2, "group", 3, {}),
+    "broadcast": ("broadcast", "t", 0, "tensor", 2, "group", 3, {}),
+    "reduce": ("reduce", "t", 0, "tensor", 3, "group", 4, {}),
+    "all_gather": ("all_gather", "list", 0, "tensor_list", 2, "group", 3, {}),
+    "all_gather_single": ("all_gather", "t", 0, "output_tensor", 2, "group", 3, {}),
+    "all_gather_into_tensor": ("all_gather", "t", 0, "output_tensor", 2, "group", 3, {}),
+    "all_gather_coalesced": ("all_gather", "list", 0, "output_tensor_lists", 2, "group", 3, {}),
+    "reduce_scatter": ("reduce_scatter", "list", 1, "input_list", 3, "group", 4, {}),
+    "reduce_scatter_single": ("reduce_scatter", "t", 1, "input", 3, "group", 4, {}),
+    "reduce_scatter_tensor": ("reduce_scatter", "t", 1, "input", 3, "group", 4, {}),
+    "all_to_all": ("all_to_all", "list", 1, "input_tensor_list", 2, "group", 3, {}),
+    "all_to_all_single": ("all_to_all", "t", 1, "input", 4, "group", 5, {}),
+    "all_reduce_coalesced": ("all_reduce", "list", 0, "tensors", 2, "group", 3, {}),
+    "gather": ("gather", "t_n", 0, "tensor", 3, "group", 4, {}),
+    "scatter": ("scatter", "t_n", 0, "tensor", 3, "group", 4, {}),
+    "barrier": ("barrier", "none", None, None, 0, "group", 1, {}),
+    "monitored_barrier": ("barrier", "none", None, None, 0, "group", None, {}),
+    "send": ("send", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_send}),
+    "recv": ("recv", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_recv}),
+    "isend": ("send", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_send, "always_async": True}),
+    "irecv": ("recv", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_recv, "always_async": True}),
+    "broadcast_object_list": ("broadcast", "obj", None, None, 2, "group", None, {}),
+    "all_gather_object": ("all_gather", "obj", None, None, 2, "group", None, {}),
+    "gather_object": ("gather", "obj", None, None, 3, "group", None, {}),
+    "scatter_object_list": ("scatter", "obj", None, None, 3, "group", None, {}),
+    "send_object_list": ("send", "obj", None, None, 2, "group", None, {}),
+    "recv_object_list": ("recv", "obj", None, None, 2, "group", None, {}),
+}
+
+# functional collectives: api -> (op, size_rule, tensor idx, tensor kw, group idx)
+_FUNCOL_SPECS = {
+    "broadcast": ("broadcast", "t", 0, "self", 2),
+    "all_reduce": ("all_reduce", "t", 0, "self", 2),
+    "all_gather_single": ("all_gather", "t_n", 0, "self", 2),
+    "all_gather_tensor": ("all_gather", "t_n", 0, "self", 2),
+    "all_gather_tensor_autograd": ("all_gather", "t_n", 0, "self", 2),
+    "all_gather_single_autograd": ("all_gather", "t_n", 0, "self", 2),
+    "reduce_scatter_single": ("reduce_scatter", "t", 0, "self", 3),
+    "reduce_scatter_tensor": ("reduce_scatter", "t", 0, "self", 3),
+    "reduce_scatter_tensor_autograd": ("reduce_scatter", "t", 0, "self", 3),
+    "reduce_scatter_single_autograd": ("reduce_scatter", "t", 0, "self", 3),
+    "all_reduce_coalesced": ("all_reduce", "list", 0, "self", 2),
+    "all_gather_single_coalesced": ("all_gather", "list_n", 0, "self", 1),
+    "all_gather_into_tensor_coalesced": ("all_gather", "list_n", 0, "self", 1),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", "list", 0, "inputs", 3),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", "list", 0, "inputs", 3),
+    "all_to_all_single": ("all_to_all", "t", 0, "self", 3),
+    "all_to_all_single_autograd": ("all_to_all", "t", 0, "self", 3),
+    "permute_tensor": ("send", "t", 0, "self", 2),
+}
+
+_KEEP = ("isend", "irecv")   # identity-checked by P2POp / batch_isend_irecv: stay wrapped (pass-through when off)
+
+
+def _patch(owner, name, new):
+    orig = getattr(owner, name)
+    setattr(owner, name, new)
+    _patched.append((owner, name, orig, new))
+
+
+def _install_layer1():
+    import torch.distributed as dist
+
+    c10d = _c10d
+    made = {}
+    for api, (op, rule, ti, tk, gi, gk, ai, extra) in _C10D_SPECS.items():
+        orig = getattr(c10d, api, None)
+        if orig is None or getattr(orig, "_nsyscomm", False):
+            continue
+        w = _make_wrapper(orig, api, op, rule, ti, tk, gi, gk, ai, "async_op", **extra)
+        made[api] = (orig, w)
+        _patch(c10d, api, w)
+        if getattr(dist, api, None) is orig:
+            _patch(dist, api, w)
+    # batch_isend_irecv: the per-op isend/irecv ranges carry api=batch_isend_irecv
+    orig_batch = getattr(c10d, "batch_isend_irecv", None)
+    if orig_batch is not None and not getattr(orig_batch, "_nsyscomm", False):
+        origs = {id(made[k][0]): made[k][1] for k in ("isend", "irecv") if k in made}
+
+        def batch_isend_irecv(p2p_op_list):
+            if not _enabled or _tls.busy:
+                return orig_batch(p2p_op_list)
+            try:
+                # P2POps built with the unwrapped isend/irecv (before annotate) would fail torch's
+                # `op.op is isend` test: point them at the wrappers, which are what `isend` now names.
+                fixed = [o if id(o.op) not in origs else c10d.P2POp(origs[id(o.op)], o.tensor, None, o.group, o.tag,
+                                                                  group_peer=o.group_peer) for o in p2p_op_list]
+            except Exception:
+                fixed = p2p_op_list
+            _tls.api = "batch_isend_irecv"
+            try:
+                return orig_batch(fixed)
+            finally:
+                _tls.api = None
+
+        batch_isend_irecv.__wrapped__ = orig_batch
+        batch_isend_irecv._nsyscomm = True
+        batch_isend_irecv.__doc__ = orig_batch.__doc__
+        _patch(c10d, "batch_isend_irecv", batch_isend_irecv)
+        if getattr(dist, "batch_isend_irecv", None) is orig_batch:
+            _patch(dist, "batch_isend_irecv", batch_isend_irecv)
+    # init_process_group: emit the rank marker once the rank is known
+    orig_init = c10d.init_process_group
+    if not getattr(orig_init, "_nsyscomm", False):
+        def init_process_group(*args, **kwargs):
+            r = orig_init(*args, **kwargs)
+            if _enabled:
+                _emit_rank_marker()
+            return r
+
+        init_process_group.__wrapped__ = orig_init
+        init_process_group._nsyscomm = True
+        init_process_group.__doc__ = orig_init.__doc__
+        _patch(c10d, "init_process_group", init_process_group)
+        if getattr(dist, "init_process_group", None) is orig_init:
+            _patch(dist, "init_process_group", init_process_group)
+    # functional collectives
+    try:
+        import torch.distributed._functional_collectives as fc
+    except Exception:
+        fc = None
+    if fc is not None:
+        for api, (op, rule, ti, tk, gi) in _FUNCOL_SPECS.items():
+            orig = getattr(fc, api, None)
+            if orig is None or getattr(orig, "_nsyscomm", False):
+                continue
+            w = _make_wrapper(orig, "funcol." + api, op, rule, ti, tk, gi, "group", None, always_async=True,
+                              funcol=True)
+            _patch(fc, api, w)
+
+
+# ---------------------------------------------------------------- layer 2: dispatcher catch-all
+
+# c10d op -> (family, arg index of the tensors that give S, multiply by group size)
+_OP_SPECS = {
+    "allreduce_": ("all_reduce", 0, False),
+    "allreduce_coalesced_": ("all_reduce", 0, False),
+    "broadcast_": ("broadcast", 0, False),
+    "reduce_": ("reduce", 0, False),
+    "allgather_": ("all_gather", 0, False),
+    "_allgather_base_": ("all_gather", 0, False),
+    "allgather_coalesced_": ("all_gather", 0, False),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0, False),
+    "reduce_scatter_": ("reduce_scatter", 1, False),
+    "_reduce_scatter_base_": ("reduce_scatter", 1, False),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, False),
+    "alltoall_": ("all_to_all", 1, False),
+    "alltoall_base_": ("all_to_all", 1, False),
+    "gather_": ("gather", 1, True),
+    "scatter_": ("scatter", 0, True),
+    "send": ("send", 0, False),
+    "recv_": ("recv", 0, False),
+    "recv_any_source_": ("recv", 0, False),
+    "barrier": ("barrier", None, False),
+    "monitored_barrier_": ("barrier", None, False),
+}
+
+
+def _dispatch_api(name):
+    """Label a call that reached the dispatcher without a Python wrapper: DDP's reducer, DDP's broadcasts, other."""
+    if _tls.api:
+        return _tls.api
+    base = name.strip("_")
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if fn.endswith(os.path.join("nn", "parallel", "distributed.py")):
+            return "ddp." + base
+        if os.sep + "autograd" + os.sep in fn and fn.startswith(_skip_dirs):
+            return "ddp." + base          # the C++ reducer runs from autograd's backward
+        f = f.f_back
+    return "c10d." + base
+
+
+def _dispatch_message(name, args):
+    spec = _OP_SPECS[name]
+    op, ti, times_n = spec
+    pg = None
+    pg_pos = None
+    for i, a in enumerate(args):
+        if isinstance(a, _c10d.ProcessGroup):
+            pg, pg_pos = a, i
+            break
+    g = _group(pg)
+    if ti is None:
+        nbytes, numel, dt = 0, 0, None
+    else:
+        nbytes, numel, dt = _sum_bytes(args[ti])
+        if times_n:
+            nbytes *= g.size
+            numel *= g.size
+    if op in ("send", "recv") and pg_pos is not None:
+        peer = -1
+        try:
+            if name != "recv_any_source_":
+                peer = g.ranks[int(args[pg_pos + 1])]
+        except Exception:
+            pass
+        seq = g.p2p_seq(peer)
+    else:
+        seq = next(g.counter)
+    if not _rank_marked:
+        _emit_rank_marker()
+    asy = "1"
+    st = _step
+    return g.template(op, _dispatch_api(name), _dtype_name(dt) if dt is not None else "") % (
+        nbytes, numel, seq, asy, "" if st is None else st, _caller())
+
+
+def _make_kernel(name, opov):
+    def kernel(*args, **kwargs):
+        pushed = False
+        if _enabled:
+            try:
+                _push(_dispatch_message(name, args))
+                pushed = True
+            except Exception as e:
+                _warn_once("c10d." + name, f"nsyscomm: could not annotate c10d::{name} ({e!r})")
+        try:
+            with _Below():
+                return opov(*args, **kwargs)
+        finally:
+            if pushed:
+                try:
+                    _pop()
+                except Exception:
+                    pass
+
+    return kernel
+
+
+def _install_layer2():
+    global _lib
+    torch = _torch
+    lib = torch.library.Library("c10d", "IMPL")
+    n = 0
+    for name in _OP_SPECS:
+        packet = getattr(torch.ops.c10d, name, None)
+        if packet is None:
+            continue
+        opov = packet.default
+        for key in ("AutogradCPU", "AutogradCUDA"):
+            try:
+                lib.impl(name, _make_kernel(name, opov), key)
+                n += 1
+            except Exception as e:
+                _warn_once("impl" + name + key, f"nsyscomm: no dispatcher hook for c10d::{name} on {key} ({e!r})")
+    _lib = lib
+    return n
+
+
+# ---------------------------------------------------------------- annotate
+
+
+def _parse_capture(text):
+    try:
+        a, _, b = text.partition(":")
+        a = int(a) if a.strip() else 0
+        b = int(b) if b.strip() else 1 << 62
+        return (a, b)
+    except Exception:
+        _warn_once("steps", f"nsyscomm: ignoring NSYSCOMM_CAPTURE_STEPS={text!r} (expected A:B)")
+        return None
+
+
+def annotate(enable: bool = True, *, ddp: bool = True):
+    """Turn the NVTX annotation of collectives on (default) or off. Idempotent and thread-safe.
+
+    ``ddp=False`` skips the dispatcher-level layer (DDP's reducer calls are then not annotated).
+    Returns True when annotation is active after the call.
+    """
+    global _enabled, _installed, _torch, _c10d, _Below, _skip_dirs, _capture, _opt_hook, _lib, _step
+    with _lock:
+        if not enable:
+            if not _installed:
+                return False
+            _enabled = False
+            for owner, name, orig, new in reversed(_patched):
+                if name in _KEEP and owner.__name__.endswith("distributed_c10d"):
+                    continue  # P2POps may hold the wrapper: torch compares `op.op is isend`
+                if getattr(owner, name, None) is new:
+                    setattr(owner, name, orig)
+            _patched[:] = [p for p in _patched if p[1] in _KEEP and p[0].__name__.endswith("distributed_c10d")]
+            if _lib is not None:
+                try:
+                    _lib._destroy()
+                except Exception:
+                    pass
+                _lib = None
+            if _opt_hook is not None:
+                _opt_hook.remove()
+                _opt_hook = None
+            if _capture_open:
+                try:
+                    _pop()
+                except Exception:
+                    pass
+            _installed = False
+            return False
+        if _enabled:
+            return True
+        try:
+            import torch
+            import torch.distributed as dist
+            if not dist.is_available():
+                _warn_once("dist", "nsyscomm: torch.distributed is not available; nothing to annotate")
+                return False
+            import torch.distributed.distributed_c10d as c10d
+        except Exception as e:
+            _warn_once("torch", f"nsyscomm: torch is not importable ({e!r}); nothing to annotate")
+            return False
+        try:
+            _torch, _c10d = torch, c10d
+            _Below = torch._C._AutoDispatchBelowAutograd
+            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            _skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
+            if _push is _noop and _emitter_kind == "none":
+                _init_emitter()
+            if os.environ.get("NSYSCOMM_CAPTURE_STEPS"):
+                _capture = _parse_capture(os.environ["NSYSCOMM_CAPTURE_STEPS"])
+            _patched[:] = [p for p in _patched if getattr(p[0], p[1], None) is p[3]]
+            _install_layer1()
+            if ddp:
+                _install_layer2()
+            try:
+                from torch.optim.optimizer import register_optimizer_step_post_hook
+
+                _opt_hook = register_optimizer_step_post_hook(_optimizer_post_hook)
+            except Exception as e:
+                _warn_once("optim", f"nsyscomm: no automatic step detection ({e!r}); call nsyscomm.step(i)")
+            _installed = True
+            _enabled = True
+            if _step is None and not _explicit_step:
+                _step = 0   # step 0 = before the first optimizer.step()
+            if _capture is not None and not _capture_open:
+                _update_capture(_step if _step is not None else 0)
+            _emit_rank_marker()
+            return True
+        except Exception as e:
+            _warn_once("annotate", f"nsyscomm: annotation is off ({e!r})")
+            _enabled = False
+            return False
+
+
+def _reset_for_tests():
+    """Forget counters, step and markers (tests only)."""
+    global _step, _explicit_step, _first_optimizer, _rank_marked
+    with _lock:
+        _seq.clear()
+        _groups.clear()
+        _step = None
+        _explicit_step = False
+        _first_optimizer = None
+        _rank_marked = False
