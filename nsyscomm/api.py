@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -68,7 +69,13 @@ def extract_one(path: Path, report: str | None = None) -> nsys_sqlite.Extract:
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty; profile again or export again with nsys export --type sqlite")
     if nsys_sqlite.is_sqlite(path):
-        return nsys_sqlite.extract(path, report)
+        try:
+            return nsys_sqlite.extract(path, report)
+        except (duckdb.Error, sqlite3.Error) as e:
+            # a damaged or truncated database: name it and say what to do, no traceback
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputError(f"{path}: cannot read this SQLite export ({first}); "
+                             f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
     raise InputError(f"{path}: not an nsys SQLite export; make one with: nsys export --type sqlite REPORT.nsys-rep")
 
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# System packages the tests use: real Nsight Systems (Debian non-free) for the end-to-end
+# capture test, and Chromium for the HTML report's browser test. Idempotent; needs root.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+need=()
+command -v nsys >/dev/null 2>&1 || need+=(nsight-systems nsight-systems-target)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ ${#need[@]} -eq 0 ] && { echo "system packages present"; exit 0; }
+
+if ! apt-cache policy nsight-systems 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+  # nsys lives in Debian's non-free component: reuse this machine's own Debian mirror entry
+  src=/etc/apt/sources.list.d/debian.sources
+  uri=$(awk '/^URIs:/ && !/security/ {print $2; exit}' "$src" 2>/dev/null || true)
+  suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+  cat > /etc/apt/sources.list.d/nsyscomm-nonfree.sources <<SRC
+Types: deb
+URIs: ${uri:-http://deb.debian.org/debian}
+Suites: ${suite}
+Components: non-free contrib
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${need[@]}"
