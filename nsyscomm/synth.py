@@ -155,7 +155,7 @@ NVTX_DOMAIN_CREATE = 75
 # Launch APIs as nsys 2026.2 names them (runtime class 0, driver class 1).
 LAUNCH_RUNTIME = "cudaLaunchKernel_v7000"
 LAUNCH_DRIVER = "cuLaunchKernelEx"
-_EVENT_CLASS = {LAUNCH_RUNTIME: 0, LAUNCH_DRIVER: 1, "cudaStreamSynchronize_v3020": 0,
+_EVENT_CLASS = {LAUNCH_RUNTIME: 0, LAUNCH_DRIVER: 1, "cudaStreamSynchronize_v3020": 0, "cudaSetDevice_v3020": 0,
                 "cudaStreamIsCapturing_v10000": 0, "cudaEventRecord_v3020": 0}
 
 NCCL_DOMAIN_ID = 1  # NCCL's NVTX domain id (as in the real 2xH100 file)
@@ -552,15 +552,16 @@ def _xfer(nbytes: int, gbps: float, base_ns: int = 12000) -> int:
     return base_ns + int(nbytes / gbps)
 
 
-def _add_rank_marker(rep, sim: RankSim, *, rank, local_rank, world, host, as_mark=False):
+def _add_rank_marker(rep, sim: RankSim, *, rank, local_rank, world, host):
+    """torch.cuda.set_device, then the nsyscomm domain's creation and the rank marker range.
+    The domain-create row (end NULL) is never a process's first or last event, so the elapsed
+    time does not depend on whether an ingest counts it."""
     t = sim.cpu[sim.main]
-    rep.domain_create(sim.proc, sim.main, t, nvtx_format.DOMAIN, 1)
+    rep.api_call(sim.proc, sim.main, t, t + 8000, "cudaSetDevice_v3020")
+    rep.domain_create(sim.proc, sim.main, t + 20000, nvtx_format.DOMAIN, 1)
     msg = nvtx_format.format_rank_marker(rank, local_rank, world, host)
-    if as_mark:
-        rep.mark(sim.proc, sim.main, t + 3000, registered=msg, domain=1)
-    else:
-        rep.range(sim.proc, sim.main, t + 3000, t + 4500, registered=msg, domain=1)
-    sim.cpu[sim.main] = t + 20000
+    rep.range(sim.proc, sim.main, t + 23000, t + 24500, registered=msg, domain=1)
+    sim.cpu[sim.main] = t + 40000
 
 
 # ---------------------------------------------------------------------------------------
@@ -719,9 +720,10 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
     seq = [defaultdict(int), defaultdict(int)]
     for rank, p in enumerate(procs):
         t = T0 + rng.randint(0, 500_000)
-        rep.domain_create(p, p.pid, t, nvtx_format.DOMAIN, 1)
-        rep.mark(p, p.pid, t + 2000, registered=nvtx_format.format_rank_marker(rank, rank, 2, "cpu-host"), domain=1)
-        cpu[rank] = t + 10_000
+        rep.range(p, p.pid, t, t + 15_000, text="init_process_group")  # default domain, inline text
+        rep.domain_create(p, p.pid, t + 20_000, nvtx_format.DOMAIN, 1)
+        rep.mark(p, p.pid, t + 22_000, registered=nvtx_format.format_rank_marker(rank, rank, 2, "cpu-host"), domain=1)
+        cpu[rank] = t + 30_000
 
     def coll(ranks, op, api, nbytes, dtype, numel, xfer, caller, pg=0, gsize=2):
         starts, msgs = {}, {}
@@ -775,16 +777,16 @@ def gen_nowrapper_2node(seed: int = 4) -> list[Report]:
     for step in range(3):
         for s in sims:
             s.advance(s.main, rng.randint(50_000, 120_000))
-            if not s.domain_done:  # NCCL registers its domain on first use
-                s.rep.domain_create(s.proc, s.main, s.cpu[s.main], "NCCL", NCCL_DOMAIN_ID)
-                s.advance(s.main, 5000)
-                s.domain_done = True
             for k in range(3):
                 s.compute(s.main, "ampere_sgemm_128x64_nn" if k != 1 else "vectorized_elementwise_kernel", 7,
                           350_000 if k != 1 else 50_000, record=f"c{k}", torch_range="aten::mm" if k != 1 else "aten::add")
         for i in range(2):
             pend = []
             for s in sims:
+                if not s.domain_done:  # NCCL registers its NVTX domain at its first call
+                    s.rep.domain_create(s.proc, s.main, s.cpu[s.main], "NCCL", NCCL_DOMAIN_ID)
+                    s.advance(s.main, 5000)
+                    s.domain_done = True
                 late = rng.randint(20_000, 120_000) if s.rank >= 2 else 0  # the other node arrives later
                 pend.append(s.torch_collective(s.main, "all_reduce", kernel="ncclKernel_AllReduce_RING_LL_Sum_float",
                                                stream=13, wait=(f"c{2 * i}",), late_ns=late,
