@@ -15,7 +15,7 @@ import pandas as pd
 
 from nsyscomm import duck, ops, schema
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import nsys_sqlite
+from nsyscomm.ingest import kineto, nsys_sqlite
 from nsyscomm.ingest.names import canonical_op
 
 SCHEMA_VERSION = 1  # of the JSON output contract (DESIGN.md)
@@ -39,11 +39,14 @@ def discover(paths) -> list[Path]:
         p = Path(p)
         if p.is_dir():
             hits = sorted(x for x in p.rglob("*.sqlite") if x.is_file())
+            if not hits:  # PyTorch profiler traces, one per rank (nsyscomm.ingest.kineto)
+                hits = sorted(x for x in p.rglob("*") if x.is_file() and kineto.is_trace(x))
             if not hits:
                 reps = sorted(p.rglob("*.nsys-rep"))
                 hint = (f"export them first: nsys export --type sqlite {reps[0]}" if reps
                         else "point to a folder of nsys SQLite exports (*.sqlite)")
-                raise InputError(f"{p}: no report (*.sqlite) in this folder; {hint}")
+                raise InputError(f"{p}: no report (*.sqlite, or PyTorch profiler *.json/*.json.gz) "
+                                 f"in this folder; {hint}")
             found.extend(hits)
         elif p.is_file():
             found.append(p)
@@ -76,6 +79,8 @@ def extract_one(path: Path, report: str | None = None) -> nsys_sqlite.Extract:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InputError(f"{path}: cannot read this SQLite export ({first}); "
                              f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+    if kineto.is_trace(path):
+        return kineto.extract(path, report)
     raise InputError(f"{path}: not an nsys SQLite export; make one with: nsys export --type sqlite REPORT.nsys-rep")
 
 
