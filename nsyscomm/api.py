@@ -148,6 +148,25 @@ class Result:
         }
 
     @property
+    def overlap(self) -> pd.DataFrame:
+        """Exposed communication per rank (step NaN) and per rank and step: ns of NCCL kernel time
+        that no compute kernel on the same device hides. Empty for CPU-only jobs."""
+        df = self._query("overlap")
+        df["exposed_pct"] = (100.0 * df["exposed_ns"] / df["comm_busy_ns"]).where(df["comm_busy_ns"] > 0)
+        return df
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self._query("steps")
+
+    @property
+    def size_histogram(self) -> pd.DataFrame:
+        return self._query("size_histogram")
+
+    def top_skew(self, limit: int = 10) -> pd.DataFrame:
+        return self._query("top_skew", limit=limit)
+
+    @property
     def n_calls(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
 
@@ -192,8 +211,21 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
     return df, warnings
 
 
+_TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end")
+
+
+def _session_offsets(extracts) -> dict[str, int]:
+    """First step of clock alignment: place each report on the wall clock by its session start."""
+    starts = {e.report: e.session_start_utc_ns for e in extracts}
+    if len(extracts) < 2 or None in starts.values() or len(set(starts.values())) == 1:
+        return {e.report: 0 for e in extracts}
+    ref = min(starts.values())
+    return {r: v - ref for r, v in starts.items()}
+
+
 def combine(extracts, by_caller: bool = False) -> Result:
     warnings = [w for e in extracts for w in e.warnings]
+    offsets = _session_offsets(extracts)
     frames = []
     for e in extracts:
         if len(e.calls):
@@ -213,29 +245,33 @@ def combine(extracts, by_caller: bool = False) -> Result:
         calls["op"] = calls["op"].where(calls["op"].notna(), from_api)
         con.register("calls_df", calls)
         con.execute("INSERT INTO calls_raw BY NAME SELECT * FROM calls_df")
-    con.execute("CREATE TEMP VIEW calls AS SELECT * FROM calls_raw WHERE op IS NOT NULL")
+        con.unregister("calls_df")
     skipped = con.execute("SELECT count(*) FROM calls_raw WHERE op IS NULL").fetchone()[0]
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
-    con.register("proc_ranks_df", proc_ranks)
-    con.execute("CREATE TEMP TABLE proc_ranks AS SELECT report::VARCHAR AS report, pid::BIGINT AS pid, "
-                "rank::INTEGER AS rank, local_rank::INTEGER AS local_rank, host::VARCHAR AS host FROM proc_ranks_df")
+    con.execute("DELETE FROM calls_raw WHERE op IS NULL")
+    con.execute("CREATE TEMP VIEW calls AS SELECT * FROM calls_raw")
+    _register(con, "proc_ranks", proc_ranks,
+              "report::VARCHAR AS report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
+              "local_rank::INTEGER AS local_rank, host::VARCHAR AS host")
+    _register(con, "proc_spans", _stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
+              "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
+    _register(con, "compute_islands", _stack(extracts, "compute", ["pid", "device", "start", "end"]),
+              'report::VARCHAR AS report, pid::BIGINT AS pid, device::INTEGER AS device, '
+              'start::BIGINT AS start, "end"::BIGINT AS "end"')
+    if any(offsets.values()):
+        _shift(con, offsets)
     con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
-    spans = [s.assign(report=e.report) for e in extracts for s in [e.spans] if len(s)]
-    con.execute("CREATE TEMP TABLE proc_spans (report VARCHAR, pid BIGINT, first_ns BIGINT, last_ns BIGINT)")
-    if spans:
-        con.register("spans_df", pd.concat(spans, ignore_index=True))
-        con.execute("INSERT INTO proc_spans BY NAME SELECT report, pid, first_ns, last_ns FROM spans_df")
+    if any(offsets.values()):
+        warnings += _refine_clocks(con, extracts[0].report)
     con.execute("""CREATE TEMP TABLE rank_spans AS
         SELECT m.rank, min(m.host) AS host, min(s.first_ns) AS first_ns, max(s.last_ns) AS last_ns
         FROM proc_ranks m JOIN proc_spans s ON s.report = m.report AND s.pid = m.pid GROUP BY m.rank""")
     con.execute(f"CREATE TEMP TABLE logical_collectives AS {duck.sql('logical_collectives')}")
-    factors = pd.DataFrame(
-        [(op, n, ops.busbw_factor(op, n)) for op in ops.OPS
-         for n in range(1, 1 + max(2, int(con.execute("SELECT coalesce(max(group_size), 1) FROM collectives").fetchone()[0])))],
-        columns=["op", "group_size", "factor"])
-    con.register("factors_df", factors)
-    con.execute("CREATE TEMP TABLE busbw_factors AS SELECT op, group_size::INTEGER AS group_size, factor FROM factors_df")
+    max_n = int(con.execute("SELECT coalesce(max(group_size), 1) FROM collectives").fetchone()[0])
+    factors = pd.DataFrame([(op, n, ops.busbw_factor(op, n)) for op in ops.OPS for n in range(1, max(2, max_n) + 1)],
+                           columns=["op", "group_size", "factor"])
+    _register(con, "busbw_factors", factors, "op, group_size::INTEGER AS group_size, factor::DOUBLE AS factor")
     unmatched = con.execute("SELECT count(*) FROM logical_collectives WHERE participants < group_size").fetchone()[0]
     if unmatched:
         warnings.append(f"{unmatched} logical collective(s) were seen on fewer ranks than their group size "
@@ -244,9 +280,47 @@ def combine(extracts, by_caller: bool = False) -> Result:
     if inferred:
         warnings.append(f"{inferred} call(s) without nsyscomm metadata: matched across ranks by call order, "
                         f"group size inferred from the matched ranks, message size unknown")
-    if len(extracts) > 1 and len({e.session_start_utc_ns for e in extracts}) > 1:
-        warnings.append("reports come from several nsys sessions: their clocks are used as they are (not aligned)")
     return Result(con, [e.report for e in extracts], warnings, by_caller)
+
+
+def _stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:
+    frames = [getattr(e, attr).assign(report=e.report) for e in extracts
+              if getattr(e, attr, None) is not None and len(getattr(e, attr))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["report", *columns])
+
+
+def _register(con, name: str, df: pd.DataFrame, select: str) -> None:
+    con.register(f"{name}_df", df)
+    con.execute(f"CREATE TEMP TABLE {name} AS SELECT {select} FROM {name}_df")
+    con.unregister(f"{name}_df")
+
+
+def _shift(con, offsets: dict[str, int]) -> None:
+    """Move every timestamp of a report by its offset (ns)."""
+    for report, off in offsets.items():
+        if not off:
+            continue
+        sets = ", ".join(f"{c} = {c} + $off" for c in _TIME_COLS)
+        con.execute(f"UPDATE calls_raw SET {sets} WHERE report = $r", {"off": off, "r": report})
+        con.execute("UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
+                    {"off": off, "r": report})
+        con.execute('UPDATE compute_islands SET start = start + $off, "end" = "end" + $off WHERE report = $r',
+                    {"off": off, "r": report})
+
+
+def _refine_clocks(con, ref: str) -> list[str]:
+    """Second step: a collective ends at nearly the same moment on all its ranks, so the median
+    difference of matched end times between a report and the reference is its clock error."""
+    deltas = con.execute(duck.sql("clock_offsets"), {"ref": ref}).fetchall()
+    if not deltas:
+        return ["reports come from several nsys sessions and share no collective: "
+                "clocks aligned by session start only"]
+    _shift(con, {report: int(delta) for report, delta, _, _ in deltas})
+    con.execute("DROP TABLE collectives")
+    con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
+    worst = max(res for _, _, res, _ in deltas)
+    return [f"clocks of {len(deltas) + 1} reports aligned by session start and collective end times "
+            f"(residual error up to {worst / 1e3:.1f} us, median absolute deviation of matched ends)"]
 
 
 def _empty_select() -> str:

@@ -79,7 +79,7 @@ SELECT
     TRY_CAST(nullif(w_step, '') AS BIGINT)              AS step,
     start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
     'wrapper' AS source, kernel, algo, proto,
-    coalesce(kernels, 0) AS kernels, kernel_ns
+    coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns
 FROM wrapper
 UNION ALL
 -- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)

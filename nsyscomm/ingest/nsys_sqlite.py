@@ -32,6 +32,7 @@ class Extract:
     calls: pd.DataFrame                 # collectives columns except rank/local_rank/host/report
     markers: pd.DataFrame               # pid, rank, local_rank, world, host
     spans: pd.DataFrame                 # pid, first_ns, last_ns: the process's whole time span
+    compute: pd.DataFrame | None = None  # pid, device, start, end: busy islands of compute kernels
     session_start_utc_ns: int | None = None
     nsys_version: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -108,6 +109,7 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
             FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%'
         """).df()
         spans = con.execute(duck.sql("process_spans")).df()
+        compute = con.execute(duck.sql("compute_islands")).df()
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
             row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
@@ -115,7 +117,7 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
         version = _version(con, tables)
     finally:
         con.close()
-    return Extract(report, path, calls, markers, spans, session, version, warnings)
+    return Extract(report, path, calls, markers, spans, compute, session, version, warnings)
 
 
 def _version(con, tables) -> str | None:

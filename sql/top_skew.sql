@@ -1,0 +1,9 @@
+-- The logical collectives with the largest arrival skew (last arrival - first arrival),
+-- with who arrived last and where the call was made. Inputs: logical_collectives. $limit rows.
+SELECT op, "group", seq, bytes, step, caller, participants, last_rank,
+       (last_arrival - first_arrival) / 1e6 AS skew_ms,
+       latency_ns / 1e6                    AS latency_ms
+FROM logical_collectives
+WHERE participants >= 2
+ORDER BY last_arrival - first_arrival DESC, op, seq
+LIMIT $limit
