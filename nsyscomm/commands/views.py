@@ -1,0 +1,120 @@
+"""``nsyscomm trace`` and ``nsyscomm report``: thin click commands over nsyscomm.views.
+
+Registered by nsyscomm.cli with ``main.add_command(trace)`` / ``main.add_command(report)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from nsyscomm.errors import InputError
+
+
+def _guard(fn, debug: bool):
+    """Same contract as the rest of the CLI: InputError -> one line and exit 2; our bugs -> exit 1."""
+    try:
+        return fn()
+    except InputError as e:
+        if debug:
+            traceback.print_exc()
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        click.echo(f"nsyscomm: error: {msg}", err=True)
+        sys.exit(2)
+    except OSError as e:  # unwritable output path and the like: the user's to fix
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nsyscomm: error: {e.filename or ''}: {e.strerror or e}".replace(": : ", ": "), err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("nsyscomm: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                   f"(run again with --debug for a traceback, and report it)", err=True)
+        sys.exit(1)
+
+
+def _steps(ctx, param, value):
+    from nsyscomm.views.trace import parse_steps
+
+    try:
+        return parse_steps(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _load(inputs, debug):
+    from nsyscomm.api import load
+
+    return _guard(lambda: load(list(inputs) or None), debug)
+
+
+@click.command("trace")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Trace file to write ('-' for stdout). Default: trace.json, unless --per-rank is given.")
+@click.option("--steps", callback=_steps, metavar="A:B",
+              help="Only training steps A to B-1 (A:, :B and a single step N also work).")
+@click.option("--per-rank", "per_rank", type=click.Path(file_okay=False, path_type=str), default=None,
+              metavar="DIR", help="Also write one trace per rank as DIR/<rank>/comm.json (BytePS's layout).")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+def trace(inputs, output, steps, per_rank, debug):
+    """Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing).
+
+    One track per rank and GPU stream, one event per collective call, arrows linking the calls
+    of one logical collective across ranks, and a bytes-in-flight counter per rank.
+    With no INPUTS, the bundled sample reports are used."""
+    from nsyscomm.views import trace as tr
+
+    result = _load(inputs, debug)
+    if output is None and per_rank is None:
+        output = "trace.json"
+    if output == "-":
+        doc = _guard(lambda: tr.build(result, steps), debug)
+        click.echo(tr.dumps(doc))
+        _guard(lambda: tr.write(result, None, steps=steps, per_rank_dir=per_rank), debug)
+        return
+    files = _guard(lambda: tr.write(result, output, steps=steps, per_rank_dir=per_rank), debug)
+    if output is not None:
+        click.echo(f"wrote {output} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
+    if per_rank is not None:
+        click.echo(f"wrote {len([f for f in files if f.name == 'comm.json'])} per-rank trace(s) under {per_rank}/",
+                   err=True)
+
+
+@click.command("report")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default="report.html",
+              show_default=True, help="HTML file to write ('-' for stdout).")
+@click.option("--peak-busbw", "peak_busbw", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="GBps", help="Draw the hardware's peak bus bandwidth (GB/s) on the bandwidth chart.")
+@click.option("--title", default=None, help="Page title (default: the report names).")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+def report(inputs, output, peak_busbw, title, debug):
+    """Write a self-contained HTML report (works offline: no CDN, no network).
+
+    Summary tables, bus bandwidth against message size, per-rank communication and wait,
+    a rank x collective arrival-skew heatmap, exposed communication per step (when the
+    overlap analysis is available) and top callers. With no INPUTS, the bundled samples are used."""
+    from nsyscomm.views import html_report
+
+    result = _load(inputs, debug)
+    page = _guard(lambda: html_report.render(result, peak_busbw=peak_busbw, title=title), debug)
+    if output == "-":
+        click.echo(page, nl=False)
+        return
+
+    def _write():
+        from pathlib import Path
+
+        p = Path(output)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(page, encoding="utf-8")
+
+    _guard(_write, debug)
+    click.echo(f"wrote {output}", err=True)

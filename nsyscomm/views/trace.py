@@ -1,0 +1,330 @@
+"""Chrome Trace Event Format export (opens in Perfetto UI and chrome://tracing).
+
+Layout: one process per rank (pid = rank), one thread per GPU stream and one per host thread
+(tids are small per-rank numbers; names come from metadata events). Every collective call is
+one complete event ("X", cat ``collective``) on its GPU stream, or on its host thread when no
+kernel was matched (gloo, MPI); the host range of a GPU call is an extra event (cat
+``collective_cpu``) on its host thread. Calls of one logical collective (same group, op, seq)
+on several ranks are linked by flow arrows ("s" -> "f", in order of arrival). A counter per
+rank ("C") gives the bytes and calls in flight. Timestamps are microseconds (floats, ns
+precision) since the earliest event of the trace; ``otherData.time_origin_ns`` is that origin
+on the reports' clock.
+
+Only the normalized ``collectives`` table is read: nothing from the reports' environment or
+command line can reach the trace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from nsyscomm import __version__
+from nsyscomm.errors import InputError
+from nsyscomm.views.units import human_bytes
+
+# the SQL the trace reads: every call with its logical collective's figures
+_CALLS_SQL = """
+SELECT c.*,
+       l.participants,
+       l.latency_ns,
+       c.duration_ns - l.latency_ns                          AS wait_ns,
+       coalesce(c.gpu_start, c.cpu_start) - l.first_arrival  AS arrival_delay_ns
+FROM collectives c
+LEFT JOIN logical_collectives l
+  ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+{where}
+ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq
+"""
+
+# args shown first in the UI's details pane (the rest follow in table order)
+_FIRST_ARGS = ("op", "api", "bytes", "dtype", "numel", "group", "group_size", "group_ranks", "seq",
+               "caller", "step", "source")
+_DERIVED_ARGS = ("participants", "latency_ns", "wait_ns", "arrival_delay_ns")
+
+
+def parse_steps(text: str | None) -> tuple[int | None, int | None] | None:
+    """'A:B' (half-open, like a Python slice), 'A:', ':B' or 'A' (one step) -> (lo, hi)."""
+    if text is None:
+        return None
+    t = text.strip()
+    try:
+        if ":" in t:
+            a, b = t.split(":", 1)
+            lo = int(a) if a.strip() else None
+            hi = int(b) if b.strip() else None
+        else:
+            lo = int(t)
+            hi = lo + 1
+    except ValueError:
+        raise ValueError(f"{text!r}: expected A:B (steps A to B-1), A:, :B or a single step") from None
+    if lo is not None and hi is not None and hi <= lo:
+        raise ValueError(f"{text!r}: the range is empty (B must be greater than A)")
+    return lo, hi
+
+
+def _clean(v):
+    """pandas/numpy scalars -> JSON values (NA/NaN -> None)."""
+    if v is None:
+        return None
+    try:
+        if v != v:  # NaN, pd.NA
+            return None
+    except (TypeError, ValueError):
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isinf(v):
+        return None
+    return v
+
+
+def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
+    """The calls to draw (optionally only steps [lo, hi)), as plain dicts."""
+    where = ""
+    if steps is not None:
+        has_step = result.con.execute("SELECT count(*) FROM collectives WHERE step IS NOT NULL").fetchone()[0]
+        if not has_step:
+            raise InputError("--steps: these reports carry no training step (record steps with the nsyscomm "
+                             "wrapper's step marker), so no call can be selected by step")
+        lo, hi = steps
+        conds = ["c.step IS NOT NULL"]
+        if lo is not None:
+            conds.append(f"c.step >= {int(lo)}")
+        if hi is not None:
+            conds.append(f"c.step < {int(hi)}")
+        where = "WHERE " + " AND ".join(conds)
+    df = result.con.execute(_CALLS_SQL.format(where=where)).df()
+    cols = list(df.columns)
+    return [{k: _clean(v) for k, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
+
+
+def event_name(call: dict) -> str:
+    op = call.get("op") or call.get("api") or "collective"
+    b = call.get("bytes")
+    return f"{op} {human_bytes(b)}" if b is not None else str(op)
+
+
+def _args(call: dict) -> dict:
+    args = {k: call.get(k) for k in _FIRST_ARGS}
+    for k, v in call.items():
+        if k not in args and k not in _DERIVED_ARGS:
+            args[k] = v
+    for k in _DERIVED_ARGS:
+        args[k] = call.get(k)
+    g = call.get("group")
+    args["logical"] = f"{'?' if g is None else g}/{call.get('op')}/{call.get('seq')}"
+    return args
+
+
+def _us(ns: int | float, origin: int) -> float:
+    return round((ns - origin) / 1000.0, 3)
+
+
+class _Lanes:
+    """Keeps the X events of one track properly nested: a call that partly overlaps the
+    previous one on its track (two rows sharing a kernel, clock quirks) goes to an overflow lane."""
+
+    def __init__(self):
+        self.lanes: list[list[tuple[int, int]]] = []  # per lane: stack of open (start, end)
+
+    def place(self, start: int, end: int) -> int:
+        for i, stack in enumerate(self.lanes):
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if not stack or end <= stack[-1][1]:
+                stack.append((start, end))
+                return i
+        self.lanes.append([(start, end)])
+        return len(self.lanes) - 1
+
+
+def _origin(rows: list[dict]) -> int:
+    times = [t for r in rows for t in (r.get("gpu_start"), r.get("cpu_start")) if t is not None]
+    return int(min(times)) if times else 0
+
+
+def build(result, steps: tuple[int | None, int | None] | None = None, *, flows: bool = True) -> dict:
+    """The trace document {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}."""
+    rows = calls(result, steps)
+    return build_from_rows(rows, result, steps, flows=flows, origin=_origin(rows))
+
+
+def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True, origin: int = 0) -> dict:
+
+    # tracks: per rank, the GPU streams then the host threads, in a stable order
+    track_keys: dict[int, set] = defaultdict(set)
+    placed = []  # (call, primary track key, start, end)
+    for r in rows:
+        if r.get("gpu_start") is not None and r.get("gpu_end") is not None:
+            key = ("gpu", r.get("device"), r.get("stream"))
+            start, end = r["gpu_start"], r["gpu_end"]
+        elif r.get("cpu_start") is not None and r.get("cpu_end") is not None:
+            key = ("cpu", r.get("pid"), r.get("tid"))
+            start, end = r["cpu_start"], r["cpu_end"]
+        else:
+            continue  # no time at all: nothing to draw
+        placed.append((r, key, start, max(end, start)))
+    events: list[dict] = []
+    tids: dict[tuple, int] = {}
+    lanes: dict[tuple, _Lanes] = defaultdict(_Lanes)
+    hosts = {}
+
+    def tid_of(rank: int, key: tuple, lane: int) -> int:
+        k = (rank, key, lane)
+        if k not in tids:
+            tids[k] = len([1 for x in tids if x[0] == rank]) + 1
+            kind, a, b = key
+            if kind == "gpu":
+                label = f"GPU {'?' if a is None else a} stream {'?' if b is None else b}"
+                sort = 0
+            else:
+                label = f"CPU thread {'?' if b is None else b} (pid {'?' if a is None else a})"
+                sort = 1000
+            if lane:
+                label += f" [overlap {lane}]"
+            events.append({"ph": "M", "name": "thread_name", "ts": 0, "pid": rank, "tid": tids[k],
+                           "args": {"name": label}})
+            events.append({"ph": "M", "name": "thread_sort_index", "ts": 0, "pid": rank, "tid": tids[k],
+                           "args": {"sort_index": sort + tids[k]}})
+        return tids[k]
+
+    # tracks are created in a deterministic order: sort by (rank, kind, ids)
+    def _k(x):
+        return tuple((0, "") if v is None else (1, str(v)) if isinstance(v, str) else (1, f"{v:020d}")
+                     for v in x)
+
+    placed.sort(key=lambda p: (p[0]["rank"], p[1][0] != "gpu", _k(p[1][1:]), p[2], -p[3]))
+    primary: list[tuple[dict, int, int, int, int]] = []  # call, pid, tid, start, end
+    for r, key, start, end in placed:
+        rank = r["rank"]
+        hosts.setdefault(rank, (r.get("host"), r.get("pid"), r.get("report")))
+        lane = lanes[(rank, key)].place(start, end)
+        tid = tid_of(rank, key, lane)
+        ev = {"ph": "X", "cat": "collective", "name": event_name(r), "ts": _us(start, origin),
+              "dur": round((end - start) / 1000.0, 3), "pid": rank, "tid": tid, "args": _args(r)}
+        events.append(ev)
+        primary.append((r, rank, tid, start, end))
+    # host ranges of GPU calls, on their threads
+    cpu_side = [(r, ("cpu", r.get("pid"), r.get("tid")), r["cpu_start"], max(r["cpu_end"], r["cpu_start"]))
+                for r, key, _, _ in placed
+                if key[0] == "gpu" and r.get("cpu_start") is not None and r.get("cpu_end") is not None]
+    cpu_side.sort(key=lambda p: (p[0]["rank"], _k(p[1][1:]), p[2], -p[3]))
+    for r, key, start, end in cpu_side:
+        rank = r["rank"]
+        lane = lanes[(rank, key)].place(start, end)
+        tid = tid_of(rank, key, lane)
+        events.append({"ph": "X", "cat": "collective_cpu", "name": f"{event_name(r)} (host)",
+                       "ts": _us(start, origin), "dur": round((end - start) / 1000.0, 3), "pid": rank, "tid": tid,
+                       "args": {"op": r.get("op"), "api": r.get("api"), "seq": r.get("seq"), "group": r.get("group"),
+                                "caller": r.get("caller"), "step": r.get("step"), "cpu_start": r.get("cpu_start"),
+                                "cpu_end": r.get("cpu_end")}})
+
+    # process names, and a counter track per rank
+    for rank in sorted(hosts):
+        host, pid, report = hosts[rank]
+        where = ", ".join(x for x in (str(host) if host else "", f"pid {pid}" if pid is not None else "") if x)
+        label = f"rank {rank}" + (f" ({where})" if where else "")
+        events.append({"ph": "M", "name": "process_name", "ts": 0, "pid": rank, "tid": 0, "args": {"name": label}})
+        events.append({"ph": "M", "name": "process_sort_index", "ts": 0, "pid": rank, "tid": 0,
+                       "args": {"sort_index": rank}})
+        if report:
+            events.append({"ph": "M", "name": "process_labels", "ts": 0, "pid": rank, "tid": 0,
+                           "args": {"labels": str(report)}})
+    by_rank: dict[int, list] = defaultdict(list)
+    for r, rank, tid, start, end in primary:
+        b = r.get("bytes") or 0
+        by_rank[rank].append((start, b, 1))
+        by_rank[rank].append((end, -b, -1))
+    for rank, deltas in sorted(by_rank.items()):
+        deltas.sort(key=lambda d: (d[0], d[2]))  # ends before starts at the same instant
+        inflight_b = inflight_n = 0
+        out: dict[int, tuple[int, int]] = {}
+        for t, db, dn in deltas:
+            inflight_b += db
+            inflight_n += dn
+            out[t] = (inflight_b, inflight_n)
+        for t in sorted(out):
+            b, n = out[t]
+            events.append({"ph": "C", "name": "bytes in flight", "cat": "counter", "ts": _us(t, origin),
+                           "pid": rank, "tid": 0, "args": {"bytes": b}})
+            events.append({"ph": "C", "name": "calls in flight", "cat": "counter", "ts": _us(t, origin),
+                           "pid": rank, "tid": 0, "args": {"calls": n}})
+
+    # flow arrows between the ranks' calls of one logical collective, in order of arrival
+    n_flows = 0
+    if flows:
+        groups: dict[tuple, list] = defaultdict(list)
+        for r, rank, tid, start, end in primary:
+            groups[(r.get("group"), r.get("op"), r.get("seq"))].append((start, rank, tid, end, r))
+        fid = 0
+        for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
+            members = sorted(groups[key])
+            if len({m[1] for m in members}) < 2:
+                continue
+            g, op, seq = key
+            name = f"{op} seq {seq}" + (f" group {g}" if g is not None else "")
+            for a, b in zip(members, members[1:]):
+                fid += 1
+                # inside the slices (midpoints), so that both ends bind to their enclosing slice
+                ta = _us(a[0] + (a[3] - a[0]) / 2, origin)
+                tb = _us(b[0] + (b[3] - b[0]) / 2, origin)
+                events.append({"ph": "s", "cat": "logical_collective", "name": name, "id": fid,
+                               "ts": ta, "pid": a[1], "tid": a[2]})
+                events.append({"ph": "f", "bp": "e", "cat": "logical_collective", "name": name, "id": fid,
+                               "ts": tb, "pid": b[1], "tid": b[2]})
+        n_flows = fid
+
+    for e in events:  # every event carries a float ts (metadata too: some readers expect it)
+        e["ts"] = float(e["ts"])
+        if "dur" in e:
+            e["dur"] = float(e["dur"])
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "tool": "nsyscomm",
+            "version": __version__,
+            "reports": [str(x) for x in result.reports],
+            "time_origin_ns": int(origin),
+            "calls": len(primary),
+            "flows": n_flows,
+            "steps": None if steps is None else [steps[0], steps[1]],
+            "warnings": [str(w) for w in result.warnings],
+        },
+    }
+
+
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+def write(result, path: str | os.PathLike | None = None, *, steps=None, per_rank_dir=None) -> list[Path]:
+    """Write the job's trace to ``path`` and/or one trace per rank to ``per_rank_dir/<rank>/comm.json``
+    (BytePS's layout; no cross-rank flows there). Returns the files written."""
+    written: list[Path] = []
+    if path is not None:
+        doc = build(result, steps)
+        p = Path(path)
+        if p.parent and not p.parent.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(dumps(doc))
+        written.append(p)
+    if per_rank_dir is not None:
+        base = Path(per_rank_dir)
+        rows = calls(result, steps)
+        origin = _origin(rows)  # one origin for all files: the ranks' traces stay aligned
+        by_rank: dict[int, list] = defaultdict(list)
+        for r in rows:
+            by_rank[int(r["rank"])].append(r)
+        for rank in sorted(by_rank):
+            doc = build_from_rows(by_rank[rank], result, steps, flows=False, origin=origin)
+            d = base / str(rank)
+            d.mkdir(parents=True, exist_ok=True)
+            f = d / "comm.json"
+            f.write_text(dumps(doc))
+            written.append(f)
+    return written
