@@ -1,0 +1,189 @@
+"""``nsyscomm gate`` and ``nsyscomm baseline``: the CI performance-regression gate (nsyscomm.gate).
+
+Registered by nsyscomm.cli with ``main.add_command(gate)`` / ``main.add_command(baseline)``.
+
+Exit status of ``gate``: 0 pass, 1 regression, 2 unusable input (and bad options), 3 internal
+error (a bug of ours: never taken for a regression nor for bad input).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from nsyscomm.errors import InputError
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _guard(fn, debug: bool):
+    try:
+        return fn()
+    except InputError as e:
+        if debug:
+            traceback.print_exc()
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        click.echo(f"nsyscomm: error: {msg}", err=True)
+        sys.exit(EXIT_INPUT)
+    except OSError as e:  # unreadable input, unwritable output: the user's to fix
+        if debug:
+            traceback.print_exc()
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
+        sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:
+        click.echo("nsyscomm: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # a bug of ours: neither a regression (1) nor bad input (2)
+        if debug:
+            traceback.print_exc()
+        first = str(e).splitlines()[0] if str(e) else ""
+        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {first} "
+                   f"(run again with --debug for a traceback, and report it)", err=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # CI logs: wide tables instead of rich's 80 columns
+        console = Console(highlight=False, width=200)
+    return console
+
+
+def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys, missing_keys,
+          noise_sigma, by, fmt, junit, show, step_summary, output):
+    from nsyscomm import gate as g
+    from nsyscomm.views import gate_out
+
+    settings = g.settings_from(config, pyproject=not no_pyproject)
+    settings = g.override(settings, rel=rel, abs_=abs_, ignore=ignore, min_calls=min_calls, new_keys=new_keys,
+                          missing_keys=missing_keys, noise_sigma=noise_sigma, level=by)
+    verdict = g.run_gate(list(baselines), list(inputs), settings)
+    if fmt == "json":
+        text = gate_out.render_json(verdict) + "\n"
+    elif fmt == "markdown":
+        text = gate_out.render_markdown(verdict, show)
+    else:
+        text = None
+    if output:
+        if text is None:
+            from rich.console import Console
+
+            with open(output, "w", encoding="utf-8") as f:
+                gate_out.render_text(verdict, Console(file=f, width=200, no_color=True, highlight=False), show)
+        else:
+            Path(output).write_text(text, encoding="utf-8")
+    elif text is not None:
+        click.echo(text, nl=False)
+    else:
+        gate_out.render_text(verdict, _console(), show)
+    if junit:
+        Path(junit).write_text(gate_out.render_junit(verdict), encoding="utf-8")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary and summary_file:
+        with open(summary_file, "a", encoding="utf-8") as f:
+            f.write(gate_out.render_markdown(verdict, show) + "\n")
+    return verdict.exit_code
+
+
+@click.command("gate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--baseline", "-b", "baselines", multiple=True, required=True, type=click.Path(path_type=str),
+              help="Baseline: a JSON summary or baseline file (nsyscomm baseline), or reports. Repeat it "
+                   "(or use a baseline holding several runs) to give each key a noise band.")
+@click.option("--config", type=click.Path(path_type=str),
+              help="TOML file with [tool.nsyscomm.gate] (or [gate], or top-level) settings. "
+                   "[tool.nsyscomm.gate] of the nearest pyproject.toml is read first.")
+@click.option("--no-pyproject", is_flag=True, help="Do not read [tool.nsyscomm.gate] from pyproject.toml.")
+@click.option("--rel", multiple=True, metavar="[METRIC=]PCT",
+              help="Relative threshold in percent: for every metric (--rel 15) or one (--rel key.busbw_GBps=5; "
+                   "a bare name like avg_ms means every scope's).")
+@click.option("--abs", "abs_", multiple=True, metavar="METRIC=VALUE",
+              help="Absolute floor in the metric's unit (ms, GB/s, calls): smaller changes never fail.")
+@click.option("--ignore", multiple=True, metavar="METRIC", help="Do not compare this metric (or scope: key, rank, job).")
+@click.option("--min-calls", type=click.IntRange(min=0), help="A key is gated only with at least this many calls "
+              "on both sides (default 10).")
+@click.option("--new-keys", type=click.Choice(["fail", "warn", "ignore"]),
+              help="A key absent from the baseline (default fail).")
+@click.option("--missing-keys", type=click.Choice(["fail", "warn", "ignore"]),
+              help="A baseline key absent from the run (default warn).")
+@click.option("--noise-sigma", type=click.FloatRange(min=0), help="Widen the baseline runs' [min, max] band by "
+              "this many standard deviations (default 0).")
+@click.option("--by", type=click.Choice(["auto", "op", "caller"]),
+              help="Compare per (op, size, n) or per caller too; auto (default): per caller when both sides have it.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+@click.option("--show", type=click.Choice(["changed", "all"]), default="changed", show_default=True,
+              help="Rows to list: what changed, or every comparison.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Also write JUnit XML: one test case per key.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str), help="Write the report here instead of stdout.")
+@click.option("--step-summary/--no-step-summary", default=True, show_default=True,
+              help="Append the markdown report to $GITHUB_STEP_SUMMARY when that is set.")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+def gate(inputs, baselines, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys, missing_keys, noise_sigma,
+         by, fmt, show, junit, output, step_summary, debug):
+    """Fail CI when communication got slower than the baseline.
+
+    INPUTS: the run to check: nsys SQLite reports, a folder of per-rank reports, or a JSON
+    summary (nsyscomm summarize --format json). Exit status: 0 pass, 1 regression,
+    2 unusable input, 3 internal error."""
+    code = _guard(lambda: _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys,
+                                missing_keys, noise_sigma, by, fmt, junit, show, step_summary, output), debug)
+    sys.exit(code)
+
+
+def _baseline(inputs, output, append, keep, each, label):
+    from nsyscomm import gate as g
+
+    json_in = [s for s in inputs if g._looks_json(Path(s))]
+    reports = [s for s in inputs if s not in json_in]
+    runs = []
+    if each:
+        runs += [r for s in reports for r in g.load_runs([s])]
+    elif reports:
+        runs.append(g.load_run(reports))
+    runs += g.load_runs(json_in)
+    if label:
+        for r in runs:
+            r.doc["label"] = label
+    old = []
+    if append:
+        if not output:
+            raise InputError("--append needs --output FILE (the baseline to add runs to)")
+        if Path(output).exists():
+            old = g.load_runs([output])
+    doc = g.baseline_document(old + runs, keep=keep)
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        keys = len({k for r in doc["runs"] for k in g.run_from_doc(r, output).op_rows})
+        click.echo(f"nsyscomm: wrote {output}: {len(doc['runs'])} run(s), {keys} key(s)", err=True)
+    else:
+        click.echo(text, nl=False)
+    return 0
+
+
+@click.command("baseline", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str),
+              help="Baseline file to write (default: stdout).")
+@click.option("--append", is_flag=True, help="Add the run(s) to the existing --output baseline (noise band) "
+              "instead of replacing it.")
+@click.option("--keep", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Keep at most this many runs (the newest).")
+@click.option("--each", is_flag=True, help="Each report argument (file or folder) is a separate run; "
+              "by default all reports form one job's run.")
+@click.option("--label", help="Label stored with the run(s), e.g. the commit.")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+def baseline(inputs, output, append, keep, each, label, debug):
+    """Write or update a gate baseline from reports or JSON summaries.
+
+    All report INPUTS form one run (a job's per-rank reports); each JSON input adds its runs.
+    Commit the file and check new runs with: nsyscomm gate --baseline FILE REPORTS."""
+    sys.exit(_guard(lambda: _baseline(inputs, output, append, keep, each, label), debug))
