@@ -75,10 +75,22 @@ def summarize(inputs, by, fmt, units, debug):
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
-    from nsyscomm.api import load
+    from nsyscomm.api import load, sample_jobs
 
-    result = _run_guarded(lambda: load(list(inputs) or None), debug)
-    _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+    if inputs:
+        result = _run_guarded(lambda: load(list(inputs)), debug)
+        _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+        return
+    # no input: a tour of the bundled synthetic samples, each its own job
+    jobs = sample_jobs()
+    if fmt in ("json", "csv"):
+        jobs = jobs[:1]
+        click.echo(f"nsyscomm: no input given: showing the bundled sample {jobs[0].name}", err=True)
+    for job in jobs:
+        if fmt in ("text", "markdown"):
+            click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
+        result = _run_guarded(lambda: load([job]), debug)
+        _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from nsyscomm.api import SCHEMA_VERSION, Result
 SUMMARY_KEYS = ("op", "bytes", "count", "calls", "ranks", "total_ms", "avg_ms", "p50_ms", "max_ms",
                 "algbw_GBps", "busbw_GBps", "group_size", "dtype", "caller")
 RANK_KEYS = ("rank", "host", "calls", "bytes", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct")
-_INT_KEYS = {"bytes", "count", "calls", "ranks", "group_size", "rank"}
+_INT_KEYS = {"bytes", "count", "calls", "ranks", "group_size", "rank", "step", "seq", "bin_lo", "bin_hi",
+             "participants", "last_rank", "max_rank"}
 
 
 def _clean(v, key=None):
@@ -36,7 +37,16 @@ def records(df, keys) -> list[dict]:
     return [{k: _clean(row[k], k) for k in cols} for row in df[cols].to_dict("records")]
 
 
+def _ms(df, cols):
+    df = df.copy()
+    for c in cols:
+        df[c.replace("_ns", "_ms")] = df[c] / 1e6
+    return df
+
+
 def document(result: Result, by_caller: bool = False) -> dict:
+    ov = _ms(result.overlap, ["comm_busy_ns", "exposed_ns"])
+    ov_keys = ("rank", "step", "calls", "comm_busy_ms", "exposed_ms", "exposed_pct")
     return {
         "schema": SCHEMA_VERSION,
         "tool": "nsyscomm",
@@ -45,6 +55,14 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "summary": records(result.summarize(by_caller=by_caller), SUMMARY_KEYS),
         "ranks": records(result.ranks, RANK_KEYS),
         "skew": result.skew,
+        # beyond the schema-1 keys (extra keys are allowed): cross-rank detail
+        "overlap": {"per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
+                    "per_step": records(ov[ov["scope"] == "step"], ov_keys)},
+        "steps": records(result.steps, ("step", "calls", "comm_ms", "max_rank_comm_ms", "max_rank",
+                                        "avg_skew_ms", "max_skew_ms")),
+        "size_histogram": records(result.size_histogram, ("op", "bin_lo", "bin_hi", "calls", "avg_bytes", "total_ms")),
+        "top_skew": records(result.top_skew(10), ("op", "group", "seq", "bytes", "step", "caller", "participants",
+                                                  "last_rank", "skew_ms", "latency_ms")),
         "warnings": list(result.warnings),
     }
 

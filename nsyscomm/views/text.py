@@ -67,11 +67,77 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
     console.print(ranks_table(ranks))
     for line in min_med_max(ranks):
         console.print(line)
+    _overlap(result, console)
+    _steps(result, console)
+    _histogram(result, console)
     skew = result.skew
     if skew["straggler_rank"] is not None:
         per = {p["rank"]: p for p in skew["per_rank"]}
         s = per[skew["straggler_rank"]]
+        _top_skew(result, console)
         console.print(f"straggler: rank {skew['straggler_rank']} arrived last in {s['late_count']} of "
                       f"{skew['instances']} shared collectives (mean arrival delay {s['avg_arrival_delay_ms']:.3f} ms)")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 and not c.startswith("rank") else "right")
+    return t
+
+
+def _overlap(result: Result, console: Console) -> None:
+    ov = result.overlap
+    per_rank = ov[ov["scope"] == "rank"]
+    if per_rank.empty:
+        return
+    t = _table("Exposed communication (not hidden by compute on the GPU)",
+               ["rank", "comm busy (ms)", "exposed (ms)", "exposed %"])
+    for r in per_rank.itertuples():
+        t.add_row(str(r.rank), fmt(r.comm_busy_ns / 1e6), fmt(r.exposed_ns / 1e6), fmt(r.exposed_pct, 1))
+    console.print(t)
+
+
+def _steps(result: Result, console: Console) -> None:
+    steps = result.steps
+    if steps.empty:
+        return
+    ov = result.overlap
+    exposed = ov[ov["scope"] == "step"].groupby("step")["exposed_ns"].sum() if not ov.empty else pd.Series(dtype=float)
+    t = _table("Per step", ["step", "calls", "comm (ms, all ranks)", "busiest rank", "its comm (ms)",
+                            "avg skew (ms)", "max skew (ms)", "exposed (ms, all ranks)"])
+    for r in steps.itertuples():
+        t.add_row(str(r.step), str(int(r.calls)), fmt(r.comm_ms), str(r.max_rank), fmt(r.max_rank_comm_ms),
+                  fmt(r.avg_skew_ms), fmt(r.max_skew_ms),
+                  fmt(exposed.get(r.step) / 1e6) if r.step in exposed.index else "-")
+    console.print(t)
+
+
+def _histogram(result: Result, console: Console) -> None:
+    h = result.size_histogram
+    if h.empty:
+        return
+    t = _table("Message sizes (power-of-two bins, mpitrace style)", ["op", "size range", "#calls", "avg bytes",
+                                                                     "time (ms)"])
+    last = None
+    for r in h.itertuples():
+        rng = "0" if r.bin_hi == 0 else f"[{human_bytes(r.bin_lo)}, {human_bytes(r.bin_hi)})"
+        t.add_row(r.op if r.op != last else "", rng, str(int(r.calls)), f"{r.avg_bytes:.0f}", fmt(r.total_ms))
+        last = r.op
+    console.print(t)
+
+
+def _top_skew(result: Result, console: Console, limit: int = 5) -> None:
+    top = result.top_skew(limit)
+    if top.empty or top["skew_ms"].max() <= 0:
+        return
+    t = _table(f"Top {limit} collectives by arrival skew", ["op", "size", "group/seq", "step", "last rank",
+                                                             "skew (ms)", "caller"])
+    for r in top.itertuples():
+        t.add_row(r.op, human_bytes(None if pd.isna(r.bytes) else r.bytes),
+                  f"{r.group if isinstance(r.group, str) else '-'}/{r.seq}",
+                  "-" if pd.isna(r.step) else str(int(r.step)), str(r.last_rank), fmt(r.skew_ms),
+                  escape(r.caller) if isinstance(r.caller, str) else "-")
+    console.print(t)

@@ -1,0 +1,136 @@
+"""The CLI, driven through click's CliRunner: formats, the JSON contract, bad input."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from nsyscomm.cli import main
+from tests.conftest import SAMPLES
+
+DDP = str(SAMPLES / "synthetic_ddp_4rank.sqlite")
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_no_argument_tours_the_bundled_samples():
+    r = run("summarize")
+    assert r.exit_code == 0, r.output
+    for name in ("synthetic_ddp_4rank.sqlite", "synthetic_fsdp_8rank.sqlite", "synthetic_gloo_cpu.sqlite",
+                 "synthetic_nowrapper_2node"):
+        assert f"sample job: {name}" in r.output
+    assert "Comm. Op" in r.output and "busbw_avg (Gbps)" in r.output
+
+
+def test_text_layout_is_deepspeeds():
+    out = run("summarize", DDP).output
+    header = next(line for line in out.splitlines() if "Comm. Op" in line)
+    cols = ["Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)",
+            "busbw_avg (Gbps)"]
+    assert [header.index(c) for c in cols] == sorted(header.index(c) for c in cols)
+    assert "25.0 MB" in out and "10.31 MB" in out
+    assert "minimum communication time =" in out and "for rank 2" in out
+    assert "straggler: rank 2" in out
+
+
+def test_by_caller_splits_ops_like_deepspeed_debug():
+    out = run("summarize", DDP, "--by", "caller").output
+    assert "all_reduce | [Caller Func: train.py:88 train_step]" in out
+    assert "broadcast | [Caller Func: train.py:40 main]" in out
+
+
+def test_units():
+    gbps = json.loads(run("summarize", DDP, "--format", "json").output)["summary"][0]["busbw_GBps"]
+    text = run("summarize", DDP, "--units", "GBps", "--format", "markdown").output
+    assert "busbw_avg (GBps)" in text and f"{gbps:.2f}" in text
+    text = run("summarize", DDP, "--format", "markdown").output
+    assert f"{gbps * 8:.2f}" in text
+
+
+def test_json_contract():
+    doc = json.loads(run("summarize", DDP, "--format", "json").output)
+    assert doc["schema"] == 1
+    for row in doc["summary"]:
+        assert set(row) == {"op", "bytes", "count", "calls", "ranks", "total_ms", "avg_ms", "p50_ms", "max_ms",
+                            "algbw_GBps", "busbw_GBps", "group_size", "dtype", "caller"}
+    for row in doc["ranks"]:
+        assert set(row) >= {"rank", "host", "calls", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct"}
+    assert set(doc["skew"]) == {"straggler_rank", "instances", "per_rank"}
+    for row in doc["skew"]["per_rank"]:
+        assert set(row) == {"rank", "late_count", "avg_arrival_delay_ms", "wait_ms"}
+    assert isinstance(doc["warnings"], list)
+    caller_doc = json.loads(run("summarize", DDP, "--format", "json", "--by", "caller").output)
+    assert {r["caller"] for r in caller_doc["summary"]} == {"train.py:88 train_step", "train.py:40 main"}
+
+
+def test_csv():
+    out = run("summarize", DDP, "--format", "csv").output.splitlines()
+    assert out[0].startswith("op,bytes,count,calls,ranks,total_ms")
+    assert len(out) == 4
+
+
+def _bad_inputs(tmp_path):
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    (tmp_path / "random.sqlite").write_bytes(bytes(range(256)) * 20)
+    trunc = (SAMPLES / "synthetic_ddp_4rank.sqlite").read_bytes()[:30000]
+    (tmp_path / "truncated.sqlite").write_bytes(trunc)
+    con = sqlite3.connect(tmp_path / "other_app.sqlite")
+    con.execute("CREATE TABLE users (name TEXT)")
+    con.commit()
+    con.close()
+    (tmp_path / "no_reports").mkdir()
+    (tmp_path / "trace.txt").write_text("hello")
+    return ["empty.sqlite", "random.sqlite", "truncated.sqlite", "other_app.sqlite", "no_reports", "trace.txt",
+            "missing.sqlite"]
+
+
+def test_bad_input_one_line_exit_2(tmp_path):
+    for name in _bad_inputs(tmp_path):
+        path = tmp_path / name
+        before = path.read_bytes() if path.is_file() else None
+        r = CliRunner().invoke(main, ["summarize", str(path)])
+        assert r.exit_code == 2, (name, r.output)
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "Traceback" not in r.output, (name, r.output)
+        if before is not None:
+            assert path.read_bytes() == before, f"{name} was modified"
+    # nothing was written beside the inputs (no journals, no caches)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["empty.sqlite", "random.sqlite", "truncated.sqlite", "other_app.sqlite", "no_reports", "trace.txt"])
+
+
+def test_nothing_written_beside_the_input(tmp_path):
+    import shutil
+    shutil.copy(DDP, tmp_path / "r.sqlite")
+    assert run("summarize", str(tmp_path / "r.sqlite")).exit_code == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["r.sqlite"]
+
+
+def test_debug_shows_traceback_for_bad_input(tmp_path):
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    r = CliRunner().invoke(main, ["summarize", str(tmp_path / "empty.sqlite"), "--debug"])
+    assert r.exit_code == 2
+    assert "Traceback" in r.output
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "text"])
+def test_report_strings_are_escaped(tmp_path, fmt):
+    """Callers come from the profiled program: markup in them must not be interpreted."""
+    import shutil
+    dst = tmp_path / "r.sqlite"
+    shutil.copy(DDP, dst)
+    con = sqlite3.connect(dst)
+    con.execute("UPDATE StringIds SET value = replace(value, 'caller=train.py:88 train_step', "
+                "'caller=<script>x</script> [bold]|pipe') WHERE value LIKE 'nsyscomm:%'")
+    con.commit()
+    con.close()
+    out = run("summarize", str(dst), "--by", "caller", "--format", fmt).output
+    if fmt == "markdown":
+        assert "<script>" not in out and "&lt;script&gt;" in out and "\\|pipe" in out
+    else:
+        assert "[bold]|pipe" in out
