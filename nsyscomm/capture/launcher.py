@@ -1,0 +1,302 @@
+"""``nsyscomm run``: run a command under nsys with the collective wrapper active in every Python process.
+
+    from nsyscomm.capture.launcher import run
+    res = run(["torchrun", "--standalone", "--nproc-per-node", "4", "train.py"])
+    res.exit_code, res.output_dir, res.reports        # reports: exported .sqlite files
+
+The wrapper is injected with a ``sitecustomize`` on PYTHONPATH (nsyscomm/capture/_hook): it
+annotates once torch is imported, so the user's code is unchanged and processes without torch
+pay nothing. nsys follows the whole process tree (one report for torchrun and its workers);
+``per_rank=True`` rewrites a torchrun command so that each worker runs under its own nsys
+(``torchrun ... --no-python nsys profile ... python script.py``), one report per rank.
+When nsys leaves only a ``.qdstrm`` (Debian/Ubuntu packages cannot find their importer),
+the launcher runs QdstrmImporter itself, then ``nsys export --type sqlite``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsyscomm.errors import InputError
+
+MIN_NSYS = (2021, 3)
+INSTALL_HINT = ("install Nsight Systems: on Debian/Ubuntu add the non-free component and "
+                "`apt-get install --no-install-recommends nsight-systems nsight-systems-target`, "
+                "or download it from https://developer.nvidia.com/nsight-systems")
+CAPTURE_RANGE = "nsyscomm.capture"
+HOOK_DIR = Path(__file__).resolve().parent / "_hook"
+PKG_PARENT = Path(__file__).resolve().parent.parent.parent
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    output_dir: Path
+    reports: list = field(default_factory=list)      # exported .sqlite files
+    warnings: list = field(default_factory=list)
+    command: list = field(default_factory=list)      # the nsys command line that ran
+
+
+# ---------------------------------------------------------------- nsys discovery
+
+def find_nsys() -> tuple[str, tuple]:
+    nsys = os.environ.get("NSYSCOMM_NSYS") or shutil.which("nsys")
+    if not nsys:
+        raise InputError(f"nsys (Nsight Systems) is not on PATH: {INSTALL_HINT}")
+    try:
+        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except Exception as e:
+        raise InputError(f"nsys at {nsys} does not run ({e}): {INSTALL_HINT}")
+    m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?", out or "")
+    if not m:
+        raise InputError(f"cannot read the version of {nsys} ({out.strip()!r}): {INSTALL_HINT}")
+    ver = tuple(int(x) for x in m.groups() if x is not None)
+    if ver[:2] < MIN_NSYS:
+        raise InputError(f"nsys {'.'.join(map(str, ver))} is too old (need >= "
+                         f"{'.'.join(map(str, MIN_NSYS))}): {INSTALL_HINT}")
+    return nsys, ver
+
+
+def find_importer(nsys: str) -> str | None:
+    real = Path(os.path.realpath(nsys))
+    cands = [os.environ.get("NSYSCOMM_QDSTRM_IMPORTER", "")]
+    for up in (real.parent, real.parent.parent, real.parent.parent.parent):
+        cands += glob.glob(str(up / "host-linux-*" / "QdstrmImporter"))
+    cands += glob.glob("/usr/lib/nsight-systems/host-linux-*/QdstrmImporter")
+    cands += sorted(glob.glob("/opt/nvidia/nsight-systems/*/host-linux-*/QdstrmImporter"), reverse=True)
+    cands += [shutil.which("QdstrmImporter") or ""]
+    for c in cands:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _has_gpu() -> bool:
+    """A GPU is visible (device nodes alone are not enough: containers expose /dev/nvidiactl without one)."""
+    if glob.glob("/proc/driver/nvidia/gpus/*"):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            r = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+            return r.returncode == 0 and "GPU" in r.stdout
+        except Exception:
+            return False
+    return False
+
+
+def _parse_steps(steps: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", steps or "")
+    if not m or not (m.group(1) or m.group(2)):
+        raise InputError(f"--steps {steps!r} is not A:B (for example --steps 10:20 captures steps 10..19)")
+    a = int(m.group(1) or 0)
+    b = int(m.group(2)) if m.group(2) else 1 << 62
+    if b <= a:
+        raise InputError(f"--steps {steps!r}: the end step must be after the start step (A:B captures A..B-1)")
+    return a, b
+
+
+# ---------------------------------------------------------------- torchrun rewriting (--per-rank)
+
+def _torchrun_split(cmd: list[str]):
+    """Split a torchrun command into (launcher part, module flag, script+args), or None if not torchrun."""
+    if not cmd:
+        return None
+    head = os.path.basename(cmd[0])
+    if head == "torchrun":
+        start = 1
+    elif re.fullmatch(r"python[\d.]*", head) and len(cmd) > 2 and cmd[1] == "-m" and cmd[2] in (
+            "torch.distributed.run", "torch.distributed.launch"):
+        start = 3
+    else:
+        return None
+    try:
+        from torch.distributed.run import get_args_parser
+
+        parser = get_args_parser()
+        flags = set()
+        for a in parser._actions:
+            if a.nargs == 0:
+                flags.update(a.option_strings)
+    except Exception:
+        flags = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
+                 "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"}
+    i = start
+    module = False
+    opts = []
+    while i < len(cmd):
+        a = cmd[i]
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-"):
+            break
+        if a in ("-m", "--module"):
+            module = True
+        elif a in ("--no-python", "--no_python"):
+            raise InputError("--per-rank cannot wrap a torchrun command that already uses --no-python; "
+                             "drop --per-rank to get one report for the whole process tree")
+        else:
+            opts.append(a)
+        if "=" not in a and a not in flags:
+            i += 1
+            if i < len(cmd):
+                opts.append(cmd[i])
+        i += 1
+    return cmd[:start] + opts, module, cmd[i:]
+
+
+# ---------------------------------------------------------------- run
+
+def _env(steps_ab) -> dict:
+    env = dict(os.environ)
+    parts = [str(HOOK_DIR), str(PKG_PARENT)]
+    if env.get("PYTHONPATH"):
+        parts.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["NSYSCOMM_ANNOTATE"] = "1"
+    if steps_ab is not None:
+        env["NSYSCOMM_CAPTURE_STEPS"] = f"{steps_ab[0]}:{steps_ab[1]}"
+        env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    return env
+
+
+def _nsys_profile_args(nsys, out_base: str, steps_ab, nsys_args: str | None, trace: str) -> list[str]:
+    args = [nsys, "profile", f"--trace={trace}", "-s", "none",
+            "--cpuctxsw=none", "-o", out_base, "-f", "true"]
+    if steps_ab is not None:
+        args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@nsyscomm", "--capture-range-end=stop"]
+    if nsys_args:
+        args += shlex.split(nsys_args)
+    return args
+
+
+def _check_output(output: str | None) -> Path:
+    if output:
+        out = Path(output).expanduser()
+    else:
+        out = Path.cwd() / time.strftime("nsyscomm-%Y%m%d-%H%M%S")
+        k = 1
+        base = out
+        while out.exists():
+            out = Path(f"{base}-{k}")
+            k += 1
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".nsyscomm-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"output folder {out} is not writable ({e.strerror}): pass --output with a writable folder")
+    return out.resolve()
+
+
+def _wait(proc: subprocess.Popen, warnings_: list) -> int:
+    """Wait for nsys; on Ctrl-C let nsys stop the application and finish the report."""
+    interrupted = False
+    while True:
+        try:
+            rc = proc.wait()
+            break
+        except KeyboardInterrupt:
+            if not interrupted:
+                interrupted = True
+                warnings_.append("interrupted: nsys was asked to stop the application and write the report")
+                try:
+                    proc.send_signal(signal.SIGINT)
+                except Exception:
+                    pass
+            else:
+                try:
+                    proc.terminate()
+                except Exception:
+                    pass
+    if interrupted and rc == 0:
+        rc = 130
+    return rc
+
+
+def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float = 1800) -> list[Path]:
+    """Turn every .qdstrm / .nsys-rep in out_dir into .sqlite; return the .sqlite files."""
+    reps = {}
+    for q in sorted(out_dir.glob("*.qdstrm")):
+        rep = q.with_suffix(".nsys-rep")
+        if not rep.exists():
+            importer = find_importer(nsys)
+            if importer is None:
+                warnings_.append(f"{q.name}: nsys left only the .qdstrm and QdstrmImporter was not found "
+                                 "(set NSYSCOMM_QDSTRM_IMPORTER to its path)")
+                continue
+            r = subprocess.run([importer, "-i", str(q)], capture_output=True, text=True, timeout=timeout)
+            if r.returncode != 0 or not rep.exists():
+                warnings_.append(f"{q.name}: QdstrmImporter failed ({(r.stderr or r.stdout).strip()[-300:]})")
+                continue
+        if rep.exists():
+            try:
+                q.unlink()
+            except OSError:
+                pass
+    for rep in sorted(out_dir.glob("*.nsys-rep")):
+        reps[rep.stem] = rep
+    outs = []
+    for stem, rep in sorted(reps.items()):
+        sq = rep.with_suffix(".sqlite")
+        if not sq.exists() or sq.stat().st_mtime < rep.stat().st_mtime:
+            r = subprocess.run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(sq), str(rep)],
+                               capture_output=True, text=True, timeout=timeout)
+            if r.returncode != 0 or not sq.exists():
+                warnings_.append(f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]})")
+                continue
+        outs.append(sq)
+    return outs
+
+
+def run(cmd: list[str], output: str | None = None, steps: str | None = None, per_rank: bool = False,
+        nsys_args: str | None = None) -> RunResult:
+    if not cmd:
+        raise InputError("no command to run: nsyscomm run [OPTIONS] -- CMD ...")
+    cmd = list(cmd)
+    if cmd[0] == "--":
+        cmd = cmd[1:]
+    nsys, _ver = find_nsys()
+    steps_ab = _parse_steps(steps) if steps else None
+    out_dir = _check_output(output)
+    warnings_: list[str] = []
+    trace = "cuda,nvtx,osrt" if _has_gpu() else "nvtx,osrt"
+    env = _env(steps_ab)
+    if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
+        raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
+
+    if per_rank:
+        split = _torchrun_split(cmd)
+        if split is None:
+            warnings_.append("--per-rank applies to torchrun commands; one report for the whole process tree")
+            per_rank = False
+    if per_rank:
+        launcher_part, module, script = split
+        prof = _nsys_profile_args(nsys, str(out_dir / "report.rank%q{RANK}"), steps_ab, nsys_args, trace)
+        full = launcher_part + ["--no-python"] + prof + [sys.executable, "-u"] + (["-m"] if module else []) + script
+    else:
+        full = _nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace) + cmd
+
+    (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
+    try:
+        proc = subprocess.Popen(full, env=env)
+    except OSError as e:
+        raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH")
+    rc = _wait(proc, warnings_)
+
+    reports = import_and_export(out_dir, nsys, warnings_)
+    if not reports:
+        warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
+    return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)
