@@ -269,9 +269,14 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
             name = f"{op} seq {seq}" + (f" group {g}" if g is not None else "")
             for a, b in zip(members, members[1:]):
                 fid += 1
-                # inside the slices (midpoints), so that both ends bind to their enclosing slice
-                ta = _us(a[0] + (a[3] - a[0]) / 2, origin)
-                tb = _us(b[0] + (b[3] - b[0]) / 2, origin)
+                # both ends inside their slices (so each binds to its enclosing slice), at the same
+                # offset from the slices' starts: the arrow never points back in time (a reader
+                # sorting by time must meet "s" before "f")
+                off = min(a[3] - a[0], b[3] - b[0]) / 2
+                ta = _us(a[0] + off, origin)
+                tb = _us(b[0] + off, origin)
+                if tb <= ta and ta + 0.001 <= _us(b[3], origin):
+                    tb = round(ta + 0.001, 3)
                 events.append({"ph": "s", "cat": "logical_collective", "name": name, "id": fid,
                                "ts": ta, "pid": a[1], "tid": a[2]})
                 events.append({"ph": "f", "bp": "e", "cat": "logical_collective", "name": name, "id": fid,
