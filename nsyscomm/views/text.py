@@ -93,7 +93,7 @@ def _overlap(result: Result, console: Console) -> None:
     per_rank = ov[ov["scope"] == "rank"]
     if per_rank.empty:
         return
-    t = _table("Exposed communication (not hidden by compute on the GPU)",
+    t = _table("Exposed communication (not hidden by compute)",
                ["rank", "comm busy (ms)", "exposed (ms)", "exposed %"])
     for r in per_rank.itertuples():
         t.add_row(str(r.rank), fmt(r.comm_busy_ns / 1e6), fmt(r.exposed_ns / 1e6), fmt(r.exposed_pct, 1))
