@@ -1,0 +1,332 @@
+"""Unit tests of the collective wrapper (no profiler): messages captured by replacing the emitter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from nsyscomm import nvtx_format as fmt  # noqa: E402
+from nsyscomm.capture import wrapper as W  # noqa: E402
+
+THIS = os.path.basename(__file__)
+
+
+class Rec:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.msgs, self.marks, self.depth = [], [], {}
+
+    def push(self, m):
+        with self.lock:
+            self.msgs.append(m)
+            t = threading.get_ident()
+            self.depth[t] = self.depth.get(t, 0) + 1
+
+    def pop(self):
+        with self.lock:
+            t = threading.get_ident()
+            self.depth[t] -= 1
+
+    def mark(self, m):
+        self.marks.append(m)
+
+    def parsed(self):
+        return [fmt.parse(m) for m in self.msgs if m.startswith(fmt.COLLECTIVE_PREFIX)]
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    os.unlink(path)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    yield dist.group.WORLD
+    W.annotate(False)
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def rec(pg, monkeypatch):
+    r = Rec()
+    W.annotate(True)
+    W._reset_for_tests()
+    monkeypatch.setattr(W, "_push", r.push)
+    monkeypatch.setattr(W, "_pop", r.pop)
+    monkeypatch.setattr(W, "_mark", r.mark)
+    yield r
+    W.annotate(False)
+    assert all(v == 0 for v in r.depth.values()), "push/pop balanced"
+
+
+def one(rec, fn):
+    rec.msgs.clear()
+    fn()
+    p = rec.parsed()
+    assert len(p) == 1, rec.msgs
+    return p[0]
+
+
+def test_fields_of_every_family(rec):
+    t = torch.ones(8)
+    m = one(rec, lambda: dist.all_reduce(t))
+    assert m["kind"] == "nsyscomm:all_reduce" and m["api"] == "all_reduce"
+    assert (m["bytes"], m["dtype"], m["numel"], m["pg"], m["gsize"], m["granks"], m["async"]) == (
+        "32", "float32", "8", "0", "1", "", "0")
+    assert m["caller"].startswith(THIS + ":") and m["caller"].endswith("<lambda>")
+    assert m["seq"] == "0"
+    h = torch.ones(3, dtype=torch.float16)
+    cases = [
+        (lambda: dist.all_reduce(h, async_op=True).wait(), "all_reduce", "all_reduce", 6, "1"),
+        (lambda: dist.broadcast(t, src=0), "broadcast", "broadcast", 32, "0"),
+        (lambda: dist.reduce(t, dst=0), "reduce", "reduce", 32, "0"),
+        (lambda: dist.all_gather([torch.empty(8)], t), "all_gather", "all_gather", 32, "0"),
+        (lambda: dist.all_gather_into_tensor(torch.empty(8), t), "all_gather", "all_gather_into_tensor", 32, "0"),
+        (lambda: dist.all_gather_single(torch.empty(8), t), "all_gather", "all_gather_single", 32, "0"),
+        (lambda: dist.reduce_scatter_tensor(torch.empty(8), t), "reduce_scatter", "reduce_scatter_tensor", 32, "0"),
+        (lambda: dist.reduce_scatter_single(torch.empty(8), t), "reduce_scatter", "reduce_scatter_single", 32, "0"),
+        (lambda: dist.all_to_all_single(torch.empty(8), t), "all_to_all", "all_to_all_single", 32, "0"),
+        (lambda: dist.all_to_all([torch.empty(8)], [t]), "all_to_all", "all_to_all", 32, "0"),
+        (lambda: dist.gather(t, [torch.empty(8)], dst=0), "gather", "gather", 32, "0"),
+        (lambda: dist.scatter(t, [torch.ones(8)], src=0), "scatter", "scatter", 32, "0"),
+        (lambda: dist.barrier(), "barrier", "barrier", 0, "0"),
+        (lambda: dist.all_reduce_coalesced([t, torch.ones(2)]), "all_reduce", "all_reduce_coalesced", 40, "0"),
+    ]
+    for i, (fn, op, api, nbytes, asy) in enumerate(cases, start=1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = one(rec, fn)
+        assert (m["kind"], m["api"], m["bytes"], m["async"], m["seq"]) == (
+            "nsyscomm:" + op, api, str(nbytes), asy, str(i)), m
+
+
+def test_object_and_functional_collectives(rec):
+    m = one(rec, lambda: dist.broadcast_object_list([1, "a"], src=0))
+    assert (m["kind"], m["api"], m["bytes"]) == ("nsyscomm:broadcast", "broadcast_object_list", "")
+    m = one(rec, lambda: dist.all_gather_object([None], {"x": 1}))
+    assert m["api"] == "all_gather_object"
+    import torch.distributed._functional_collectives as fc
+
+    m = one(rec, lambda: fc.all_reduce(torch.ones(4), "sum", dist.group.WORLD).wait())
+    assert (m["kind"], m["api"], m["bytes"], m["async"]) == ("nsyscomm:all_reduce", "funcol.all_reduce", "16", "1")
+
+
+def test_ddp_reducer_and_broadcasts_are_seen(rec):
+    model = torch.nn.Linear(4, 3)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    init = [m["api"] for m in rec.parsed()]
+    assert "ddp.broadcast" in init
+    rec.msgs.clear()
+    ddp(torch.randn(2, 4)).sum().backward()
+    ar = [m for m in rec.parsed() if m["api"] == "ddp.allreduce"]
+    assert len(ar) == 1 and ar[0]["bytes"] == str((4 * 3 + 3) * 4)
+    assert ar[0]["caller"].startswith(THIS)
+
+
+def test_step_from_optimizer_and_explicit(rec):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    other = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    t = torch.ones(1)
+    assert one(rec, lambda: dist.all_reduce(t))["step"] == ""  # reset: unknown
+    for expected in (1, 2):
+        model(torch.ones(2)).sum().backward()
+        opt.step()
+        other.step()   # a second optimizer does not advance the step
+        assert one(rec, lambda: dist.all_reduce(t))["step"] == str(expected)
+    W.step(10)
+    opt.step()
+    assert one(rec, lambda: dist.all_reduce(t))["step"] == "10"
+    assert fmt.format_step_marker(10) in rec.marks
+
+
+def test_seq_counts_per_group(rec):
+    t = torch.ones(2)
+    sub = dist.new_group([0])
+    seqs = []
+    for g in (None, sub, None, sub, sub):
+        seqs.append((one(rec, lambda: dist.all_reduce(t, group=g))["pg"],
+                     rec.parsed()[0]["seq"]))
+    names = [s[0] for s in seqs]
+    assert names[0] != names[1]
+    assert [s[1] for s in seqs] == ["0", "0", "1", "1", "2"]
+    assert one(rec, lambda: dist.all_reduce(t, group=sub))["granks"] == "0"
+
+
+def test_disable_restores_originals(pg):
+    orig = dist.all_reduce
+    W.annotate(True)
+    assert dist.all_reduce is not orig and dist.all_reduce.__wrapped__ is orig
+    W.annotate(False)
+    assert dist.all_reduce is orig
+    assert dist.distributed_c10d.all_gather is dist.all_gather
+    assert not getattr(dist.broadcast, "_nsyscomm", False)
+
+
+def test_exceptions_propagate_unchanged(rec):
+    def err(fn):
+        try:
+            fn()
+        except Exception as e:
+            return type(e), str(e)
+        return None
+
+    bad = lambda: dist.all_reduce(torch.ones(2), group="not a group")  # noqa: E731
+    bad2 = lambda: dist.broadcast(torch.ones(2), src=5)  # noqa: E731
+    wrapped = (err(bad), err(bad2))
+    W.annotate(False)
+    assert (err(bad), err(bad2)) == wrapped
+    assert wrapped[1] is not None
+
+
+def test_annotation_failure_degrades_with_one_warning(rec, monkeypatch):
+    def boom(m):
+        raise RuntimeError("emitter broken")
+
+    monkeypatch.setattr(W, "_push", boom)
+    W._warned.discard("all_reduce")
+    t = torch.ones(4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        dist.all_reduce(t)
+        dist.all_reduce(t)
+    assert torch.equal(t, torch.ones(4))
+    assert sum("could not annotate all_reduce" in str(x.message) for x in w) == 1
+
+
+def test_thread_safety(rec):
+    n_threads, n_calls = 4, 100
+    errors = []
+
+    def work():
+        try:
+            t = torch.ones(4)
+            for _ in range(n_calls):
+                dist.all_reduce(t)
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+
+    ths = [threading.Thread(target=work) for _ in range(n_threads)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    assert not errors
+    seqs = sorted(int(m["seq"]) for m in rec.parsed())
+    assert seqs == list(range(n_threads * n_calls))
+
+
+def test_import_without_torch():
+    code = ("import sys; sys.modules['torch'] = None; import nsyscomm, nsyscomm.capture, "
+            "nsyscomm.capture.launcher; print(nsyscomm.annotate())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- two real processes
+
+def _two_rank_job(rank, path, out, annotate):
+    import torch
+    import torch.distributed as dist
+
+    from nsyscomm.capture import wrapper as W
+
+    msgs = []
+    if annotate:
+        W.annotate(True)
+        W._push = msgs.append
+        W._pop = lambda: None
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    torch.manual_seed(rank)
+    res = {}
+    x = torch.randn(1000)
+    dist.all_reduce(x)
+    res["ar"] = x
+    y = torch.randn(1000, dtype=torch.float64)
+    dist.all_reduce(y, op=dist.ReduceOp.AVG if False else dist.ReduceOp.SUM)
+    res["ar64"] = y
+    g = torch.empty(2000)
+    dist.all_gather_into_tensor(g, torch.randn(1000))
+    res["ag"] = g
+    rs = torch.empty(500)
+    dist.reduce_scatter_tensor(rs, torch.randn(1000))
+    res["rs"] = rs
+    sub = dist.new_group([0, 1])
+    s = torch.randn(10)
+    dist.all_reduce(s, group=sub)
+    res["sub"] = s
+    p = torch.randn(7)
+    if rank == 0:
+        dist.send(p, 1)
+        dist.send(p, 1)
+    else:
+        dist.recv(p, 0)
+        dist.recv(p, 0)
+    res["p2p"] = p
+    q = torch.empty(7)
+    ops = [dist.P2POp(dist.isend, p, 1 - rank), dist.P2POp(dist.irecv, q, 1 - rank)]
+    for r in dist.batch_isend_irecv(ops):
+        r.wait()
+    res["batch"] = q
+    model = torch.nn.Linear(16, 4)
+    torch.nn.init.constant_(model.weight, 0.5)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ddp(torch.randn(3, 16)).sum().backward()
+    opt.step()
+    res["ddp"] = model.weight.detach().clone()
+    dist.barrier()
+    torch.save({"res": res, "msgs": msgs}, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def _run_two(tmp_path, annotate):
+    import torch.multiprocessing as mp
+
+    path = str(tmp_path / f"store{int(annotate)}")
+    out = str(tmp_path / f"out{int(annotate)}")
+    mp.spawn(_two_rank_job, args=(path, out, annotate), nprocs=2, join=True)
+    return [torch.load(f"{out}.{r}") for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_rank(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two")
+    return _run_two(tmp, False), _run_two(tmp, True)
+
+
+def test_two_ranks_bit_identical(two_rank):
+    bare, wrapped = two_rank
+    for r in range(2):
+        for k, v in bare[r]["res"].items():
+            assert torch.equal(v, wrapped[r]["res"][k]), k
+            assert v.dtype == wrapped[r]["res"][k].dtype
+
+
+def test_two_ranks_seq_align_and_p2p(two_rank):
+    _, wrapped = two_rank
+    per = [[fmt.parse(m) for m in wrapped[r]["msgs"] if m.startswith(fmt.COLLECTIVE_PREFIX)] for r in range(2)]
+    coll = [[(m["pg"], m["seq"], m["kind"], m["bytes"]) for m in p if m["kind"] not in ("nsyscomm:send", "nsyscomm:recv")]
+            for p in per]
+    assert coll[0] == coll[1], "collectives match across ranks by (group, seq)"
+    p2p = [[(m["kind"], m["api"], m["seq"]) for m in p if m["kind"] in ("nsyscomm:send", "nsyscomm:recv")]
+           for p in per]
+    assert [k for k, _, _ in p2p[0][:2]] == ["nsyscomm:send"] * 2
+    assert [k for k, _, _ in p2p[1][:2]] == ["nsyscomm:recv"] * 2
+    assert [s for _, _, s in p2p[0]] == [s for _, _, s in p2p[1]] == ["0", "1", "2", "3"]
+    assert {a for _, a, _ in p2p[0][2:]} == {"batch_isend_irecv"}
+    subs = {m["pg"] for m in per[0]} - {"0"}
+    assert subs, "the subgroup has its own name"
+    assert any(m["api"] == "ddp.allreduce" for m in per[0])
