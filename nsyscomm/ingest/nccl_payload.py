@@ -24,7 +24,7 @@ a group of sends/receives to every peer is an all_to_all with S = the bytes one 
 Hook into ``nsys_sqlite.extract`` (while its DuckDB connection is open, after ``calls`` and
 ``markers`` are built)::
 
-    calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report)
+    calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
 """
 
 from __future__ import annotations
@@ -137,11 +137,13 @@ def decode_binary(value, schemas: dict[int, Schema], schema_id: int | None = Non
     data = blob_bytes(value)
     if not data:
         return {}
-    sch = schemas.get(schema_id) if schema_id is not None else None
-    if sch is None and len(data) >= 16:
+    sch = None
+    if len(data) >= 16:
         sid, size = struct.unpack_from("<QQ", data, 0)
         if sid in schemas and size == len(data) - 16:
             sch, data = schemas[sid], data[16:]
+    if sch is None and schema_id is not None:
+        sch = schemas.get(schema_id)
     if sch is None:
         fits = [s for s in schemas.values() if s.size == len(data)]
         if len({tuple(s.entries) for s in fits}) == 1:
@@ -280,7 +282,7 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
     else:
         op, nbytes = None, None   # mixed collectives in one group: the kernels tell
     return {"globalTid": gtid, "start": start, "end": end, "op": op, "api": api, "bytes": nbytes,
-            "group": None if comm is None else f"0x{int(comm) & 0xFFFFFFFFFFFFFFFF:016x}",
+            "group": None if comm is None else str(comm),
             "group_size": n, "redop": ",".join(sorted(redops)) or None, "members": len(members)}
 
 
@@ -293,46 +295,66 @@ def _present(v) -> bool:
 def _meta(con, tables) -> dict:
     for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if t in tables:
-            return dict(con.execute(f"SELECT name, value FROM r.{t} WHERE name LIKE 'EXPORT_PARAM_INCLUDE_%'").fetchall())
+            return dict(con.execute(f"SELECT name, value FROM {t} WHERE name LIKE 'EXPORT_PARAM_INCLUDE_%'").fetchall())
     return {}
 
 
-def read_events(con, tables, warnings: list[str], report: str = "") -> tuple[pd.DataFrame, dict]:
-    """NCCL-domain ranges of the attached report ``r`` with decoded payload fields.
+def _sqlite(path):
+    import sqlite3
+    from pathlib import Path
+
+    uri = f"file:{Path(path).resolve().as_posix()}?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True)
+
+
+def read_events(path, tables, warnings: list[str], report: str = "") -> tuple[pd.DataFrame, dict]:
+    """NCCL-domain ranges of the report at ``path`` with decoded payload fields.
     Returns (events, schemas); events has globalTid, start, end, name, comm, msg_bytes, redop,
-    root, peer, nranks, rank, device."""
+    root, peer, nranks, rank, device.
+
+    Read with Python's sqlite3, not DuckDB: nsys declares binaryData TEXT but a blob may hold
+    any bytes, which DuckDB's SQLite scanner refuses as invalid UTF-8."""
     cols = ["globalTid", "start", "end", "name", "comm", "msg_bytes", "redop", "root", "peer", "nranks", "rank", "device"]
     empty = pd.DataFrame(columns=cols)
     nv = tables.get("NVTX_EVENTS")
     if nv is None:
         return empty, {}
+    con = _sqlite(path)
+    con.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
+    try:
+        return _read_events(con, tables, nv, warnings, report, cols, empty)
+    finally:
+        con.close()
+
+
+def _read_events(con, tables, nv, warnings, report, cols, empty):
     schemas: dict[int, Schema] = {}
     if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
-        srows = (con.execute("SELECT schemaId, payloadSize FROM r.NVTX_PAYLOAD_SCHEMAS").fetchall()
+        srows = (con.execute("SELECT schemaId, payloadSize FROM NVTX_PAYLOAD_SCHEMAS").fetchall()
                  if "NVTX_PAYLOAD_SCHEMAS" in tables else [])
-        erows = con.execute("SELECT schemaId, idx, type, name, \"offset\" FROM r.NVTX_PAYLOAD_SCHEMA_ENTRIES").fetchall()
+        erows = con.execute('SELECT schemaId, idx, type, name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES').fetchall()
         schemas = load_schemas(srows, erows)
     has = {c: (c in nv) for c in ("textId", "domainId", "binaryData", "jsonText", "jsonTextId")}
     name_expr = "coalesce(e.text, s.value)" if has["textId"] else "e.text"
-    join = "LEFT JOIN r.StringIds s ON s.id = e.textId" if has["textId"] else ""
+    join = "LEFT JOIN StringIds s ON s.id = e.textId" if has["textId"] else ""
     bin_expr = "e.binaryData" if has["binaryData"] else "NULL"
     json_expr = "e.jsonText" if has["jsonText"] else "NULL"
     if has["jsonTextId"]:
-        json_expr = f"coalesce({json_expr}, (SELECT value FROM r.StringIds j WHERE j.id = e.jsonTextId))"
+        json_expr = f"coalesce({json_expr}, (SELECT value FROM StringIds j WHERE j.id = e.jsonTextId))"
     # NCCL's domain: by its create event when inside the window, else by the schemas NCCL registered
     domains = set()
     if has["domainId"]:
         domains = {int(r[0]) for r in con.execute(
-            "SELECT DISTINCT domainId FROM r.NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'").fetchall()
+            "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'").fetchall()
             if r[0] is not None}
         if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
             domains |= {int(r[0]) for r in con.execute(
-                "SELECT DISTINCT domainId FROM r.NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'").fetchall()}
+                "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'").fetchall()}
     dom_filter = f"AND e.domainId IN ({','.join(map(str, sorted(domains)))})" if domains else ""
     rows = con.execute(f"""
         SELECT e.globalTid, e.start, coalesce(e."end", e.start) AS "end", {name_expr} AS name,
                {bin_expr} AS bin, {json_expr} AS js
-        FROM r.NVTX_EVENTS e {join}
+        FROM NVTX_EVENTS e {join}
         WHERE e.eventType IN (59, 60) {dom_filter} AND {name_expr} LIKE 'nccl%' AND {name_expr} NOT LIKE 'nccl:%'
         ORDER BY e.globalTid, e.start
     """).fetchall()
@@ -342,10 +364,19 @@ def read_events(con, tables, warnings: list[str], report: str = "") -> tuple[pd.
     for gtid, start, end, name, b, js in rows:
         f = decode_json(js) if js else {}
         if not f and b is not None:
+            if isinstance(b, str):   # TEXT read back: undo surrogateescape to the original bytes
+                b = b.encode("utf-8", "surrogateescape")
+                try:
+                    b = blob_bytes(b.decode("ascii"))
+                except UnicodeDecodeError:
+                    pass
             f = decode_binary(b, schemas, _schema_for(name, schemas))
         if f:
             with_payload += 1
-        out.append((gtid, start, end, name, f.get("comm"), f.get("msg_bytes"), f.get("redop"), f.get("root"),
+        comm = f.get("comm")
+        if isinstance(comm, int):   # a string from the start: a u64 id does not survive float columns
+            comm = f"0x{comm & 0xFFFFFFFFFFFFFFFF:016x}"
+        out.append((gtid, start, end, name, comm, f.get("msg_bytes"), f.get("redop"), f.get("root"),
                     f.get("peer"), f.get("nranks"), f.get("rank"), f.get("device")))
     ev = pd.DataFrame(out, columns=cols)
     payload_calls = ev["name"].map(lambda n: api_op(n) is not None or n in INIT_APIS).sum()
@@ -423,7 +454,7 @@ def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
 
 
 def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warnings: list[str],
-          report: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+          report: str, path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The hook for nsys_sqlite.extract: decode NCCL's payloads, fill the calls they describe,
     and add ranks from ncclCommInitRank for processes without a wrapper marker.
 
@@ -434,7 +465,7 @@ def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warning
     - Units without any kernel become rows of their own (source 'nccl_payload', CPU times only)
       when the report has no CUDA kernels at all (captured with --trace=nvtx); otherwise they
       are kernels outside the capture window and are only counted in a warning."""
-    events, _schemas = read_events(con, tables, warnings, report)
+    events, _schemas = read_events(path, tables, warnings, report)
     if not len(events):
         return calls, markers
     new_markers, sizes = rank_markers(events)
@@ -527,7 +558,7 @@ def enrich(extract):
             con.register("kernel_names_df", kn)
             con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
-        calls, markers = apply(con, tables, extract.calls, extract.markers, extract.warnings, extract.report)
+        calls, markers = apply(con, tables, extract.calls, extract.markers, extract.warnings, extract.report, path)
     finally:
         con.close()
     extract.calls, extract.markers = calls, markers
