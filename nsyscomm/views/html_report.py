@@ -580,9 +580,16 @@ _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inlin
 
 
 def _data_document(result) -> dict:
-    from nsyscomm.views.json_out import document
+    """The JSON output contract (what `summarize --format json` prints), embedded for scripts."""
+    from nsyscomm.views import json_out
 
-    return document(result)
+    try:
+        return json_out.document(result)
+    except AttributeError:  # a Result without some analysis (e.g. no overlap): the core tables
+        return {"schema": 1, "tool": "nsyscomm", "version": __version__, "reports": list(result.reports),
+                "summary": json_out.records(result.summarize(by_caller=False), json_out.SUMMARY_KEYS),
+                "ranks": json_out.records(result.ranks, json_out.RANK_KEYS), "skew": result.skew,
+                "warnings": list(result.warnings)}
 
 
 def render(result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
@@ -628,7 +635,7 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
                     + '<p class="note">Each cell: how long after the first rank this rank started the collective. '
                       "A row that stays dark is a late rank; a dark column is one slow step.</p>")
     if overlap_html is not None:
-        sections.append('<h2 id="exposed">Exposed communication per step</h2>' + overlap_html
+        sections.append('<h2 id="exposed">Exposed communication (not hidden behind compute)</h2>' + overlap_html
                         + '<p class="note">Exposed: communication time not overlapped by compute kernels.</p>')
     sections.append('<h2 id="callers">Top callers</h2>' + callers_section(by_caller))
 
