@@ -243,7 +243,9 @@ def test_new_and_missing_keys_policies(tmp_path):
     assert r.exit_code == 1 and "5.0 MB" in r.stdout and "new" in r.stdout and "missing" in r.stdout
     # the job's totals see it too: 5x the calls, +11% collective latency
     r = run_gate("-b", base, cur, "--new-keys", "warn", "--format", "json")
-    assert r.exit_code == 1 and {i["name"] for i in json.loads(r.stdout)["items"] if i["fails"]} == {"job totals"}
+    failing = [i for i in json.loads(r.stdout)["items"] if i["fails"]]
+    assert r.exit_code == 1 and [i["name"] for i in failing] == ["job totals"]
+    assert {c["metric"] for c in failing[0]["comparisons"] if c["status"] == "regression"} == {"job.calls", "job.total_ms"}
     assert run_gate("-b", base, cur, "--new-keys", "warn", "--ignore", "job").exit_code == 0
     assert run_gate("-b", base, cur, "--new-keys", "ignore", "--ignore", "job").exit_code == 0
     assert run_gate("-b", base, cur, "--new-keys", "warn", "--missing-keys", "fail", "--ignore", "job").exit_code == 1
@@ -383,3 +385,20 @@ def test_properties_self_pass_and_slowdown_direction(avgs, calls, factor):
     elif factor > 1.2 and max(avgs) * (factor - 1) > 0.011:
         assert v.exit_code == 1
     assert gate_out.render_markdown(v) and gate_out.render_junit(v) and json.loads(gate_out.render_json(v))
+
+
+@pytest.mark.skipif(not DDP.exists(), reason="sample reports not generated")
+@pytest.mark.parametrize("by_caller", [False, True], ids=["by-op", "by-caller"])
+def test_summarize_json_is_a_baseline(tmp_path, by_caller):
+    """The documented workflow: nsyscomm summarize run.sqlite --format json > baseline.json."""
+    from nsyscomm.api import load
+    from nsyscomm.views.json_out import dumps
+
+    base = tmp_path / "baseline.json"
+    base.write_text(dumps(load([DDP]), by_caller))
+    r = run_gate("-b", base, DDP, "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["level"] == ("caller" if by_caller else "op")
+    # and the summary JSON works as the current side too
+    assert run_gate("-b", base, base).exit_code == 0
