@@ -298,7 +298,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     report = report or path.name
     warnings: list[str] = []
     meta: dict = {}
-    kernels, launches, ranges, params = [], {}, [], []
+    kernels, launches, ranges, params, compute = [], {}, [], [], []
     span: dict[int, list[int]] = {}
     cpu_pids: dict[int, int] = {}  # pid -> number of CPU events
     n_events = 0
@@ -323,6 +323,8 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             if cat == "kernel":
                 if name.startswith("nccl"):
                     kernels.append((ts, end, name, args))
+                else:
+                    compute.append((_int(args.get("device")), ts, end))
                 continue
             if cat in ("gpu_memcpy", "gpu_memset", "gpu_user_annotation"):
                 continue
@@ -369,8 +371,21 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
         spans = pd.DataFrame({"pid": pd.Series([], dtype="int64"), "first_ns": pd.Series([], dtype="int64"),
                               "last_ns": pd.Series([], dtype="int64")})
     version = dist.get("nccl_version")
-    return Extract(report, path, calls, markers, spans, None,
-                   f"kineto (NCCL {version})" if version else "kineto", warnings)
+    return Extract(report=report, path=path, calls=calls, markers=markers, spans=spans,
+                   compute=_islands(compute, main_pid), session_start_utc_ns=None,
+                   nsys_version=f"kineto (NCCL {version})" if version else "kineto", warnings=warnings)
+
+
+def _islands(kernels, pid) -> pd.DataFrame:
+    """Busy periods of compute (non-NCCL) kernels per device, as sql/compute_islands.sql makes them."""
+    out = []
+    for dev, ts, end in sorted(kernels, key=lambda k: (-1 if k[0] is None else k[0], k[1], k[2])):
+        if out and out[-1][1] == dev and ts <= out[-1][3]:
+            out[-1][3] = max(out[-1][3], end)
+        else:
+            out.append([pid, dev, ts, end])
+    return pd.DataFrame(out, columns=["pid", "device", "start", "end"]).astype(
+        {"pid": "int64", "device": "Int64", "start": "int64", "end": "int64"})
 
 
 def _innermost(index: dict, pid: int, tid: int, t: int, starts_cache: dict) -> _Range | None:
