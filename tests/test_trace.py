@@ -254,3 +254,24 @@ def test_cli_trace_missing_input(tmp_path):
     r = CliRunner().invoke(trace_cmd, [str(tmp_path / "nope.sqlite"), "-o", str(tmp_path / "t.json")])
     assert r.exit_code == 2
     assert r.output.startswith("nsyscomm: error:") and r.output.count("\n") == 1
+
+
+def test_cpu_only_call_and_host_range_sharing_a_thread():
+    """A gloo call and an NCCL call's host range that partly overlap on one thread: split lanes, valid trace."""
+    from types import SimpleNamespace
+
+    base = {k: None for k in ("report", "host", "api", "bytes", "dtype", "numel", "group", "group_ranks",
+                              "caller", "step", "source", "device", "stream", "gpu_start", "gpu_end")}
+    rows = []
+    for rank in (0, 1):
+        rows.append({**base, "rank": rank, "pid": 10 + rank, "tid": 10 + rank, "op": "all_reduce", "seq": 0,
+                     "group": "gloo", "cpu_start": 1_000, "cpu_end": 100_000, "duration_ns": 99_000, "bytes": 64})
+        rows.append({**base, "rank": rank, "pid": 10 + rank, "tid": 10 + rank, "op": "all_reduce", "seq": 0,
+                     "group": "nccl", "cpu_start": 50_000, "cpu_end": 150_000, "gpu_start": 60_000 + rank,
+                     "gpu_end": 90_000, "device": rank, "stream": 7, "duration_ns": 30_000, "bytes": 128})
+    doc = tr.build_from_rows(rows, SimpleNamespace(reports=["x"], warnings=[]), origin=0)
+    by_ph = validate(doc)
+    assert len([e for e in by_ph["X"] if e["cat"] == "collective"]) == 4
+    assert len(by_ph["s"]) == 2  # one flow per logical collective (2 ranks each)
+    names = [e["args"]["name"] for e in by_ph["M"] if e["name"] == "thread_name" and e["pid"] == 0]
+    assert any("[overlap 1]" in n for n in names)

@@ -197,31 +197,30 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
         return tuple((0, "") if v is None else (1, str(v)) if isinstance(v, str) else (1, f"{v:020d}")
                      for v in x)
 
-    placed.sort(key=lambda p: (p[0]["rank"], p[1][0] != "gpu", _k(p[1][1:]), p[2], -p[3]))
+    # host ranges of GPU calls go on their threads too; one pass over every track's slices in
+    # time order keeps the lanes right when CPU-only calls and host ranges share a thread
+    items = [(r, key, start, end, True) for r, key, start, end in placed]
+    items += [(r, ("cpu", r.get("pid"), r.get("tid")), r["cpu_start"], max(r["cpu_end"], r["cpu_start"]), False)
+              for r, key, _, _ in placed
+              if key[0] == "gpu" and r.get("cpu_start") is not None and r.get("cpu_end") is not None]
+    items.sort(key=lambda p: (p[0]["rank"], p[1][0] != "gpu", _k(p[1][1:]), p[2], -p[3], not p[4]))
     primary: list[tuple[dict, int, int, int, int]] = []  # call, pid, tid, start, end
-    for r, key, start, end in placed:
+    for r, key, start, end, is_primary in items:
         rank = r["rank"]
         hosts.setdefault(rank, (r.get("host"), r.get("pid"), r.get("report")))
         lane = lanes[(rank, key)].place(start, end)
         tid = tid_of(rank, key, lane)
         ev = {"ph": "X", "cat": "collective", "name": event_name(r), "ts": _us(start, origin),
-              "dur": round((end - start) / 1000.0, 3), "pid": rank, "tid": tid, "args": _args(r)}
+              "dur": round((end - start) / 1000.0, 3), "pid": rank, "tid": tid}
+        if is_primary:
+            ev["args"] = _args(r)
+            primary.append((r, rank, tid, start, end))
+        else:
+            ev["cat"] = "collective_cpu"
+            ev["name"] += " (host)"
+            ev["args"] = {k: r.get(k) for k in ("op", "api", "bytes", "seq", "group", "caller", "step",
+                                                  "cpu_start", "cpu_end")}
         events.append(ev)
-        primary.append((r, rank, tid, start, end))
-    # host ranges of GPU calls, on their threads
-    cpu_side = [(r, ("cpu", r.get("pid"), r.get("tid")), r["cpu_start"], max(r["cpu_end"], r["cpu_start"]))
-                for r, key, _, _ in placed
-                if key[0] == "gpu" and r.get("cpu_start") is not None and r.get("cpu_end") is not None]
-    cpu_side.sort(key=lambda p: (p[0]["rank"], _k(p[1][1:]), p[2], -p[3]))
-    for r, key, start, end in cpu_side:
-        rank = r["rank"]
-        lane = lanes[(rank, key)].place(start, end)
-        tid = tid_of(rank, key, lane)
-        events.append({"ph": "X", "cat": "collective_cpu", "name": f"{event_name(r)} (host)",
-                       "ts": _us(start, origin), "dur": round((end - start) / 1000.0, 3), "pid": rank, "tid": tid,
-                       "args": {"op": r.get("op"), "api": r.get("api"), "seq": r.get("seq"), "group": r.get("group"),
-                                "caller": r.get("caller"), "step": r.get("step"), "cpu_start": r.get("cpu_start"),
-                                "cpu_end": r.get("cpu_end")}})
 
     # process names, and a counter track per rank
     for rank in sorted(hosts):
