@@ -202,6 +202,19 @@ class _Group:
         return next(c)
 
 
+_MISSING = object()
+
+
+def _group_or_none(pg):
+    """The _Group of pg (None = the default group), or None for a rank outside pg; cached."""
+    if pg is not None and pg is _c10d.GroupMember.NON_GROUP_MEMBER:
+        return None
+    g = _group(pg)
+    if pg is None:
+        _groups[None] = g   # dropped by the init/destroy_process_group wrappers
+    return g
+
+
 def _group(pg):
     if pg is None:
         pg = _c10d.GroupMember.WORLD
@@ -356,6 +369,31 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
         st = _step
         return g.template(op, label, _dtype_name(dt) if dt is not None else "") % (
             nbytes, numel, seq, asy, "" if st is None else st, _caller())
+
+    if size_rule == "t" and p2p is None and not funcol and not always_async:
+        # hot path (all_reduce, broadcast, reduce, *_single): no generic branches, templates per (group, dtype)
+        tmpls = {}
+
+        def message(args, kwargs):  # noqa: F811
+            n = len(args)
+            pg = args[g_idx] if n > g_idx else kwargs.get(g_kw)
+            g = _groups.get(pg, _MISSING)
+            if g is _MISSING:
+                g = _group_or_none(pg)
+            if g is None:
+                return None
+            t = args[t_idx] if n > t_idx else kwargs[t_kw]
+            numel = t.numel()
+            dt = t.dtype
+            tm = tmpls.get((g, dt))
+            if tm is None:
+                tm = tmpls[(g, dt)] = g.template(op, api, _dtype_name(dt))
+            if not _rank_marked:
+                _emit_rank_marker()
+            st = _step
+            return tm % (numel * t.element_size(), numel, next(g.counter),
+                         "1" if (args[a_idx] if n > a_idx else kwargs.get(a_kw)) else "0",
+                         "" if st is None else st, _caller())
 
     def wrapper(*args, **kwargs):
         if not _enabled or _tls.busy:
@@ -529,6 +567,7 @@ def _install_layer1():
     orig_init = c10d.init_process_group
     if not getattr(orig_init, "_nsyscomm", False):
         def init_process_group(*args, **kwargs):
+            _groups.pop(None, None)
             r = orig_init(*args, **kwargs)
             if _enabled:
                 _emit_rank_marker()
@@ -540,6 +579,21 @@ def _install_layer1():
         _patch(c10d, "init_process_group", init_process_group)
         if getattr(dist, "init_process_group", None) is orig_init:
             _patch(dist, "init_process_group", init_process_group)
+    orig_destroy = c10d.destroy_process_group
+    if not getattr(orig_destroy, "_nsyscomm", False):
+        def destroy_process_group(*args, **kwargs):
+            _groups.pop(None, None)
+            try:
+                return orig_destroy(*args, **kwargs)
+            finally:
+                _groups.pop(None, None)
+
+        destroy_process_group.__wrapped__ = orig_destroy
+        destroy_process_group._nsyscomm = True
+        destroy_process_group.__doc__ = orig_destroy.__doc__
+        _patch(c10d, "destroy_process_group", destroy_process_group)
+        if getattr(dist, "destroy_process_group", None) is orig_destroy:
+            _patch(dist, "destroy_process_group", destroy_process_group)
     # functional collectives
     try:
         import torch.distributed._functional_collectives as fc
