@@ -691,7 +691,11 @@ class Verdict:
                 worst = [c for c in i.comparisons if c.fails]
                 parts.append(f"{i.name} (" + ", ".join(f"{c.label} {_pct(c.rel_pct)}" for c in worst) + ")")
         more = f" and {len(f) - 3} more" if len(f) > 3 else ""
-        return f"FAIL: {len(f)} regression(s): " + "; ".join(parts) + more
+        n_keys = sum(1 for i in f if i.scope == "key")
+        n_ranks = sum(1 for i in f if i.scope == "rank")
+        what = ", ".join(x for x in (f"{n_keys} key(s)" if n_keys else "", f"{n_ranks} rank(s)" if n_ranks else "",
+                                     "job totals" if any(i.scope == "job" for i in f) else "") if x)
+        return f"FAIL: regression in {what}: " + "; ".join(parts) + more
 
     def _level_name(self) -> str:
         return "op, size, group size, caller" if self.level == "caller" else "op, size, group size"

@@ -402,3 +402,18 @@ def test_summarize_json_is_a_baseline(tmp_path, by_caller):
     assert out["level"] == ("caller" if by_caller else "op")
     # and the summary JSON works as the current side too
     assert run_gate("-b", base, base).exit_code == 0
+
+
+def test_many_ranks_are_cut_to_the_worst():
+    n = 20
+    b = g.run_from_doc(doc([row()], comm=[10.0] * n, wait=[1.0] * n, delay=[0.01] * n), "b")
+    c = g.run_from_doc(doc([row()], comm=[10.0 + i for i in range(n)], wait=[1.0] * n, delay=[0.01] * n), "c")
+    v = g.compare([b], c)
+    shown = gate_out.rows(v, max_ranks=3)
+    ranks = [r["item"] for r in shown if r["item"].startswith("rank ")]
+    assert sorted(set(ranks)) == ["rank 17", "rank 18", "rank 19"]
+    more = [r for r in shown if r["item"].startswith("...")]
+    assert len(more) == 1 and more[0]["item"] == f"... {sum(1 for i in v.items if i.scope == 'rank' and i.changed) - 3} more rank(s)"
+    assert shown.index(more[0]) == len(shown) - 1 - sum(1 for r in shown if r["item"] == "job totals")
+    # rank rows: comm time and arrival delay (wait, delay unchanged but listed with --show all)
+    assert {r["item"] for r in gate_out.rows(v, show="all") if r["item"].startswith("rank ")} == {f"rank {i}" for i in range(n)}

@@ -41,11 +41,22 @@ def _band(c: Comparison) -> str:
     return f"{_v(c.band[0], c.unit)}..{_v(c.band[1], c.unit)}" if c.band else ""
 
 
-def rows(verdict: Verdict, show: str = "changed") -> list[dict]:
+def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[dict]:
     """Flat rows (one per shown comparison, or per new/missing key) shared by text and markdown."""
     out = []
+    ranks = [i for i in verdict.items if i.scope == "rank" and (show == "all" or i.changed)]
+    if show != "all" and len(ranks) > max_ranks:   # the worst ranks only: a 512-rank job must stay readable
+        worst = sorted(ranks, key=lambda i: (not i.fails, -max((abs(c.rel_pct) for c in i.comparisons
+                                                                 if c.rel_pct is not None), default=0)))
+        keep = {id(i) for i in worst[:max_ranks]}
+    else:
+        keep = {id(i) for i in ranks}
+    hidden = len(ranks) - len(keep)
+    after_ranks = 0
     for it in verdict.items:
         if show != "all" and not it.changed:
+            continue
+        if it.scope == "rank" and id(it) not in keep:
             continue
         if it.status in (NEW, MISSING):
             calls = it.current_calls if it.status == NEW else it.baseline_calls
@@ -62,6 +73,12 @@ def rows(verdict: Verdict, show: str = "changed") -> list[dict]:
                         "baseline": _v(c.baseline, c.unit) + unit, "current": _v(c.current, c.unit) + unit,
                         "change": _pct(c.rel_pct), "band": _band(c),
                         "note": c.reason or (it.note if it.status == FEW_CALLS else ""), "fails": c.fails})
+        if it.scope == "rank":
+            after_ranks = len(out)
+    if hidden:
+        out.insert(after_ranks, {"status": "", "item": f"... {hidden} more rank(s)", "metric": "", "baseline": "",
+                                 "current": "", "change": "", "band": "",
+                                 "note": "--show all or --format json lists them", "fails": False})
     return out
 
 
