@@ -417,3 +417,32 @@ def test_many_ranks_are_cut_to_the_worst():
     assert shown.index(more[0]) == len(shown) - 1 - sum(1 for r in shown if r["item"] == "job totals")
     # rank rows: comm time and arrival delay (wait, delay unchanged but listed with --show all)
     assert {r["item"] for r in gate_out.rows(v, show="all") if r["item"].startswith("rank ")} == {f"rank {i}" for i in range(n)}
+
+
+def test_unwritable_step_summary_keeps_the_verdict(tmp_path):
+    base = write(tmp_path, "b.json", doc([row()]))
+    slow = write(tmp_path, "c.json", doc([row(avg=0.9)]))
+    env = {"GITHUB_STEP_SUMMARY": str(tmp_path / "no" / "such" / "dir" / "summary.md")}
+    r = run_gate("-b", base, base, env=env)
+    assert r.exit_code == 0 and "GITHUB_STEP_SUMMARY" in r.stderr
+    assert run_gate("-b", base, slow, env=env).exit_code == 1
+
+
+def test_baseline_command_inputs(tmp_path):
+    runner = CliRunner()
+    s1 = write(tmp_path, "s1.json", doc([row(avg=0.40)]))
+    s2 = write(tmp_path, "s2.json", doc([row(avg=0.45)]))
+    r = runner.invoke(baseline_cmd, [str(s1), str(s2)])               # to stdout: two runs
+    assert r.exit_code == 0 and len(json.loads(r.stdout)["runs"]) == 2
+    broken = write(tmp_path, "broken.json", '{"schema": 3}')
+    r = runner.invoke(baseline_cmd, [str(s1), "-o", str(broken), "--append"])
+    assert r.exit_code == 2 and "broken.json" in r.stderr
+    assert json.loads(broken.read_text()) == {"schema": 3}              # left as it was
+    r = runner.invoke(baseline_cmd, [str(tmp_path / "absent.sqlite")])
+    assert r.exit_code == 2 and "absent.sqlite" in r.stderr
+    if (SAMPLES / "synthetic_nowrapper_2node").exists():               # --each: a folder per run
+        out = tmp_path / "b.json"
+        d = SAMPLES / "synthetic_nowrapper_2node"
+        r = runner.invoke(baseline_cmd, ["--each", str(d), str(d), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        assert len(json.loads(out.read_text())["runs"]) == 2

@@ -88,8 +88,12 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
         Path(junit).write_text(gate_out.render_junit(verdict), encoding="utf-8")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary and summary_file:
-        with open(summary_file, "a", encoding="utf-8") as f:
-            f.write(gate_out.render_markdown(verdict, show) + "\n")
+        try:
+            with open(summary_file, "a", encoding="utf-8") as f:
+                f.write(gate_out.render_markdown(verdict, show) + "\n")
+        except OSError as e:  # the verdict stands; a job summary we cannot write must not change it
+            click.echo(f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): "
+                       f"{e.strerror or e}", err=True)
     return verdict.exit_code
 
 
