@@ -93,5 +93,50 @@ def summarize(inputs, by, fmt, units, debug):
         _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=str),
+              help="Folder for the reports (default: a new nsyscomm-YYYYmmdd-HHMMSS folder).")
+@click.option("--steps", metavar="A:B", help="Capture only training steps A to B-1 (nsys capture range).")
+@click.option("--per-rank", is_flag=True, help="One nsys and one report per torchrun worker (multi-node layout).")
+@click.option("--nsys-args", metavar='"..."', help="Extra arguments for nsys profile.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--no-summary", is_flag=True, help="Only capture and export; do not print the summary.")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(output, steps, per_rank, nsys_args, fmt, no_summary, debug, cmd):
+    """Run CMD under nsys with every torch.distributed collective annotated, then summarize.
+
+    \b
+      nsyscomm run -- python train.py
+      nsyscomm run --steps 10:20 -- torchrun --nproc-per-node 8 train.py
+
+    Exits with CMD's exit status."""
+    from nsyscomm.api import load
+    from nsyscomm.capture.launcher import run as launch
+
+    res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
+                                      nsys_args=nsys_args), debug)
+    for w in res.warnings:
+        click.echo(f"nsyscomm: warning: {w}", err=True)
+    click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)
+    if res.reports and not no_summary:
+        result = _run_guarded(lambda: load(list(res.reports)), debug)
+        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)
+    elif not res.reports:
+        click.echo("nsyscomm: no report was produced", err=True)
+    sys.exit(res.exit_code)
+
+
+def _register_commands() -> None:
+    from nsyscomm.commands.gate import baseline, gate
+    from nsyscomm.commands.views import report, trace
+
+    for command in (gate, baseline, trace, report):
+        main.add_command(command)
+
+
+_register_commands()
+
+
 if __name__ == "__main__":
     main()
