@@ -3,39 +3,13 @@
 from __future__ import annotations
 
 import sys
-import traceback
 
 import click
-from rich.console import Console
 
 from nsyscomm import __version__
-from nsyscomm.errors import InputError
+from nsyscomm.commands import console, guard as _run_guarded
 
 FORMATS = ("text", "markdown", "csv", "json")
-
-
-def _fail(e: Exception, debug: bool) -> None:
-    if debug:
-        traceback.print_exc()
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    click.echo(f"nsyscomm: error: {msg}", err=True)
-    sys.exit(2 if isinstance(e, InputError) else 1)
-
-
-def _run_guarded(fn, debug: bool):
-    try:
-        return fn()
-    except InputError as e:
-        _fail(e, debug)
-    except KeyboardInterrupt:
-        click.echo("nsyscomm: interrupted", err=True)
-        sys.exit(130)
-    except Exception as e:  # a bug of ours: one line, and the way to see more
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-                   f"(run again with --debug for a traceback, and report it)", err=True)
-        sys.exit(1)
 
 
 def emit(result, fmt: str, units: str, by_caller: bool) -> None:
@@ -50,11 +24,7 @@ def emit(result, fmt: str, units: str, by_caller: bool) -> None:
         click.echo(csv(result, by_caller), nl=False)
     else:
         from nsyscomm.views.text import render
-        # piped output (CI logs, files) gets wide tables instead of rich's 80-column default
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=200)
-        render(result, console, units, by_caller)
+        render(result, console(), units, by_caller)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

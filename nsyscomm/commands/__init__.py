@@ -1,0 +1,57 @@
+"""Click commands beyond summarize/run, and what every command shares: one error contract.
+
+Exit status: 0 success, 1 regression (gate only), 2 unusable input or bad options (one line
+naming the file and the fix), 3 an internal error of nsyscomm's (never confused with the others),
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from nsyscomm.errors import InputError
+
+EXIT_INPUT, EXIT_INTERNAL = 2, 3
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def guard(fn, debug: bool = False):
+    """Run fn(); turn every failure into one line on stderr and the right exit status."""
+    try:
+        return fn()
+    except InputError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nsyscomm: error: {_first_line(e)}", err=True)
+        sys.exit(EXIT_INPUT)
+    except OSError as e:  # unreadable input, unwritable output: the user's to fix
+        if debug:
+            traceback.print_exc()
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
+        sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:
+        click.echo("nsyscomm: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # a bug of ours
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
+                   f"(run again with --debug for a traceback, and report it)", err=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+def console():
+    from rich.console import Console
+
+    c = Console(highlight=False)
+    if not c.is_terminal:  # CI logs and files: wide tables instead of rich's 80 columns
+        c = Console(highlight=False, width=200)
+    return c

@@ -11,50 +11,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import click
 
+from nsyscomm.commands import console as _console, guard as _guard
 from nsyscomm.errors import InputError
 
-EXIT_PASS, EXIT_REGRESSION, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-def _guard(fn, debug: bool):
-    try:
-        return fn()
-    except InputError as e:
-        if debug:
-            traceback.print_exc()
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        click.echo(f"nsyscomm: error: {msg}", err=True)
-        sys.exit(EXIT_INPUT)
-    except OSError as e:  # unreadable input, unwritable output: the user's to fix
-        if debug:
-            traceback.print_exc()
-        where = f"{e.filename}: " if e.filename else ""
-        click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
-        sys.exit(EXIT_INPUT)
-    except KeyboardInterrupt:
-        click.echo("nsyscomm: interrupted", err=True)
-        sys.exit(130)
-    except Exception as e:  # a bug of ours: neither a regression (1) nor bad input (2)
-        if debug:
-            traceback.print_exc()
-        first = str(e).splitlines()[0] if str(e) else ""
-        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {first} "
-                   f"(run again with --debug for a traceback, and report it)", err=True)
-        sys.exit(EXIT_INTERNAL)
-
-
-def _console():
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:  # CI logs: wide tables instead of rich's 80 columns
-        console = Console(highlight=False, width=200)
-    return console
+EXIT_PASS, EXIT_REGRESSION = 0, 1
 
 
 def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys, missing_keys,
