@@ -13,8 +13,16 @@ import click
 from nsyscomm.errors import InputError
 
 
+try:  # the CLI's shared error contract, when present
+    from nsyscomm.commands import guard as _shared_guard
+except ImportError:  # pragma: no cover - older tree
+    _shared_guard = None
+
+
 def _guard(fn, debug: bool):
-    """Same contract as the rest of the CLI: InputError -> one line and exit 2; our bugs -> exit 1."""
+    """The CLI's contract: InputError/OSError -> one line and exit 2; our bugs -> one line and exit != 0, 2."""
+    if _shared_guard is not None:
+        return _shared_guard(fn, debug)
     try:
         return fn()
     except InputError as e:
