@@ -284,10 +284,14 @@ def combine(extracts, by_caller: bool = False) -> Result:
     if unmatched:
         warnings.append(f"{unmatched} logical collective(s) were seen on fewer ranks than their group size "
                         f"(ranks missing from the input, or calls outside the capture window)")
-    inferred = con.execute("SELECT count(*) FROM collectives WHERE source <> 'wrapper'").fetchone()[0]
-    if inferred:
-        warnings.append(f"{inferred} call(s) without nsyscomm metadata: matched across ranks by call order, "
-                        f"group size inferred from the matched ranks, message size unknown")
+    by_order = con.execute("SELECT count(*) FROM collectives WHERE source NOT IN ('wrapper', 'nccl_payload')"
+                           ).fetchone()[0]
+    if by_order:
+        warnings.append(f"{by_order} call(s) without nsyscomm or NCCL payload metadata: matched across ranks by "
+                        f"call order, group size inferred from the matched ranks")
+    unsized = con.execute("SELECT count(*) FROM collectives WHERE bytes IS NULL AND op <> 'barrier'").fetchone()[0]
+    if unsized:
+        warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
     return Result(con, [e.report for e in extracts], warnings, by_caller)
 
 

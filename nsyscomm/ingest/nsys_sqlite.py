@@ -15,6 +15,7 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import nccl_payload
 from nsyscomm.ingest.names import parse_kernel
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -108,6 +109,8 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
                    nullif(regexp_extract(name, '\|host=([^|]*)', 1), '')                  AS host
             FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%'
         """).df()
+        # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
+        calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         spans = con.execute(duck.sql("process_spans")).df()
         compute = con.execute(duck.sql("compute_islands")).df()
         session = None
