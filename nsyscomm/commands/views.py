@@ -5,46 +5,9 @@ Registered by nsyscomm.cli with ``main.add_command(trace)`` / ``main.add_command
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import click
 
-from nsyscomm.errors import InputError
-
-
-try:  # the CLI's shared error contract, when present
-    from nsyscomm.commands import guard as _shared_guard
-except ImportError:  # pragma: no cover - older tree
-    _shared_guard = None
-
-
-def _guard(fn, debug: bool):
-    """The CLI's contract: InputError/OSError -> one line and exit 2; our bugs -> one line and exit != 0, 2."""
-    if _shared_guard is not None:
-        return _shared_guard(fn, debug)
-    try:
-        return fn()
-    except InputError as e:
-        if debug:
-            traceback.print_exc()
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        click.echo(f"nsyscomm: error: {msg}", err=True)
-        sys.exit(2)
-    except OSError as e:  # unwritable output path and the like: the user's to fix
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nsyscomm: error: {e.filename or ''}: {e.strerror or e}".replace(": : ", ": "), err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("nsyscomm: interrupted", err=True)
-        sys.exit(130)
-    except Exception as e:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-                   f"(run again with --debug for a traceback, and report it)", err=True)
-        sys.exit(1)
+from nsyscomm.commands import guard as _guard
 
 
 def _steps(ctx, param, value):
