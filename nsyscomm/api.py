@@ -107,6 +107,8 @@ class Result:
     reports: list[str]
     warnings: list[str] = field(default_factory=list)
     by_caller: bool = False
+    nccl_logs: list = field(default_factory=list)          # nsyscomm.ingest.nccl_log.NcclLog, from --nccl-log
+    reference: pd.DataFrame | None = None                  # nccl-tests busbw curve from those logs
 
     @property
     def relation(self) -> duckdb.DuckDBPyRelation:
@@ -172,16 +174,35 @@ class Result:
     def top_skew(self, limit: int = 10) -> pd.DataFrame:
         return self._query("top_skew", limit=limit)
 
+    def vs_reference(self, by_caller: bool = False) -> pd.DataFrame:
+        """Summary rows beside the nccl-tests reference busbw at the same size (empty without a curve)."""
+        if self.reference is None or self.reference.empty:
+            return pd.DataFrame()
+        from nsyscomm.ingest.nccl_log import compare
+
+        out = compare(self.summarize(by_caller=by_caller), self.reference)
+        return out[out["ref_busbw_GBps"].notna()]
+
     @property
     def n_calls(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
 
 
-def load(paths=None, *, by_caller: bool = False) -> Result:
+def load(paths=None, *, by_caller: bool = False, nccl_logs=()) -> Result:
+    """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
+    job's NCCL context and a reference bandwidth curve."""
     files = discover(paths)
     names = _report_names(files)
     extracts = [extract_one(f, n) for f, n in zip(files, names)]
-    return combine(extracts, by_caller=by_caller)
+    result = combine(extracts, by_caller=by_caller)
+    if nccl_logs:
+        from nsyscomm.ingest import nccl_log
+
+        result.nccl_logs = [nccl_log.parse(p) for p in nccl_logs]
+        curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
+        result.reference = pd.concat(curves, ignore_index=True) if curves else None
+        result.warnings += [w for log in result.nccl_logs for w in log.warnings]
+    return result
 
 
 def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:

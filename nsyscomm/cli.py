@@ -40,15 +40,17 @@ def main():
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--units", type=click.Choice(["Gbps", "GBps"]), default="Gbps", show_default=True,
               help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).")
+@click.option("--nccl-log", "nccl_logs", multiple=True, type=click.Path(path_type=str),
+              help="NCCL_DEBUG=INFO log or nccl-tests output: NCCL context and a reference busbw curve (repeatable).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def summarize(inputs, by, fmt, units, debug):
+def summarize(inputs, by, fmt, units, nccl_logs, debug):
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
     from nsyscomm.api import load, sample_jobs
 
     if inputs:
-        result = _run_guarded(lambda: load(list(inputs)), debug)
+        result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs), debug)
         _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
         return
     # no input: a tour of the bundled synthetic samples, each its own job
@@ -59,7 +61,7 @@ def summarize(inputs, by, fmt, units, debug):
     for job in jobs:
         if fmt in ("text", "markdown"):
             click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
-        result = _run_guarded(lambda: load([job]), debug)
+        result = _run_guarded(lambda: load([job], nccl_logs=nccl_logs), debug)
         _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
 
 

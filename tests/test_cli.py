@@ -134,3 +134,19 @@ def test_report_strings_are_escaped(tmp_path, fmt):
         assert "<script>" not in out and "&lt;script&gt;" in out and "\\|pipe" in out
     else:
         assert "[bold]|pipe" in out
+
+
+def test_nccl_log_header_and_reference(tmp_path):
+    from tests.conftest import real_file
+    log = real_file("nccl-logs/aws-p5-h100-16rank-nccl-debug-info.log")
+    r = run("summarize", DDP, "--nccl-log", str(log))
+    assert r.exit_code == 0, r.output
+    assert "NCCL 2.22.3 (CUDA 12.2) | 16 ranks on 2 nodes" in r.output
+    assert "peak busbw 487.90 GB/s" in r.output
+    doc = json.loads(run("summarize", DDP, "--nccl-log", str(log), "--format", "json").output)
+    assert doc["nccl"]["logs"][0]["version"] == "2.22.3" and "hosts" not in doc["nccl"]["logs"][0]
+    vs = doc["nccl"]["vs_reference"]
+    assert {v["bytes"] for v in vs} == {10813440, 26214400}
+    assert all(0 < v["busbw_vs_ref"] < 2 for v in vs)
+    bad = run("summarize", DDP, "--nccl-log", str(tmp_path / "missing.log"))
+    assert bad.exit_code == 2 and "missing.log" in bad.output

@@ -44,10 +44,24 @@ def _ms(df, cols):
     return df
 
 
+_PRIVATE_LOG_KEYS = ("hosts", "ranks", "communicators", "gpus")  # site details: left out of outputs
+
+
+def nccl_section(result: Result, by_caller: bool = False) -> dict:
+    logs = [{k: v for k, v in log.to_dict().items() if k not in _PRIVATE_LOG_KEYS} for log in result.nccl_logs]
+    ref = result.reference if result.reference is not None else None
+    return {
+        "logs": logs,
+        "reference": records(ref, ("op", "bytes", "busbw_GBps", "algbw_GBps", "time_us", "ranks")) if ref is not None else [],
+        "vs_reference": records(result.vs_reference(by_caller), ("op", "bytes", "group_size", "busbw_GBps",
+                                                                  "ref_busbw_GBps", "busbw_vs_ref")),
+    }
+
+
 def document(result: Result, by_caller: bool = False) -> dict:
     ov = _ms(result.overlap, ["comm_busy_ns", "exposed_ns"])
     ov_keys = ("rank", "step", "calls", "comm_busy_ms", "exposed_ms", "exposed_pct")
-    return {
+    doc = {
         "schema": SCHEMA_VERSION,
         "tool": "nsyscomm",
         "version": __version__,
@@ -65,6 +79,9 @@ def document(result: Result, by_caller: bool = False) -> dict:
                                                   "last_rank", "skew_ms", "latency_ms")),
         "warnings": list(result.warnings),
     }
+    if result.nccl_logs:
+        doc["nccl"] = nccl_section(result, by_caller)
+    return doc
 
 
 def dumps(result: Result, by_caller: bool = False) -> str:

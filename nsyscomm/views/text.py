@@ -62,7 +62,10 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
             console.print(f"[yellow]warning:[/] {escape(w)}")
         return
     console.print(f"[bold]nsyscomm[/] — {n} collective calls in {escape(reports)}")
+    for line in nccl_header(result):
+        console.print(escape(line))
     console.print(summary_table(result.summarize(by_caller=by_caller), units, by_caller))
+    _vs_reference(result, console, units, by_caller)
     ranks = result.ranks
     console.print(ranks_table(ranks))
     for line in min_med_max(ranks):
@@ -140,4 +143,39 @@ def _top_skew(result: Result, console: Console, limit: int = 5) -> None:
                   f"{r.group if isinstance(r.group, str) else '-'}/{r.seq}",
                   "-" if pd.isna(r.step) else str(int(r.step)), str(r.last_rank), fmt(r.skew_ms),
                   escape(r.caller) if isinstance(r.caller, str) else "-")
+    console.print(t)
+
+
+def nccl_header(result: Result) -> list[str]:
+    """One line of NCCL context per --nccl-log, and one per nccl-tests table in it."""
+    lines = []
+    for log in result.nccl_logs:
+        parts = [f"NCCL {log.version or '?'}" + (f" (CUDA {log.cuda})" if log.cuda else "")]
+        if log.nranks:
+            parts.append(f"{log.nranks} ranks" + (f" on {log.nodes} nodes" if log.nodes else ""))
+        if log.transports:
+            tr = ", ".join(f"{k}{' (GDR)' if k.startswith('NET') and log.gdr else ''} {v}"
+                           for k, v in log.transports.items())
+            parts.append(tr + (", NVLS" if log.nvls else ""))
+        ch = log.channels or {}
+        if ch:
+            parts.append("channels " + ", ".join(f"{ch[k]} {k}" for k in ("coll", "nvls", "p2p") if k in ch))
+        if log.tuner:
+            parts.append(f"tuner {log.tuner}")
+        lines.append(" | ".join(parts))
+        for t in log.nccl_tests:
+            lines.append(f"nccl-tests {t['op']}, {t['ranks']} ranks: peak busbw {t['peak_busbw_GBps']:.2f} GB/s "
+                         f"at {human_bytes(t['peak_at_bytes'])}, avg {t['avg_busbw_GBps']:.2f} GB/s")
+    return lines
+
+
+def _vs_reference(result: Result, console: Console, units: str, by_caller: bool) -> None:
+    vs = result.vs_reference(by_caller)
+    if vs.empty:
+        return
+    t = _table("Against the nccl-tests reference (same op, interpolated at the same size)",
+               ["op", "Message Size", f"busbw ({units})", f"ref busbw ({units})", "% of ref"])
+    for r in vs.itertuples():
+        t.add_row(r.op, human_bytes(r.bytes), fmt(bandwidth(r.busbw_GBps, units), 2),
+                  fmt(bandwidth(r.ref_busbw_GBps, units), 2), fmt(100 * r.busbw_vs_ref, 1))
     console.print(t)
