@@ -16,6 +16,9 @@ Process marker (one per process, a range or a mark, once the rank is known)::
 
     nsyscomm.rank|rank=0|local_rank=0|world=4|host=node-a
 
+Point-to-point calls (send, recv) also carry ``|peer=R`` (the peer's global rank) just before
+``caller``; their ``seq`` counts per (group, pair of ranks), so (group, pair, seq) names one message.
+
 Step marker (a range or a mark, emitted by ``nsyscomm.step(i)``)::
 
     nsyscomm.step|step=12
@@ -33,7 +36,8 @@ STEP_PREFIX = "nsyscomm.step"
 VERSION = 1
 
 # Order matters only for readability; caller must stay last.
-COLLECTIVE_FIELDS = ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks", "seq", "async", "step", "caller")
+COLLECTIVE_FIELDS = ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks", "seq", "async", "step", "peer",
+                     "caller")
 
 
 def _clean(value) -> str:
@@ -47,12 +51,14 @@ def _clean(value) -> str:
 
 
 def format_collective(op: str, *, api: str, bytes: int, dtype, numel, pg, gsize, granks=(), seq: int,
-                      async_op: bool = False, step=None, caller: str = "") -> str:
+                      async_op: bool = False, step=None, caller: str = "", peer=None) -> str:
     fields = {
         "api": api, "bytes": bytes, "dtype": dtype, "numel": numel, "pg": pg, "gsize": gsize,
         "granks": granks, "seq": seq, "async": async_op, "step": step,
     }
     body = "|".join(f"{k}={_clean(v)}" for k, v in fields.items())
+    if peer is not None:
+        body += f"|peer={_clean(peer)}"
     # caller is read to the end of the message, so it is not cleaned of '|'
     return f"{COLLECTIVE_PREFIX}{op}|{body}|caller={caller or ''}"
 
@@ -70,6 +76,11 @@ def collective_template(op: str, *, api: str, dtype, pg, gsize, granks=()) -> st
     return (f"{COLLECTIVE_PREFIX}{op.replace('%', '%%')}|api={static['api']}|bytes=%s|dtype={static['dtype']}"
             f"|numel=%s|pg={static['pg']}|gsize={static['gsize']}|granks={static['granks']}"
             "|seq=%s|async=%s|step=%s|caller=%s")
+
+
+def with_peer(message: str, peer) -> str:
+    """Add the peer field to a point-to-point message made from a template (before caller, which is last)."""
+    return message.replace("|caller=", f"|peer={_clean(peer)}|caller=", 1)
 
 
 def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str:

@@ -38,6 +38,9 @@ COLLECTIVES = (
     ("proto", "VARCHAR"),        # NCCL protocol (LL, LL128, SIMPLE)
     ("kernels", "INTEGER"),      # number of NCCL kernels matched to the call
     ("kernel_ns", "BIGINT"),     # sum of the matched kernels' durations
+    ("peer", "INTEGER"),         # point-to-point: the other side's global rank
+    ("pair", "VARCHAR"),         # point-to-point: 'a-b', the two ranks (a < b)
+    ("logical_id", "BIGINT"),    # one logical collective: same (group, pair, op, seq) on its ranks
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

@@ -59,6 +59,7 @@ wrapper AS (
            regexp_extract(r.name, '\|granks=([^|]*)', 1)              AS w_granks,
            regexp_extract(r.name, '\|seq=([^|]*)', 1)                 AS w_seq,
            regexp_extract(r.name, '\|step=([^|]*)', 1)                AS w_step,
+           regexp_extract(r.name, '\|peer=([^|]*)', 1)                AS w_peer,
            regexp_extract(r.name, '\|caller=(.*)$', 1)                AS w_caller
     FROM ranges r LEFT JOIN by_range b ON b.rid = r.rid
     WHERE r.kind = 'wrapper'
@@ -79,7 +80,8 @@ SELECT
     TRY_CAST(nullif(w_step, '') AS BIGINT)              AS step,
     start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
     'wrapper' AS source, kernel, algo, proto,
-    coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns
+    coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns,
+    TRY_CAST(nullif(w_peer, '') AS INTEGER)             AS peer
 FROM wrapper
 UNION ALL
 -- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)
@@ -87,7 +89,7 @@ SELECT
     ((r.globalTid >> 24) & 16777215), (r.globalTid & 16777215),
     NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
-    'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns
+    'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL
 FROM ranges r JOIN by_range b ON b.rid = r.rid
 WHERE r.kind = 'torch_range'
 UNION ALL
@@ -97,5 +99,5 @@ SELECT
     CASE WHEN launch_tid IS NULL THEN NULL ELSE (launch_tid & 16777215) END,
     kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     launch_start, launch_end, kstart, kend, stream, device,
-    'kernel_name', kernel, algo, proto, 1, kend - kstart
+    'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL
 FROM owned WHERE rid IS NULL

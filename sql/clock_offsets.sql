@@ -2,12 +2,12 @@
 -- the logical collectives both saw, i.e. how far the report's clock is behind; and the residual
 -- (median absolute deviation around that median) that alignment cannot remove. Input: collectives.
 WITH ends AS (
-    SELECT report, "group", op, seq, coalesce(gpu_end, cpu_end) AS e FROM collectives
+    SELECT report, logical_id, coalesce(gpu_end, cpu_end) AS e FROM collectives
 ),
 pairs AS (
     SELECT b.report, a.e - b.e AS d
     FROM ends a JOIN ends b
-      ON a."group" IS NOT DISTINCT FROM b."group" AND a.op = b.op AND a.seq = b.seq
+      ON a.logical_id = b.logical_id
     WHERE a.report = $ref AND b.report <> $ref
 ),
 med AS (

@@ -1,8 +1,13 @@
--- One row per logical collective: the calls of one communicator's seq-th operation on its ranks.
+-- One row per logical collective: the calls of one communicator's seq-th operation on its ranks
+-- (for point-to-point: the seq-th message between one pair of ranks).
 -- latency = the fastest rank's duration (the transfer itself, without waiting for late ranks).
 -- Input: collectives.
 SELECT
-    "group", op, seq,
+    logical_id,
+    any_value("group")                          AS "group",
+    any_value(pair)                             AS pair,
+    any_value(op)                               AS op,
+    any_value(seq)                              AS seq,
     min(bytes)                                  AS bytes,
     min(group_size)                             AS group_size,
     min(caller)                                 AS caller,
@@ -14,4 +19,4 @@ SELECT
     -- tie on arrival: the smallest rank is named
     arg_max(rank, (coalesce(gpu_start, cpu_start), -rank)) AS last_rank
 FROM collectives
-GROUP BY "group", op, seq
+GROUP BY logical_id

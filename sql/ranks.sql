@@ -5,7 +5,7 @@ WITH per_row AS (
     SELECT c.rank, c.duration_ns, coalesce(c.bytes, 0) AS bytes, c.duration_ns - l.latency_ns AS wait_ns
     FROM collectives c
     JOIN logical_collectives l
-      ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+      ON l.logical_id = c.logical_id
 ),
 per_rank AS (
     SELECT rank, count(*) AS calls, sum(bytes) AS bytes, sum(duration_ns) AS comm_ns, sum(wait_ns) AS wait_ns

@@ -10,7 +10,7 @@ per_row AS (
            coalesce(c.gpu_start, c.cpu_start) - l.first_arrival AS delay_ns,
            c.duration_ns - l.latency_ns                        AS wait_ns
     FROM collectives c
-    JOIN shared l ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+    JOIN shared l ON l.logical_id = c.logical_id
 )
 SELECT rank,
        sum(is_last)             AS late_count,

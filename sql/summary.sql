@@ -19,7 +19,7 @@ row_keys AS (
            string_agg(DISTINCT c.dtype, ',' ORDER BY c.dtype) AS dtype
     FROM collectives c
     JOIN logical_collectives l
-      ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+      ON l.logical_id = c.logical_id
     GROUP BY ALL
 )
 SELECT

@@ -1,6 +1,6 @@
 -- The logical collectives with the largest arrival skew (last arrival - first arrival),
 -- with who arrived last and where the call was made. Inputs: logical_collectives. $limit rows.
-SELECT op, "group", seq, bytes, step, caller, participants, last_rank,
+SELECT op, "group", pair, seq, bytes, step, caller, participants, last_rank,
        (last_arrival - first_arrival) / 1e6 AS skew_ms,
        latency_ns / 1e6                    AS latency_ms
 FROM logical_collectives

@@ -359,16 +359,19 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
             asy = "1"
         else:
             asy = "1" if _arg(args, kwargs, a_idx, a_kw, False) else "0"
+        peer = None
         if p2p is not None:
-            seq = g.p2p_seq(p2p(args, kwargs, g))
+            peer = p2p(args, kwargs, g)
+            seq = g.p2p_seq(peer)
         else:
             seq = next(g.counter)
         if not _rank_marked:
             _emit_rank_marker()
         label = _tls.api or api
         st = _step
-        return g.template(op, label, _dtype_name(dt) if dt is not None else "") % (
+        msg = g.template(op, label, _dtype_name(dt) if dt is not None else "") % (
             nbytes, numel, seq, asy, "" if st is None else st, _caller())
+        return msg if peer is None else _fmt.with_peer(msg, peer)
 
     if size_rule == "t" and p2p is None and not funcol and not always_async:
         # hot path (all_reduce, broadcast, reduce, *_single): no generic branches, templates per (group, dtype)
@@ -669,6 +672,7 @@ def _dispatch_message(name, args):
         if times_n:
             nbytes *= g.size
             numel *= g.size
+    peer = None
     if op in ("send", "recv") and pg_pos is not None:
         peer = -1
         try:
@@ -683,8 +687,9 @@ def _dispatch_message(name, args):
         _emit_rank_marker()
     asy = "1"
     st = _step
-    return g.template(op, _dispatch_api(name), _dtype_name(dt) if dt is not None else "") % (
+    msg = g.template(op, _dispatch_api(name), _dtype_name(dt) if dt is not None else "") % (
         nbytes, numel, seq, asy, "" if st is None else st, _caller())
+    return msg if peer is None else _fmt.with_peer(msg, peer)
 
 
 def _make_kernel(name, opov):

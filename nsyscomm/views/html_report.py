@@ -268,7 +268,7 @@ SELECT c.rank, l."group", l.op, l.seq, l.step, l.first_arrival,
        (c.duration_ns - l.latency_ns) / 1e6                       AS wait_ms
 FROM collectives c
 JOIN logical_collectives l
-  ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+  ON l.logical_id = c.logical_id
 WHERE l.participants >= 2
 ORDER BY l.first_arrival, l.op, l.seq, c.rank
 """

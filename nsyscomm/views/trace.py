@@ -35,7 +35,7 @@ SELECT c.*,
        coalesce(c.gpu_start, c.cpu_start) - l.first_arrival  AS arrival_delay_ns
 FROM collectives c
 LEFT JOIN logical_collectives l
-  ON l.op = c.op AND l.seq = c.seq AND l."group" IS NOT DISTINCT FROM c."group"
+  ON l.logical_id = c.logical_id
 {where}
 ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq
 """
@@ -258,13 +258,13 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
     if flows:
         groups: dict[tuple, list] = defaultdict(list)
         for r, rank, tid, start, end in primary:
-            groups[(r.get("group"), r.get("op"), r.get("seq"))].append((start, rank, tid, end, r))
+            groups[(r.get("group"), r.get("op"), r.get("seq"), r.get("logical_id"))].append((start, rank, tid, end, r))
         fid = 0
         for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
             members = sorted(groups[key])
             if len({m[1] for m in members}) < 2:
                 continue
-            g, op, seq = key
+            g, op, seq, _ = key
             name = f"{op} seq {seq}" + (f" group {g}" if g is not None else "")
             for a, b in zip(members, members[1:]):
                 fid += 1
