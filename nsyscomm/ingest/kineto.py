@@ -25,6 +25,7 @@ import bisect
 import gzip
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,7 +343,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
                     params.append(_Range(ts, end, pid, tid, name, args))
             elif cat in _RANGE_CATS and _is_comm_range(name):
                 ranges.append(_Range(ts, end, pid, tid, name, args))
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as ex:
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as ex:
         raise InputError(f"{path}: not a readable PyTorch profiler trace ({ex}); "
                          f"save one with prof.export_chrome_trace(path) or torch.profiler.tensorboard_trace_handler") from None
     if not n_events and not meta:
