@@ -54,7 +54,8 @@ def _tables(path: Path) -> dict[str, set[str]]:
         con = sqlite3.connect(uri, uri=True)
         try:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
-            return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names}
+            # table names come from the report: a parameter, never SQL text
+            return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
         finally:
             con.close()
     except sqlite3.DatabaseError as e:

@@ -140,7 +140,7 @@ def _top_skew(result: Result, console: Console, limit: int = 5) -> None:
                                                              "skew (ms)", "caller"])
     for r in top.itertuples():
         t.add_row(r.op, human_bytes(None if pd.isna(r.bytes) else r.bytes),
-                  f"{r.group if isinstance(r.group, str) else '-'}/{r.seq}",
+                  escape(f"{r.group if isinstance(r.group, str) else '-'}/{r.seq}"),
                   "-" if pd.isna(r.step) else str(int(r.step)), str(r.last_rank), fmt(r.skew_ms),
                   escape(r.caller) if isinstance(r.caller, str) else "-")
     console.print(t)
