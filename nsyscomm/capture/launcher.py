@@ -23,6 +23,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,29 +203,61 @@ def _check_output(output: str | None) -> Path:
     return out.resolve()
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _wait(proc: subprocess.Popen, warnings_: list) -> int:
-    """Wait for nsys; on Ctrl-C let nsys stop the application and finish the report."""
+    """Wait for nsys; on Ctrl-C (or SIGTERM) let nsys stop the application and finish the report.
+
+    nsys runs in its own session (see run()), so a Ctrl-C in the terminal reaches only us and
+    nsys gets exactly one SIGINT: a second one (the terminal's and ours) made nsys abandon the
+    report half-written. A second Ctrl-C here terminates nsys."""
     interrupted = False
-    while True:
-        try:
-            rc = proc.wait()
-            break
-        except KeyboardInterrupt:
-            if not interrupted:
-                interrupted = True
-                warnings_.append("interrupted: nsys was asked to stop the application and write the report")
-                try:
-                    proc.send_signal(signal.SIGINT)
-                except Exception:
-                    pass
-            else:
-                try:
-                    proc.terminate()
-                except Exception:
-                    pass
+    main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                if not interrupted:
+                    interrupted = True
+                    warnings_.append("interrupted: nsys was asked to stop the application and write the report")
+                    print("nsyscomm: interrupted: nsys is stopping the application and writing the report "
+                          "(interrupt again to abort it; the report is then lost)", file=sys.stderr, flush=True)
+                    try:
+                        proc.send_signal(signal.SIGINT)
+                    except Exception:
+                        pass
+                else:
+                    try:
+                        proc.terminate()
+                    except Exception:
+                        pass
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
     if interrupted and rc == 0:
         rc = 130
     return rc
+
+
+def _temp_reports() -> set[Path]:
+    """nsys's reports in its temporary folder. nsys writes there first and moves the report into
+    the output folder; when it cannot (a full disk), the report stays there."""
+    dirs = {Path(tempfile.gettempdir()), Path("/tmp")}
+    if os.environ.get("TMPDIR"):
+        dirs.add(Path(os.environ["TMPDIR"]))
+    found = set()
+    for d in dirs:
+        for pat in ("nsys-report-*.qdstrm", "nsys-report-*.nsys-rep"):
+            try:
+                found |= {f for f in d.glob(pat) if f.is_file()}
+            except OSError:
+                pass
+    return found
 
 
 def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float = 1800) -> list[Path]:
@@ -255,7 +289,9 @@ def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float 
             r = subprocess.run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(sq), str(rep)],
                                capture_output=True, text=True, timeout=timeout)
             if r.returncode != 0 or not sq.exists():
-                warnings_.append(f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]})")
+                warnings_.append(f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
+                                 f"the report is kept: export it later with: "
+                                 f"nsys export --type sqlite -o {shlex.quote(str(sq))} {shlex.quote(str(rep))}")
                 continue
         outs.append(sq)
     return outs
@@ -289,14 +325,35 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     else:
         full = _nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace) + cmd
 
-    (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
     try:
-        proc = subprocess.Popen(full, env=env)
+        (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
+    except OSError as e:
+        raise InputError(f"cannot write into the output folder {out_dir} ({e.strerror}): "
+                         f"free space there or pass --output with another folder") from None
+    temp_before = _temp_reports()
+    try:
+        # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
+        proc = subprocess.Popen(full, env=env, start_new_session=True)
     except OSError as e:
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH")
     rc = _wait(proc, warnings_)
+    if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
+        warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
 
-    reports = import_and_export(out_dir, nsys, warnings_)
+    try:
+        reports = import_and_export(out_dir, nsys, warnings_)
+    except OSError as e:
+        warnings_.append(f"cannot import/export the report in {out_dir} ({e.strerror or e}): "
+                         f"free space there, then run: nsys export --type sqlite REPORT.nsys-rep")
+        reports = []
     if not reports:
-        warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
+        time.sleep(0.5)   # a concurrent nsys's temporary file is moved away by then
+        stray = sorted(_temp_reports() - temp_before)
+        if stray:
+            warnings_.append(f"nsys could not write into {out_dir} (full or not writable?) and left the report "
+                             f"at {', '.join(map(str, stray))}: move it somewhere with space, then import/export it "
+                             f"(QdstrmImporter -i FILE.qdstrm; nsys export --type sqlite FILE.nsys-rep) and run "
+                             f"nsyscomm summarize on the .sqlite")
+        else:
+            warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
     return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)
