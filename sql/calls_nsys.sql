@@ -3,7 +3,12 @@
 -- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges: the
 -- nsyscomm wrapper's and PyTorch's nccl:/gloo: record_function ranges).
 -- Metadata priority per row: wrapper range > PyTorch range > kernel name alone.
-WITH ranges AS (
+WITH profiler_steps AS (
+    -- torch.profiler's ProfilerStep#N ranges give the step to calls the wrapper did not label
+    SELECT globalTid, start, "end", TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)', 1) AS BIGINT) AS step
+    FROM src_ranges WHERE name LIKE 'ProfilerStep#%'
+),
+ranges AS (
     SELECT row_number() OVER (ORDER BY start, globalTid, name) AS rid, start, "end", globalTid, name,
            CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
     FROM src_ranges
@@ -14,13 +19,34 @@ kernels AS (
 ),
 -- a range owns a kernel when it contains the kernel's launch call on the same thread;
 -- grouped calls launch at ncclGroupEnd, which the outer PyTorch/wrapper range still contains
+-- The same-thread containment join runs as a pure range join (IEJoin) on a composite key:
+-- thread index * stride + (time - t0), stride > the ranges' time span, so keys of different
+-- threads never interleave (an equality on the thread would plan as a slow hash join, DESIGN.md).
+-- Launches outside [t0, t0 + span] or on a thread without ranges get no key: no range holds them.
+threads AS (
+    SELECT globalTid, row_number() OVER (ORDER BY globalTid) - 1 AS tix
+    FROM (SELECT DISTINCT globalTid FROM ranges WHERE globalTid IS NOT NULL)
+),
+bounds AS (
+    SELECT min(start) AS t0, max("end") AS t1, max("end") - min(start) + 1 AS stride FROM ranges
+),
+range_keys AS (
+    SELECT r.rid, r.kind, r.start,
+           t.tix * b.stride + (r.start - b.t0) AS ks,
+           t.tix * b.stride + (r."end" - b.t0) AS ke
+    FROM ranges r JOIN threads t ON t.globalTid = r.globalTid, bounds b
+),
+launch_keys AS (
+    SELECT k.kid, t.tix * b.stride + (k.launch_start - b.t0) AS kl
+    FROM kernels k JOIN threads t ON t.globalTid = k.launch_tid, bounds b
+    WHERE k.launch_start BETWEEN b.t0 AND b.t1
+),
 enclosing AS (
     SELECT k.kid, r.rid, r.kind, r.start
-    FROM kernels k
-    JOIN ranges r
-      ON r.globalTid = k.launch_tid
-     AND k.launch_start >= r.start
-     AND k.launch_start <= r."end"
+    FROM launch_keys k
+    JOIN range_keys r
+      ON k.kl >= r.ks
+     AND k.kl <= r.ke
 ),
 innermost AS (
     SELECT kid, kind, arg_max(rid, start) AS rid FROM enclosing GROUP BY kid, kind
@@ -63,41 +89,48 @@ wrapper AS (
            regexp_extract(r.name, '\|caller=(.*)$', 1)                AS w_caller
     FROM ranges r LEFT JOIN by_range b ON b.rid = r.rid
     WHERE r.kind = 'wrapper'
+),
+calls AS (
+    SELECT
+        globalTid                                           AS gtid,
+        ((globalTid >> 24) & 16777215)                      AS pid,
+        (globalTid & 16777215)                              AS tid,
+        nullif(w_op, '')                                    AS op,
+        nullif(w_api, '')                                   AS api,
+        TRY_CAST(nullif(w_bytes, '') AS BIGINT)             AS bytes,
+        coalesce(nullif(w_dtype, ''), kdtype)               AS dtype,
+        TRY_CAST(nullif(w_numel, '') AS BIGINT)             AS numel,
+        nullif(w_pg, '')                                    AS "group",
+        TRY_CAST(nullif(w_gsize, '') AS INTEGER)            AS group_size,
+        nullif(w_granks, '')                                AS group_ranks,
+        TRY_CAST(nullif(w_seq, '') AS BIGINT)               AS seq,
+        nullif(w_caller, '')                                AS caller,
+        TRY_CAST(nullif(w_step, '') AS BIGINT)              AS step,
+        start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
+        'wrapper' AS source, kernel, algo, proto,
+        coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns,
+        TRY_CAST(nullif(w_peer, '') AS INTEGER)             AS peer
+    FROM wrapper
+    UNION ALL
+    -- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)
+    SELECT
+        r.globalTid, ((r.globalTid >> 24) & 16777215), (r.globalTid & 16777215),
+        NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
+        'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL
+    FROM ranges r JOIN by_range b ON b.rid = r.rid
+    WHERE r.kind = 'torch_range'
+    UNION ALL
+    -- kernels no range owns, including kernels whose launch row is outside the capture window
+    SELECT
+        launch_tid, ((coalesce(launch_tid, global_pid) >> 24) & 16777215),
+        CASE WHEN launch_tid IS NULL THEN NULL ELSE (launch_tid & 16777215) END,
+        kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        launch_start, launch_end, kstart, kend, stream, device,
+        'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL
+    FROM owned WHERE rid IS NULL
 )
-SELECT
-    ((globalTid >> 24) & 16777215)                      AS pid,
-    (globalTid & 16777215)                              AS tid,
-    nullif(w_op, '')                                    AS op,
-    nullif(w_api, '')                                   AS api,
-    TRY_CAST(nullif(w_bytes, '') AS BIGINT)             AS bytes,
-    coalesce(nullif(w_dtype, ''), kdtype)               AS dtype,
-    TRY_CAST(nullif(w_numel, '') AS BIGINT)             AS numel,
-    nullif(w_pg, '')                                    AS "group",
-    TRY_CAST(nullif(w_gsize, '') AS INTEGER)            AS group_size,
-    nullif(w_granks, '')                                AS group_ranks,
-    TRY_CAST(nullif(w_seq, '') AS BIGINT)               AS seq,
-    nullif(w_caller, '')                                AS caller,
-    TRY_CAST(nullif(w_step, '') AS BIGINT)              AS step,
-    start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
-    'wrapper' AS source, kernel, algo, proto,
-    coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns,
-    TRY_CAST(nullif(w_peer, '') AS INTEGER)             AS peer
-FROM wrapper
-UNION ALL
--- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)
-SELECT
-    ((r.globalTid >> 24) & 16777215), (r.globalTid & 16777215),
-    NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
-    'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL
-FROM ranges r JOIN by_range b ON b.rid = r.rid
-WHERE r.kind = 'torch_range'
-UNION ALL
--- kernels no range owns, including kernels whose launch row is outside the capture window
-SELECT
-    ((coalesce(launch_tid, global_pid) >> 24) & 16777215),
-    CASE WHEN launch_tid IS NULL THEN NULL ELSE (launch_tid & 16777215) END,
-    kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    launch_start, launch_end, kstart, kend, stream, device,
-    'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL
-FROM owned WHERE rid IS NULL
+SELECT c.* EXCLUDE (gtid, step),
+       coalesce(c.step, (SELECT max(s.step) FROM profiler_steps s
+                         WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end")) AS step
+FROM calls c

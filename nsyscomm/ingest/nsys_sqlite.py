@@ -21,7 +21,7 @@ from nsyscomm.ingest.names import parse_kernel
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Prefixes of NVTX names that matter to us, so the NVTX scan can drop everything else early.
-_RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%")
+_RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
 
 @dataclass

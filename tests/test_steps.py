@@ -1,0 +1,52 @@
+"""Steps: from the wrapper's step field, or from torch.profiler's ProfilerStep#N ranges."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import nsyscomm
+from tests.conftest import SAMPLES
+
+
+def test_profiler_step_ranges_label_calls_without_wrapper(tmp_path):
+    """Two ProfilerStep ranges split each rank's main thread at the median call start."""
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLES / "synthetic_nowrapper_2node", job)
+    expected = {}
+    for f in sorted(job.glob("*.sqlite")):
+        con = sqlite3.connect(f)
+        tids = [r[0] for r in con.execute(
+            "SELECT DISTINCT globalTid FROM NVTX_EVENTS WHERE text LIKE 'nccl:%'")]
+        for gtid in tids:
+            starts = sorted(r[0] for r in con.execute(
+                "SELECT start FROM NVTX_EVENTS WHERE text LIKE 'nccl:%' AND globalTid = ?", (gtid,)))
+            cut = starts[len(starts) // 2]
+            con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) "
+                        "VALUES (?, ?, 59, 'ProfilerStep#7', ?, 0)", (starts[0] - 10, cut - 1, gtid))
+            con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) "
+                        "VALUES (?, ?, 59, 'ProfilerStep#8', ?, 0)", (cut, starts[-1] + 10**6, gtid))
+            expected[(f.name, gtid & 0xFFFFFF)] = cut
+        con.commit()
+        con.close()
+    res = nsyscomm.load(job)
+    c = res.collectives
+    torch_rows = c[c.source == "torch_range"]
+    assert len(torch_rows) > 0
+    for r in torch_rows.itertuples():
+        cut = expected[(r.report, r.tid)]
+        assert r.step == (7 if r.cpu_start < cut else 8)
+    steps = res.steps
+    assert set(steps.step) == {7, 8}
+    assert steps.calls.sum() == len(c[c.step.notna()])
+
+
+def test_wrapper_steps_and_step_table():
+    res = nsyscomm.load(SAMPLES / "synthetic_ddp_4rank.sqlite")
+    steps = res.steps.set_index("step")
+    c = res.collectives
+    for step, rows in c[c.step.notna()].groupby("step"):
+        assert steps.loc[step, "calls"] == len(rows)
+        assert steps.loc[step, "comm_ms"] == sum(rows.duration_ns) / 1e6
+        busiest = rows.groupby("rank").duration_ns.sum()
+        assert steps.loc[step, "max_rank_comm_ms"] == busiest.max() / 1e6
