@@ -264,8 +264,9 @@ def combine(extracts, by_caller: bool = False) -> Result:
     warnings += rank_warnings
     con = duck.connect()
     # typed and empty first, so a job with no collectives still runs every analysis
-    con.execute(f"CREATE TEMP TABLE calls_raw AS SELECT * EXCLUDE (rank, local_rank, host, duration_ns) "
-                f"FROM ({_empty_select()})")
+    # (the columns collectives.sql derives are not taken from the sources)
+    con.execute("CREATE TEMP TABLE calls_raw AS SELECT * EXCLUDE (rank, local_rank, host, duration_ns, pair, "
+                f"logical_id) FROM ({_empty_select()})")
     if calls is not None:
         ops_map = {a: canonical_op(a) for a in calls["api"].dropna().unique()}
         from_api = calls["api"].map(ops_map)
