@@ -27,6 +27,38 @@ def ro(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
 
 
+def job_inputs() -> list:
+    """pytest params for every job we can test a view on: the real H100 window and each sample job."""
+    out = []
+    h100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
+    if h100.exists():
+        out.append(pytest.param(h100, id="real-h100-window"))
+    if SAMPLES.exists():
+        for p in sorted(SAMPLES.iterdir()):
+            if p.suffix == ".sqlite" or (p.is_dir() and any(p.glob("*.sqlite"))):
+                out.append(pytest.param(p, id=p.stem))
+    return out or [pytest.param(None, marks=pytest.mark.skip(reason="no real file and no sample reports"))]
+
+
+_LOADED: dict = {}
+
+
+def loaded(path: Path):
+    """nsyscomm.load, once per path per test session (the views only read the Result)."""
+    from nsyscomm.api import load
+
+    if path not in _LOADED:
+        _LOADED[path] = load([path])
+    return _LOADED[path]
+
+
+def sample(name: str) -> Path:
+    p = SAMPLES / name
+    if not p.exists():
+        pytest.skip(f"sample {name} not generated")
+    return p
+
+
 @pytest.fixture
 def h100_window() -> Path:
     return real_file("nsys/nsys2026.2_2xH100_nccl_window.sqlite")

@@ -20,38 +20,14 @@ from nsyscomm.api import load
 from nsyscomm.commands.views import report as report_cmd
 from nsyscomm.views import html_report
 
-from .conftest import REAL_NSYS, ROOT, SAMPLES
+from .conftest import REAL_NSYS, ROOT, SAMPLES, job_inputs, loaded, sample
 
 H100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
 EVIL = '</script><script>alert(1)</script><img src=x onerror=alert(2)>"\'&'
 
 
-def _inputs() -> list:
-    out = []
-    if H100.exists():
-        out.append(pytest.param(H100, id="real-h100-window"))
-    if SAMPLES.exists():
-        for p in sorted(SAMPLES.iterdir()):
-            if p.suffix == ".sqlite" or (p.is_dir() and any(p.glob("*.sqlite"))):
-                out.append(pytest.param(p, id=p.stem))
-    return out or [pytest.param(None, marks=pytest.mark.skip(reason="no real file and no sample reports yet"))]
-
-
-INPUTS = _inputs()
-_CACHE: dict = {}
-
-
-def loaded(path: Path):
-    if path not in _CACHE:
-        _CACHE[path] = load([path])
-    return _CACHE[path]
-
-
-def _sample(name: str) -> Path:
-    p = SAMPLES / name
-    if not p.exists():
-        pytest.skip(f"sample {name} not generated yet")
-    return p
+INPUTS = job_inputs()
+_sample = sample
 
 
 def _any_input() -> Path:

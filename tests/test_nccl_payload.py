@@ -159,7 +159,7 @@ def make_report(path: Path, encoding: str = "blob", init: bool = True, domain_cr
 
 
 def _extract(path):
-    return nccl_payload.enrich(nsys_sqlite.extract(path))
+    return nsys_sqlite.extract(path)  # extract() applies the payload hook itself
 
 
 def _rows(e):

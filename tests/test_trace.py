@@ -4,46 +4,20 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nsyscomm.api import load
 from nsyscomm.commands.views import trace as trace_cmd
 from nsyscomm.views import trace as tr
 
-from .conftest import REAL_NSYS, SAMPLES
+from .conftest import REAL_NSYS, job_inputs, loaded, sample
 
 H100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
 
 
-def _inputs() -> list:
-    out = []
-    if H100.exists():
-        out.append(pytest.param(H100, id="real-h100-window"))
-    if SAMPLES.exists():
-        for p in sorted(SAMPLES.iterdir()):
-            if p.suffix == ".sqlite" or (p.is_dir() and any(p.glob("*.sqlite"))):
-                out.append(pytest.param(p, id=p.stem))
-    return out or [pytest.param(None, marks=pytest.mark.skip(reason="no real file and no sample reports yet"))]
-
-
-INPUTS = _inputs()
-_CACHE: dict = {}
-
-
-def loaded(path: Path):
-    if path not in _CACHE:
-        _CACHE[path] = load([path])
-    return _CACHE[path]
-
-
-def _sample(name: str) -> Path:
-    p = SAMPLES / name
-    if not p.exists():
-        pytest.skip(f"sample {name} not generated yet")
-    return p
+INPUTS = job_inputs()
+_sample = sample
 
 
 def validate(doc: dict) -> dict:

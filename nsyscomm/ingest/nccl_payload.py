@@ -531,35 +531,3 @@ def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warning
             warnings.append(f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
                             f"(capture window edge): not counted")
     return calls, markers
-
-
-def enrich(extract):
-    """Standalone form of the hook: re-open ``extract.path`` and apply() to an nsys_sqlite.Extract
-    (reads the report a second time; the in-connection hook in nsys_sqlite.extract does not)."""
-    from nsyscomm import duck
-    from nsyscomm.ingest import nsys_sqlite
-    from nsyscomm.ingest.names import parse_kernel
-
-    path = extract.path
-    tables = nsys_sqlite._tables(path)
-    con = duck.connect(sqlite=True)
-    try:
-        quoted = str(path.resolve()).replace("'", "''")
-        con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
-        scratch: list[str] = []
-        nsys_sqlite._make_views(con, tables, scratch)
-        names = con.execute("""SELECT DISTINCT s.id, s.value FROM r.StringIds s
-            WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'""").fetchall()
-        kn = pd.DataFrame([(i, v, *parse_kernel(v)) for i, v in names],
-                          columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
-        con.execute("""CREATE TEMP TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
-                       proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")
-        if len(kn):
-            con.register("kernel_names_df", kn)
-            con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
-        con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
-        calls, markers = apply(con, tables, extract.calls, extract.markers, extract.warnings, extract.report, path)
-    finally:
-        con.close()
-    extract.calls, extract.markers = calls, markers
-    return extract

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 
 from nsyscomm import __version__
 from nsyscomm.api import SCHEMA_VERSION, Result
+from nsyscomm.views.units import json_value
 
 SUMMARY_KEYS = ("op", "bytes", "count", "calls", "ranks", "total_ms", "avg_ms", "p50_ms", "max_ms",
                 "algbw_GBps", "busbw_GBps", "group_size", "dtype", "caller")
@@ -16,17 +16,7 @@ _INT_KEYS = {"bytes", "count", "calls", "ranks", "group_size", "rank", "step", "
 
 
 def _clean(v, key=None):
-    if v is None:
-        return None
-    try:
-        if v != v:  # NaN, pd.NA
-            return None
-    except (TypeError, ValueError):
-        return None
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
-        return None
+    v = json_value(v)
     if key in _INT_KEYS and isinstance(v, float):
         return int(v)
     return v

@@ -17,14 +17,13 @@ command line can reach the trace.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import defaultdict
 from pathlib import Path
 
 from nsyscomm import __version__
 from nsyscomm.errors import InputError
-from nsyscomm.views.units import human_bytes
+from nsyscomm.views.units import human_bytes, json_value
 
 # the SQL the trace reads: every call with its logical collective's figures
 _CALLS_SQL = """
@@ -66,22 +65,6 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None] | None:
     return lo, hi
 
 
-def _clean(v):
-    """pandas/numpy scalars -> JSON values (NA/NaN -> None)."""
-    if v is None:
-        return None
-    try:
-        if v != v:  # NaN, pd.NA
-            return None
-    except (TypeError, ValueError):
-        return None
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and math.isinf(v):
-        return None
-    return v
-
-
 def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
     """The calls to draw (optionally only steps [lo, hi)), as plain dicts."""
     where = ""
@@ -99,7 +82,7 @@ def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[di
         where = "WHERE " + " AND ".join(conds)
     df = result.con.execute(_CALLS_SQL.format(where=where)).df()
     cols = list(df.columns)
-    return [{k: _clean(v) for k, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
+    return [{k: json_value(v) for k, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
 
 
 def event_name(call: dict) -> str:
@@ -154,9 +137,7 @@ def build(result, steps: tuple[int | None, int | None] | None = None, *, flows: 
 
 
 def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True, origin: int = 0) -> dict:
-
     # tracks: per rank, the GPU streams then the host threads, in a stable order
-    track_keys: dict[int, set] = defaultdict(set)
     placed = []  # (call, primary track key, start, end)
     for r in rows:
         if r.get("gpu_start") is not None and r.get("gpu_end") is not None:
