@@ -239,6 +239,8 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
 
 
 _TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end")
+# collectives columns computed for the whole job in sql/collectives.sql
+_DERIVED = ("rank", "local_rank", "host", "duration_ns", "pair", "logical_id")
 
 
 def _session_offsets(extracts) -> dict[str, int]:
@@ -264,13 +266,14 @@ def combine(extracts, by_caller: bool = False) -> Result:
     warnings += rank_warnings
     con = duck.connect()
     # typed and empty first, so a job with no collectives still runs every analysis
-    # (the columns collectives.sql derives are not taken from the sources)
-    con.execute("CREATE TEMP TABLE calls_raw AS SELECT * EXCLUDE (rank, local_rank, host, duration_ns, pair, "
-                f"logical_id) FROM ({_empty_select()})")
+    # the columns collectives.sql derives are never taken from the sources
+    derived = ", ".join(_DERIVED)
+    con.execute(f"CREATE TEMP TABLE calls_raw AS SELECT * EXCLUDE ({derived}) FROM ({_empty_select()})")
     if calls is not None:
         ops_map = {a: canonical_op(a) for a in calls["api"].dropna().unique()}
         from_api = calls["api"].map(ops_map)
         calls["op"] = calls["op"].where(calls["op"].notna(), from_api)
+        calls = calls.drop(columns=[c for c in _DERIVED if c in calls.columns])
         con.register("calls_df", calls)
         con.execute("INSERT INTO calls_raw BY NAME SELECT * FROM calls_df")
         con.unregister("calls_df")
