@@ -22,6 +22,8 @@ def emit(result, fmt: str, units: str, by_caller: bool) -> None:
     elif fmt == "csv":
         from nsyscomm.views.tables import csv
         click.echo(csv(result, by_caller), nl=False)
+        for w in result.warnings:   # CSV has no place for them: stderr, like the other formats' notes
+            click.echo(f"nsyscomm: warning: {w}", err=True)
     else:
         from nsyscomm.views.text import render
         render(result, console(), units, by_caller)
