@@ -75,20 +75,21 @@ by_range AS (
 ),
 wrapper AS (
     SELECT r.*, b.* EXCLUDE (rid),
-           regexp_extract(r.name, '^nsyscomm:([^|]*)', 1)             AS w_op,
-           regexp_extract(r.name, '\|api=([^|]*)', 1)                 AS w_api,
-           regexp_extract(r.name, '\|bytes=([^|]*)', 1)               AS w_bytes,
-           regexp_extract(r.name, '\|dtype=([^|]*)', 1)               AS w_dtype,
-           regexp_extract(r.name, '\|numel=([^|]*)', 1)               AS w_numel,
-           regexp_extract(r.name, '\|pg=([^|]*)', 1)                  AS w_pg,
-           regexp_extract(r.name, '\|gsize=([^|]*)', 1)               AS w_gsize,
-           regexp_extract(r.name, '\|granks=([^|]*)', 1)              AS w_granks,
-           regexp_extract(r.name, '\|seq=([^|]*)', 1)                 AS w_seq,
-           regexp_extract(r.name, '\|step=([^|]*)', 1)                AS w_step,
-           regexp_extract(r.name, '\|peer=([^|]*)', 1)                AS w_peer,
-           regexp_extract(r.name, '\|caller=(.*)$', 1)                AS w_caller
-    FROM ranges r LEFT JOIN by_range b ON b.rid = r.rid
-    WHERE r.kind = 'wrapper'
+           regexp_extract(r.head, '^nsyscomm:([^|]*)', 1)             AS w_op,
+           regexp_extract(r.head, '\|api=([^|]*)', 1)                 AS w_api,
+           regexp_extract(r.head, '\|bytes=([^|]*)', 1)               AS w_bytes,
+           regexp_extract(r.head, '\|dtype=([^|]*)', 1)               AS w_dtype,
+           regexp_extract(r.head, '\|numel=([^|]*)', 1)               AS w_numel,
+           regexp_extract(r.head, '\|pg=([^|]*)', 1)                  AS w_pg,
+           regexp_extract(r.head, '\|gsize=([^|]*)', 1)               AS w_gsize,
+           regexp_extract(r.head, '\|granks=([^|]*)', 1)              AS w_granks,
+           regexp_extract(r.head, '\|seq=([^|]*)', 1)                 AS w_seq,
+           regexp_extract(r.head, '\|step=([^|]*)', 1)                AS w_step,
+           regexp_extract(r.head, '\|peer=([^|]*)', 1)                AS w_peer,
+           -- the caller is last and read to the end: it may hold '|', '=' or newlines
+           CASE WHEN strpos(r.name, '|caller=') > 0 THEN substr(r.name, strpos(r.name, '|caller=') + 8) END AS w_caller
+    FROM (SELECT *, split_part(name, '|caller=', 1) AS head FROM ranges WHERE kind = 'wrapper') r
+    LEFT JOIN by_range b ON b.rid = r.rid
 ),
 calls AS (
     SELECT

@@ -189,15 +189,10 @@ def test_sql_extraction_agrees_with_parse(tmp_path, items, registered):
     _check_sql(tmp_path, msgs, registered)
 
 
-_SQL_TODO = ("sql/calls_nsys.sql extracts fields from the whole message: an optional field's name inside the "
-             "caller is taken for the field, and RE2's '.' stops at a newline (fix: extract from the part before "
-             "'|caller=', and read the caller with '(?s)')")
-
-
 @pytest.mark.parametrize("caller", [
-    pytest.param("train.py:3 f|peer=5", marks=pytest.mark.xfail(HAS_PEER, reason=_SQL_TODO, strict=True)),
-    pytest.param("a.py:1 g\nsecond line", marks=pytest.mark.xfail(reason=_SQL_TODO, strict=True)),
-    pytest.param("a.py:1 g\r\n", marks=pytest.mark.xfail(reason=_SQL_TODO, strict=True)),
+    "train.py:3 f|peer=5",
+    "a.py:1 g\nsecond line",
+    "a.py:1 g\r\n",
     "x.py:2 h|bytes=99|step=5|api=zz|caller=q",
 ])
 def test_sql_extraction_of_tricky_callers(tmp_path, caller):
