@@ -97,6 +97,10 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
             con.register("kernel_names_df", kn)
             con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
+        bad = con.execute("SELECT count(*) FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL").fetchone()[0]
+        if bad:
+            con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
+            warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
         calls = con.execute(duck.sql("calls_nsys")).df()
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
@@ -108,7 +112,7 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
                    TRY_CAST(regexp_extract(name, '\|local_rank=([0-9]+)', 1) AS INTEGER) AS local_rank,
                    TRY_CAST(regexp_extract(name, '\|world=([0-9]+)', 1) AS INTEGER)      AS world,
                    nullif(regexp_extract(name, '\|host=([^|]*)', 1), '')                  AS host
-            FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%'
+            FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%' AND globalTid IS NOT NULL
         """).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
@@ -146,7 +150,8 @@ def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
     if rt is not None:
         con.execute("""CREATE TEMP VIEW src_runtime AS
-            SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME""")
+            SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME
+            WHERE start IS NOT NULL AND globalTid IS NOT NULL""")
     else:
         con.execute("""CREATE TEMP VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
             NULL::BIGINT AS globalTid, NULL::BIGINT AS correlationId WHERE false""")
@@ -162,6 +167,11 @@ def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
                    e.eventType
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
             WHERE e.eventType IN (34, 59, 60) AND (s.id IS NOT NULL OR {like_text})""")
+        # a range without a start or a thread cannot be placed: say so instead of guessing
+        bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
+        if bad:
+            con.execute("DELETE FROM src_ranges WHERE start IS NULL OR globalTid IS NULL")
+            warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     else:
         con.execute("""CREATE TEMP VIEW src_ranges AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
             NULL::BIGINT AS globalTid, NULL::VARCHAR AS name, NULL::BIGINT AS eventType WHERE false""")

@@ -242,7 +242,7 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
             groups[(r.get("group"), r.get("op"), r.get("seq"), r.get("logical_id"))].append((start, rank, tid, end, r))
         fid = 0
         for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
-            members = sorted(groups[key])
+            members = sorted(groups[key], key=lambda m: m[:4])   # ties (duplicated ranks) never compare rows
             if len({m[1] for m in members}) < 2:
                 continue
             g, op, seq, _ = key
