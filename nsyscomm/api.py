@@ -171,6 +171,10 @@ class Result:
     def size_histogram(self) -> pd.DataFrame:
         return self._query("size_histogram")
 
+    @property
+    def unmatched(self) -> pd.DataFrame:
+        return self._query("unmatched")
+
     def top_skew(self, limit: int = 10) -> pd.DataFrame:
         return self._query("top_skew", limit=limit)
 

@@ -117,3 +117,25 @@ def test_exposed_communication(case):
         return
     for e in with_truth:
         assert int(per_rank.loc[e["rank"], "exposed_ns"]) == e["exposed_ns"], (name, e["rank"])
+
+
+def test_a_missing_rank_is_reported_not_guessed(tmp_path):
+    """Remove rank 2's NVTX rows from the DDP sample: every collective is then seen on 3 of 4 ranks."""
+    import shutil
+    import sqlite3
+
+    src = SAMPLES / "synthetic_ddp_4rank.sqlite"
+    ref = nsyscomm.load(src).collectives
+    pid2 = int(ref.loc[ref["rank"] == 2, "pid"].iloc[0])
+    dst = tmp_path / "r.sqlite"
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    con.execute("DELETE FROM NVTX_EVENTS WHERE ((globalTid >> 24) & 16777215) = ?", (pid2,))
+    con.commit()
+    con.close()
+    res = nsyscomm.load(dst)
+    un = res.unmatched
+    wrapped = ref[ref.source == "wrapper"]
+    assert len(un) == wrapped["logical_id"].nunique()
+    assert set(un["ranks_seen"]) == {"0,1,3"} and set(un["participants"]) == {3} and set(un["group_size"]) == {4}
+    assert any("fewer ranks than their group size" in w for w in res.warnings)
