@@ -136,8 +136,15 @@ def test_the_late_rank_is_the_straggler(job):
     import nsyscomm
 
     res, did = job
-    skew = nsyscomm.load([str(p) for p in res.reports]).skew
-    assert skew["straggler_rank"] == next(iter(did.values()))["late_rank"]
+    r = nsyscomm.load([str(p) for p in res.reports])
+    late = next(iter(did.values()))["late_rank"]
+    assert r.skew["straggler_rank"] == late
+    # the on-time ranks carry the waiting: each waits longer in total than the late rank
+    wait = r.ranks.set_index("rank")["wait_ms"]
+    others = wait.drop(late)
+    assert (others > wait[late]).all(), wait.to_dict()
+    per = {p["rank"]: p for p in r.skew["per_rank"]}
+    assert per[late]["avg_arrival_delay_ms"] == max(p["avg_arrival_delay_ms"] for p in per.values())
 
 
 def test_cli_run_returns_the_exit_code(tmp_path):
