@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import xml.etree.ElementTree as ET
@@ -108,7 +109,13 @@ def render_text(verdict: Verdict, console: Console, show: str = "changed") -> No
 
 
 def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|")
+    # report text is untrusted: no raw HTML, no table breaks
+    return html.escape(str(s), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _md_code(s: str) -> str:
+    # a code span shows HTML literally; only a backtick (or a newline) could end it early
+    return str(s).replace("`", "'").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def render_markdown(verdict: Verdict, show: str = "changed") -> str:
@@ -121,7 +128,7 @@ def render_markdown(verdict: Verdict, show: str = "changed") -> str:
         lines += ["| | op / size / n | metric | baseline | current | change | baseline band | note |",
                   "|---|---|---|---:|---:|---:|---:|---|"]
         for x in r:
-            lines.append("| " + " | ".join([_ICON.get(x["status"], "") + " " + x["status"], f"`{_md_escape(x['item'])}`",
+            lines.append("| " + " | ".join([_ICON.get(x["status"], "") + " " + x["status"], f"`{_md_code(x['item'])}`",
                                              x["metric"], x["baseline"], x["current"],
                                              f"**{x['change']}**" if x["fails"] else x["change"], x["band"],
                                              _md_escape(x["note"])]) + " |")
