@@ -89,7 +89,7 @@ def run(output, steps, per_rank, nsys_args, fmt, no_summary, debug, cmd):
     from nsyscomm.capture.launcher import run as launch
 
     res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
-                                      nsys_args=nsys_args), debug)
+                                      nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv")), debug)
     for w in res.warnings:
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)

@@ -203,6 +203,13 @@ def _check_output(output: str | None) -> Path:
     return out.resolve()
 
 
+def _stderr_fd():
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):   # a captured stderr (tests): the real one
+        return 2
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -298,7 +305,9 @@ def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float 
 
 
 def run(cmd: list[str], output: str | None = None, steps: str | None = None, per_rank: bool = False,
-        nsys_args: str | None = None) -> RunResult:
+        nsys_args: str | None = None, stdout_to_stderr: bool = False) -> RunResult:
+    """stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
+    machine-readable summary (``nsyscomm run --format json > summary.json``)."""
     if not cmd:
         raise InputError("no command to run: nsyscomm run [OPTIONS] -- CMD ...")
     cmd = list(cmd)
@@ -333,7 +342,8 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     temp_before = _temp_reports()
     try:
         # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
-        proc = subprocess.Popen(full, env=env, start_new_session=True)
+        proc = subprocess.Popen(full, env=env, start_new_session=True,
+                                stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH")
     rc = _wait(proc, warnings_)
