@@ -44,8 +44,10 @@ def main():
               help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).")
 @click.option("--nccl-log", "nccl_logs", multiple=True, type=click.Path(path_type=str),
               help="NCCL_DEBUG=INFO log or nccl-tests output: NCCL context and a reference busbw curve (repeatable).")
+@click.option("--include-env", is_flag=True,
+              help="Also output the profiled environment and command lines the reports hold (may contain secrets).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def summarize(inputs, by, fmt, units, nccl_logs, debug):
+def summarize(inputs, by, fmt, units, nccl_logs, include_env, debug):
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
@@ -53,6 +55,10 @@ def summarize(inputs, by, fmt, units, nccl_logs, debug):
 
     if inputs:
         result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs), debug)
+        if include_env:
+            from nsyscomm.views.env_out import emit_with_env
+            _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
+            return
         _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
         return
     # no input: a tour of the bundled synthetic samples, each its own job

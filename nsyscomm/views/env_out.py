@@ -1,0 +1,47 @@
+"""``summarize --include-env``: the reports' recorded environment, only when the user asks for it."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def environment(inputs) -> dict:
+    from nsyscomm.api import discover
+    from nsyscomm.ingest import environment as env
+
+    return env.for_reports(discover(inputs))
+
+
+def emit_with_env(result, inputs, fmt: str, units: str, by_caller: bool, emit) -> None:
+    envs = environment(inputs)
+    if fmt == "json":
+        from nsyscomm.views.json_out import document
+
+        doc = document(result, by_caller)
+        doc["environment"] = envs
+        click.echo(json.dumps(doc, indent=2, allow_nan=False, default=str))
+        return
+    emit(result, fmt, units, by_caller)
+    if fmt == "csv":   # one table per document: the environment would break it
+        click.echo("nsyscomm: --include-env has no place in CSV output; use --format json", err=True)
+        return
+    head = "## Environment" if fmt == "markdown" else "Environment (recorded in the reports; --include-env)"
+    lines = ["", head, ""]
+    for report, e in envs.items():
+        lines.append(f"{report}:")
+        for k, v in e.get("system", {}).items():
+            lines.append(f"  system {k} = {v}")
+        for k, v in e.get("capture", {}).items():
+            lines.append(f"  capture {k} = {v}")
+        for p in e.get("processes", []):
+            lines.append(f"  process {p['pid']}: {p['name']}")
+        for v in e.get("variables", []):
+            lines.append(f"  {v}")
+    if fmt == "markdown":
+        import html
+
+        lines = [html.escape(x, quote=False) if x.startswith("  ") else x for x in lines]
+        lines = [f"    {x}" if x.startswith("  ") else x for x in lines]
+    click.echo("\n".join(lines))
