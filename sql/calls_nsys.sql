@@ -9,48 +9,21 @@ WITH profiler_steps AS (
     FROM src_ranges WHERE name LIKE 'ProfilerStep#%'
 ),
 ranges AS (
-    SELECT row_number() OVER (ORDER BY start, globalTid, name) AS rid, start, "end", globalTid, name,
+    SELECT row_number() OVER (ORDER BY start, globalTid, name, "end") AS rid, start, "end", globalTid, name,
            CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
     FROM src_ranges
     WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'
 ),
 kernels AS (
-    SELECT row_number() OVER (ORDER BY kstart, global_pid, stream) AS kid, * FROM nccl_kernels
+    SELECT * FROM nccl_kernels   -- kid: sql/nccl_kernels.sql
 ),
 -- a range owns a kernel when it contains the kernel's launch call on the same thread;
 -- grouped calls launch at ncclGroupEnd, which the outer PyTorch/wrapper range still contains
--- The same-thread containment join runs as a pure range join (IEJoin) on a composite key:
--- thread index * stride + (time - t0), stride > the ranges' time span, so keys of different
--- threads never interleave (an equality on the thread would plan as a slow hash join, DESIGN.md).
--- Launches outside [t0, t0 + span] or on a thread without ranges get no key: no range holds them.
-threads AS (
-    SELECT globalTid, row_number() OVER (ORDER BY globalTid) - 1 AS tix
-    FROM (SELECT DISTINCT globalTid FROM ranges WHERE globalTid IS NOT NULL)
-),
-bounds AS (
-    SELECT min(start) AS t0, max("end") AS t1, max("end") - min(start) + 1 AS stride FROM ranges
-),
-range_keys AS (
-    SELECT r.rid, r.kind, r.start,
-           t.tix * b.stride + (r.start - b.t0) AS ks,
-           t.tix * b.stride + (r."end" - b.t0) AS ke
-    FROM ranges r JOIN threads t ON t.globalTid = r.globalTid, bounds b
-),
-launch_keys AS (
-    SELECT k.kid, t.tix * b.stride + (k.launch_start - b.t0) AS kl
-    FROM kernels k JOIN threads t ON t.globalTid = k.launch_tid, bounds b
-    WHERE k.launch_start BETWEEN b.t0 AND b.t1
-),
-enclosing AS (
-    SELECT k.kid, r.rid, r.kind, r.start
-    FROM launch_keys k
-    JOIN range_keys r
-      ON k.kl >= r.ks
-     AND k.kl <= r.ke
-),
-innermost AS (
-    SELECT kid, kind, arg_max(rid, start) AS rid FROM enclosing GROUP BY kid, kind
-),
+-- innermost (kid, kind, rid): per NCCL kernel and kind of range, the innermost range (latest
+-- start) containing the kernel's launch call on the same thread. It is made by nsys_sqlite.py
+-- (_LAUNCH_OWNERS) as a range join (IEJoin) in a statement of its own: in DuckDB 1.5 any
+-- materialized CTE in a query turns IEJoins into quadratic piecewise merge joins. Its rid is
+-- this `ranges` rid (same filter and order; ties are identical rows).
 owned AS (
     SELECT k.*,
            coalesce(w.rid, t.rid) AS rid

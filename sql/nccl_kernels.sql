@@ -2,7 +2,9 @@
 -- Inputs (views made by nsyscomm/ingest/nsys_sqlite.py): src_kernels, src_runtime, nccl_kernel_names.
 -- The launch join is process-aware: correlation ids restart in every process, so
 -- correlationId alone would pair a kernel with launches of other ranks.
+-- kid numbers the kernels (in time order) for sql/calls_nsys.sql.
 SELECT
+    row_number() OVER (ORDER BY k.start, k.globalPid, k.streamId, k."end", k.correlationId) AS kid,
     k.start            AS kstart,
     k."end"            AS kend,
     k.deviceId         AS device,

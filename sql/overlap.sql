@@ -28,13 +28,27 @@ islands AS (
            min(s) AS s, max(e) AS e, count(*) AS calls
     FROM g GROUP BY scope, rank, step, report, pid, device, isl
 ),
+-- Compute islands of one (report, pid, device) are disjoint, so the compute time hidden under
+-- [s, e] is B(e) - B(s), with B(t) the compute busy time before t: the busy time of the islands
+-- before the last island starting at or before t, plus that island's part before t. B is found
+-- with an ASOF join (sort-merge; a range join per device would compare every pair).
+ci AS (
+    SELECT report, pid, coalesce(device, -1) AS dev, start, "end",
+           coalesce(sum("end" - start) OVER (PARTITION BY report, pid, coalesce(device, -1) ORDER BY start
+                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+    FROM compute_islands
+),
+points AS (
+    SELECT iid, report, pid, coalesce(device, -1) AS dev, s AS t, -1 AS sign FROM islands
+    UNION ALL
+    SELECT iid, report, pid, coalesce(device, -1) AS dev, e AS t, 1 AS sign FROM islands
+),
 hidden AS (
-    SELECT c.iid, sum(least(c.e, i."end") - greatest(c.s, i.start)) AS ns
-    FROM islands c
-    JOIN compute_islands i
-      ON i.report = c.report AND i.pid = c.pid AND i.device IS NOT DISTINCT FROM c.device
-     AND i.start < c.e AND i."end" > c.s
-    GROUP BY c.iid
+    SELECT p.iid, sum(p.sign * coalesce(i.before + least(p.t, i."end") - i.start, 0)) AS ns
+    FROM points p
+    ASOF LEFT JOIN ci i
+      ON i.report = p.report AND i.pid = p.pid AND i.dev = p.dev AND p.t >= i.start
+    GROUP BY p.iid
 )
 SELECT c.scope, c.rank, c.step,
        sum(c.calls)                               AS calls,

@@ -24,6 +24,31 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
 
+# Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel and kind of range, the
+# innermost range containing its launch on the same thread. The same-thread containment runs as
+# a pure range join (IEJoin) on one number line: thread index * stride + (t - t0), with stride >
+# the ranges' time span, so threads never interleave (an equality on the thread plans as a slow
+# hash join, DESIGN.md). Launches outside [t0, t1] get no key: no range holds them.
+_LAUNCH_OWNERS = """CREATE TEMP TABLE innermost AS
+SELECT e.kid, e.kind, arg_max(e.rid, e.start) AS rid
+FROM (SELECT l.kid, r.rid, r.kind, r.start
+      FROM (SELECT k.kid, t.base + k.launch_start AS kl
+            FROM nccl_kernels k JOIN range_threads t ON t.globalTid = k.launch_tid
+            WHERE k.launch_start BETWEEN t.t0 AND t.t1) l
+      JOIN (SELECT r.rid, r.kind, r.start, t.base + r.start AS ks, t.base + r."end" AS ke
+            FROM (SELECT row_number() OVER (ORDER BY start, globalTid, name, "end") AS rid, start, "end", globalTid,
+                         CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
+                  FROM src_ranges
+                  WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%') r
+            JOIN range_threads t ON t.globalTid = r.globalTid) r
+        ON l.kl >= r.ks AND l.kl <= r.ke) e
+GROUP BY e.kid, e.kind"""
+_RANGE_THREADS = """CREATE TEMP TABLE range_threads AS
+SELECT d.globalTid, (row_number() OVER (ORDER BY d.globalTid) - 1) * b.stride - b.t0 AS base, b.t0, b.t1
+FROM (SELECT DISTINCT globalTid FROM src_ranges WHERE globalTid IS NOT NULL) d,
+     (SELECT min(start) AS t0, max("end") AS t1, max("end") - min(start) + 1 AS stride FROM src_ranges) b"""
+
+
 @dataclass
 class Extract:
     """What one report contributes to a job: its calls and what ranks them."""
@@ -101,6 +126,11 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
         if bad:
             con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
             warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
+        # the range join of calls_nsys.sql, on its own (see _LAUNCH_OWNERS); its estimated sides are
+        # small, and below merge_join_threshold DuckDB would plan a quadratic piecewise merge join
+        con.execute(_RANGE_THREADS)
+        con.execute("SET merge_join_threshold = 0")
+        con.execute(_LAUNCH_OWNERS)
         calls = con.execute(duck.sql("calls_nsys")).df()
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
