@@ -192,12 +192,15 @@ class Result:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
 
 
-def load(paths=None, *, by_caller: bool = False, nccl_logs=()) -> Result:
+def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None = None, cache: bool = True,
+         dask: str | None = None) -> Result:
     """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
     job's NCCL context and a reference bandwidth curve."""
     files = discover(paths)
     names = _report_names(files)
-    extracts = [extract_one(f, n) for f, n in zip(files, names)]
+    from nsyscomm import scale  # jobs/cache/dask: parallel extraction, Parquet cache, Dask cluster
+
+    extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask)
     result = combine(extracts, by_caller=by_caller)
     if nccl_logs:
         from nsyscomm.ingest import nccl_log

@@ -46,15 +46,21 @@ def main():
               help="NCCL_DEBUG=INFO log or nccl-tests output: NCCL context and a reference busbw curve (repeatable).")
 @click.option("--include-env", is_flag=True,
               help="Also output the profiled environment and command lines the reports hold (may contain secrets).")
+@click.option("--no-cache", is_flag=True, help="Extract every report again; neither read nor write the cache.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Reports extracted in parallel (default: the usable cores).")
+@click.option("--dask", "dask_address", metavar="ADDRESS", default=None,
+              help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def summarize(inputs, by, fmt, units, nccl_logs, include_env, debug):
+def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, dask_address, debug):
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
     from nsyscomm.api import load, sample_jobs
 
+    scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address}
     if inputs:
-        result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs), debug)
+        result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
         if include_env:
             from nsyscomm.views.env_out import emit_with_env
             _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
@@ -69,7 +75,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, debug):
     for job in jobs:
         if fmt in ("text", "markdown"):
             click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
-        result = _run_guarded(lambda: load([job], nccl_logs=nccl_logs), debug)
+        result = _run_guarded(lambda: load([job], nccl_logs=nccl_logs, **scale_opts), debug)
         _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
 
 

@@ -1,0 +1,140 @@
+"""A normalized Parquet cache of per-report extracts.
+
+One entry per (report file, its size and mtime, the name it has in the job, the ingest code):
+a folder with calls/markers/spans/compute as Parquet and meta.json (report, session start,
+version, warnings). Entries live outside the input's folder: ``$NSYSCOMM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/nsyscomm``, else ``~/.cache/nsyscomm``. Writes go to a temporary folder
+renamed into place (atomic); an unreadable entry is ignored, removed and rebuilt.
+
+Like the report itself, an entry holds only what the ingest kept (no environment strings from
+StringIds or the metadata tables).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+CACHE_FORMAT = 1
+_FRAMES = ("calls", "markers", "spans", "compute")
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("NSYSCOMM_CACHE_DIR")
+    if d:
+        return Path(d)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "nsyscomm"
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """Hash of the code that makes an extract (ingest modules and SQL): a new version never
+    reads entries an older one wrote."""
+    from nsyscomm import __version__
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256(f"{CACHE_FORMAT}:{__version__}".encode())
+    files = sorted((root / "ingest").glob("*.py"))
+    try:
+        from importlib import resources
+
+        sql = Path(str(resources.files("nsyscomm.sql")))
+    except ModuleNotFoundError:
+        sql = root.parent / "sql"
+    files += sorted(sql.glob("*.sql"))
+    files += [root / "duck.py", root / "schema.py"]
+    for f in files:
+        try:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        except OSError:
+            pass
+    return h.hexdigest()[:16]
+
+
+def key(path: Path, report: str) -> str:
+    st = Path(path).stat()
+    ident = json.dumps([str(Path(path).resolve()), st.st_size, st.st_mtime_ns, report, code_fingerprint()])
+    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def load(path: Path, report: str, root: Path | None = None):
+    """The cached Extract of ``path`` named ``report``, or None (missing or unreadable)."""
+    from nsyscomm.ingest.nsys_sqlite import Extract
+
+    root = root or cache_dir()
+    try:
+        entry = root / key(path, report)
+    except OSError:
+        return None
+    if not entry.is_dir():
+        return None
+    try:
+        meta = json.loads((entry / "meta.json").read_text())
+        if meta.get("format") != CACHE_FORMAT or meta.get("report") != report:
+            raise ValueError("format")
+        frames = {}
+        for name in _FRAMES:
+            f = entry / f"{name}.parquet"
+            frames[name] = pd.read_parquet(f) if name in meta["frames"] else None
+        return Extract(report=report, path=Path(path), calls=frames["calls"], markers=frames["markers"],
+                       spans=frames["spans"], compute=frames["compute"],
+                       session_start_utc_ns=meta["session_start_utc_ns"], nsys_version=meta["nsys_version"],
+                       warnings=list(meta["warnings"]))
+    except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def store(extract, path: Path, root: Path | None = None) -> Path | None:
+    """Write ``extract`` as the entry of ``path``; returns the entry, None when the cache is not
+    writable (the cache is an optimization: never an error)."""
+    root = root or cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        entry = root / key(path, extract.report)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    except OSError:
+        return None
+    try:
+        present = []
+        for name in _FRAMES:
+            df = getattr(extract, name)
+            if df is not None:
+                df.to_parquet(tmp / f"{name}.parquet", index=False)
+                present.append(name)
+        meta = {"format": CACHE_FORMAT, "report": extract.report, "source": str(Path(path).resolve()),
+                "frames": present, "session_start_utc_ns": extract.session_start_utc_ns,
+                "nsys_version": extract.nsys_version, "warnings": list(extract.warnings)}
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another process wrote the same entry first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        return entry
+    except Exception:  # noqa: BLE001
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+
+
+def cached_extract(path: Path, report: str, cache: bool = True):
+    """Extract of one report through the cache (``cache=False``: always extract, never write)."""
+    from nsyscomm import api
+
+    path = Path(path)
+    if cache:
+        hit = load(path, report)
+        if hit is not None:
+            return hit
+    e = api.extract_one(path, report)
+    if cache:
+        store(e, path)
+    return e

@@ -1,0 +1,129 @@
+"""The map stage at scale: extract many reports in parallel (a process pool, or an existing Dask
+cluster), through the Parquet cache (nsyscomm.cache), with a progress bar.
+
+The combining stage (api.combine) reads only what these return: one Extract per report.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+from nsyscomm.cache import cached_extract
+
+# show a progress bar without a terminal from this many reports on (a job's log then shows it)
+MANY_REPORTS = 64
+
+
+def _one(path: str, name: str, cache: bool):
+    return cached_extract(Path(path), name, cache)
+
+
+def _want_progress(progress, n: int) -> bool:
+    if progress is not None:
+        return bool(progress)
+    if n < 2:
+        return False
+    return sys.stderr.isatty() or n >= MANY_REPORTS
+
+
+class _Bar:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, what: str):
+        self.p = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.p = Progress(TextColumn("[bold]nsyscomm[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.p.start()
+            self.task = self.p.add_task(what, total=total)
+
+    def advance(self, k: int = 1) -> None:
+        if self.p is not None:
+            self.p.advance(self.task, k)
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()
+
+
+def default_jobs(n: int) -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, n))
+
+
+def extract_many(files, names, *, jobs: int | None = None, cache: bool = True, dask: str | None = None,
+                 progress: bool | None = None) -> list:
+    """Extract every report (same order as ``files``). ``jobs``: worker processes (default: the
+    usable cores, at most one per report; 1 runs in this process). ``dask``: the address of a
+    running Dask scheduler (``tcp://host:8786``) to run the extraction on instead. ``progress``:
+    None shows a bar on stderr when it is a terminal or there are many reports."""
+    files = [str(f) for f in files]
+    names = list(names)
+    n = len(files)
+    if n == 0:
+        return []
+    bar = _Bar(_want_progress(progress, n), n, f"extracting {n} report(s)")
+    try:
+        if dask:
+            return _on_dask(files, names, cache, dask, bar)
+        jobs = default_jobs(n) if not jobs else max(1, int(jobs))
+        if jobs == 1 or n == 1:
+            out = []
+            for f, name in zip(files, names):
+                out.append(_one(f, name, cache))
+                bar.advance()
+            return out
+        return _on_pool(files, names, cache, jobs, bar)
+    finally:
+        bar.close()
+
+
+def _on_pool(files, names, cache, jobs, bar) -> list:
+    # fork where there is one: workers start at once and inherit the imported modules
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    out: list = [None] * len(files)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pending = {pool.submit(_one, f, name, cache): i for i, (f, name) in enumerate(zip(files, names))}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = pending.pop(fut)
+                    out[i] = fut.result()  # a report's InputError surfaces here, as in the serial run
+                    bar.advance()
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    return out
+
+
+def _on_dask(files, names, cache, address, bar) -> list:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        from nsyscomm.errors import InputError
+
+        raise InputError("--dask needs the distributed package: pip install 'nsyscomm[dask]'") from None
+    client = Client(address, set_as_default=False)
+    try:
+        futures = client.map(_one, files, names, [cache] * len(files), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list = [None] * len(files)
+        for fut in as_completed(futures):
+            out[index[fut.key]] = fut.result()
+            bar.advance()
+        return out
+    finally:
+        client.close()
