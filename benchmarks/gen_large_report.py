@@ -61,6 +61,7 @@ class _Writer:
             self.con.execute(synth.create_statement(t))
         self.buf: dict[str, list] = {t: [] for t in synth.TABLES}
         self.strings: dict[str, int] = {}
+        self.shapes: dict[str, tuple] = {}
         self.rows = 0
 
     def sid(self, s: str) -> int:
@@ -92,10 +93,10 @@ class _Writer:
 
 
 def _kernel_row(w: _Writer, name: str, start, end, device, stream, corr, gpid, grid) -> tuple:
-    shape = _SHAPES.get(name)
+    shape = w.shapes.get(name)  # string ids are per report
     if shape is None:
         s = synth._kernel_shape(name)
-        shape = _SHAPES[name] = (
+        shape = w.shapes[name] = (
             w.sid(synth._demangled(name)), w.sid(name), w.sid(synth._mangled(name)),
             s["launchType"], s["cacheConfig"], s["registersPerThread"], s["gridX"], s["gridY"], s["gridZ"],
             s["blockX"], s["blockY"], s["blockZ"], s["staticSharedMemory"], s["dynamicSharedMemory"],
@@ -109,8 +110,6 @@ def _kernel_row(w: _Writer, name: str, start, end, device, stream, corr, gpid, g
             bz, ssm, dsm, lmt, lmtot, grid, sme, None, smlc, None, None, None, None, cx, cy, cz, csp, mpcs, mac, None,
             "[]")
 
-
-_SHAPES: dict[str, tuple] = {}
 
 
 def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_share=0.1, seed=0,
@@ -127,7 +126,6 @@ def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_s
         out.parent.mkdir(parents=True, exist_ok=True)
         paths = [out]
     writers = [_Writer(p) for p in paths]
-    _SHAPES.clear()
     launch_rt, launch_drv = synth.LAUNCH_RUNTIME, synth.LAUNCH_DRIVER
 
     def W(r):

@@ -111,7 +111,7 @@ def _on_pool(files, names, cache, jobs, bar) -> list:
 
 def _on_dask(files, names, cache, address, bar) -> list:
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
     except ImportError:
         from nsyscomm.errors import InputError
 
@@ -119,10 +119,9 @@ def _on_dask(files, names, cache, address, bar) -> list:
     client = Client(address, set_as_default=False)
     try:
         futures = client.map(_one, files, names, [cache] * len(files), pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        out: list = [None] * len(files)
-        for fut in as_completed(futures):
-            out[index[fut.key]] = fut.result()
+        out = []
+        for fut in futures:  # in order; the cluster runs them all meanwhile
+            out.append(fut.result())
             bar.advance()
         return out
     finally:

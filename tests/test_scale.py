@@ -1,0 +1,154 @@
+"""Scale: Parquet cache, parallel extraction, Dask, large-report generator (issue #7)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from nsyscomm import api, cache, scale
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_large_report", ROOT / "benchmarks" / "gen_large_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("NSYSCOMM_CACHE_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def per_rank(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    info = _gen().generate(out, ranks=6, steps=2, layers=3, kernels_per_layer=10, nccl_share=0.2, per_rank=True)
+    return out, info
+
+
+def _same(a, b):
+    for attr in ("calls", "markers", "spans", "compute"):
+        x, y = getattr(a, attr), getattr(b, attr)
+        assert (x is None) == (y is None), attr
+        if x is not None:
+            # row order of an extract is not part of its contract (parallel SQL): compare as sets of rows
+            xs = x.astype(str).sort_values(list(x.columns)).reset_index(drop=True)
+            ys = y.astype(str).sort_values(list(y.columns)).reset_index(drop=True)
+            pd.testing.assert_frame_equal(xs, ys)
+    assert (a.report, a.session_start_utc_ns, a.nsys_version, a.warnings) == \
+           (b.report, b.session_start_utc_ns, b.nsys_version, b.warnings)
+
+
+def _result_json(r) -> dict:
+    from nsyscomm.views.json_out import dumps
+
+    return json.loads(dumps(r, False))
+
+
+def test_cache_round_trip_and_hit(cache_home, tmp_path):
+    src = tmp_path / SAMPLE.name
+    shutil.copy(SAMPLE, src)
+    fresh = api.extract_one(src, "r")
+    first = cache.cached_extract(src, "r")
+    _same(fresh, first)
+    entries = [p for p in cache_home.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "meta.json").exists()
+    assert not list(tmp_path.glob("*.parquet"))  # nothing beside the input
+    hit = cache.load(src, "r")
+    assert hit is not None
+    _same(fresh, hit)
+
+
+def test_cache_key_follows_size_mtime_and_name(tmp_path):
+    src = tmp_path / SAMPLE.name
+    shutil.copy(SAMPLE, src)
+    k = cache.key(src, "r")
+    assert cache.key(src, "other") != k
+    import os
+
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert cache.key(src, "r") != k
+
+
+def test_corrupt_entry_is_rebuilt(cache_home, tmp_path):
+    src = tmp_path / SAMPLE.name
+    shutil.copy(SAMPLE, src)
+    cache.cached_extract(src, "r")
+    entry = cache_home / cache.key(src, "r")
+    (entry / "calls.parquet").write_bytes(b"not parquet")
+    assert cache.load(src, "r") is None and not entry.exists()
+    again = cache.cached_extract(src, "r")
+    _same(api.extract_one(src, "r"), again)
+    assert cache.load(src, "r") is not None
+    (entry / "meta.json").write_text("{")
+    assert cache.load(src, "r") is None
+
+
+def test_no_cache_writes_nothing(cache_home):
+    api.load([SAMPLE], cache=False)
+    assert not cache_home.exists() or not any(cache_home.iterdir())
+
+
+def test_parallel_equals_serial(per_rank):
+    folder, info = per_rank
+    serial = api.load([folder], jobs=1, cache=False)
+    parallel = api.load([folder], jobs=2, cache=False)
+    cached = api.load([folder], jobs=2)
+    again = api.load([folder], jobs=2)  # from the cache
+    ref = _result_json(serial)
+    assert ref["summary"] and sum(r["calls"] for r in ref["summary"]) == info["ranks"] * info["collectives_per_rank"]
+    for other in (parallel, cached, again):
+        assert _result_json(other) == ref
+
+
+def test_generator_counts(per_rank):
+    folder, info = per_rank
+    r = api.load([folder], cache=False)
+    assert len(r.reports) == info["reports"] == 6
+    assert sorted(r.ranks["rank"]) == list(range(6))
+    assert int(r.summary["count"].sum()) == info["logical_collectives"]
+    assert not [w for w in r.warnings if "fewer ranks" in w]
+
+
+def test_progress_flag_does_not_change_results(per_rank, capsys):
+    folder, _ = per_rank
+    files = api.discover([folder])
+    names = api._report_names(files)
+    a = scale.extract_many(files, names, jobs=1, cache=False, progress=True)
+    b = scale.extract_many(files, names, jobs=1, cache=False, progress=False)
+    for x, y in zip(a, b):
+        _same(x, y)
+    assert "extracting" in capsys.readouterr().err
+
+
+def test_errors_surface_from_workers(tmp_path):
+    from nsyscomm.errors import InputError
+
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
+    with pytest.raises(InputError):
+        api.load([SAMPLE, bad], jobs=2, cache=False)
+
+
+def test_dask_local_cluster_equals_local_run(per_rank):
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    folder, _ = per_rank
+    ref = _result_json(api.load([folder], jobs=1, cache=False))
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        got = api.load([folder], dask=cluster.scheduler_address, cache=False)
+    assert _result_json(got) == ref
