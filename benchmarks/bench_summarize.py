@@ -1,0 +1,88 @@
+"""Wall time and peak RSS of `nsyscomm summarize` on one report, against the ingestion floor.
+
+    python benchmarks/bench_summarize.py REPORT.sqlite [--runs 3]
+
+Floor: the time SQLite itself takes to scan the columns the ingest reads (every row of the
+kernel, launch and NVTX tables, each used column decoded: sum()/length() over them, in C, no
+Python objects), measured in the same run, file in the page cache. Each summarize runs in a
+fresh process (`--no-cache`, then once more with the cache warm); peak RSS is that process's.
+Prints best and median of the runs and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FLOOR = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": 'total(start), total("end"), total(deviceId), total(streamId), '
+                                  'total(correlationId), total(globalPid), total(shortName)',
+    "CUPTI_ACTIVITY_KIND_RUNTIME": 'total(start), total("end"), total(globalTid), total(correlationId)',
+    "NVTX_EVENTS": 'total(start), total("end"), total(eventType), total(globalTid), total(length(text)), '
+                   'total(textId), total(domainId)',
+    "StringIds": "total(id), total(length(value))",
+}
+
+
+def floor_s(path: str) -> float:
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+    t0 = time.perf_counter()
+    for t, cols in FLOOR.items():
+        if t in tables:
+            con.execute(f"SELECT count(*), {cols} FROM {t}").fetchall()
+    return time.perf_counter() - t0
+
+
+def run(path: str, *extra: str, env=None) -> tuple[float, float]:
+    """(wall s, peak RSS MB) of one summarize in a child process."""
+    code = ("import sys, resource; from nsyscomm.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", code, "summarize", path, "--format", "json", *extra],
+                       capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode:
+        raise SystemExit(p.stderr)
+    rss_kb = max(int(p.stderr.strip().splitlines()[-1]),
+                 resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "--jobs" in extra else 0)
+    return wall, rss_kb / 1024
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("report")
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args(argv)
+    env = dict(os.environ, NSYSCOMM_CACHE_DIR=tempfile.mkdtemp(prefix="nsyscomm-bench-cache-"))
+    floor_s(a.report)  # warm the page cache
+    floors, walls, rsss = [], [], []
+    for _ in range(a.runs):
+        floors.append(floor_s(a.report))
+        w, r = run(a.report, "--no-cache", env=env)
+        walls.append(w)
+        rsss.append(r)
+    run(a.report, env=env)  # fill the cache
+    hits = [run(a.report, env=env)[0] for _ in range(a.runs)]
+    size = os.path.getsize(a.report) / 1e6
+    f_best, w_best = min(floors), min(walls)
+    print(f"report {a.report} ({size:.0f} MB), load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    print(f"floor (SQLite scan of the used columns): best {f_best:.2f} s, median {statistics.median(floors):.2f} s")
+    print(f"summarize --no-cache: best {w_best:.2f} s, median {statistics.median(walls):.2f} s; "
+          f"peak RSS max {max(rsss):.0f} MB")
+    print(f"ratio to floor: best {w_best / f_best:.2f}x, median {statistics.median(walls) / statistics.median(floors):.2f}x")
+    print(f"summarize, cache hit: best {min(hits):.2f} s, median {statistics.median(hits):.2f} s "
+          f"({min(hits) / w_best:.0%} of the first)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
