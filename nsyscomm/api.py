@@ -227,6 +227,19 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
                 rows.append((e.report, pid, *marked[pid]))
             elif pid in set(e.calls["pid"].dropna().astype(int)):
                 unmarked.append((e.report, pid))
+    # a rank claimed twice (two jobs' reports mixed, a restarted process) would merge two processes'
+    # calls into one rank: the first claimant keeps it, the others get free numbers, loudly
+    seen: set[int] = set()
+    kept, clashes = [], []
+    for r in rows:
+        (clashes if r[2] in seen else kept).append(r)
+        seen.add(r[2])
+    if clashes:
+        who = ", ".join(f"{r[0]}:{r[1]}" for r in clashes)
+        warnings.append(f"rank(s) {sorted({r[2] for r in clashes})} claimed by several processes; "
+                        f"renumbered: {who} (are these reports from one job?)")
+        unmarked += [(r[0], r[1]) for r in clashes]
+        rows = kept
     taken = {r[2] for r in rows}
     if unmarked:
         nxt = 0
@@ -235,14 +248,10 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
                 nxt += 1
             rows.append((report, pid, nxt, None, None))
             taken.add(nxt)
-        warnings.append(f"{len(unmarked)} process(es) carry no nsyscomm rank marker: "
-                        f"ranks assigned in process order (report, pid)")
-    df = pd.DataFrame(rows, columns=["report", "pid", "rank", "local_rank", "host"])
-    dup = df[df.duplicated("rank", keep=False)]
-    if len(dup):
-        warnings.append(f"rank(s) {sorted(set(dup['rank']))} claimed by several processes: "
-                        f"{', '.join(f'{r.report}:{r.pid}' for r in dup.itertuples())}")
-    return df, warnings
+        if len(unmarked) > len(clashes):
+            warnings.append(f"{len(unmarked) - len(clashes)} process(es) carry no nsyscomm rank marker: "
+                            f"ranks assigned in process order (report, pid)")
+    return pd.DataFrame(rows, columns=["report", "pid", "rank", "local_rank", "host"]), warnings
 
 
 _TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end")
@@ -288,6 +297,12 @@ def combine(extracts, by_caller: bool = False) -> Result:
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
     con.execute("DELETE FROM calls_raw WHERE op IS NULL")
+    # absurd timestamps (end before start) would give negative latencies: leave those calls out
+    backwards = con.execute("SELECT count(*) FROM calls_raw WHERE cpu_end < cpu_start OR gpu_end < gpu_start"
+                            ).fetchone()[0]
+    if backwards:
+        warnings.append(f"{backwards} call(s) end before they start (corrupt timestamps): left out")
+        con.execute("DELETE FROM calls_raw WHERE cpu_end < cpu_start OR gpu_end < gpu_start")
     con.execute("CREATE TEMP VIEW calls AS SELECT * FROM calls_raw")
     _register(con, "proc_ranks", proc_ranks,
               "report::VARCHAR AS report, pid::BIGINT AS pid, rank::INTEGER AS rank, "

@@ -96,7 +96,7 @@ def run(output, steps, per_rank, nsys_args, fmt, no_summary, debug, cmd):
       nsyscomm run -- python train.py
       nsyscomm run --steps 10:20 -- torchrun --nproc-per-node 8 train.py
 
-    Exits with CMD's exit status."""
+    Exits with CMD's exit status (2 when CMD succeeded but no report was produced)."""
     from nsyscomm.api import load
     from nsyscomm.capture.launcher import run as launch
 
@@ -110,6 +110,8 @@ def run(output, steps, per_rank, nsys_args, fmt, no_summary, debug, cmd):
         _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)
+        # the command's own failure comes first; a clean run that left no report is ours to flag
+        sys.exit(res.exit_code or 2)
     sys.exit(res.exit_code)
 
 

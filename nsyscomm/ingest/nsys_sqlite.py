@@ -8,9 +8,11 @@ create the table because nothing of that kind was captured).
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
 from nsyscomm import duck
@@ -96,6 +98,53 @@ def _col(cols: set[str], name: str, alias: str | None = None, table: str = "") -
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
     path = Path(path)
     report = report or path.name
+    try:
+        return _extract(path, report, threads)
+    except duckdb.Error as e:
+        if "unicode" not in str(e).lower():
+            raise
+    # DuckDB rejects text that is not UTF-8 (a profiled program's NVTX strings can be anything):
+    # read a private copy whose strings had their bad bytes replaced; the input stays untouched
+    with tempfile.TemporaryDirectory(prefix="nsyscomm-") as tmp:
+        copy, fixed = _utf8_copy(path, Path(tmp) / "report.sqlite")
+        e = _extract(copy, report, threads)
+    e.path = path
+    e.warnings.append(f"{report}: {fixed} string(s) were not valid UTF-8; read with the bad bytes replaced")
+    return e
+
+
+_TEXT_COLUMNS = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}
+
+
+def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
+    fixed = 0
+
+    def fix(b):
+        nonlocal fixed
+        text = bytes(b).decode("utf-8", "replace")
+        if "\ufffd" in text:
+            fixed += 1
+        return text
+
+    src = sqlite3.connect(f"file:{path.resolve().as_posix()}?mode=ro&immutable=1", uri=True)
+    out = sqlite3.connect(dst)
+    try:
+        src.backup(out)
+        out.create_function("nsyscomm_utf8", 1, fix, deterministic=True)
+        tables = _tables(dst)
+        for table, cols in _TEXT_COLUMNS.items():  # names from the fixed list above
+            for c in cols:
+                if c in tables.get(table, ()):
+                    out.execute(f'UPDATE "{table}" SET "{c}" = nsyscomm_utf8(CAST("{c}" AS BLOB)) '
+                                f'WHERE typeof("{c}") = \'text\'')
+        out.commit()
+    finally:
+        src.close()
+        out.close()
+    return dst, fixed
+
+
+def _extract(path: Path, report: str, threads: int | None) -> Extract:
     tables = _tables(path)
     warnings: list[str] = []
     if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
