@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from nsyscomm import duck, ops, schema
 from nsyscomm.errors import InputError
@@ -290,7 +291,8 @@ def combine(extracts, by_caller: bool = False) -> Result:
         from_api = calls["api"].map(ops_map)
         calls["op"] = calls["op"].where(calls["op"].notna(), from_api)
         calls = calls.drop(columns=[c for c in _DERIVED if c in calls.columns])
-        con.register("calls_df", calls)
+        # through Arrow: registering pandas' Arrow-backed strings directly copies them to numpy first
+        con.register("calls_df", pa.Table.from_pandas(calls, preserve_index=False))
         con.execute("INSERT INTO calls_raw BY NAME SELECT * FROM calls_df")
         con.unregister("calls_df")
     skipped = con.execute("SELECT count(*) FROM calls_raw WHERE op IS NULL").fetchone()[0]
@@ -309,9 +311,6 @@ def combine(extracts, by_caller: bool = False) -> Result:
               "local_rank::INTEGER AS local_rank, host::VARCHAR AS host")
     _register(con, "proc_spans", _stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
               "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
-    _register(con, "compute_islands", _stack(extracts, "compute", ["pid", "device", "start", "end"]),
-              'report::VARCHAR AS report, pid::BIGINT AS pid, device::INTEGER AS device, '
-              'start::BIGINT AS start, "end"::BIGINT AS "end"')
     if any(offsets.values()):
         _shift(con, offsets)
     con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
@@ -362,8 +361,6 @@ def _shift(con, offsets: dict[str, int]) -> None:
         sets = ", ".join(f"{c} = {c} + $off" for c in _TIME_COLS)
         con.execute(f"UPDATE calls_raw SET {sets} WHERE report = $r", {"off": off, "r": report})
         con.execute("UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
-                    {"off": off, "r": report})
-        con.execute('UPDATE compute_islands SET start = start + $off, "end" = "end" + $off WHERE report = $r',
                     {"off": off, "r": report})
 
 

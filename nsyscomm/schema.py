@@ -41,6 +41,8 @@ COLLECTIVES = (
     ("peer", "INTEGER"),         # point-to-point: the other side's global rank
     ("pair", "VARCHAR"),         # point-to-point: 'a-b', the two ranks (a < b)
     ("logical_id", "BIGINT"),    # one logical collective: same (group, pair, op, seq) on its ranks
+    ("busy_at_start", "BIGINT"), # compute busy time on the call's GPU before gpu_start (nsyscomm.ingest.busy)
+    ("busy_at_end", "BIGINT"),   # ... and before gpu_end: their difference is compute under the call
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

@@ -23,7 +23,7 @@ SELECT
     seq_filled AS seq,
     caller, step, cpu_start, cpu_end, gpu_start, gpu_end, stream, device,
     coalesce(gpu_end - gpu_start, cpu_end - cpu_start) AS duration_ns,
-    source, kernel, algo, proto, kernels, kernel_ns, peer, pair,
+    source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end,
     dense_rank() OVER (ORDER BY "group" NULLS FIRST, pair NULLS FIRST, op, seq_filled) AS logical_id
 FROM ranked
 ORDER BY rank, coalesce(gpu_start, cpu_start), cpu_start

@@ -38,7 +38,7 @@ def per_rank(tmp_path_factory):
 
 
 def _same(a, b):
-    for attr in ("calls", "markers", "spans", "compute"):
+    for attr in ("calls", "markers", "spans"):
         x, y = getattr(a, attr), getattr(b, attr)
         assert (x is None) == (y is None), attr
         if x is not None:

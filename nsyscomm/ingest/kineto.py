@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from nsyscomm.errors import InputError
+from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import canonical_op, parse_kernel
 from nsyscomm.ingest.nsys_sqlite import Extract
 from nsyscomm.schema import COLUMN_NAMES
@@ -372,21 +373,10 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
         spans = pd.DataFrame({"pid": pd.Series([], dtype="int64"), "first_ns": pd.Series([], dtype="int64"),
                               "last_ns": pd.Series([], dtype="int64")})
     version = dist.get("nccl_version")
-    return Extract(report=report, path=path, calls=calls, markers=markers, spans=spans,
-                   compute=_islands(compute, main_pid), session_start_utc_ns=None,
+    compute = pd.DataFrame(compute, columns=["device", "start", "end"]).assign(pid=main_pid)
+    return Extract(report=report, path=path, calls=busy_before(calls, compute), markers=markers, spans=spans,
+                   session_start_utc_ns=None,
                    nsys_version=f"kineto (NCCL {version})" if version else "kineto", warnings=warnings)
-
-
-def _islands(kernels, pid) -> pd.DataFrame:
-    """Busy periods of compute (non-NCCL) kernels per device, as sql/compute_islands.sql makes them."""
-    out = []
-    for dev, ts, end in sorted(kernels, key=lambda k: (-1 if k[0] is None else k[0], k[1], k[2])):
-        if out and out[-1][1] == dev and ts <= out[-1][3]:
-            out[-1][3] = max(out[-1][3], end)
-        else:
-            out.append([pid, dev, ts, end])
-    return pd.DataFrame(out, columns=["pid", "device", "start", "end"]).astype(
-        {"pid": "int64", "device": "Int64", "start": "int64", "end": "int64"})
 
 
 def _innermost(index: dict, pid: int, tid: int, t: int, starts_cache: dict) -> _Range | None:

@@ -465,6 +465,11 @@ def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warning
     - Units without any kernel become rows of their own (source 'nccl_payload', CPU times only)
       when the report has no CUDA kernels at all (captured with --trace=nvtx); otherwise they
       are kernels outside the capture window and are only counted in a warning."""
+    # NCCL's API ranges are among the ranges nsys_sqlite already picked out: without any, the
+    # report needs no second read (the payload read goes through sqlite3, see read_events)
+    if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'"
+                       ).fetchone()[0]:
+        return calls, markers
     events, _schemas = read_events(path, tables, warnings, report)
     if not len(events):
         return calls, markers

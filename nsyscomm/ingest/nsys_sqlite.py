@@ -18,6 +18,7 @@ import pandas as pd
 from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import nccl_payload
+from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import parse_kernel
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -60,7 +61,6 @@ class Extract:
     calls: pd.DataFrame                 # collectives columns except rank/local_rank/host/report
     markers: pd.DataFrame               # pid, rank, local_rank, world, host
     spans: pd.DataFrame                 # pid, first_ns, last_ns: the process's whole time span
-    compute: pd.DataFrame | None = None  # pid, device, start, end: busy islands of compute kernels
     session_start_utc_ns: int | None = None
     nsys_version: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -196,7 +196,8 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         spans = con.execute(duck.sql("process_spans")).df()
-        compute = con.execute(duck.sql("compute_islands")).df()
+        compute = con.execute(duck.sql("compute_kernels")).df()
+        calls = busy_before(calls, compute)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
             row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
@@ -204,7 +205,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         version = _version(con, tables)
     finally:
         con.close()
-    return Extract(report, path, calls, markers, spans, compute, session, version, warnings)
+    return Extract(report, path, calls, markers, spans, session, version, warnings)
 
 
 def _version(con, tables) -> str | None:
@@ -217,35 +218,45 @@ def _version(con, tables) -> str | None:
 
 
 def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
+    """Read each source table once into DuckDB (SQLite is scanned once per table: that scan is
+    the cost floor); every later step reads these tables, never the report again. The scans run
+    side by side on cursors of the one in-memory database (the SQLite scanner is single-threaded
+    per table), so they are plain tables, shared by the cursors, not per-cursor TEMP tables."""
+    scans = []
     k = tables.get("CUPTI_ACTIVITY_KIND_KERNEL")
     if k is not None:
-        con.execute(f"""CREATE TEMP VIEW src_kernels AS
+        scans.append(f"""CREATE TABLE src_kernels AS
             SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
             FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
     else:
-        con.execute("""CREATE TEMP VIEW src_kernels AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+        con.execute("""CREATE VIEW src_kernels AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
             NULL::BIGINT AS deviceId, NULL::BIGINT AS streamId, NULL::BIGINT AS correlationId,
             NULL::BIGINT AS globalPid, NULL::BIGINT AS shortName WHERE false""")
     rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
     if rt is not None:
-        con.execute("""CREATE TEMP VIEW src_runtime AS
+        scans.append("""CREATE TABLE src_runtime AS
             SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME
             WHERE start IS NOT NULL AND globalTid IS NOT NULL""")
     else:
-        con.execute("""CREATE TEMP VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+        con.execute("""CREATE VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
             NULL::BIGINT AS globalTid, NULL::BIGINT AS correlationId WHERE false""")
     nv = tables.get("NVTX_EVENTS")
     if nv is not None:
         like_text = " OR ".join(f"e.text LIKE '{p}'" for p in _RANGE_PATTERNS)
         like_str = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
         text_id = "e.textId" if "textId" in nv else "NULL"
-        # Registered strings (textId) are resolved only for the few names that can matter.
-        con.execute(f"CREATE TEMP TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
-        con.execute(f"""CREATE TEMP TABLE src_ranges AS
-            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid, coalesce(e.text, s.value) AS name,
-                   e.eventType
+        # Registered strings (textId) are resolved only for the few names that can matter; every
+        # other range keeps only its times (for the process's elapsed time), not its text
+        con.execute(f"CREATE TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
+        scans.append(f"""CREATE TABLE src_nvtx AS
+            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid, e.eventType,
+                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
-            WHERE e.eventType IN (34, 59, 60) AND (s.id IS NOT NULL OR {like_text})""")
+            WHERE e.eventType IN (34, 59, 60)""")
+    _run_side_by_side(con, scans)
+    if nv is not None:
+        con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name, eventType "
+                    "FROM src_nvtx WHERE name IS NOT NULL")
         # a range without a start or a thread cannot be placed: say so instead of guessing
         bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
         if bad:
@@ -257,12 +268,12 @@ def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     # every event of a process, for its elapsed time (mpitrace's "elapsed")
     parts = []
     if nv is not None:
-        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, coalesce("end", start) AS "end" '
-                     'FROM r.NVTX_EVENTS WHERE eventType IN (34, 59, 60) AND globalTid IS NOT NULL')
+        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_nvtx '
+                     'WHERE globalTid IS NOT NULL')
     if rt is not None:
-        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM r.CUPTI_ACTIVITY_KIND_RUNTIME')
+        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_runtime')
     if k is not None and "globalPid" in k:
-        parts.append('SELECT (globalPid >> 24) & 16777215 AS pid, start, "end" FROM r.CUPTI_ACTIVITY_KIND_KERNEL')
+        parts.append('SELECT (globalPid >> 24) & 16777215 AS pid, start, "end" FROM src_kernels')
     if not parts:
         parts.append('SELECT NULL::BIGINT AS pid, NULL::BIGINT AS start, NULL::BIGINT AS "end" WHERE false')
     # UNION ALL BY NAME: the branches present differ from report to report
@@ -270,3 +281,23 @@ def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
         if t not in tables:
             warnings.append(f"table {t} is absent (nothing of that kind was captured)")
+
+
+def _run_side_by_side(con, statements: list[str]) -> None:
+    """Run independent statements at once, each on its own cursor (DuckDB releases the GIL)."""
+    if len(statements) < 2:
+        for q in statements:
+            con.execute(q)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(q):
+        cur = con.cursor()
+        try:
+            cur.execute(q)
+        finally:
+            cur.close()
+
+    with ThreadPoolExecutor(max_workers=len(statements)) as pool:
+        for f in [pool.submit(run, q) for q in statements]:
+            f.result()  # re-raise the first failure here
