@@ -47,21 +47,28 @@ by_range AS (
     FROM owned WHERE rid IS NOT NULL GROUP BY rid
 ),
 wrapper AS (
+    -- one regular expression over the fields in the order the wrapper writes them (fast path);
+    -- a message with its fields in another order is read field by field
     SELECT r.*, b.* EXCLUDE (rid),
-           regexp_extract(r.head, '^nsyscomm:([^|]*)', 1)             AS w_op,
-           regexp_extract(r.head, '\|api=([^|]*)', 1)                 AS w_api,
-           regexp_extract(r.head, '\|bytes=([^|]*)', 1)               AS w_bytes,
-           regexp_extract(r.head, '\|dtype=([^|]*)', 1)               AS w_dtype,
-           regexp_extract(r.head, '\|numel=([^|]*)', 1)               AS w_numel,
-           regexp_extract(r.head, '\|pg=([^|]*)', 1)                  AS w_pg,
-           regexp_extract(r.head, '\|gsize=([^|]*)', 1)               AS w_gsize,
-           regexp_extract(r.head, '\|granks=([^|]*)', 1)              AS w_granks,
-           regexp_extract(r.head, '\|seq=([^|]*)', 1)                 AS w_seq,
-           regexp_extract(r.head, '\|step=([^|]*)', 1)                AS w_step,
-           regexp_extract(r.head, '\|peer=([^|]*)', 1)                AS w_peer,
+           CASE WHEN f.op <> '' THEN f.op     ELSE regexp_extract(r.head, '^nsyscomm:([^|]*)', 1) END AS w_op,
+           CASE WHEN f.op <> '' THEN f.api    ELSE regexp_extract(r.head, '\|api=([^|]*)', 1) END     AS w_api,
+           CASE WHEN f.op <> '' THEN f.bytes  ELSE regexp_extract(r.head, '\|bytes=([^|]*)', 1) END   AS w_bytes,
+           CASE WHEN f.op <> '' THEN f.dtype  ELSE regexp_extract(r.head, '\|dtype=([^|]*)', 1) END   AS w_dtype,
+           CASE WHEN f.op <> '' THEN f.numel  ELSE regexp_extract(r.head, '\|numel=([^|]*)', 1) END   AS w_numel,
+           CASE WHEN f.op <> '' THEN f.pg     ELSE regexp_extract(r.head, '\|pg=([^|]*)', 1) END      AS w_pg,
+           CASE WHEN f.op <> '' THEN f.gsize  ELSE regexp_extract(r.head, '\|gsize=([^|]*)', 1) END   AS w_gsize,
+           CASE WHEN f.op <> '' THEN f.granks ELSE regexp_extract(r.head, '\|granks=([^|]*)', 1) END  AS w_granks,
+           CASE WHEN f.op <> '' THEN f.seq    ELSE regexp_extract(r.head, '\|seq=([^|]*)', 1) END     AS w_seq,
+           CASE WHEN f.op <> '' THEN f.step   ELSE regexp_extract(r.head, '\|step=([^|]*)', 1) END    AS w_step,
+           CASE WHEN f.op <> '' THEN f.peer   ELSE regexp_extract(r.head, '\|peer=([^|]*)', 1) END    AS w_peer,
            -- the caller is last and read to the end: it may hold '|', '=' or newlines
            CASE WHEN strpos(r.name, '|caller=') > 0 THEN substr(r.name, strpos(r.name, '|caller=') + 8) END AS w_caller
-    FROM (SELECT *, split_part(name, '|caller=', 1) AS head FROM ranges WHERE kind = 'wrapper') r
+    FROM (
+        SELECT *, regexp_extract(head,
+                  '^nsyscomm:([^|]*)\|api=([^|]*)\|bytes=([^|]*)\|dtype=([^|]*)\|numel=([^|]*)\|pg=([^|]*)\|gsize=([^|]*)\|granks=([^|]*)\|seq=([^|]*)\|async=([^|]*)\|step=([^|]*)(?:\|peer=([^|]*))?$',
+                  ['op', 'api', 'bytes', 'dtype', 'numel', 'pg', 'gsize', 'granks', 'seq', 'async', 'step', 'peer']) AS f
+        FROM (SELECT *, split_part(name, '|caller=', 1) AS head FROM ranges WHERE kind = 'wrapper')
+    ) r
     LEFT JOIN by_range b ON b.rid = r.rid
 ),
 calls AS (

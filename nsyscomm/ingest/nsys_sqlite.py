@@ -196,7 +196,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         spans = con.execute(duck.sql("process_spans")).df()
-        compute = con.execute(duck.sql("compute_kernels")).df()
+        compute = con.execute(duck.sql("compute_kernels")).fetchnumpy()
         calls = busy_before(calls, compute)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
