@@ -59,6 +59,28 @@ def sample(name: str) -> Path:
     return p
 
 
+def single_rank_gloo():
+    """A world of one gloo rank in this process (file store, no network): yields the world group."""
+    import os
+    import tempfile
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    os.unlink(path)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        from nsyscomm.capture import wrapper as W
+
+        W.annotate(False)
+        dist.destroy_process_group()
+
+
 @pytest.fixture
 def h100_window() -> Path:
     return real_file("nsys/nsys2026.2_2xH100_nccl_window.sqlite")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 
@@ -16,6 +15,7 @@ import torch.distributed as dist  # noqa: E402
 
 from nsyscomm import nvtx_format as fmt  # noqa: E402
 from nsyscomm.capture import wrapper as W  # noqa: E402
+from tests.conftest import single_rank_gloo  # noqa: E402
 
 THIS = os.path.basename(__file__)
 
@@ -45,15 +45,7 @@ class Rec:
 
 @pytest.fixture(scope="module")
 def pg():
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    fd, path = tempfile.mkstemp()
-    os.close(fd)
-    os.unlink(path)
-    dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
-    yield dist.group.WORLD
-    W.annotate(False)
-    dist.destroy_process_group()
+    yield from single_rank_gloo()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, single_rank_gloo
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 FSDP = SAMPLES / "synthetic_fsdp_8rank.sqlite"
@@ -330,21 +330,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def pg():
-    import tempfile
-
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    fd, path = tempfile.mkstemp()
-    os.close(fd)
-    os.unlink(path)
-    dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
-    yield dist.group.WORLD
-    from nsyscomm.capture import wrapper as W
-
-    W.annotate(False)
-    dist.destroy_process_group()
+    yield from single_rank_gloo()
 
 
 class _Boom(Exception):
