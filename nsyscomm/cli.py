@@ -85,11 +85,13 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
 @click.option("--steps", metavar="A:B", help="Capture only training steps A to B-1 (nsys capture range).")
 @click.option("--per-rank", is_flag=True, help="One nsys and one report per torchrun worker (multi-node layout).")
 @click.option("--nsys-args", metavar='"..."', help="Extra arguments for nsys profile.")
+@click.option("--profiler", type=click.Choice(["nsys", "torch"]), default="nsys", show_default=True,
+              help="torch: torch.profiler in each process instead of nsys (one Kineto trace per rank).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--no-summary", is_flag=True, help="Only capture and export; do not print the summary.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(output, steps, per_rank, nsys_args, fmt, no_summary, debug, cmd):
+def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, debug, cmd):
     """Run CMD under nsys with every torch.distributed collective annotated, then summarize.
 
     \b
@@ -101,7 +103,8 @@ def run(output, steps, per_rank, nsys_args, fmt, no_summary, debug, cmd):
     from nsyscomm.capture.launcher import run as launch
 
     res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
-                                      nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv")), debug)
+                                      nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv"),
+                                      profiler=profiler), debug)
     for w in res.warnings:
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)

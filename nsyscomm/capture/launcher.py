@@ -304,15 +304,55 @@ def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float 
     return outs
 
 
+PROFILERS = ("nsys", "torch")
+
+
+def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stderr) -> RunResult:
+    """--profiler torch: no nsys; the startup hook runs torch.profiler in every process that
+    initializes a process group and writes DIR/rank<R>.json.gz (nsyscomm/capture/torch_profile.py)."""
+    warnings_: list[str] = []
+    if per_rank:
+        warnings_.append("--per-rank is implied with --profiler torch (one trace per rank)")
+    if nsys_args:
+        warnings_.append("--nsys-args ignored with --profiler torch")
+    env = _env(steps_ab)
+    env.pop("NSYS_NVTX_PROFILER_REGISTER_ONLY", None)
+    env["NSYSCOMM_PROFILER"] = "torch"
+    env["NSYSCOMM_TRACE_DIR"] = str(out_dir)
+    if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
+        raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
+    before = {f: f.stat().st_mtime_ns for f in out_dir.glob("rank*.json.gz")}
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                                stdout=_stderr_fd() if stdout_to_stderr else None)
+    except OSError as e:
+        raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH")
+    rc = _wait(proc, warnings_)
+    if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
+        warnings_.append(f"the command exited with status {rc}: the traces cover the run until then")
+    reports = sorted((f for f in out_dir.glob("rank*.json.gz") if before.get(f) != f.stat().st_mtime_ns),
+                     key=lambda f: (len(f.name), f.name))
+    if not reports:
+        warnings_.append(f"no torch.profiler trace was written in {out_dir} (no process initialized a "
+                         f"torch.distributed process group{', or the --steps window was never reached' if steps_ab else ''})")
+    return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=list(cmd))
+
+
 def run(cmd: list[str], output: str | None = None, steps: str | None = None, per_rank: bool = False,
-        nsys_args: str | None = None, stdout_to_stderr: bool = False) -> RunResult:
+        nsys_args: str | None = None, stdout_to_stderr: bool = False, profiler: str = "nsys") -> RunResult:
     """stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
-    machine-readable summary (``nsyscomm run --format json > summary.json``)."""
+    machine-readable summary (``nsyscomm run --format json > summary.json``).
+    profiler: "nsys" (default) or "torch" (torch.profiler in each process, one Kineto trace per rank)."""
     if not cmd:
         raise InputError("no command to run: nsyscomm run [OPTIONS] -- CMD ...")
     cmd = list(cmd)
     if cmd[0] == "--":
         cmd = cmd[1:]
+    if profiler not in PROFILERS:
+        raise InputError(f"unknown profiler {profiler!r}: use one of {', '.join(PROFILERS)}")
+    if profiler == "torch":
+        steps_ab = _parse_steps(steps) if steps else None
+        return _run_torch(cmd, _check_output(output), steps_ab, per_rank, nsys_args, stdout_to_stderr)
     nsys, _ver = find_nsys()
     steps_ab = _parse_steps(steps) if steps else None
     out_dir = _check_output(output)

@@ -53,6 +53,17 @@ _torch = None
 _c10d = None
 _Below = None               # torch._C._AutoDispatchBelowAutograd
 
+# torch.profiler: while one records in this process, every range is also a record_function
+# (user_annotation) range of the same message, so Kineto traces carry the metadata
+class _ProfilerOff:
+    _is_profiler_enabled = False
+
+
+_prof = _ProfilerOff        # torch.autograd.profiler (its _is_profiler_enabled flag: one attribute read)
+_rf_enter = None            # torch.ops.profiler._record_function_enter_new
+_rf_exit = None             # torch.ops.profiler._record_function_exit._RecordFunction
+_profile_hook = None        # nsyscomm.capture.torch_profile under `nsyscomm run --profiler torch`
+
 
 class _TLS(threading.local):
     busy = False            # inside an annotated call on this thread: inner calls pass through
@@ -130,6 +141,22 @@ def _warn_once(key, text):
         warnings.warn(text, RuntimeWarning, stacklevel=3)
     except Exception:
         pass
+
+
+def _rf_mark(msg):
+    """A zero-length record_function range (the profiler's equivalent of an NVTX mark)."""
+    try:
+        if _prof is not None and _prof._is_profiler_enabled:
+            _rf_exit(_rf_enter(msg, None))
+    except Exception as e:
+        _warn_once("rf", f"nsyscomm: could not record a profiler range ({e!r})")
+
+
+def _rf_close(handle):
+    try:
+        _rf_exit(handle)
+    except Exception as e:
+        _warn_once("rf", f"nsyscomm: could not close a profiler range ({e!r})")
 
 
 # ---------------------------------------------------------------- helpers
@@ -267,7 +294,11 @@ def _emit_rank_marker():
         rank = _c10d.get_rank()
         world = _c10d.get_world_size()
         local = int(os.environ.get("LOCAL_RANK", rank))
-        _mark(_fmt.format_rank_marker(rank, local, world, socket.gethostname()))
+        if _profile_hook is not None and (_capture is None or _capture_open):
+            _profile_hook.start(rank)
+        msg = _fmt.format_rank_marker(rank, local, world, socket.gethostname())
+        _mark(msg)
+        _rf_mark(msg)
         _rank_marked = True
     except Exception as e:
         _warn_once("rank", f"nsyscomm: could not emit the rank marker ({e!r})")
@@ -277,7 +308,9 @@ def _set_step(i):
     global _step
     _step = i
     try:
-        _mark(_fmt.format_step_marker(i))
+        msg = _fmt.format_step_marker(i)
+        _mark(msg)
+        _rf_mark(msg)
         _update_capture(i)
     except Exception as e:
         _warn_once("step", f"nsyscomm: could not emit the step marker ({e!r})")
@@ -295,6 +328,8 @@ def _update_capture(i):
     elif _capture_open and i >= b:
         _pop()
         _capture_open = False
+        if _profile_hook is not None:
+            _profile_hook.finish()
 
 
 CAPTURE_RANGE = "nsyscomm.capture"
@@ -404,11 +439,14 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
         if funcol and _is_compiling():
             return fn(*args, **kwargs)
         pushed = False
+        rf = None
         try:
             msg = message(args, kwargs)
             if msg is not None:
                 _push(msg)
                 pushed = True
+                if _prof._is_profiler_enabled:
+                    rf = _rf_enter(msg, None)
         except Exception as e:
             _warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
         tls = _tls
@@ -418,6 +456,8 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
                 return fn(*args, **kwargs)
         finally:
             tls.busy = False
+            if rf is not None:
+                _rf_close(rf)
             if pushed:
                 try:
                     _pop()
@@ -586,6 +626,9 @@ def _install_layer1():
     if not getattr(orig_destroy, "_nsyscomm", False):
         def destroy_process_group(*args, **kwargs):
             _groups.pop(None, None)
+            grp = args[0] if args else kwargs.get("group")
+            if _profile_hook is not None and (grp is None or grp is c10d.GroupMember.WORLD):
+                _profile_hook.finish()   # the default group goes away: write the trace while the rank is known
             try:
                 return orig_destroy(*args, **kwargs)
             finally:
@@ -695,16 +738,22 @@ def _dispatch_message(name, args):
 def _make_kernel(name, opov):
     def kernel(*args, **kwargs):
         pushed = False
+        rf = None
         if _enabled:
             try:
-                _push(_dispatch_message(name, args))
+                msg = _dispatch_message(name, args)
+                _push(msg)
                 pushed = True
+                if _prof._is_profiler_enabled:
+                    rf = _rf_enter(msg, None)
             except Exception as e:
                 _warn_once("c10d." + name, f"nsyscomm: could not annotate c10d::{name} ({e!r})")
         try:
             with _Below():
                 return opov(*args, **kwargs)
         finally:
+            if rf is not None:
+                _rf_close(rf)
             if pushed:
                 try:
                     _pop()
@@ -755,6 +804,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
     Returns True when annotation is active after the call.
     """
     global _enabled, _installed, _torch, _c10d, _Below, _skip_dirs, _capture, _opt_hook, _lib, _step
+    global _prof, _rf_enter, _rf_exit, _profile_hook
     with _lock:
         if not enable:
             if not _installed:
@@ -797,6 +847,11 @@ def annotate(enable: bool = True, *, ddp: bool = True):
         try:
             _torch, _c10d = torch, c10d
             _Below = torch._C._AutoDispatchBelowAutograd
+            _bind_profiler(torch)
+            if os.environ.get("NSYSCOMM_PROFILER") == "torch" and _profile_hook is None:
+                from nsyscomm.capture import torch_profile
+
+                _profile_hook = torch_profile if torch_profile.configure() else None
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             _skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
             if _push is _noop and _emitter_kind == "none":
@@ -825,6 +880,21 @@ def annotate(enable: bool = True, *, ddp: bool = True):
             _warn_once("annotate", f"nsyscomm: annotation is off ({e!r})")
             _enabled = False
             return False
+
+
+def _bind_profiler(torch):
+    """Bind the record_function ops; without them the flag object says 'never profiling'."""
+    global _prof, _rf_enter, _rf_exit
+    try:
+        import torch.autograd.profiler as prof
+
+        prof._is_profiler_enabled  # noqa: B018 (the flag exists in this torch)
+        _rf_enter = torch.ops.profiler._record_function_enter_new
+        _rf_exit = torch.ops.profiler._record_function_exit._RecordFunction
+        _prof = prof
+    except Exception as e:
+        _prof = _ProfilerOff
+        _warn_once("prof", f"nsyscomm: no record_function ranges under torch.profiler ({e!r})")
 
 
 def _reset_for_tests():

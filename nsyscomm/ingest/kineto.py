@@ -10,6 +10,14 @@ One trace file is one rank (``distributedInfo.rank``); a job is a folder of them
 - CPU ranges ``nccl:*`` / ``gloo:*`` (PyTorch's record_function per collective) and
   ``record_param_comms`` (the same metadata as above, on the CPU side).
 - ``distributedInfo`` (rank, world size, NCCL version, process groups).
+- nsyscomm's own wrapper ranges: under torch.profiler the wrapper records a ``record_function``
+  range named with its NVTX message (``nsyscomm:all_reduce|api=...``, nsyscomm/nvtx_format.py)
+  around every collective. They become ``source='wrapper'`` rows exactly like the nsys wrapper
+  ranges (sql/calls_nsys.sql): fields parsed by ``nvtx_format.parse``, the CPU range as
+  cpu_start/end, NCCL kernels launched inside attributed to the innermost one (before any
+  PyTorch range). ``nsyscomm.rank|rank=..`` annotations give the rank (before distributedInfo).
+  When a trace has wrapper ranges, PyTorch ``nccl:*`` / ``gloo:*`` ranges that own no kernel are
+  the same calls seen again (gloo's run on its worker threads) and are not counted.
 
 A range owns a kernel when it contains the kernel's launch on the same thread (as for nsys).
 Message size S follows nccl-tests (DESIGN.md): all_gather = output = n x per-rank input,
@@ -31,6 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nsyscomm import nvtx_format
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import canonical_op, parse_kernel
@@ -301,6 +310,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     warnings: list[str] = []
     meta: dict = {}
     kernels, launches, ranges, params, compute = [], {}, [], [], []
+    wrappers, rank_marks = [], []   # nsyscomm's record_function ranges; its rank markers (pid, fields)
     span: dict[int, list[int]] = {}
     cpu_pids: dict[int, int] = {}  # pid -> number of CPU events
     n_events = 0
@@ -342,6 +352,11 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             elif name == "record_param_comms":
                 if args.get("Collective name"):
                     params.append(_Range(ts, end, pid, tid, name, args))
+            elif cat in _RANGE_CATS and name.startswith("nsyscomm"):
+                if name.startswith(nvtx_format.COLLECTIVE_PREFIX):
+                    wrappers.append(_Range(ts, end, pid, tid, name, args))
+                elif name.startswith(nvtx_format.RANK_PREFIX + "|"):
+                    rank_marks.append((ts, pid, nvtx_format.parse(name)))
             elif cat in _RANGE_CATS and _is_comm_range(name):
                 ranges.append(_Range(ts, end, pid, tid, name, args))
     except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as ex:
@@ -354,18 +369,28 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     # the rank's process: the CPU pid with most events (a trace is one process; GPU "pids" are device ids)
     main_pid = max(cpu_pids, key=cpu_pids.get) if cpu_pids else 0
 
-    rows = _match(kernels, launches, ranges, params, main_pid, warnings, report)
+    rows = _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappers)
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(columns=["report", "rank", "local_rank", "host",
                                                                          "duration_ns"])
     rank = _int(dist.get("rank"))
     world = _int(dist.get("world_size"))
+    local, host = None, None
+    marks = sorted((m for m in rank_marks if _int(m[2].get("rank")) is not None), key=lambda m: m[0])
+    if marks:   # the wrapper's marker (the first one: later ones repeat it when a --steps window opens)
+        _ts, mpid, f = marks[0]
+        rank, local = _int(f.get("rank")), _int(f.get("local_rank"))
+        world = _int(f.get("world")) if _int(f.get("world")) is not None else world
+        host = f.get("host") or None
+        if isinstance(mpid, int):
+            main_pid = mpid
     markers = pd.DataFrame({"pid": pd.Series([main_pid] if rank is not None else [], dtype="int64"),
                             "rank": pd.Series([rank] if rank is not None else [], dtype="Int64"),
-                            "local_rank": pd.Series([None] * (rank is not None), dtype="Int64"),
+                            "local_rank": pd.Series([local] * (rank is not None), dtype="Int64"),
                             "world": pd.Series([world] * (rank is not None), dtype="Int64"),
-                            "host": pd.Series([None] * (rank is not None), dtype="object")})
+                            "host": pd.Series([host] * (rank is not None), dtype="object")})
     if rank is None:
-        warnings.append(f"{report}: no distributedInfo.rank in the trace; rank taken from the file order")
+        warnings.append(f"{report}: no distributedInfo.rank (nor nsyscomm rank marker) in the trace; "
+                        f"rank taken from the file order")
     if main_pid in span:
         first, last = span[main_pid]
         spans = pd.DataFrame({"pid": [main_pid], "first_ns": [first], "last_ns": [last]})
@@ -399,9 +424,33 @@ def _index(rs: list[_Range]):
     return idx, {k: [r.start for r in v] for k, v in idx.items()}
 
 
-def _match(kernels, launches, ranges, params, main_pid, warnings, report) -> list[dict]:
+def _wrapper_row(w: _Range, ks, kernel_fields) -> dict:
+    """A wrapper range -> a row, field by field as sql/calls_nsys.sql reads the nsys ranges
+    (empty -> NULL, numbers that do not parse -> NULL, dtype falls back to the kernel's)."""
+    f = nvtx_format.parse(w.name)
+
+    def txt(key):
+        v = f.get(key)
+        return v if v else None
+
+    row = {"pid": w.pid, "tid": w.tid, "op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX):] or None,
+           "api": txt("api"), "bytes": _int(f.get("bytes")), "dtype": txt("dtype"), "numel": _int(f.get("numel")),
+           "group": txt("pg"), "group_size": _int(f.get("gsize")), "group_ranks": txt("granks"),
+           "seq": _int(f.get("seq")), "caller": txt("caller"), "step": _int(f.get("step")),
+           "peer": _int(f.get("peer")), "cpu_start": w.start, "cpu_end": w.end, "kernels": 0, "kernel_ns": 0,
+           "source": "wrapper"}
+    if ks:
+        kf = kernel_fields(ks)
+        if not row["dtype"]:
+            row["dtype"] = kf["_kdtype"]
+        row.update({k: v for k, v in kf.items() if not k.startswith("_")})
+    return row
+
+
+def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappers=()) -> list[dict]:
     r_idx, r_starts = _index(ranges)
     p_idx, p_starts = _index(params)
+    w_idx, w_starts = _index(wrappers)
     owned: dict[int, list] = {}     # id(range) -> kernels
     loose = []                      # kernels no range owns
     unlaunched = 0
@@ -412,7 +461,10 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report) -> lis
             unlaunched += 1
             loose.append((k, None))
             continue
-        r = _innermost(r_idx, launch[2], launch[3], launch[0], r_starts)
+        # the innermost wrapper range owns the kernel, else the innermost PyTorch range (as for nsys)
+        r = _innermost(w_idx, launch[2], launch[3], launch[0], w_starts) if wrappers else None
+        if r is None:
+            r = _innermost(r_idx, launch[2], launch[3], launch[0], r_starts)
         if r is None:
             loose.append((k, launch))
         else:
@@ -444,11 +496,13 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report) -> lis
                 "kernel_ns": sum(k[0][1] - k[0][0] for k in ks), "_kop": info.op, "_kdtype": info.dtype,
                 "_kargs": kargs}
 
-    rows = []
+    rows = [_wrapper_row(w, owned.get(id(w)), kernel_fields) for w in wrappers]
     has_kernels = bool(kernels)
     dropped = 0
     for r in ranges:
         ks = owned.get(id(r))
+        if not ks and wrappers:
+            continue       # the wrapper's row is this call (gloo's range runs on its worker thread)
         if not ks and r.name.startswith("nccl:") and has_kernels:
             dropped += 1   # CPU bookkeeping or a kernel outside the trace: not a call (as for nsys)
             continue

@@ -1,0 +1,128 @@
+"""torch.profiler capture for ``nsyscomm run --profiler torch`` (machines without nsys).
+
+The launcher sets ``NSYSCOMM_PROFILER=torch`` and ``NSYSCOMM_TRACE_DIR=DIR``; the startup hook's
+``annotate()`` then hands this module to the wrapper, which calls:
+
+- ``start(rank)`` when the rank is known (right after ``init_process_group``, or when the
+  ``--steps A:B`` window opens): a ``torch.profiler.profile`` (CPU, plus CUDA when available)
+  starts in this process;
+- ``finish()`` when the default process group is destroyed, when the ``--steps`` window closes
+  (step B begins), at exit (atexit) and on SIGTERM (torchrun stopping its workers): the profiler
+  stops and the trace is written to ``DIR/rank<R>.json.gz`` (through a temporary name, so a
+  half-written file is never taken for a trace).
+
+While the profiler records, the wrapper adds a ``record_function`` range named with its NVTX
+message to every collective (and the rank marker), so the Kineto trace carries the metadata
+(nsyscomm.ingest.kineto reads them as ``source='wrapper'`` rows). One trace per process: a
+second ``init_process_group`` after ``finish()`` is not profiled again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+
+_lock = threading.RLock()
+_dir: str | None = None
+_prof = None            # the running torch.profiler.profile
+_rank = None
+_done = False
+_atexit = False
+
+
+def configure() -> bool:
+    """Read the launcher's environment; True when a trace folder is set."""
+    global _dir
+    d = os.environ.get("NSYSCOMM_TRACE_DIR")
+    if not d:
+        sys.stderr.write("nsyscomm: NSYSCOMM_PROFILER=torch without NSYSCOMM_TRACE_DIR: no trace is written\n")
+        return False
+    _dir = d
+    return True
+
+
+def trace_path(rank) -> str:
+    return os.path.join(_dir or ".", f"rank{rank}.json.gz")
+
+
+def start(rank: int) -> None:
+    """Start profiling this process (idempotent; never again after finish())."""
+    global _prof, _rank, _atexit
+    with _lock:
+        if _prof is not None or _done or _dir is None:
+            return
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            acts = [ProfilerActivity.CPU]
+            try:
+                if torch.cuda.is_available():
+                    acts.append(ProfilerActivity.CUDA)
+            except Exception:
+                pass
+            p = profile(activities=acts)
+            p.start()
+        except Exception as e:
+            sys.stderr.write(f"nsyscomm: torch.profiler did not start ({e!r}); no trace for rank {rank}\n")
+            return
+        _prof, _rank = p, rank
+        if not _atexit:
+            atexit.register(finish)
+            _atexit = True
+        _install_sigterm()
+
+
+def finish() -> str | None:
+    """Stop the profiler and write DIR/rank<R>.json.gz; returns the path (None when nothing ran)."""
+    global _prof, _done
+    with _lock:
+        p = _prof
+        if p is None:
+            return None
+        _prof = None
+        _done = True
+        path = trace_path(_rank)
+        part = path[: -len(".json.gz")] + ".partial.gz"   # not *.json.gz: never read as a trace
+        try:
+            p.stop()
+            p.export_chrome_trace(part)
+            os.replace(part, path)
+            return path
+        except Exception as e:
+            sys.stderr.write(f"nsyscomm: could not write the torch.profiler trace {path} ({e!r})\n")
+            try:
+                os.unlink(part)
+            except OSError:
+                pass
+            return None
+
+
+def _install_sigterm():
+    """On SIGTERM (torchrun stopping the workers after a failure) write the trace, then die as before."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        old = signal.getsignal(signal.SIGTERM)
+    except Exception:
+        return
+    if old not in (signal.SIG_DFL, None) and not callable(old):
+        return
+
+    def on_term(signum, frame):
+        try:
+            finish()
+        finally:
+            if callable(old):
+                old(signum, frame)
+            else:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, on_term)
+    except Exception:
+        pass
