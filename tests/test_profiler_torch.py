@@ -171,3 +171,30 @@ def test_kineto_wrapper_ranges_own_kernels(tmp_path):
     assert b["op"] == "barrier" and pd.isna(b["gpu_start"]) and pd.isna(b["step"]) and b["kernels"] == 0
     m = e.markers.iloc[0].to_dict()
     assert tuple(m[k] for k in ("pid", "rank", "local_rank", "world", "host")) == (100, 1, 1, 2, "node-a")   # marker over distributedInfo
+
+
+def test_steps_window(tmp_path):
+    """--steps 1:3 profiles steps 1 and 2 only (started / stopped at the wrapper's step changes)."""
+    pytest.importorskip("torch")
+    code = ("import os, sys, torch, torch.distributed as dist\n"
+            "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[1])\n"
+            "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+            "p = torch.nn.Parameter(torch.ones(4)); opt = torch.optim.SGD([p], lr=0.1)\n"
+            "for i in range(5):\n"
+            "    t = torch.ones(4 * (i + 1)); dist.all_reduce(t)\n"
+            "    p.grad = torch.ones(4); opt.step()\n"
+            "dist.destroy_process_group()\n")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "o"
+    r = _cli(["run", "--profiler", "torch", "--steps", "1:3", "-o", str(out), "--no-summary", "--",
+              sys.executable, "-c", code, str(port)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    import nsyscomm
+
+    res = nsyscomm.load(str(out))
+    c = res.collectives.sort_values("cpu_start")
+    assert list(c["step"]) == [1, 2] and list(c["bytes"]) == [32, 48] and set(c["rank"]) == {0}
