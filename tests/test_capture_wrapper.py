@@ -218,6 +218,52 @@ def test_thread_safety(rec):
     assert seqs == list(range(n_threads * n_calls))
 
 
+
+def _site(offset=0):
+    """``file:line function`` of the caller's line + offset."""
+    f = sys._getframe(1)
+    return f"{THIS}:{f.f_lineno + offset} {f.f_code.co_name}"
+
+
+def test_caller_names_each_call_site(rec):
+    t = torch.ones(2)
+    rec.msgs.clear()
+    want = []
+    for _ in range(3):
+        want.append(_site(1))
+        dist.all_reduce(t)
+        want.append(_site(1))
+        dist.broadcast(t, 0)
+    want.append(_site(1))
+    dist.all_reduce(t)
+    assert [m["caller"] for m in rec.parsed()] == want
+
+
+def test_fast_emitter_hands_nvtx_the_message(pg):
+    """The real emitter (no recorder): what the NVTX push receives is the wrapper's message, per thread."""
+    if W._emitter_kind != "nvtx-fast":
+        pytest.skip(f"nvtx {getattr(sys.modules.get('nvtx'), '__version__', '?')} has no Cython API: public emitter")
+    W.annotate(True)
+    W._reset_for_tests()
+    try:
+        seen = {}
+
+        def work(i):
+            t = torch.ones(i + 1)
+            dist.all_reduce(t)
+            a = W._tls.attrs.message
+            seen[i] = fmt.parse(a.string)
+
+        ths = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        assert sorted(m["numel"] for m in seen.values()) == ["1", "2", "3"]
+        assert all(m["kind"] == "nsyscomm:all_reduce" and m["caller"].endswith(" work") for m in seen.values())
+    finally:
+        W.annotate(False)
+
 def test_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None; import nsyscomm, nsyscomm.capture, "
             "nsyscomm.capture.launcher; print(nsyscomm.annotate())")

@@ -40,7 +40,7 @@ _warned: set = set()
 _groups: dict = {}          # ProcessGroup -> _Group
 _seq: dict = {}             # seq key -> itertools.count
 _dtype_names: dict = {}
-_code_info: dict = {}       # code object -> basename, or None to skip the frame
+_call_sites: dict = {}      # (code, f_lasti) -> "file:line function", or "" for a frame to skip
 
 _step = None                # current step (int) or None
 _explicit_step = False      # nsyscomm.step() was called: optimizer detection off
@@ -68,6 +68,7 @@ _profile_hook = None        # nsyscomm.capture.torch_profile under `nsyscomm run
 class _TLS(threading.local):
     busy = False            # inside an annotated call on this thread: inner calls pass through
     api = None              # api label for layer-2 calls made by a layer-1 wrapper (batch_isend_irecv)
+    attrs = None            # this thread's nvtx EventAttributes, reused for every push (fast emitter)
 
 
 _tls = _TLS()
@@ -98,22 +99,34 @@ def _init_emitter():
         _emitter_kind = "none"
         return
     try:
-        from nvtx._lib.lib import Domain, EventAttributes, RegisteredString, mark, pop_range, push_range
+        from nvtx._lib.lib import Domain, EventAttributes, StringHandle, mark, pop_range, push_range
+
+        class _Message(StringHandle):
+            # a registered string that is its own `.handle` (all EventAttributes reads of a message):
+            # saves nvtx's Python RegisteredString wrapper on every call
+            __slots__ = ()
+            handle = property(lambda self: self)
 
         dom = Domain(_fmt.DOMAIN)
         h = dom.handle
 
-        def push(msg, _E=EventAttributes, _R=RegisteredString, _p=push_range, _h=h):
-            # not lru-cached (nvtx.annotate caches every message: unbounded for unique messages)
-            _p(_E(_R(_h, msg), None), _h)
+        def push(msg, _E=EventAttributes, _M=_Message, _p=push_range, _h=h, _t=_tls):
+            # one EventAttributes per thread, re-pointed at each message (nvtx copies it at the push);
+            # not lru-cached like nvtx.annotate: messages are unique per call
+            a = _t.attrs
+            if a is None:
+                a = _t.attrs = _E(_M(_h, msg), None)
+            else:
+                a.message = _M(_h, msg)
+            _p(a, _h)
 
         def pop(_p=pop_range, _h=h):
             _p(_h)
 
-        def mark_(msg, _E=EventAttributes, _R=RegisteredString, _m=mark, _h=h):
-            _m(_E(_R(_h, msg), None), _h)
+        def mark_(msg, _E=EventAttributes, _M=_Message, _m=mark, _h=h):
+            _m(_E(_M(_h, msg), None), _h)
 
-        EventAttributes(RegisteredString(h, "nsyscomm"), None)  # the API is the one we expect
+        EventAttributes(_Message(h, "nsyscomm"), None).message = _Message(h, "nsyscomm")  # the API we expect
         _domain_keepalive = dom
         _push, _pop, _mark = push, pop, mark_
         _emitter_kind = "nvtx-fast"
@@ -165,18 +178,26 @@ _skip_dirs: tuple = ()
 
 
 def _caller() -> str:
-    """``file:line function`` of the first frame outside torch and nsyscomm (sys._getframe walk, cached per code)."""
+    """``file:line function`` of the first frame outside torch and nsyscomm.
+
+    A sys._getframe walk; the answer for each (code, instruction offset) is cached ("" = a frame to
+    skip), so a call site costs one dict lookup instead of a line-table decode (f_lineno) and a format.
+    """
     f = sys._getframe(2)
-    info = _code_info
+    sites = _call_sites
     while f is not None:
-        code = f.f_code
-        name = info.get(code, 0)
-        if name == 0:
+        key = (f.f_code, f.f_lasti)
+        site = sites.get(key)
+        if site is None:
+            code = f.f_code
             fn = code.co_filename
-            name = None if (fn.startswith(_skip_dirs) or fn.startswith("<frozen")) else os.path.basename(fn)
-            info[code] = name
-        if name is not None:
-            return f"{name}:{f.f_lineno} {code.co_name}"
+            site = "" if (fn.startswith(_skip_dirs) or fn.startswith("<frozen")) else \
+                f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
+            if len(sites) > 100_000:   # code made at run time (exec) would grow it without bound
+                sites.clear()
+            sites[key] = site
+        if site:
+            return site
         f = f.f_back
     return ""
 
@@ -361,6 +382,24 @@ def _arg(args, kwargs, idx, kw, default=None):
     return kwargs.get(kw, default)
 
 
+def _call_below(fn, args, kwargs, tls, rf, pushed):
+    """Run the wrapped call below autograd (so the dispatcher layer does not annotate it again),
+    with inner collectives passing through; then close what the wrapper opened."""
+    tls.busy = True
+    try:
+        with _Below():
+            return fn(*args, **kwargs)
+    finally:
+        tls.busy = False
+        if rf is not None:
+            _rf_close(rf)
+        if pushed:
+            try:
+                _pop()
+            except Exception as e:
+                _warn_once("pop", f"nsyscomm: NVTX pop failed ({e!r})")
+
+
 def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, a_kw="async_op",
                   always_async=False, p2p=None, funcol=False):
     """Build a wrapper. size_rule: t | t_n | list | list_n | none | obj."""
@@ -408,33 +447,9 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
             nbytes, numel, seq, asy, "" if st is None else st, _caller())
         return msg if peer is None else _fmt.with_peer(msg, peer)
 
-    if size_rule == "t" and p2p is None and not funcol and not always_async:
-        # hot path (all_reduce, broadcast, reduce, *_single): no generic branches, templates per (group, dtype)
-        tmpls = {}
-
-        def message(args, kwargs):  # noqa: F811
-            n = len(args)
-            pg = args[g_idx] if n > g_idx else kwargs.get(g_kw)
-            g = _groups.get(pg, _MISSING)
-            if g is _MISSING:
-                g = _group_or_none(pg)
-            if g is None:
-                return None
-            t = args[t_idx] if n > t_idx else kwargs[t_kw]
-            numel = t.numel()
-            dt = t.dtype
-            tm = tmpls.get((g, dt))
-            if tm is None:
-                tm = tmpls[(g, dt)] = g.template(op, api, _dtype_name(dt))
-            if not _rank_marked:
-                _emit_rank_marker()
-            st = _step
-            return tm % (numel * t.element_size(), numel, next(g.counter),
-                         "1" if (args[a_idx] if n > a_idx else kwargs.get(a_kw)) else "0",
-                         "" if st is None else st, _caller())
-
     def wrapper(*args, **kwargs):
-        if not _enabled or _tls.busy:
+        tls = _tls
+        if not _enabled or tls.busy:
             return fn(*args, **kwargs)
         if funcol and _is_compiling():
             return fn(*args, **kwargs)
@@ -449,20 +464,45 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
                     rf = _rf_enter(msg, None)
         except Exception as e:
             _warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
-        tls = _tls
-        tls.busy = True
-        try:
-            with _Below():
+        return _call_below(fn, args, kwargs, tls, rf, pushed)
+
+    if size_rule == "t" and p2p is None and not funcol and not always_async:
+        # hot path (all_reduce, broadcast, reduce, *_single): the message is built inline (no generic
+        # branches, one template per (group, dtype)); every statement here is per-call overhead
+        tmpls = {}
+
+        def wrapper(*args, **kwargs):  # noqa: F811
+            tls = _tls
+            if not _enabled or tls.busy:
                 return fn(*args, **kwargs)
-        finally:
-            tls.busy = False
-            if rf is not None:
-                _rf_close(rf)
-            if pushed:
-                try:
-                    _pop()
-                except Exception as e:
-                    _warn_once("pop", f"nsyscomm: NVTX pop failed ({e!r})")
+            pushed = False
+            rf = None
+            try:
+                n = len(args)
+                pg = args[g_idx] if n > g_idx else kwargs.get(g_kw)
+                g = _groups.get(pg, _MISSING)
+                if g is _MISSING:
+                    g = _group_or_none(pg)
+                if g is not None:
+                    t = args[t_idx] if n > t_idx else kwargs[t_kw]
+                    numel = t.numel()
+                    dt = t.dtype
+                    tm = tmpls.get((g, dt))
+                    if tm is None:
+                        tm = tmpls[(g, dt)] = g.template(op, api, _dtype_name(dt))
+                    if not _rank_marked:
+                        _emit_rank_marker()
+                    st = _step
+                    msg = tm % (numel * t.element_size(), numel, next(g.counter),
+                                "1" if (args[a_idx] if n > a_idx else kwargs.get(a_kw)) else "0",
+                                "" if st is None else st, _caller())
+                    _push(msg)
+                    pushed = True
+                    if _prof._is_profiler_enabled:
+                        rf = _rf_enter(msg, None)
+            except Exception as e:
+                _warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
+            return _call_below(fn, args, kwargs, tls, rf, pushed)
 
     wrapper.__wrapped__ = fn
     wrapper.__name__ = getattr(fn, "__name__", api)
@@ -682,20 +722,28 @@ _OP_SPECS = {
 }
 
 
+_DDP_FILE = os.path.join("nn", "parallel", "distributed.py")
+_AUTOGRAD_DIR = os.sep + "autograd" + os.sep
+_ddp_code: dict = {}        # code object -> True when its frames mean "called by DDP"
+
+
 def _dispatch_api(name):
     """Label a call that reached the dispatcher without a Python wrapper: DDP's reducer, DDP's broadcasts, other."""
     if _tls.api:
         return _tls.api
-    base = name.strip("_")
     f = sys._getframe(2)
+    known = _ddp_code
     while f is not None:
-        fn = f.f_code.co_filename
-        if fn.endswith(os.path.join("nn", "parallel", "distributed.py")):
-            return "ddp." + base
-        if os.sep + "autograd" + os.sep in fn and fn.startswith(_skip_dirs):
-            return "ddp." + base          # the C++ reducer runs from autograd's backward
+        code = f.f_code
+        ddp = known.get(code)
+        if ddp is None:
+            fn = code.co_filename
+            # the C++ reducer runs from autograd's backward; bucket broadcasts from DDP's Python
+            ddp = known[code] = fn.endswith(_DDP_FILE) or (_AUTOGRAD_DIR in fn and fn.startswith(_skip_dirs))
+        if ddp:
+            return "ddp." + name.strip("_")
         f = f.f_back
-    return "c10d." + base
+    return "c10d." + name.strip("_")
 
 
 def _dispatch_message(name, args):
