@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from nsyscomm import duck, ops, schema
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto, nsys_sqlite
+from nsyscomm.ingest import gpu_metrics, kineto, nsys_sqlite
 from nsyscomm.ingest.names import canonical_op
 
 SCHEMA_VERSION = 1  # of the JSON output contract (DESIGN.md)
@@ -189,6 +189,12 @@ class Result:
         return out[out["ref_busbw_GBps"].notna()]
 
     @property
+    def link_metrics(self) -> pd.DataFrame:
+        """NVLink / PCIe / C2C counters during collectives, per op, size and nsys metric (reports
+        captured with --gpu-metrics-devices; empty otherwise)."""
+        return self._query("link_metrics")
+
+    @property
     def n_calls(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
 
@@ -311,6 +317,14 @@ def combine(extracts, by_caller: bool = False) -> Result:
               "local_rank::INTEGER AS local_rank, host::VARCHAR AS host")
     _register(con, "proc_spans", _stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
               "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
+    links = _stack(extracts, "links", gpu_metrics.COLUMNS)
+    if len(links):
+        links["op"] = links["op"].where(links["op"].notna(),
+                                       links["api"].map(lambda a: canonical_op(a) if isinstance(a, str) else None))
+    _register(con, "link_usage", links,
+              "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
+              "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
+              "weighted::DOUBLE AS weighted, max_value::DOUBLE AS max_value")
     if any(offsets.values()):
         _shift(con, offsets)
     con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")

@@ -1,7 +1,7 @@
 """A normalized Parquet cache of per-report extracts.
 
 One entry per (report file, its size and mtime, the name it has in the job, the ingest code):
-a folder with calls/markers/spans as Parquet and meta.json (report, session start,
+a folder with calls/markers/spans/links as Parquet and meta.json (report, session start,
 version, warnings). Entries live outside the input's folder: ``$NSYSCOMM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nsyscomm``, else ``~/.cache/nsyscomm``. Writes go to a temporary folder
 renamed into place (atomic); an unreadable entry is ignored, removed and rebuilt.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-CACHE_FORMAT = 2
-_FRAMES = ("calls", "markers", "spans")
+CACHE_FORMAT = 3   # 3: link-counter sums (links)
+_FRAMES = ("calls", "markers", "spans", "links")
 
 
 def cache_dir() -> Path:
@@ -86,7 +86,7 @@ def load(path: Path, report: str, root: Path | None = None):
             f = entry / f"{name}.parquet"
             frames[name] = pd.read_parquet(f) if name in meta["frames"] else None
         return Extract(report=report, path=Path(path), calls=frames["calls"], markers=frames["markers"],
-                       spans=frames["spans"],
+                       spans=frames["spans"], links=frames["links"],
                        session_start_utc_ns=meta["session_start_utc_ns"], nsys_version=meta["nsys_version"],
                        warnings=list(meta["warnings"]))
     except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error

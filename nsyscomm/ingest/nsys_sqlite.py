@@ -17,7 +17,7 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import nccl_payload
+from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import parse_kernel
 
@@ -64,6 +64,7 @@ class Extract:
     session_start_utc_ns: int | None = None
     nsys_version: str | None = None
     warnings: list[str] = field(default_factory=list)
+    links: pd.DataFrame | None = None   # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
 
 
 def is_sqlite(path: Path) -> bool:
@@ -198,6 +199,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         spans = con.execute(duck.sql("process_spans")).df()
         compute = con.execute(duck.sql("compute_kernels")).fetchnumpy()
         calls = busy_before(calls, compute)
+        links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
             row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
@@ -205,7 +207,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         version = _version(con, tables)
     finally:
         con.close()
-    return Extract(report, path, calls, markers, spans, session, version, warnings)
+    return Extract(report, path, calls, markers, spans, session, version, warnings, links)
 
 
 def _version(con, tables) -> str | None:

@@ -637,6 +637,14 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
     if overlap_html is not None:
         sections.append('<h2 id="exposed">Exposed communication (not hidden behind compute)</h2>' + overlap_html
                         + '<p class="note">Exposed: communication time not overlapped by compute kernels.</p>')
+    links = getattr(result, "link_metrics", None)
+    if links is not None and not links.empty:
+        rows = [[r.op, (human_bytes(r.bytes), r.bytes), r.metric, int(r.calls), int(r.devices),
+                 (fmt(r.avg_value, 1), r.avg_value), (fmt(r.max_value, 1), r.max_value)] for r in links.itertuples()]
+        sections.append('<h2 id="links">Link throughput during collectives</h2>'
+                        + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
+                        + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
+                          "weighed by the time they share with the calls' kernels on the same GPU.</p>")
     sections.append('<h2 id="callers">Top callers</h2>' + callers_section(by_caller))
 
     page = f"""<!DOCTYPE html>

@@ -11,7 +11,7 @@ from nsyscomm.views.units import json_value
 SUMMARY_KEYS = ("op", "bytes", "count", "calls", "ranks", "total_ms", "avg_ms", "p50_ms", "max_ms",
                 "algbw_GBps", "busbw_GBps", "group_size", "dtype", "caller")
 RANK_KEYS = ("rank", "host", "calls", "bytes", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct")
-_INT_KEYS = {"bytes", "count", "calls", "ranks", "group_size", "rank", "step", "seq", "bin_lo", "bin_hi",
+_INT_KEYS = {"bytes", "count", "calls", "ranks", "devices", "group_size", "rank", "step", "seq", "bin_lo", "bin_hi",
              "participants", "last_rank", "max_rank"}
 
 
@@ -71,6 +71,10 @@ def document(result: Result, by_caller: bool = False) -> dict:
                                                           "participants", "ranks_seen")),
         "warnings": list(result.warnings),
     }
+    links = result.link_metrics
+    if not links.empty:
+        doc["link_metrics"] = records(links, ("op", "bytes", "metric", "calls", "devices", "covered_ms",
+                                              "avg_value", "max_value"))
     if result.nccl_logs:
         doc["nccl"] = nccl_section(result, by_caller)
     return doc

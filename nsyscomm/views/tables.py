@@ -37,6 +37,12 @@ def markdown(result: Result, units: str = "Gbps", by_caller: bool = False) -> st
               fmt(r.comm_ms), fmt(r.wait_ms), fmt(r.elapsed_ms), fmt(r.comm_pct, 2)] for r in ranks.itertuples()]
     parts = ["## Communication summary", "", _md_table(header, rows), "", "## Per rank", "",
              _md_table(["rank", "host", "calls", "bytes", "comm (ms)", "wait (ms)", "elapsed (ms)", "% comm"], rrows)]
+    links = result.link_metrics
+    if not links.empty:
+        lrows = [[r.op, human_bytes(r.bytes), r.metric, int(r.calls), int(r.devices), fmt(r.avg_value, 1),
+                  fmt(r.max_value, 1)] for r in links.itertuples()]
+        parts += ["", "## Link throughput during collectives (nsys GPU metrics)", "",
+                  _md_table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], lrows)]
     if result.warnings:
         parts += ["", "## Warnings", ""] + [f"- {_md_cell(w)}" for w in result.warnings]
     return "\n".join(parts) + "\n"

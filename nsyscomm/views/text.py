@@ -73,6 +73,7 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
     _overlap(result, console)
     _steps(result, console)
     _histogram(result, console)
+    _links(result, console)
     skew = result.skew
     if skew["straggler_rank"] is not None:
         per = {p["rank"]: p for p in skew["per_rank"]}
@@ -129,6 +130,21 @@ def _histogram(result: Result, console: Console) -> None:
         rng = "0" if r.bin_hi == 0 else f"[{human_bytes(r.bin_lo)}, {human_bytes(r.bin_hi)})"
         t.add_row(r.op if r.op != last else "", rng, str(int(r.calls)), f"{r.avg_bytes:.0f}", fmt(r.total_ms))
         last = r.op
+    console.print(t)
+
+
+def _links(result: Result, console: Console) -> None:
+    links = result.link_metrics
+    if links.empty:
+        return
+    t = _table("Link throughput during collectives (nsys GPU metrics: time-weighted mean over the calls' GPU time)",
+               ["op", "size", "metric", "#calls", "GPUs", "mean", "peak"])
+    last = None
+    for r in links.itertuples():
+        key = (r.op, r.bytes)
+        t.add_row(r.op if key != last else "", human_bytes(r.bytes) if key != last else "", r.metric,
+                  str(int(r.calls)), str(int(r.devices)), fmt(r.avg_value, 1), fmt(r.max_value, 1))
+        last = key
     console.print(t)
 
 

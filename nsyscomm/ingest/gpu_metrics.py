@@ -1,0 +1,68 @@
+"""nsys GPU metrics (``nsys profile --gpu-metrics-devices=...``): link throughput during collectives.
+
+nsys samples per-GPU counters into ``GPU_METRICS(timestamp, typeId, metricId, value)`` and names
+them in ``TARGET_INFO_GPU_METRICS(typeId, metricId, metricName, ...)``; the GPU is the low byte of
+typeId. The link counters (NVLink, PCIe, C2C) are kept; each sample covers the time since the
+previous sample of the same counter. sql/link_usage.sql weighs the samples by the time they share
+with each call's kernels on the same GPU, and sums per (process, GPU, op, size, metric): the
+combining stage only adds those sums up (sql/link_metrics.sql).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from nsyscomm import duck
+
+# what the metric names of link counters contain, across GPU generations and nsys versions
+LINK_WORDS = ("nvlink", "pcie", "c2c", "nvl ")
+COLUMNS = ["pid", "device", "api", "op", "bytes", "metric", "calls", "covered_ns", "weighted", "max_value"]
+
+
+def empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=COLUMNS)
+
+
+def link_usage(con, tables: dict[str, set[str]], calls: pd.DataFrame, warnings: list[str], report: str) -> pd.DataFrame:
+    """Per-report sums of link-counter samples under the report's GPU calls (empty without GPU metrics)."""
+    names_t, samples_t = tables.get("TARGET_INFO_GPU_METRICS"), tables.get("GPU_METRICS")
+    if names_t is None or samples_t is None or not len(calls) or "metricName" not in names_t:
+        return empty()
+    # SQL fragments below are constants chosen by which columns the export has (no report values)
+    like = " OR ".join(f"lower(metricName) LIKE '%{w}%'" for w in LINK_WORDS)
+    by_type = "typeId" in names_t and "typeId" in samples_t
+    type_sel = "typeId" if by_type else "NULL::BIGINT"
+    names = con.execute(f"""SELECT DISTINCT {type_sel} AS typeId, metricId, metricName
+                            FROM r.TARGET_INFO_GPU_METRICS WHERE {like}""").df()
+    if names.empty:
+        return empty()
+    con.register("link_names_df", names)
+    # the typeId of a sample says which GPU; without it (never seen) every sample is taken as GPU 0
+    device = "(m.typeId & 255)" if "typeId" in samples_t else "0"
+    partition = "m.typeId, m.metricId" if "typeId" in samples_t else "m.metricId"
+    on_type = "AND n.typeId = m.typeId" if by_type else ""
+    con.execute(f"""CREATE TEMP TABLE link_samples AS
+        SELECT {device}::INTEGER AS device, n.metricName AS metric,
+               lag(m.timestamp) OVER (PARTITION BY {partition} ORDER BY m.timestamp) AS t0,
+               m.timestamp AS t1, m.value::DOUBLE AS value
+        FROM r.GPU_METRICS m JOIN link_names_df n ON n.metricId = m.metricId {on_type}
+        WHERE m.timestamp IS NOT NULL AND m.value IS NOT NULL""")
+    con.unregister("link_names_df")
+    con.execute("DELETE FROM link_samples WHERE t0 IS NULL")   # a counter's first sample covers no known time
+    gpu = calls.loc[calls["gpu_start"].notna() & calls["gpu_end"].notna() & calls["device"].notna(),
+                    ["pid", "device", "api", "op", "bytes", "gpu_start", "gpu_end"]]
+    if gpu.empty:
+        return empty()
+    con.register("gpu_calls_df", gpu)
+    con.execute("""CREATE TEMP TABLE gpu_calls AS
+        SELECT pid::BIGINT AS pid, device::INTEGER AS device, api::VARCHAR AS api, op::VARCHAR AS op,
+               bytes::BIGINT AS bytes, gpu_start::BIGINT AS gpu_start, gpu_end::BIGINT AS gpu_end FROM gpu_calls_df""")
+    con.unregister("gpu_calls_df")
+    out = con.execute(duck.sql("link_usage")).df()
+    if out.empty:
+        sampled = sorted(int(d) for (d,) in con.execute("SELECT DISTINCT device FROM link_samples").fetchall())
+        ran = sorted(int(d) for d in set(gpu["device"]))
+        if sampled and not set(sampled) & set(ran):
+            warnings.append(f"{report}: GPU metrics were sampled on GPU(s) {sampled} but the collectives ran on "
+                            f"GPU(s) {ran}: no link throughput (profile with --gpu-metrics-devices=all)")
+    return out[COLUMNS]
