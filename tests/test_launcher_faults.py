@@ -227,3 +227,32 @@ def test_output_folder_full_real_tmpfs(tmp_path):
         for f in files:
             if "/nsys-report-" in f:
                 Path(f).unlink(missing_ok=True)
+
+
+class _Interrupted:
+    """A process whose first wait() is interrupted by Ctrl-C, as the launcher sees it."""
+
+    def __init__(self):
+        self.signals, self.waits = [], 0
+
+    def wait(self):
+        self.waits += 1
+        if self.waits == 1:
+            raise KeyboardInterrupt
+        return 0
+
+    def send_signal(self, sig):
+        self.signals.append(sig)
+
+
+@pytest.mark.parametrize("profiler, says", [("nsys", "nsys was asked to stop the application"),
+                                            ("torch", "each rank writes its trace as it exits")])
+def test_ctrl_c_message_names_what_writes_the_output(profiler, says, capsys):
+    from nsyscomm.capture import launcher
+
+    proc, warnings_ = _Interrupted(), []
+    assert launcher._wait(proc, warnings_, profiler=profiler) == 130
+    assert proc.signals == [signal.SIGINT]
+    assert len(warnings_) == 1 and says in warnings_[0]
+    err = capsys.readouterr().err
+    assert says.split(" ")[0] in err and ("nsys " in err.replace("nsyscomm", "")) == (profiler == "nsys")

@@ -214,12 +214,22 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _wait(proc: subprocess.Popen, warnings_: list) -> int:
-    """Wait for nsys; on Ctrl-C (or SIGTERM) let nsys stop the application and finish the report.
+_INTERRUPTED = {
+    "nsys": ("interrupted: nsys was asked to stop the application and write the report",
+             "nsys is stopping the application and writing the report (interrupt again to abort it; "
+             "the report is then lost)"),
+    "torch": ("interrupted: the command was asked to stop; each rank writes its trace as it exits",
+              "the command is stopping; each rank writes its trace as it exits (interrupt again to abort it; "
+              "traces not yet written are then lost)"),
+}
 
-    nsys runs in its own session (see run()), so a Ctrl-C in the terminal reaches only us and
-    nsys gets exactly one SIGINT: a second one (the terminal's and ours) made nsys abandon the
-    report half-written. A second Ctrl-C here terminates nsys."""
+
+def _wait(proc: subprocess.Popen, warnings_: list, profiler: str = "nsys") -> int:
+    """Wait for the profiled command; on Ctrl-C (or SIGTERM) let it stop and finish its output.
+
+    It runs in its own session (see run()), so a Ctrl-C in the terminal reaches only us and it gets
+    exactly one SIGINT: a second one (the terminal's and ours) made nsys abandon the report
+    half-written. A second Ctrl-C here terminates it."""
     interrupted = False
     main = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
@@ -231,9 +241,9 @@ def _wait(proc: subprocess.Popen, warnings_: list) -> int:
             except KeyboardInterrupt:
                 if not interrupted:
                     interrupted = True
-                    warnings_.append("interrupted: nsys was asked to stop the application and write the report")
-                    print("nsyscomm: interrupted: nsys is stopping the application and writing the report "
-                          "(interrupt again to abort it; the report is then lost)", file=sys.stderr, flush=True)
+                    warning, message = _INTERRUPTED[profiler]
+                    warnings_.append(warning)
+                    print(f"nsyscomm: interrupted: {message}", file=sys.stderr, flush=True)
                     try:
                         proc.send_signal(signal.SIGINT)
                     except Exception:
@@ -327,7 +337,7 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
                                 stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH")
-    rc = _wait(proc, warnings_)
+    rc = _wait(proc, warnings_, profiler="torch")
     if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the traces cover the run until then")
     reports = sorted((f for f in out_dir.glob("rank*.json.gz") if before.get(f) != f.stat().st_mtime_ns),
