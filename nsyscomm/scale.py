@@ -6,6 +6,7 @@ The combining stage (api.combine) reads only what these return: one Extract per 
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -94,7 +95,14 @@ def _on_pool(files, names, cache, jobs, bar) -> list:
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     out: list = [None] * len(files)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending = {pool.submit(_one, f, name, cache): i for i, (f, name) in enumerate(zip(files, names))}
+        # workers fork at submit: frozen, the parent's objects are never collected in a worker (a
+        # library caller's torch/gloo objects in a reference cycle would run their destructors
+        # there, without the threads they belong to: a crash); unfrozen once the workers exist
+        gc.freeze()
+        try:
+            pending = {pool.submit(_one, f, name, cache): i for i, (f, name) in enumerate(zip(files, names))}
+        finally:
+            gc.unfreeze()
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -152,3 +152,24 @@ def test_dask_local_cluster_equals_local_run(per_rank):
                       dashboard_address=None) as cluster:
         got = api.load([folder], dask=cluster.scheduler_address, cache=False)
     assert _result_json(got) == ref
+
+
+def _freeze_count(path, name, cache):
+    import gc
+
+    return gc.get_freeze_count()
+
+
+def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
+    """A library caller's objects (torch's process groups, gloo work in reference cycles) must not
+    be collected in a forked worker, where their destructors run without their threads: the
+    parent's heap is frozen while the workers fork, and unfrozen afterwards."""
+    import gc
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform: workers are spawned and inherit no objects")
+    monkeypatch.setattr(scale, "_one", _freeze_count)
+    seen = scale._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, scale._Bar(False, 3, "test"))
+    assert all(n > 0 for n in seen), seen
+    assert gc.get_freeze_count() == 0
