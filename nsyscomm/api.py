@@ -293,9 +293,7 @@ def combine(extracts, by_caller: bool = False) -> Result:
     derived = ", ".join(_DERIVED)
     con.execute(f"CREATE TEMP TABLE calls_raw AS SELECT * EXCLUDE ({derived}) FROM ({_empty_select()})")
     if calls is not None:
-        ops_map = {a: canonical_op(a) for a in calls["api"].dropna().unique()}
-        from_api = calls["api"].map(ops_map)
-        calls["op"] = calls["op"].where(calls["op"].notna(), from_api)
+        _fill_op(calls)
         calls = calls.drop(columns=[c for c in _DERIVED if c in calls.columns])
         # through Arrow: registering pandas' Arrow-backed strings directly copies them to numpy first
         con.register("calls_df", pa.Table.from_pandas(calls, preserve_index=False))
@@ -318,9 +316,7 @@ def combine(extracts, by_caller: bool = False) -> Result:
     _register(con, "proc_spans", _stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
               "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
     links = _stack(extracts, "links", gpu_metrics.COLUMNS)
-    if len(links):
-        links["op"] = links["op"].where(links["op"].notna(),
-                                       links["api"].map(lambda a: canonical_op(a) if isinstance(a, str) else None))
+    _fill_op(links)
     _register(con, "link_usage", links,
               "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
               "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
@@ -353,6 +349,13 @@ def combine(extracts, by_caller: bool = False) -> Result:
     if unsized:
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
     return Result(con, [e.report for e in extracts], warnings, by_caller)
+
+
+def _fill_op(df: pd.DataFrame) -> None:
+    """An op the source left empty comes from the api name (nsyscomm.ingest.names.canonical_op)."""
+    if len(df):
+        ops_map = {a: canonical_op(a) for a in df["api"].dropna().unique()}
+        df["op"] = df["op"].where(df["op"].notna(), df["api"].map(ops_map))
 
 
 def _stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:

@@ -28,6 +28,10 @@ def link_usage(con, tables: dict[str, set[str]], calls: pd.DataFrame, warnings: 
     names_t, samples_t = tables.get("TARGET_INFO_GPU_METRICS"), tables.get("GPU_METRICS")
     if names_t is None or samples_t is None or not len(calls) or "metricName" not in names_t:
         return empty()
+    gpu = calls.loc[calls["gpu_start"].notna() & calls["gpu_end"].notna() & calls["device"].notna(),
+                    ["pid", "device", "api", "op", "bytes", "gpu_start", "gpu_end"]]
+    if gpu.empty:   # CPU-only calls (gloo, MPI): the samples are not read at all
+        return empty()
     # SQL fragments below are constants chosen by which columns the export has (no report values)
     like = " OR ".join(f"lower(metricName) LIKE '%{w}%'" for w in LINK_WORDS)
     by_type = "typeId" in names_t and "typeId" in samples_t
@@ -49,10 +53,6 @@ def link_usage(con, tables: dict[str, set[str]], calls: pd.DataFrame, warnings: 
         WHERE m.timestamp IS NOT NULL AND m.value IS NOT NULL""")
     con.unregister("link_names_df")
     con.execute("DELETE FROM link_samples WHERE t0 IS NULL")   # a counter's first sample covers no known time
-    gpu = calls.loc[calls["gpu_start"].notna() & calls["gpu_end"].notna() & calls["device"].notna(),
-                    ["pid", "device", "api", "op", "bytes", "gpu_start", "gpu_end"]]
-    if gpu.empty:
-        return empty()
     con.register("gpu_calls_df", gpu)
     con.execute("""CREATE TEMP TABLE gpu_calls AS
         SELECT pid::BIGINT AS pid, device::INTEGER AS device, api::VARCHAR AS api, op::VARCHAR AS op,
