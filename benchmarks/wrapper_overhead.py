@@ -4,7 +4,8 @@
 
 First the wrapper itself: the real wrapper around a no-op with all_reduce's signature (message,
 caller walk, NVTX push/pop, autograd-key guard), minus the bare no-op call; min and median over
-rounds. Then a real 16-element float32 gloo all_reduce (world size 1, TCPStore on 127.0.0.1):
+rounds; with the C fast path built, its Python fallback is measured in the same rounds, and a
+fixed Python loop per round shows how fast the (shared) machine ran. Then a real 16-element float32 gloo all_reduce (world size 1, TCPStore on 127.0.0.1):
 bare, wrapped, and a control (bare after a Python busy loop as long as the wrapper), in rounds of
 random order, so gloo's drift and its thread hand-off effects hit every arm alike.
 DeepSpeed's comms logger is measured too when deepspeed imports on this machine.
@@ -71,12 +72,26 @@ def main():
 
     W.annotate(True)
     wn = W._make_wrapper(noop, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
-    iso = []
+    arms = {"wrapper": wn}
+    if getattr(wn, "_slow", None) is not None:   # the C fast path is built: its Python fallback too
+        arms["Python wrapper (no C fast path)"] = wn._slow
+    iso = {k: [] for k in arms}
+    gauge = []
     for _ in range(a.rounds):
-        iso.append(_per_call(lambda: wn(t), a.calls) - _per_call(lambda: noop(t), a.calls))
+        base = _per_call(lambda: noop(t), a.calls)
+        for k, fn in arms.items():
+            iso[k].append(_per_call(lambda: fn(t), a.calls) - base)
+        # the VM's speed this round: a fixed pure-Python loop (it varies by 1.5x on a shared VM)
+        gauge.append(_per_call(lambda: _spin(60), a.calls))
     W.annotate(False)
-    print(f"wrapper alone (around a no-op), {a.rounds} rounds x {a.calls} calls")
-    print(f"  per call             min {min(iso):7.2f} us  median {statistics.median(iso):7.2f} us  p90 {_q(iso, .9):7.2f} us")
+    path = "C fast path, guard in C" if W._fast_guard else "C fast path, Python guard" if "Python wrapper (no C fast path)" in arms \
+        else "Python (nsyscomm.capture._fastpath not built)"
+    print(f"wrapper alone (around a no-op), {a.rounds} rounds x {a.calls} calls; {path}")
+    for k, v in iso.items():
+        print(f"  {k:32s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, .9):7.2f} us")
+    print(f"  {'speed gauge: 60-step Python loop':32s} min {min(gauge):7.2f} us  median {statistics.median(gauge):7.2f} us  "
+          f"p90 {_q(gauge, .9):7.2f} us")
+    iso = iso["wrapper"]
 
     # 2. a real gloo all_reduce: bare, wrapped, and bare after a Python busy loop as long as the
     # wrapper (the control), in rounds of random order. On a 2-core VM any extra Python work between

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # System packages the tests use: real Nsight Systems (Debian non-free) for the end-to-end
-# capture test, and Chromium for the HTML report's browser test. Idempotent; needs root.
+# capture test, Chromium for the HTML report's browser test, a C compiler for the wrapper's
+# fast path. Idempotent; needs root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
 command -v nsys >/dev/null 2>&1 || need+=(nsight-systems nsight-systems-target)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# a C compiler and Python's headers build the wrapper's C fast path (nsyscomm/capture/_fastpath.c)
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || need+=(python3-dev)
 [ ${#need[@]} -eq 0 ] && { echo "system packages present"; exit 0; }
 
 if ! apt-cache policy nsight-systems 2>/dev/null | grep -q 'Candidate: [0-9]'; then

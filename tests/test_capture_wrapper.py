@@ -368,3 +368,112 @@ def test_two_ranks_seq_align_and_p2p(two_rank):
     subs = {m["pg"] for m in per[0]} - {"0"}
     assert subs, "the subgroup has its own name"
     assert any(m["api"] == "ddp.allreduce" for m in per[0])
+
+
+# ---------------------------------------------------------------- the C fast path (_fastpath.c)
+
+def _compiler():
+    import shutil
+    import sysconfig
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    inc = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    return shutil.which(cc) and os.path.exists(inc)
+
+
+def test_fast_path_is_built_and_used(pg):
+    if W._fastpath is None:
+        assert not _compiler(), "a C compiler and Python.h are here, yet nsyscomm.capture._fastpath was not built"
+        pytest.skip("no C compiler at install time: the wrappers run in Python")
+    W.annotate(True)
+    try:
+        assert type(dist.all_reduce) is W._fastpath.Hot and callable(dist.all_reduce._slow)
+        assert dist.all_reduce.__name__ == "all_reduce" and dist.all_reduce._nsyscomm
+        assert W._fast_guard, "torch 2.13's ExcludeDispatchKeyGuard should be usable from C"
+    finally:
+        W.annotate(False)
+
+
+def _mixed_calls(t, t64, sub):
+    dist.all_reduce(t)
+    dist.all_reduce(t, async_op=True).wait()
+    dist.all_reduce(tensor=t, group=sub)
+    dist.broadcast(t64, 0)
+    dist.reduce(t, dst=0, op=dist.ReduceOp.MAX)
+    step, W._step = W._step, 7
+    dist.all_reduce(t64, dist.ReduceOp.SUM, None, False)
+    W._step = step
+
+
+def test_fast_path_messages_equal_the_python_wrapper(rec, monkeypatch):
+    if W._fastpath is None:
+        pytest.skip("nsyscomm.capture._fastpath not built")
+    t, t64 = torch.ones(5), torch.ones(3, dtype=torch.float64)
+    sub = dist.new_group([0])
+    _mixed_calls(t, t64, sub)   # the first call of each group and dtype fills the caches
+    entered = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "wrapper" and frame.f_code.co_filename == W.__file__:
+            entered.append(frame.f_lineno)
+
+    rec.msgs.clear()
+    sys.setprofile(prof)
+    try:
+        _mixed_calls(t, t64, sub)
+    finally:
+        sys.setprofile(None)
+    assert not entered, "steady-state calls went through the Python wrapper"
+    fast = [fmt.parse(m) for m in rec.msgs]
+    for name in ("all_reduce", "broadcast", "reduce"):
+        monkeypatch.setattr(dist, name, getattr(dist, name)._slow)
+    rec.msgs.clear()
+    _mixed_calls(t, t64, sub)
+    slow = [fmt.parse(m) for m in rec.msgs]
+    # the same messages, one round of each group's sequence numbers later
+    per_group = {pg: sum(m["pg"] == pg for m in fast) for pg in {m["pg"] for m in fast}}
+    assert [int(m["seq"]) + per_group[m["pg"]] for m in fast] == [int(m["seq"]) for m in slow]
+    for m in fast + slow:
+        m.pop("seq")
+    assert fast == slow and len(fast) == 6 and len(per_group) == 2
+    assert [m["step"] for m in fast][-1] == "7" and "7" not in [m["step"] for m in fast][:-1]
+    assert [m["async"] for m in fast] == ["0", "1", "0", "0", "0", "0"]
+    assert {m["dtype"] for m in fast} == {"float32", "float64"}
+    assert all(m["caller"].startswith(THIS + ":") and m["caller"].endswith(" _mixed_calls") for m in fast)
+
+
+def test_fast_guard_equals_autograd_guard(pg):
+    """Inside the C path the thread excludes exactly what _AutoDispatchBelowAutograd excludes, with
+    the C guard or (unconfigured) the Python one; afterwards, and after an exception, it is restored."""
+    if W._fastpath is None:
+        pytest.skip("nsyscomm.capture._fastpath not built")
+    excl = torch._C._dispatch_tls_local_exclude_set
+    with torch._C._AutoDispatchBelowAutograd():
+        want = excl().raw_repr()
+    outside = excl().raw_repr()
+    seen = []
+
+    def probe(tensor, op=None, group=None, async_op=False):
+        seen.append((excl().raw_repr(), W._tls.busy))
+        if async_op == "raise":
+            raise ValueError("from the collective")
+        return "result"
+
+    W.annotate(True)
+    try:
+        wn = W._make_wrapper(probe, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
+        t = torch.ones(2)
+        for configured in (True, False):
+            if not configured:
+                W._fastpath.unconfigure()
+            seen.clear()
+            assert [wn(t) for _ in range(3)] == ["result"] * 3
+            with pytest.raises(ValueError, match="from the collective") as e:
+                wn(t, async_op="raise")
+            assert e.value.__traceback__ is not None
+            assert seen == [(want, True)] * 4
+            assert excl().raw_repr() == outside and W._tls.busy is False
+    finally:
+        W._check_fast_guard(torch)
+        W.annotate(False)
+    assert W._fast_guard

@@ -53,6 +53,12 @@ _torch = None
 _c10d = None
 _Below = None               # torch._C._AutoDispatchBelowAutograd
 
+try:                        # the hot wrappers' steady state in C; optional (a build without a compiler)
+    from nsyscomm.capture import _fastpath
+except ImportError:
+    _fastpath = None
+_fast_guard = False         # _fastpath holds the autograd-key guard in C (checked by _check_fast_guard)
+
 # torch.profiler: while one records in this process, every range is also a record_function
 # (user_annotation) range of the same message, so Kineto traces carry the metadata
 class _ProfilerOff:
@@ -71,6 +77,8 @@ class _TLS(threading.local):
     attrs = None            # this thread's nvtx EventAttributes, reused for every push (fast emitter)
 
 
+if _fastpath is not None:
+    _TLS.busy = _fastpath.busy_flag   # the same flag, kept in C (read by the C path without a lookup)
 _tls = _TLS()
 
 
@@ -127,6 +135,9 @@ def _init_emitter():
             _m(_E(_M(_h, msg), None), _h)
 
         EventAttributes(_Message(h, "nsyscomm"), None).message = _Message(h, "nsyscomm")  # the API we expect
+        if _fastpath is not None:   # the same two functions in C: no Python frame per push and pop
+            _fastpath.nvtx_configure(EventAttributes, _Message, push_range, pop_range, h, _tls)
+            push, pop = _fastpath.push, _fastpath.pop
         _domain_keepalive = dom
         _push, _pop, _mark = push, pop, mark_
         _emitter_kind = "nvtx-fast"
@@ -182,24 +193,30 @@ def _caller() -> str:
 
     A sys._getframe walk; the answer for each (code, instruction offset) is cached ("" = a frame to
     skip), so a call site costs one dict lookup instead of a line-table decode (f_lineno) and a format.
+    The C fast path (_fastpath.c) walks the same cache and calls _site on a miss.
     """
     f = sys._getframe(2)
     sites = _call_sites
     while f is not None:
-        key = (f.f_code, f.f_lasti)
-        site = sites.get(key)
+        site = sites.get((f.f_code, f.f_lasti))
         if site is None:
-            code = f.f_code
-            fn = code.co_filename
-            site = "" if (fn.startswith(_skip_dirs) or fn.startswith("<frozen")) else \
-                f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
-            if len(sites) > 100_000:   # code made at run time (exec) would grow it without bound
-                sites.clear()
-            sites[key] = site
+            site = _site(f)
         if site:
             return site
         f = f.f_back
     return ""
+
+
+def _site(f) -> str:
+    """The cached answer of _caller for one frame: its "file:line function", or "" to skip it."""
+    code = f.f_code
+    fn = code.co_filename
+    site = "" if (fn.startswith(_skip_dirs) or fn.startswith("<frozen")) else \
+        f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
+    if len(_call_sites) > 100_000:   # code made at run time (exec) would grow it without bound
+        _call_sites.clear()
+    _call_sites[(code, f.f_lasti)] = site
+    return site
 
 
 def _dtype_name(dt) -> str:
@@ -503,6 +520,12 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
             except Exception as e:
                 _warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
             return _call_below(fn, args, kwargs, tls, rf, pushed)
+
+        if _fastpath is not None and os.environ.get("NSYSCOMM_FASTPATH", "1") != "0":
+            # the same wrapper's steady state in C (_fastpath.c); it falls back to this one
+            slow = wrapper
+            wrapper = _fastpath.Hot(fn, slow, globals(), tmpls, api, t_idx, t_kw, g_idx, g_kw, a_idx, a_kw)
+            wrapper._slow = slow
 
     wrapper.__wrapped__ = fn
     wrapper.__name__ = getattr(fn, "__name__", api)
@@ -895,6 +918,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
         try:
             _torch, _c10d = torch, c10d
             _Below = torch._C._AutoDispatchBelowAutograd
+            _check_fast_guard(torch)
             _bind_profiler(torch)
             if os.environ.get("NSYSCOMM_PROFILER") == "torch" and _profile_hook is None:
                 from nsyscomm.capture import torch_profile
@@ -928,6 +952,32 @@ def annotate(enable: bool = True, *, ddp: bool = True):
             _warn_once("annotate", f"nsyscomm: annotation is off ({e!r})")
             _enabled = False
             return False
+
+
+def _check_fast_guard(torch):
+    """Let _fastpath hold c10's ExcludeDispatchKeyGuard itself (no pybind object per call), but only
+    when, in this torch, it excludes exactly what _AutoDispatchBelowAutograd excludes and restores
+    the thread's state; else _fastpath enters the Python guard."""
+    global _fast_guard
+    _fast_guard = False
+    if _fastpath is None:
+        return
+    _fastpath.unconfigure()
+    try:
+        tls_excluded = torch._C._dispatch_tls_local_exclude_set
+        outside = tls_excluded().raw_repr()
+        with torch._C._AutoDispatchBelowAutograd():
+            inside = tls_excluded().raw_repr()
+        lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
+        if not os.path.exists(lib) or not _fastpath.configure(lib, inside & ~outside):
+            return
+        got = _fastpath.guarded(lambda: tls_excluded().raw_repr())
+        if got == inside and tls_excluded().raw_repr() == outside:
+            _fast_guard = True
+        else:
+            _fastpath.unconfigure()
+    except Exception:
+        _fastpath.unconfigure()
 
 
 def _bind_profiler(torch):
