@@ -117,10 +117,10 @@ class Result:
 
     @property
     def collectives(self) -> pd.DataFrame:
-        return self.con.execute("SELECT * FROM collectives").df()
+        return duck.frame(self.con.execute("SELECT * FROM collectives"))
 
     def _query(self, name: str, **params) -> pd.DataFrame:
-        return self.con.execute(duck.sql(name), params or None).df()
+        return duck.frame(self.con.execute(duck.sql(name), params or None))
 
     @property
     def summary(self) -> pd.DataFrame:

@@ -7,6 +7,8 @@ from importlib import resources
 from pathlib import Path
 
 import duckdb
+import pandas as pd
+import pyarrow as pa
 
 
 @functools.cache
@@ -40,3 +42,31 @@ def sql(name: str) -> str:
         return resources.files("nsyscomm.sql").joinpath(f"{name}.sql").read_text()
     except ModuleNotFoundError:  # running from a source checkout that was not pip-installed
         return (Path(__file__).resolve().parent.parent / "sql" / f"{name}.sql").read_text()
+
+
+_NULLABLE_INT = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                 pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+                 pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
+
+
+def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """The pending result of ``cur`` as pandas, through Arrow, with the dtypes ``.df()`` gives.
+
+    ``.df()`` builds a Python str per string value, which pandas then turns back into Arrow
+    (its default string dtype): 0.34 s against 0.11 s through Arrow for 200k calls of 10 string
+    columns. Integers keep numpy dtypes unless they hold NULLs (then pandas' nullable ones, as
+    ``.df()``); HUGEINT (DuckDB's sum of BIGINTs) arrives as a 128-bit decimal and becomes float64,
+    and an all-NULL text column holds None, as ``.df()`` makes them."""
+    t = cur.to_arrow_table()
+    cols = {}
+    for name, col in zip(t.column_names, t.columns):
+        typ = col.type
+        if pa.types.is_decimal(typ) and typ.scale == 0:
+            cols[name] = col.cast(pa.float64()).to_pandas()
+        elif typ in _NULLABLE_INT and col.null_count:
+            cols[name] = col.to_pandas(types_mapper=_NULLABLE_INT.get)
+        elif pa.types.is_string(typ) and col.null_count == len(col):
+            cols[name] = pd.Series([None] * len(col), dtype=object)   # as .df(): all-NULL text is None
+        else:
+            cols[name] = col.to_pandas()
+    return pd.DataFrame(cols, columns=t.column_names) if cols else pd.DataFrame(columns=t.column_names)

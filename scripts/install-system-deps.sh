@@ -7,8 +7,10 @@ export DEBIAN_FRONTEND=noninteractive
 need=()
 command -v nsys >/dev/null 2>&1 || need+=(nsight-systems nsight-systems-target)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
-# a C compiler and Python's headers build the wrapper's C fast path (nsyscomm/capture/_fastpath.c)
+# a C compiler and Python's headers build the wrapper's C fast path (nsyscomm/capture/_fastpath.c);
+# g++ is what torch.compile's Inductor needs for its CPU code (tests/test_capture_wrapper.py)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
 python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   2>/dev/null || need+=(python3-dev)
 [ ${#need[@]} -eq 0 ] && { echo "system packages present"; exit 0; }

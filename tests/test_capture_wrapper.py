@@ -477,3 +477,41 @@ def test_fast_guard_equals_autograd_guard(pg):
         W._check_fast_guard(torch)
         W.annotate(False)
     assert W._fast_guard
+
+
+# ---------------------------------------------------------------- torch.compile
+
+def _compiled_step(x, fc):
+    y = fc.all_reduce(x * 2, "sum", dist.group.WORLD)
+    return fc.all_gather_single(y, 0, dist.group.WORLD) + 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_functional_collectives_are_annotated(rec, backend):
+    """torch.compile'd collectives bypass the Python wrappers (they are traced, then run as
+    _c10d_functional ops): the dispatcher layer annotates each call that runs, once, with the
+    user's line as caller, and tracing consumes no sequence number."""
+    import shutil
+
+    import torch.distributed._functional_collectives as fc
+
+    if backend == "inductor" and not shutil.which("g++"):
+        pytest.skip("Inductor's CPU code needs a C++ compiler (g++)")
+    torch._dynamo.reset()
+    f = torch.compile(_compiled_step, backend=backend)
+    x = torch.arange(6, dtype=torch.float32)
+    want = _compiled_step(x, fc)   # eager, through the Python wrappers
+    rec.msgs.clear()
+    try:
+        got = [f(x, fc), f(x, fc)]
+    finally:
+        torch._dynamo.reset()
+    assert all(torch.equal(g, want) for g in got)
+    msgs = rec.parsed()
+    assert [m["kind"] for m in msgs] == ["nsyscomm:all_reduce", "nsyscomm:all_gather"] * 2, rec.msgs
+    assert all(m["api"].startswith("_c10d_functional.") for m in msgs)
+    assert [m["bytes"] for m in msgs] == ["24", "24"] * 2 and {m["dtype"] for m in msgs} == {"float32"}
+    assert [int(m["seq"]) for m in msgs] == [2, 3, 4, 5]   # eager used 0 and 1; tracing none
+    # the user's function (its compiled frame reports the def line, or the call's line)
+    line = _compiled_step.__code__.co_firstlineno
+    assert {m["caller"] for m in msgs} <= {f"{THIS}:{n} _compiled_step" for n in (line, line + 1, line + 2)}

@@ -33,7 +33,7 @@ _lock = threading.RLock()
 _enabled = False
 _installed = False          # layer 1 installed (stays installed for isend/irecv, see annotate)
 _patched: list = []         # (owner, name, original, wrapper)
-_lib = None                 # torch.library.Library holding layer 2
+_lib = None                 # the torch.library.Library objects holding layer 2
 _opt_hook = None
 _warned: set = set()
 
@@ -186,6 +186,7 @@ def _rf_close(handle):
 # ---------------------------------------------------------------- helpers
 
 _skip_dirs: tuple = ()
+_GENERATED = os.sep + "torchinductor_"   # Inductor's default cache dir, where its output code lives
 
 
 def _caller() -> str:
@@ -211,8 +212,9 @@ def _site(f) -> str:
     """The cached answer of _caller for one frame: its "file:line function", or "" to skip it."""
     code = f.f_code
     fn = code.co_filename
-    site = "" if (fn.startswith(_skip_dirs) or fn.startswith("<frozen")) else \
-        f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
+    # skipped too: code torch generates (fx graphs "<eval_with_key>.N ...", Inductor's output code)
+    site = "" if (fn.startswith(_skip_dirs) or fn.startswith(("<frozen", "<eval_with_key>"))
+                  or _GENERATED in fn) else f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
     if len(_call_sites) > 100_000:   # code made at run time (exec) would grow it without bound
         _call_sites.clear()
     _call_sites[(code, f.f_lasti)] = site
@@ -769,6 +771,59 @@ def _dispatch_api(name):
     return "c10d." + name.strip("_")
 
 
+# _c10d_functional op -> (family, arg index of the tensor(s), multiply by group size, arg index of
+# the group name). What torch.compile'd code calls (Inductor emits these ops, in place where it
+# can), and what eager code reaches when it calls a functional collective not through the module
+# attribute nsyscomm wraps (e.g. a name imported before annotate()).
+_FUNCOL_OP_SPECS = {
+    "all_reduce": ("all_reduce", 0, False, 2),
+    "all_reduce_": ("all_reduce", 0, False, 2),
+    "all_reduce_coalesced": ("all_reduce", 0, False, 2),
+    "all_reduce_coalesced_": ("all_reduce", 0, False, 2),
+    "all_gather_into_tensor": ("all_gather", 0, True, 2),
+    "all_gather_into_tensor_out": ("all_gather", 0, True, 2),
+    "all_gather_into_tensor_coalesced": ("all_gather", 0, True, 2),
+    "reduce_scatter_tensor": ("reduce_scatter", 0, False, 3),
+    "reduce_scatter_tensor_out": ("reduce_scatter", 0, False, 3),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0, False, 3),
+    "all_to_all_single": ("all_to_all", 0, False, 3),
+    "broadcast": ("broadcast", 0, False, 2),
+    "broadcast_": ("broadcast", 0, False, 2),
+}
+
+
+def _funcol_op_message(name, args):
+    op, ti, times_n, gi = _FUNCOL_OP_SPECS[name]
+    pg = args[gi]
+    if not isinstance(pg, _c10d.ProcessGroup):
+        pg = _c10d._resolve_process_group(pg)
+    g = _group(pg)
+    nbytes, numel, dt = _sum_bytes(args[ti])
+    if times_n:
+        nbytes *= g.size
+        numel *= g.size
+    if not _rank_marked:
+        _emit_rank_marker()
+    st = _step
+    return g.template(op, "_c10d_functional." + name, _dtype_name(dt) if dt is not None else "") % (
+        nbytes, numel, next(g.counter), "1", "" if st is None else st, _caller())
+
+
+def _tracing(args) -> bool:
+    """A call being traced (torch.compile, make_fx), not a collective that runs: its tensors are
+    fake or functional (tensor subclasses). A plain tensor is a real call, even with a dispatch
+    mode active (AOTAutograd runs a compiled graph's first call under one)."""
+    try:
+        T = _torch.Tensor
+        for a in args:
+            for t in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(t, T) and type(t) is not T and not isinstance(t, _torch.nn.Parameter):
+                    return True
+    except Exception:
+        return True
+    return False
+
+
 def _dispatch_message(name, args):
     spec = _OP_SPECS[name]
     op, ti, times_n = spec
@@ -806,13 +861,16 @@ def _dispatch_message(name, args):
     return msg if peer is None else _fmt.with_peer(msg, peer)
 
 
-def _make_kernel(name, opov):
+def _make_kernel(name, opov, message=None):
+    message = message or _dispatch_message
+    functional = message is _funcol_op_message
+
     def kernel(*args, **kwargs):
         pushed = False
         rf = None
-        if _enabled:
+        if _enabled and not (functional and _tracing(args)):
             try:
-                msg = _dispatch_message(name, args)
+                msg = message(name, args)
                 _push(msg)
                 pushed = True
                 if _prof._is_profiler_enabled:
@@ -850,7 +908,26 @@ def _install_layer2():
                 n += 1
             except Exception as e:
                 _warn_once("impl" + name + key, f"nsyscomm: no dispatcher hook for c10d::{name} on {key} ({e!r})")
-    _lib = lib
+    # functional collectives as ops (torch.compile'd code); ops whose own autograd kernel is
+    # registered per backend are left alone (ours would replace it)
+    try:
+        flib = torch.library.Library("_c10d_functional", "IMPL")
+    except Exception as e:
+        flib = None
+        _warn_once("impl_funcol", f"nsyscomm: no dispatcher hook for _c10d_functional ops ({e!r})")
+    for name in _FUNCOL_OP_SPECS if flib is not None else ():
+        packet = getattr(torch.ops._c10d_functional, name, None)
+        if packet is None:
+            continue
+        for key in ("AutogradCPU", "AutogradCUDA"):
+            try:
+                if torch._C._dispatch_has_kernel_for_dispatch_key(f"_c10d_functional::{name}", key):
+                    continue
+                flib.impl(name, _make_kernel(name, packet.default, _funcol_op_message), key)
+                n += 1
+            except Exception as e:
+                _warn_once("impl" + name + key, f"nsyscomm: no dispatcher hook for _c10d_functional::{name} on {key} ({e!r})")
+    _lib = (lib, flib) if flib is not None else (lib,)
     return n
 
 
@@ -888,10 +965,11 @@ def annotate(enable: bool = True, *, ddp: bool = True):
                     setattr(owner, name, orig)
             _patched[:] = [p for p in _patched if p[1] in _KEEP and p[0].__name__.endswith("distributed_c10d")]
             if _lib is not None:
-                try:
-                    _lib._destroy()
-                except Exception:
-                    pass
+                for lib in _lib:
+                    try:
+                        lib._destroy()
+                    except Exception:
+                        pass
                 _lib = None
             if _opt_hook is not None:
                 _opt_hook.remove()

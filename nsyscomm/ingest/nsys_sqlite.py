@@ -181,7 +181,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         con.execute(_RANGE_THREADS)
         con.execute("SET merge_join_threshold = 0")
         con.execute(_LAUNCH_OWNERS)
-        calls = con.execute(duck.sql("calls_nsys")).df()
+        calls = duck.frame(con.execute(duck.sql("calls_nsys")))
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
             warnings.append(f"{report}: {unlaunched} NCCL kernel(s) have no launch call in the report "
@@ -196,7 +196,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         """).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
-        spans = con.execute(duck.sql("process_spans")).df()
+        spans = duck.frame(con.execute(duck.sql("process_spans")))
         compute = con.execute(duck.sql("compute_kernels")).fetchnumpy()
         calls = busy_before(calls, compute)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
