@@ -8,7 +8,8 @@ rounds; with the C fast path built, its Python fallback is measured in the same 
 fixed Python loop per round shows how fast the (shared) machine ran. Then a real 16-element float32 gloo all_reduce (world size 1, TCPStore on 127.0.0.1):
 bare, wrapped, and a control (bare after a Python busy loop as long as the wrapper), in rounds of
 random order, so gloo's drift and its thread hand-off effects hit every arm alike.
-DeepSpeed's comms logger is measured too when deepspeed imports on this machine.
+DeepSpeed's comms logger (prof_all) is measured too when deepspeed imports: its timed_op decorator
+around the same no-op, and deepspeed.comm.all_reduce as a gloo arm.
 """
 
 from __future__ import annotations
@@ -70,16 +71,24 @@ def main():
     def noop(tensor, op=None, group=None, async_op=False):
         return None
 
+    ds_comm, ds_timed, ds_why = _deepspeed()
     W.annotate(True)
     wn = W._make_wrapper(noop, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
     arms = {"wrapper": wn}
     if getattr(wn, "_slow", None) is not None:   # the C fast path is built: its Python fallback too
         arms["Python wrapper (no C fast path)"] = wn._slow
+    if ds_timed is not None:   # DeepSpeed's comms logger decorator around the same no-op
+        def all_reduce(tensor, op=None, group=None, async_op=False):   # the logger keys on __name__
+            return None
+
+        arms["DeepSpeed comms logger"] = ds_timed(all_reduce)
     iso = {k: [] for k in arms}
     gauge = []
     for _ in range(a.rounds):
         base = _per_call(lambda: noop(t), a.calls)
         for k, fn in arms.items():
+            if k.startswith("DeepSpeed"):
+                _deepspeed_reset()
             iso[k].append(_per_call(lambda: fn(t), a.calls) - base)
         # the VM's speed this round: a fixed pure-Python loop (it varies by 1.5x on a shared VM)
         gauge.append(_per_call(lambda: _spin(60), a.calls))
@@ -107,40 +116,58 @@ def main():
 
     arms = {"bare": (False, lambda: dist.all_reduce(t)), "wrapped": (True, lambda: dist.all_reduce(t)),
             "control": (False, control)}
+    if ds_comm is not None:
+        arms["deepspeed"] = (False, lambda: ds_comm.all_reduce(t))
     per = {k: [] for k in arms}
     rng = random.Random(0)
     for _ in range(a.rounds):
         order = list(arms)
         rng.shuffle(order)
         for k in order:
+            if k == "deepspeed":
+                _deepspeed_reset()
             W.annotate(arms[k][0])
             per[k].append(_per_call(arms[k][1], a.calls))
         W.annotate(False)
     print(f"gloo all_reduce 16 x float32, world size 1, {a.rounds} rounds x {a.calls} calls")
     for k, label in (("bare", "bare call"), ("wrapped", "wrapped call"),
-                     ("control", f"bare + {min(iso):.1f} us busy loop")):
+                     ("control", f"bare + {min(iso):.1f} us busy loop"), ("deepspeed", "DeepSpeed comms logger")):
+        if k not in per:
+            continue
         v = per[k]
         print(f"  {label:28s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, .9):7.2f} us")
     print(f"  wrapped - bare: min {min(per['wrapped']) - min(per['bare']):5.2f} us, median "
           f"{statistics.median(per['wrapped']) - statistics.median(per['bare']):5.2f} us; "
           f"control - bare: median {statistics.median(per['control']) - statistics.median(per['bare']):5.2f} us")
 
+    if ds_comm is None:
+        print(f"  DeepSpeed comms logger: not measured ({ds_why})")
+
+
+def _deepspeed_reset():
+    """Forget what DeepSpeed's logger recorded: each of its timed calls sums every latency its
+    timer has recorded since the last reset (O(calls) per call), so rounds start alike."""
+    from deepspeed.comm import comm as ds
+
+    ds.comms_logger.comms_dict.clear()
+    ds.timers.timers.clear()
+
+
+def _deepspeed():
+    """(deepspeed.comm, its timed_op decorator, None) with the comms logger on for every op, or
+    (None, None, why). deepspeed installs on CPU with: pip install --no-build-isolation deepspeed"""
     try:
         import deepspeed  # noqa: F401
         from deepspeed import comm as ds_comm
+        from deepspeed.comm.comm import timed_op
     except Exception as e:
-        print(f"  DeepSpeed comms logger: not measured (deepspeed does not import here: {type(e).__name__}: {e})")
-        return
+        return None, None, f"deepspeed does not import here: {type(e).__name__}: {e}"
     try:
         ds_comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
         ds_comm.configure(enabled=True, prof_all=True, verbose=False)
-        ds = [_per_call(lambda: ds_comm.all_reduce(t), a.calls) for _ in range(a.rounds)]
-        W.annotate(False)
-        b2 = [_per_call(lambda: bare_fn(t), a.calls) for _ in range(a.rounds)]
-        d = [x - y for x, y in zip(ds, b2)]
-        print(f"  DeepSpeed comms logger overhead median {statistics.median(d):7.2f} us  p90 {_q(d, .9):7.2f} us")
     except Exception as e:
-        print(f"  DeepSpeed comms logger: not measured ({type(e).__name__}: {e})")
+        return None, None, f"{type(e).__name__}: {e}"
+    return ds_comm, timed_op, None
 
 
 if __name__ == "__main__":
