@@ -7,11 +7,15 @@ Two layers, so that nothing is missed and the common path stays cheap:
    They know the exact API called, compute the nccl-tests message size, and push one range
    in domain ``nsyscomm`` around the original call (so the backend's kernel launch is inside).
 2. A catch-all at the dispatcher level: a Python kernel registered for every ``c10d::*`` op
-   on the Autograd keys (AutogradCPU / AutogradCUDA). It sees what bypasses the Python
-   functions: DDP's C++ reducer (gradient all-reduces), DDP's parameter/buffer broadcasts,
-   anything imported before annotate(). Calls made through layer 1 run with the Autograd
-   keys excluded, so they never reach layer 2 (one range per call, and layer 2's ~50 us
-   Python-kernel cost is paid only by calls that layer 1 did not see).
+   and the ``_c10d_functional::*`` collectives on the Autograd keys (AutogradCPU /
+   AutogradCUDA). It sees what bypasses the Python functions: DDP's C++ reducer (gradient
+   all-reduces), DDP's parameter/buffer broadcasts, torch.compile'd code, anything imported
+   before annotate(). Calls made through layer 1 run with the Autograd keys excluded, so they
+   never reach layer 2 (one range per call, and layer 2's ~50 us Python-kernel cost is paid
+   only by calls that layer 1 did not see).
+
+The hot wrappers of layer 1 (one-tensor calls) run their steady state in C when the optional
+extension ``_fastpath`` is built (same messages, ~1.4 us instead of ~2.6 us per call).
 
 Nothing here synchronizes a device or touches a tensor's data; a failure to build or emit
 the message degrades to no annotation (warned once); exceptions of the collective itself
