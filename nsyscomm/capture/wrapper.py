@@ -399,6 +399,17 @@ def _optimizer_post_hook(optimizer, args, kwargs):
 
 # ---------------------------------------------------------------- layer 1: Python wrappers
 
+def _compose(g, op, api, dt, nbytes, numel, seq, asy, peer=None):
+    """The NVTX message of one call of group g (the process's rank marker goes first, once).
+    The hot wrapper and _fastpath.c build the same message inline from a cached template."""
+    if not _rank_marked:
+        _emit_rank_marker()
+    st = _step
+    msg = g.template(op, api, _dtype_name(dt) if dt is not None else "") % (
+        nbytes, numel, seq, asy, "" if st is None else st, _caller())
+    return msg if peer is None else _fmt.with_peer(msg, peer)
+
+
 def _arg(args, kwargs, idx, kw, default=None):
     if idx is not None and len(args) > idx:
         return args[idx]
@@ -462,13 +473,7 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
             seq = g.p2p_seq(peer)
         else:
             seq = next(g.counter)
-        if not _rank_marked:
-            _emit_rank_marker()
-        label = _tls.api or api
-        st = _step
-        msg = g.template(op, label, _dtype_name(dt) if dt is not None else "") % (
-            nbytes, numel, seq, asy, "" if st is None else st, _caller())
-        return msg if peer is None else _fmt.with_peer(msg, peer)
+        return _compose(g, op, _tls.api or api, dt, nbytes, numel, seq, asy, peer)
 
     def wrapper(*args, **kwargs):
         tls = _tls
@@ -806,11 +811,7 @@ def _funcol_op_message(name, args):
     if times_n:
         nbytes *= g.size
         numel *= g.size
-    if not _rank_marked:
-        _emit_rank_marker()
-    st = _step
-    return g.template(op, "_c10d_functional." + name, _dtype_name(dt) if dt is not None else "") % (
-        nbytes, numel, next(g.counter), "1", "" if st is None else st, _caller())
+    return _compose(g, op, "_c10d_functional." + name, dt, nbytes, numel, next(g.counter), "1")
 
 
 def _tracing(args) -> bool:
@@ -856,13 +857,7 @@ def _dispatch_message(name, args):
         seq = g.p2p_seq(peer)
     else:
         seq = next(g.counter)
-    if not _rank_marked:
-        _emit_rank_marker()
-    asy = "1"
-    st = _step
-    msg = g.template(op, _dispatch_api(name), _dtype_name(dt) if dt is not None else "") % (
-        nbytes, numel, seq, asy, "" if st is None else st, _caller())
-    return msg if peer is None else _fmt.with_peer(msg, peer)
+    return _compose(g, op, _dispatch_api(name), dt, nbytes, numel, seq, "1", peer)
 
 
 def _make_kernel(name, opov, message=None):
