@@ -100,6 +100,10 @@ def _report_names(paths: list[Path]) -> list[str]:
     return [str(p.resolve().relative_to(common)) for p in paths]
 
 
+# the collectives table in each rank's time order (it is stored unsorted)
+ORDERED = "SELECT * FROM collectives ORDER BY rank, coalesce(gpu_start, cpu_start), cpu_start, pid, tid, seq"
+
+
 @dataclass
 class Result:
     """A job's collectives and the analyses over them."""
@@ -113,11 +117,11 @@ class Result:
 
     @property
     def relation(self) -> duckdb.DuckDBPyRelation:
-        return self.con.table("collectives")
+        return self.con.sql(ORDERED)
 
     @property
     def collectives(self) -> pd.DataFrame:
-        return duck.frame(self.con.execute("SELECT * FROM collectives"))
+        return duck.frame(self.con.execute(ORDERED))
 
     def _query(self, name: str, **params) -> pd.DataFrame:
         return duck.frame(self.con.execute(duck.sql(name), params or None))
@@ -228,11 +232,12 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
         for m in e.markers.itertuples():
             if pd.notna(m.rank):
                 marked[int(m.pid)] = (int(m.rank), None if pd.isna(m.local_rank) else int(m.local_rank), m.host)
-        pids = sorted(set(int(p) for p in e.calls["pid"].dropna()) | set(marked))
+        called = set(e.calls["pid"].dropna().astype("int64").unique().tolist())
+        pids = sorted(called | set(marked))
         for pid in pids:
             if pid in marked:
                 rows.append((e.report, pid, *marked[pid]))
-            elif pid in set(e.calls["pid"].dropna().astype(int)):
+            elif pid in called:
                 unmarked.append((e.report, pid))
     # a rank claimed twice (two jobs' reports mixed, a restarted process) would merge two processes'
     # calls into one rank: the first claimant keeps it, the others get free numbers, loudly

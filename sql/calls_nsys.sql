@@ -1,29 +1,23 @@
 -- One row per collective call per process of one nsys report (ranks are assigned later,
 -- across all reports of the job, in sql/collectives.sql).
--- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges: the
--- nsyscomm wrapper's and PyTorch's nccl:/gloo: record_function ranges).
+-- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges), ranges (rid,
+-- start, end, globalTid, name, kind: those of src_ranges that can own kernels, the nsyscomm
+-- wrapper's and PyTorch's nccl:/gloo: record_function ranges; made by nsys_sqlite.py).
 -- Metadata priority per row: wrapper range > PyTorch range > kernel name alone.
 WITH profiler_steps AS (
     -- torch.profiler's ProfilerStep#N ranges give the step to calls the wrapper did not label
     SELECT globalTid, start, "end", TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)', 1) AS BIGINT) AS step
     FROM src_ranges WHERE name LIKE 'ProfilerStep#%'
 ),
-ranges AS (
-    SELECT row_number() OVER (ORDER BY start, globalTid, name, "end") AS rid, start, "end", globalTid, name,
-           CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
-    FROM src_ranges
-    WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'
-),
 kernels AS (
-    SELECT * FROM nccl_kernels   -- kid: sql/nccl_kernels.sql
+    SELECT * FROM nccl_kernels   -- kid, name_id: sql/nccl_kernels.sql
 ),
 -- a range owns a kernel when it contains the kernel's launch call on the same thread;
 -- grouped calls launch at ncclGroupEnd, which the outer PyTorch/wrapper range still contains
 -- innermost (kid, kind, rid): per NCCL kernel and kind of range, the innermost range (latest
 -- start) containing the kernel's launch call on the same thread. It is made by nsys_sqlite.py
 -- (_LAUNCH_OWNERS) as a range join (IEJoin) in a statement of its own: in DuckDB 1.5 any
--- materialized CTE in a query turns IEJoins into quadratic piecewise merge joins. Its rid is
--- this `ranges` rid (same filter and order; ties are identical rows).
+-- materialized CTE in a query turns IEJoins into quadratic piecewise merge joins.
 owned AS (
     SELECT k.*,
            coalesce(w.rid, t.rid) AS rid
@@ -32,42 +26,46 @@ owned AS (
     LEFT JOIN innermost t ON t.kid = k.kid AND t.kind = 'torch_range'
 ),
 by_range AS (
-    SELECT rid,
-           min(kstart)                 AS gpu_start,
-           max(kend)                   AS gpu_end,
-           count(*)                    AS kernels,
-           sum(kend - kstart)          AS kernel_ns,
-           arg_min(kernel, kstart)     AS kernel,
-           arg_min(kop, kstart)        AS kop,
-           arg_min(algo, kstart)       AS algo,
-           arg_min(proto, kstart)      AS proto,
-           arg_min(kdtype, kstart)     AS kdtype,
-           arg_min(stream, kstart)     AS stream,
-           arg_min(device, kstart)     AS device
-    FROM owned WHERE rid IS NOT NULL GROUP BY rid
+    -- the first kernel's name tells op, algorithm, protocol and dtype (nccl_kernel_names)
+    SELECT b.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
+    FROM (SELECT rid,
+                 min(kstart)                 AS gpu_start,
+                 max(kend)                   AS gpu_end,
+                 count(*)                    AS kernels,
+                 sum(kend - kstart)          AS kernel_ns,
+                 arg_min(name_id, kstart)    AS name_id,
+                 arg_min(stream, kstart)     AS stream,
+                 arg_min(device, kstart)     AS device
+          FROM owned WHERE rid IS NOT NULL GROUP BY rid) b
+    JOIN nccl_kernel_names n ON n.id = b.name_id
 ),
 wrapper AS (
-    -- one regular expression over the fields in the order the wrapper writes them (fast path);
+    -- the fields split at '|' when they are in the order the wrapper writes them (fast path);
     -- a message with its fields in another order is read field by field
-    SELECT r.*, b.* EXCLUDE (rid),
-           CASE WHEN f.op <> '' THEN f.op     ELSE regexp_extract(r.head, '^nsyscomm:([^|]*)', 1) END AS w_op,
-           CASE WHEN f.op <> '' THEN f.api    ELSE regexp_extract(r.head, '\|api=([^|]*)', 1) END     AS w_api,
-           CASE WHEN f.op <> '' THEN f.bytes  ELSE regexp_extract(r.head, '\|bytes=([^|]*)', 1) END   AS w_bytes,
-           CASE WHEN f.op <> '' THEN f.dtype  ELSE regexp_extract(r.head, '\|dtype=([^|]*)', 1) END   AS w_dtype,
-           CASE WHEN f.op <> '' THEN f.numel  ELSE regexp_extract(r.head, '\|numel=([^|]*)', 1) END   AS w_numel,
-           CASE WHEN f.op <> '' THEN f.pg     ELSE regexp_extract(r.head, '\|pg=([^|]*)', 1) END      AS w_pg,
-           CASE WHEN f.op <> '' THEN f.gsize  ELSE regexp_extract(r.head, '\|gsize=([^|]*)', 1) END   AS w_gsize,
-           CASE WHEN f.op <> '' THEN f.granks ELSE regexp_extract(r.head, '\|granks=([^|]*)', 1) END  AS w_granks,
-           CASE WHEN f.op <> '' THEN f.seq    ELSE regexp_extract(r.head, '\|seq=([^|]*)', 1) END     AS w_seq,
-           CASE WHEN f.op <> '' THEN f.step   ELSE regexp_extract(r.head, '\|step=([^|]*)', 1) END    AS w_step,
-           CASE WHEN f.op <> '' THEN f.peer   ELSE regexp_extract(r.head, '\|peer=([^|]*)', 1) END    AS w_peer,
+    SELECT r.*, b.* EXCLUDE (rid, name_id),
+           CASE WHEN r.fast THEN substr(r.f[1], 10)  ELSE regexp_extract(r.head, '^nsyscomm:([^|]*)', 1) END AS w_op,
+           CASE WHEN r.fast THEN substr(r.f[2], 5)   ELSE regexp_extract(r.head, '\|api=([^|]*)', 1) END     AS w_api,
+           CASE WHEN r.fast THEN substr(r.f[3], 7)   ELSE regexp_extract(r.head, '\|bytes=([^|]*)', 1) END   AS w_bytes,
+           CASE WHEN r.fast THEN substr(r.f[4], 7)   ELSE regexp_extract(r.head, '\|dtype=([^|]*)', 1) END   AS w_dtype,
+           CASE WHEN r.fast THEN substr(r.f[5], 7)   ELSE regexp_extract(r.head, '\|numel=([^|]*)', 1) END   AS w_numel,
+           CASE WHEN r.fast THEN substr(r.f[6], 4)   ELSE regexp_extract(r.head, '\|pg=([^|]*)', 1) END      AS w_pg,
+           CASE WHEN r.fast THEN substr(r.f[7], 7)   ELSE regexp_extract(r.head, '\|gsize=([^|]*)', 1) END   AS w_gsize,
+           CASE WHEN r.fast THEN substr(r.f[8], 8)   ELSE regexp_extract(r.head, '\|granks=([^|]*)', 1) END  AS w_granks,
+           CASE WHEN r.fast THEN substr(r.f[9], 5)   ELSE regexp_extract(r.head, '\|seq=([^|]*)', 1) END     AS w_seq,
+           CASE WHEN r.fast THEN substr(r.f[11], 6)  ELSE regexp_extract(r.head, '\|step=([^|]*)', 1) END    AS w_step,
+           CASE WHEN r.fast THEN coalesce(substr(r.f[12], 6), '')
+                ELSE regexp_extract(r.head, '\|peer=([^|]*)', 1) END                                          AS w_peer,
            -- the caller is last and read to the end: it may hold '|', '=' or newlines
            CASE WHEN strpos(r.name, '|caller=') > 0 THEN substr(r.name, strpos(r.name, '|caller=') + 8) END AS w_caller
     FROM (
-        SELECT *, regexp_extract(head,
-                  '^nsyscomm:([^|]*)\|api=([^|]*)\|bytes=([^|]*)\|dtype=([^|]*)\|numel=([^|]*)\|pg=([^|]*)\|gsize=([^|]*)\|granks=([^|]*)\|seq=([^|]*)\|async=([^|]*)\|step=([^|]*)(?:\|peer=([^|]*))?$',
-                  ['op', 'api', 'bytes', 'dtype', 'numel', 'pg', 'gsize', 'granks', 'seq', 'async', 'step', 'peer']) AS f
-        FROM (SELECT *, split_part(name, '|caller=', 1) AS head FROM ranges WHERE kind = 'wrapper')
+        SELECT *,
+               (len(f) = 11 OR (len(f) = 12 AND starts_with(f[12], 'peer=')))
+               AND starts_with(f[1], 'nsyscomm:') AND starts_with(f[2], 'api=') AND starts_with(f[3], 'bytes=')
+               AND starts_with(f[4], 'dtype=') AND starts_with(f[5], 'numel=') AND starts_with(f[6], 'pg=')
+               AND starts_with(f[7], 'gsize=') AND starts_with(f[8], 'granks=') AND starts_with(f[9], 'seq=')
+               AND starts_with(f[10], 'async=') AND starts_with(f[11], 'step=') AS fast
+        FROM (SELECT *, string_split(head, '|') AS f
+              FROM (SELECT *, split_part(name, '|caller=', 1) AS head FROM ranges WHERE kind = 'wrapper'))
     ) r
     LEFT JOIN by_range b ON b.rid = r.rid
 ),
@@ -109,7 +107,8 @@ calls AS (
         kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         launch_start, launch_end, kstart, kend, stream, device,
         'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL
-    FROM owned WHERE rid IS NULL
+    FROM (SELECT o.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
+          FROM owned o JOIN nccl_kernel_names n ON n.id = o.name_id WHERE o.rid IS NULL)
 )
 SELECT c.* EXCLUDE (gtid, step),
        coalesce(c.step, (SELECT max(s.step) FROM profiler_steps s

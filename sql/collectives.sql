@@ -5,7 +5,10 @@
 -- of the same op, and a group size inferred from how many ranks share that seq.
 -- logical_id names one logical collective: the same (group, op, seq) on every rank, and for
 -- point-to-point calls also the same pair of ranks (their seq counts per pair).
-WITH ranked AS (
+-- Stored unsorted: sorting 200k wide rows cost as much as the rest of the query; readers that
+-- list calls order them (nsyscomm.api.ORDERED).
+-- NOT MATERIALIZED: recomputing this join for each branch below is cheaper than storing it
+WITH ranked AS NOT MATERIALIZED (
     SELECT c.*, m.rank, m.local_rank, m.host,
            CASE WHEN c.op IN ('send', 'recv') AND c.peer IS NOT NULL AND m.rank IS NOT NULL
                 THEN least(m.rank, c.peer) || '-' || greatest(m.rank, c.peer) END AS pair
@@ -33,4 +36,3 @@ SELECT
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     (hash("group", pair, op, seq) >> 1)::BIGINT AS logical_id
 FROM numbered
-ORDER BY rank, coalesce(gpu_start, cpu_start), cpu_start

@@ -1,20 +1,18 @@
 -- NCCL kernels of one nsys report, each with its launch call.
 -- Inputs (views made by nsyscomm/ingest/nsys_sqlite.py): src_kernels, src_runtime, nccl_kernel_names.
+-- Narrow on purpose: the name's strings are joined once per call in sql/calls_nsys.sql.
 -- The launch join is process-aware: correlation ids restart in every process, so
 -- correlationId alone would pair a kernel with launches of other ranks.
--- kid numbers the kernels (in time order) for sql/calls_nsys.sql.
+-- kid: a key of the kernel for sql/calls_nsys.sql (unique, in no particular order: numbering them
+-- in time order cost a sort of every NCCL kernel).
 SELECT
-    row_number() OVER (ORDER BY k.start, k.globalPid, k.streamId, k."end", k.correlationId) AS kid,
+    row_number() OVER () AS kid,
     k.start            AS kstart,
     k."end"            AS kend,
     k.deviceId         AS device,
     k.streamId         AS stream,
     k.globalPid        AS global_pid,
-    n.name             AS kernel,
-    n.op               AS kop,
-    n.algo,
-    n.proto,
-    n.dtype            AS kdtype,
+    k.shortName        AS name_id,      -- its name and what it tells: nccl_kernel_names
     l.start            AS launch_start,
     l."end"            AS launch_end,
     l.globalTid        AS launch_tid

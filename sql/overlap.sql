@@ -1,10 +1,13 @@
 -- Exposed communication per rank, and per rank and step: wall time during which some NCCL
 -- kernel of the rank runs and no compute kernel on the same device does. Calls on several
--- streams may overlap each other, so communication is first merged into busy islands.
+-- streams may overlap each other, so communication time is the length of their union.
 -- CPU-synchronous calls (no kernel) have nothing to hide behind and are left out.
--- Compute hidden under an island [s, e] is B(e) - B(s), B(t) the compute busy time before t on
--- the device (nsyscomm/ingest/busy.py); s and e are some call's gpu_start and gpu_end, where
--- the sources evaluated B (busy_at_start, busy_at_end). Input: collectives.
+-- One pass in (s, e) order per process (its rank follows) and device: each call adds to the union only the part
+-- past the latest end before it, [max(s, prev_e), e]; these parts are disjoint and cover the
+-- union. Compute hidden under a part [a, e] is B(e) - B(a), B(t) the compute busy time before t
+-- on the device (nsyscomm/ingest/busy.py): a is the call's own gpu_start or the gpu_end of the
+-- call that ended latest before it, where the sources evaluated B (busy_at_start, busy_at_end).
+-- Input: collectives.
 WITH comm AS (
     SELECT rank, report, pid, device, step, gpu_start AS s, gpu_end AS e, busy_at_start, busy_at_end
     FROM collectives WHERE gpu_start IS NOT NULL
@@ -16,26 +19,25 @@ scoped AS (
     SELECT 'step', rank, step, report, pid, device, s, e, busy_at_start, busy_at_end FROM comm
 ),
 m AS (
-    SELECT *, max(e) OVER (PARTITION BY scope, rank, step, report, pid, device ORDER BY s, e
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+    SELECT *,
+           max(e) OVER w                     AS prev_e,
+           arg_max(busy_at_end, e) OVER w    AS prev_busy
     FROM scoped
+    WINDOW w AS (PARTITION BY scope, step, report, pid, device ORDER BY s, e
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
-g AS (
-    SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY scope, rank, step, report, pid, device ORDER BY s, e
-                        ROWS UNBOUNDED PRECEDING) AS isl
-    FROM m
-),
-islands AS (
+parts AS (
     SELECT scope, rank, step,
-           min(s) AS s, max(e) AS e, count(*) AS calls,
-           arg_max(busy_at_end, e) - arg_min(busy_at_start, s) AS hidden_ns
-    FROM g GROUP BY scope, rank, step, report, pid, device, isl
+           CASE WHEN prev_e IS NULL OR s >= prev_e THEN e - s
+                WHEN e > prev_e THEN e - prev_e ELSE 0 END                         AS comm_ns,
+           CASE WHEN prev_e IS NULL OR s >= prev_e THEN busy_at_end - busy_at_start
+                WHEN e > prev_e THEN busy_at_end - prev_busy ELSE 0 END            AS hidden_ns
+    FROM m
 )
 SELECT scope, rank, step,
-       sum(calls)                                 AS calls,
-       sum(e - s)                                 AS comm_busy_ns,
-       sum(e - s - coalesce(hidden_ns, 0))        AS exposed_ns
-FROM islands
+       count(*)                                   AS calls,
+       sum(comm_ns)                               AS comm_busy_ns,
+       sum(comm_ns - coalesce(hidden_ns, 0))      AS exposed_ns
+FROM parts
 GROUP BY scope, rank, step
 ORDER BY scope, rank, step NULLS FIRST

@@ -37,39 +37,51 @@ def _busy_at(t: np.ndarray, i_start, i_end, before) -> np.ndarray:
     return out
 
 
+def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
+    device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays), fastest
+    when already sorted by (pid, device, start) as sql/compute_kernels.sql returns them.
+    Independent of the calls, so a source can build it while it reads its calls."""
+    if compute is None or not len(compute["start"]):
+        return {}
+    cpid = np.asarray(compute["pid"], dtype=np.int64)
+    cdev = np.nan_to_num(np.asarray(compute["device"], dtype=np.float64), nan=-1).astype(np.int64)
+    cstart = np.asarray(compute["start"], dtype=np.int64)
+    cend = np.asarray(compute["end"], dtype=np.int64)
+    dp, dd = np.diff(cpid), np.diff(cdev)
+    in_order = (dp > 0) | ((dp == 0) & ((dd > 0) | ((dd == 0) & (np.diff(cstart) >= 0))))
+    if not in_order.all():                          # sort by (pid, device, start) only when needed
+        order = np.lexsort((cstart, cdev, cpid))
+        cpid, cdev, cstart, cend = cpid[order], cdev[order], cstart[order], cend[order]
+    cut = np.flatnonzero((np.diff(cpid) != 0) | (np.diff(cdev) != 0)) + 1
+    bounds = np.concatenate(([0], cut, [len(cpid)]))
+    return {(int(cpid[lo]), int(cdev[lo])): _islands(cstart[lo:hi], cend[lo:hi])
+            for lo, hi in zip(bounds[:-1], bounds[1:])}
+
+
 def busy_before(calls: pd.DataFrame, compute) -> pd.DataFrame:
     """Add busy_at_start / busy_at_end (ns of compute busy time on the call's process and device
-    before its gpu_start / gpu_end) to calls. compute: pid, device, start, end of the compute
-    kernels (a DataFrame or a dict of numpy arrays), fastest when already sorted by
-    (pid, device, start) as sql/compute_kernels.sql returns them."""
+    before its gpu_start / gpu_end) to calls. compute: the compute kernels (see islands())."""
+    return busy_at_edges(calls, islands(compute))
+
+
+def busy_at_edges(calls: pd.DataFrame, by_device: dict) -> pd.DataFrame:
+    """busy_before() with the islands already made (islands())."""
     calls = calls.copy()
     n = len(calls)
     bs = np.zeros(n, dtype=np.int64)
     be = np.zeros(n, dtype=np.int64)
     gpu = (calls["gpu_start"].notna() & calls["gpu_end"].notna()).to_numpy() if n else np.zeros(0, bool)
-    if gpu.any() and compute is not None and len(compute["start"]):
-        cpid = np.asarray(compute["pid"], dtype=np.int64)
-        cdev = np.nan_to_num(np.asarray(compute["device"], dtype=np.float64), nan=-1).astype(np.int64)
-        cstart = np.asarray(compute["start"], dtype=np.int64)
-        cend = np.asarray(compute["end"], dtype=np.int64)
-        dp, dd = np.diff(cpid), np.diff(cdev)
-        in_order = (dp > 0) | ((dp == 0) & ((dd > 0) | ((dd == 0) & (np.diff(cstart) >= 0))))
-        if not in_order.all():                          # sort by (pid, device, start) only when needed
-            order = np.lexsort((cstart, cdev, cpid))
-            cpid, cdev, cstart, cend = cpid[order], cdev[order], cstart[order], cend[order]
-        cut = np.flatnonzero((np.diff(cpid) != 0) | (np.diff(cdev) != 0)) + 1
-        bounds = np.concatenate(([0], cut, [len(cpid)]))
-        parts = {(int(cpid[lo]), int(cdev[lo])): (lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])}
+    if gpu.any() and by_device:
         g = calls.loc[gpu]
         gpid = g["pid"].astype("int64").to_numpy()
         gdev = g["device"].astype("Int64").fillna(-1).astype("int64").to_numpy()
         gs = g["gpu_start"].astype("int64").to_numpy()
         ge = g["gpu_end"].astype("int64").to_numpy()
         sbs, sbe = np.zeros(len(g), dtype=np.int64), np.zeros(len(g), dtype=np.int64)
-        for (pid, dev), (lo, hi) in parts.items():
+        for (pid, dev), isl in by_device.items():
             rows = (gpid == pid) & (gdev == dev)
             if rows.any():
-                isl = _islands(cstart[lo:hi], cend[lo:hi])
                 sbs[rows] = _busy_at(gs[rows], *isl)
                 sbe[rows] = _busy_at(ge[rows], *isl)
         bs[gpu], be[gpu] = sbs, sbe

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pandas as pd
 from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import gpu_metrics, nccl_payload
-from nsyscomm.ingest.busy import busy_before
+from nsyscomm.ingest.busy import busy_at_edges, islands
 from nsyscomm.ingest.names import parse_kernel
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -39,13 +40,15 @@ FROM (SELECT l.kid, r.rid, r.kind, r.start
             FROM nccl_kernels k JOIN range_threads t ON t.globalTid = k.launch_tid
             WHERE k.launch_start BETWEEN t.t0 AND t.t1) l
       JOIN (SELECT r.rid, r.kind, r.start, t.base + r.start AS ks, t.base + r."end" AS ke
-            FROM (SELECT row_number() OVER (ORDER BY start, globalTid, name, "end") AS rid, start, "end", globalTid,
-                         CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
-                  FROM src_ranges
-                  WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%') r
-            JOIN range_threads t ON t.globalTid = r.globalTid) r
+            FROM ranges r JOIN range_threads t ON t.globalTid = r.globalTid) r
         ON l.kl >= r.ks AND l.kl <= r.ke) e
 GROUP BY e.kid, e.kind"""
+# The ranges that can own NCCL kernels, numbered once for _LAUNCH_OWNERS and sql/calls_nsys.sql
+_RANGES = """CREATE TEMP TABLE ranges AS
+SELECT row_number() OVER () AS rid, start, "end", globalTid, name,
+       CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
+FROM src_ranges
+WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'"""
 _RANGE_THREADS = """CREATE TEMP TABLE range_threads AS
 SELECT d.globalTid, (row_number() OVER (ORDER BY d.globalTid) - 1) * b.stride - b.t0 AS base, b.t0, b.t1
 FROM (SELECT DISTINCT globalTid FROM src_ranges WHERE globalTid IS NOT NULL) d,
@@ -154,6 +157,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
                          f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
 
     con = duck.connect(sqlite=True, threads=threads)
+    pool = ThreadPoolExecutor(max_workers=1)
     try:
         # ATTACH takes no parameters; the path is quoted as a SQL string literal
         quoted = str(path.resolve()).replace("'", "''")
@@ -166,11 +170,14 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         parsed = [(i, v, *parse_kernel(v)) for i, v in names]
         parsed = [p for p in parsed if p[2] is not None or p[1].startswith(("ncclDevKernel", "ncclKernel", "ncclSym"))]
         kn = pd.DataFrame(parsed, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
-        con.execute("""CREATE TEMP TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
+        # a plain table: the cursor that reads the compute kernels (below) sees it
+        con.execute("""CREATE TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
                        proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")
         if len(kn):
             con.register("kernel_names_df", kn)
             con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
+        # compute busy islands do not depend on the calls: made on a second core meanwhile
+        compute = pool.submit(_compute_islands, con)
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
         bad = con.execute("SELECT count(*) FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL").fetchone()[0]
         if bad:
@@ -178,6 +185,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
         # the range join of calls_nsys.sql, on its own (see _LAUNCH_OWNERS); its estimated sides are
         # small, and below merge_join_threshold DuckDB would plan a quadratic piecewise merge join
+        con.execute(_RANGES)
         con.execute(_RANGE_THREADS)
         con.execute("SET merge_join_threshold = 0")
         con.execute(_LAUNCH_OWNERS)
@@ -197,8 +205,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         spans = duck.frame(con.execute(duck.sql("process_spans")))
-        compute = con.execute(duck.sql("compute_kernels")).fetchnumpy()
-        calls = busy_before(calls, compute)
+        calls = busy_at_edges(calls, compute.result())
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
@@ -206,8 +213,17 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             session = int(row[0]) if row and row[0] is not None else None
         version = _version(con, tables)
     finally:
+        pool.shutdown(wait=True)   # its cursor reads con
         con.close()
     return Extract(report, path, calls, markers, spans, session, version, warnings, links)
+
+
+def _compute_islands(con) -> dict:
+    cur = con.cursor()
+    try:
+        return islands(cur.execute(duck.sql("compute_kernels")).fetchnumpy())
+    finally:
+        cur.close()
 
 
 def _version(con, tables) -> str | None:
@@ -221,9 +237,8 @@ def _version(con, tables) -> str | None:
 
 def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     """Read each source table once into DuckDB (SQLite is scanned once per table: that scan is
-    the cost floor); every later step reads these tables, never the report again. The scans run
-    side by side on cursors of the one in-memory database (the SQLite scanner is single-threaded
-    per table), so they are plain tables, shared by the cursors, not per-cursor TEMP tables."""
+    the cost floor); every later step reads these tables, never the report again. They are
+    plain tables, not TEMP ones, so that cursors of the connection (busy islands) see them."""
     scans = []
     k = tables.get("CUPTI_ACTIVITY_KIND_KERNEL")
     if k is not None:
@@ -255,7 +270,12 @@ def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
                    CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
             WHERE e.eventType IN (34, 59, 60)""")
-    _run_side_by_side(con, scans)
+    # One table after the other, each scan on every core (the SQLite scanner splits a table by
+    # rowid); insertion order is not kept: with it, copying the rows cost twice as much
+    con.execute("SET preserve_insertion_order = false")
+    for q in scans:
+        con.execute(q)
+    con.execute("SET preserve_insertion_order = true")
     if nv is not None:
         con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name, eventType "
                     "FROM src_nvtx WHERE name IS NOT NULL")
@@ -283,23 +303,3 @@ def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
         if t not in tables:
             warnings.append(f"table {t} is absent (nothing of that kind was captured)")
-
-
-def _run_side_by_side(con, statements: list[str]) -> None:
-    """Run independent statements at once, each on its own cursor (DuckDB releases the GIL)."""
-    if len(statements) < 2:
-        for q in statements:
-            con.execute(q)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    def run(q):
-        cur = con.cursor()
-        try:
-            cur.execute(q)
-        finally:
-            cur.close()
-
-    with ThreadPoolExecutor(max_workers=len(statements)) as pool:
-        for f in [pool.submit(run, q) for q in statements]:
-            f.result()  # re-raise the first failure here
