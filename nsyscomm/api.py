@@ -81,6 +81,8 @@ def extract_one(path: Path, report: str | None = None) -> nsys_sqlite.Extract:
     if nsys_sqlite.is_sqlite(path):
         try:
             return nsys_sqlite.extract(path, report)
+        except duckdb.OutOfMemoryException:
+            raise  # not the report's fault: the CLI says to raise the memory limit
         except (duckdb.Error, sqlite3.Error) as e:
             # a damaged or truncated database: name it and say what to do, no traceback
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -51,12 +51,21 @@ def main():
               help="Reports extracted in parallel (default: the usable cores).")
 @click.option("--dask", "dask_address", metavar="ADDRESS", default=None,
               help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786).")
+@click.option("--memory-limit", metavar="SIZE", default=None,
+              help="Memory of each process's DuckDB (e.g. 4GB, 50%); past it, it spills to "
+                   "NSYSCOMM_TEMP_DIR (default: the system's temporary folder). Also NSYSCOMM_MEMORY_LIMIT.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, dask_address, debug):
+def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, dask_address, memory_limit, debug):
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
     from nsyscomm.api import load, sample_jobs
+
+    if memory_limit:
+        import os
+        from nsyscomm.duck import MEMORY_LIMIT_ENV
+
+        os.environ[MEMORY_LIMIT_ENV] = memory_limit  # the pool's worker processes inherit it
 
     scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address}
     if inputs:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import os
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -22,17 +25,49 @@ def _sqlite_extension() -> str:
     return str(found[-1])
 
 
+# Memory per process: DuckDB's buffers stay under this limit (a size: "4GB", "500MB", or a
+# share of RAM: "50%"), spilling to disk past it; by default DuckDB's own, 80% of RAM. Every
+# DuckDB database of the process (one per report being extracted, one for the job) gets it.
+MEMORY_LIMIT_ENV = "NSYSCOMM_MEMORY_LIMIT"
+# Where they spill (default: the system's temporary folder), never the current folder (DuckDB's
+# default for in-memory databases, ./.tmp): a folder of its own per database, which DuckDB
+# creates on the first spill and removes when the database closes.
+TEMP_DIR_ENV = "NSYSCOMM_TEMP_DIR"
+_databases = itertools.count()
+
+
 def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     # Auto-install/auto-load off: a profiler on a cluster node must never reach the network.
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     if threads:
         config["threads"] = threads
-    con = duckdb.connect(config=config)
+    base = os.environ.get(TEMP_DIR_ENV) or tempfile.gettempdir()
+    config["temp_directory"] = os.path.join(base, f"nsyscomm-spill-{os.getpid()}-{next(_databases)}")
+    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if limit:
+        config["memory_limit"] = _share_of_ram(limit) if limit.endswith("%") else limit
+    try:
+        con = duckdb.connect(config=config)
+    except duckdb.Error as e:
+        if not limit:
+            raise
+        from nsyscomm.errors import InputError
+        raise InputError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size ({str(e).splitlines()[0]}); "
+                         f"give one like 4GB, 500MB or 50%") from None
     # IEJoin for "launch inside range" joins: measured far faster than hash join + filter (DESIGN.md)
     con.execute("SET prefer_range_joins = true")
     if sqlite:
         con.execute(f"LOAD '{_sqlite_extension()}'")
     return con
+
+
+def _share_of_ram(limit: str) -> str:
+    try:
+        share = float(limit[:-1]) / 100
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return limit  # DuckDB's message then says what it accepts
+    return f"{max(1, int(ram * share / 1e6))}MB" if 0 < share <= 1 else limit
 
 
 @functools.cache

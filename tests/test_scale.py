@@ -173,3 +173,57 @@ def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
     seen = scale._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, scale._Bar(False, 3, "test"))
     assert all(n > 0 for n in seen), seen
     assert gc.get_freeze_count() == 0
+
+
+# ---------------------------------------------------------------- memory limit and spilling
+
+@pytest.fixture(scope="module")
+def mid_report(tmp_path_factory):
+    """605k rows (40 MB): DuckDB's copy of its tables does not fit in 40 MB."""
+    out = tmp_path_factory.mktemp("mid") / "mid.sqlite"
+    _gen().generate(out, ranks=4, steps=4, layers=250, quiet=True)
+    return out
+
+
+def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tmp_path, monkeypatch):
+    from nsyscomm.ingest import nsys_sqlite
+
+    free = nsys_sqlite.extract(mid_report)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "40MB")
+    monkeypatch.setenv("NSYSCOMM_TEMP_DIR", str(spill))
+    spilled = []
+    real = nsys_sqlite.busy_at_edges
+
+    def spy(calls, by_device):  # runs while the report's tables are still held
+        spilled.extend(p.stat().st_size for p in spill.rglob("*") if p.is_file())
+        return real(calls, by_device)
+
+    monkeypatch.setattr(nsys_sqlite, "busy_at_edges", spy)
+    limited = nsys_sqlite.extract(mid_report)
+    assert sum(spilled) > 10e6          # DuckDB wrote its tables out instead of failing
+    _same(free, limited)
+    assert not list(spill.iterdir())    # each database removed its spill folder on closing
+
+
+def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from nsyscomm import duck
+    from nsyscomm.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(duck.MEMORY_LIMIT_ENV, raising=False)
+    run = CliRunner().invoke
+    ok = run(main, ["summarize", str(mid_report), "--no-cache", "--format", "json", "--memory-limit", "50%"])
+    assert ok.exit_code == 0, ok.output
+    assert sum(r["calls"] for r in json.loads(ok.stdout)["ranks"]) == 4 * 4 * 250 * 5
+    assert not (tmp_path / ".tmp").exists()  # DuckDB's default spill folder would be here
+    bad = run(main, ["summarize", str(mid_report), "--no-cache", "--memory-limit", "lots"])
+    assert bad.exit_code == 2 and "NSYSCOMM_MEMORY_LIMIT='lots' is not a memory size" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    tight = run(main, ["summarize", str(mid_report), "--no-cache", "--memory-limit", "8MB"])
+    assert tight.exit_code == 2, tight.output
+    assert tight.stderr.startswith("nsyscomm: error: out of memory under the memory limit (8MB)")
+    assert "--memory-limit" in tight.stderr and len(tight.stderr.strip().splitlines()) == 1

@@ -7,6 +7,7 @@ naming the file and the fix), 3 an internal error of nsyscomm's (never confused 
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -40,9 +41,14 @@ def guard(fn, debug: bool = False):
     except KeyboardInterrupt:
         click.echo("nsyscomm: interrupted", err=True)
         sys.exit(130)
-    except Exception as e:  # a bug of ours
+    except Exception as e:  # a bug of ours, unless memory ran out
         if debug:
             traceback.print_exc()
+        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException":  # DuckDB's
+            limit = os.environ.get("NSYSCOMM_MEMORY_LIMIT") or "DuckDB's default, 80% of RAM"
+            click.echo(f"nsyscomm: error: out of memory under the memory limit ({limit}): {_first_line(e)}; "
+                       f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs", err=True)
+            sys.exit(EXIT_INPUT)
         click.echo(f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
                    f"(run again with --debug for a traceback, and report it)", err=True)
         sys.exit(EXIT_INTERNAL)
