@@ -16,8 +16,9 @@ kernels AS (
 -- grouped calls launch at ncclGroupEnd, which the outer PyTorch/wrapper range still contains
 -- innermost (kid, kind, rid): per NCCL kernel and kind of range, the innermost range (latest
 -- start) containing the kernel's launch call on the same thread. It is made by nsys_sqlite.py
--- (_LAUNCH_OWNERS) as a range join (IEJoin) in a statement of its own: in DuckDB 1.5 any
--- materialized CTE in a query turns IEJoins into quadratic piecewise merge joins.
+-- (_LAUNCH_OWNERS, an ASOF join, and _LAUNCH_HOLDERS, a range join for the launches it leaves)
+-- in statements of their own: in DuckDB 1.5 any materialized CTE in a query turns IEJoins into
+-- quadratic piecewise merge joins.
 owned AS (
     SELECT k.*,
            coalesce(w.rid, t.rid) AS rid

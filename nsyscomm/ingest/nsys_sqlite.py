@@ -29,21 +29,33 @@ _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel and kind of range, the
-# innermost range containing its launch on the same thread. The same-thread containment runs as
-# a pure range join (IEJoin) on one number line: thread index * stride + (t - t0), with stride >
-# the ranges' time span, so threads never interleave (an equality on the thread plans as a slow
-# hash join, DESIGN.md). Launches outside [t0, t1] get no key: no range holds them.
+# innermost range containing its launch on the same thread. First an ASOF join: the range of
+# that kind that started last at or before the launch on its thread; when it still runs at the
+# launch it is the innermost one holding it (any other holder started earlier). Otherwise (it
+# ended before the launch: a sibling, the launch may sit in an outer range) the launch is looked
+# up again by _LAUNCH_HOLDERS.
 _LAUNCH_OWNERS = """CREATE TEMP TABLE innermost AS
+SELECT l.kid, l.kind, r.rid, r."end" >= l.ts AS holds
+FROM (SELECT k.kid, k.launch_tid AS tid, k.launch_start AS ts, kd.kind
+      FROM nccl_kernels k, (VALUES ('wrapper'), ('torch_range')) kd(kind)
+      WHERE k.launch_start IS NOT NULL) l
+ASOF JOIN ranges r ON r.globalTid = l.tid AND r.kind = l.kind AND l.ts >= r.start"""
+# The general lookup, for the launches the ASOF join left (kernels of table `unheld`): every
+# range holding the launch, the latest-starting wins. The same-thread containment runs as a pure
+# range join (IEJoin) on one number line: thread index * stride + (t - t0), with stride > the
+# ranges' time span, so threads never interleave (an equality on the thread plans as a slow hash
+# join, DESIGN.md). Launches outside [t0, t1] get no key: no range holds them.
+_LAUNCH_HOLDERS = """CREATE TEMP TABLE held AS
 SELECT e.kid, e.kind, arg_max(e.rid, e.start) AS rid
 FROM (SELECT l.kid, r.rid, r.kind, r.start
       FROM (SELECT k.kid, t.base + k.launch_start AS kl
             FROM nccl_kernels k JOIN range_threads t ON t.globalTid = k.launch_tid
-            WHERE k.launch_start BETWEEN t.t0 AND t.t1) l
+            WHERE k.launch_start BETWEEN t.t0 AND t.t1 AND k.kid IN (SELECT kid FROM unheld)) l
       JOIN (SELECT r.rid, r.kind, r.start, t.base + r.start AS ks, t.base + r."end" AS ke
             FROM ranges r JOIN range_threads t ON t.globalTid = r.globalTid) r
         ON l.kl >= r.ks AND l.kl <= r.ke) e
 GROUP BY e.kid, e.kind"""
-# The ranges that can own NCCL kernels, numbered once for _LAUNCH_OWNERS and sql/calls_nsys.sql
+# The ranges that can own NCCL kernels, numbered once for the lookups above and sql/calls_nsys.sql
 _RANGES = """CREATE TEMP TABLE ranges AS
 SELECT row_number() OVER () AS rid, start, "end", globalTid, name,
        CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
@@ -183,12 +195,10 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         if bad:
             con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
             warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
-        # the range join of calls_nsys.sql, on its own (see _LAUNCH_OWNERS); its estimated sides are
-        # small, and below merge_join_threshold DuckDB would plan a quadratic piecewise merge join
         con.execute(_RANGES)
-        con.execute(_RANGE_THREADS)
-        con.execute("SET merge_join_threshold = 0")
         con.execute(_LAUNCH_OWNERS)
+        if con.execute("SELECT count(*) FROM innermost WHERE NOT holds").fetchone()[0]:
+            _look_up_held(con)
         calls = duck.frame(con.execute(duck.sql("calls_nsys")))
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
@@ -216,6 +226,19 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         pool.shutdown(wait=True)   # its cursor reads con
         con.close()
     return Extract(report, path, calls, markers, spans, session, version, warnings, links)
+
+
+def _look_up_held(con) -> None:
+    """Launches whose latest-starting range had ended: their holder by the general range join."""
+    con.execute("CREATE TEMP TABLE unheld AS SELECT kid, kind FROM innermost WHERE NOT holds")
+    con.execute("DELETE FROM innermost WHERE NOT holds")
+    con.execute(_RANGE_THREADS)
+    # its estimated sides are small, and below merge_join_threshold DuckDB would plan a quadratic
+    # piecewise merge join instead of the IEJoin
+    con.execute("SET merge_join_threshold = 0")
+    con.execute(_LAUNCH_HOLDERS)
+    con.execute("INSERT INTO innermost SELECT h.kid, h.kind, h.rid, true FROM held h "
+                "JOIN unheld u ON u.kid = h.kid AND u.kind = h.kind")
 
 
 def _compute_islands(con) -> dict:
