@@ -41,6 +41,13 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     if threads:
         config["threads"] = threads
+    if sqlite:
+        # DuckDB checks a signed extension by hashing the whole file (35 MB) at every LOAD: 90 ms
+        # per report, most of what a small report costs (256 reports: 30.7 s with the check,
+        # 12.7 s without, benchmarks/bench_many_reports.py). The file is the one pip
+        # installed and checked with our own code (duckdb-extension-sqlite-scanner); nothing else
+        # is loaded: LOAD below names that file, auto-loading is off and no user SQL runs here.
+        config["allow_unsigned_extensions"] = True
     base = os.environ.get(TEMP_DIR_ENV) or tempfile.gettempdir()
     config["temp_directory"] = os.path.join(base, f"nsyscomm-spill-{os.getpid()}-{next(_databases)}")
     limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
