@@ -206,15 +206,17 @@ class Result:
 
 
 def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None = None, cache: bool = True,
-         dask: str | None = None) -> Result:
+         dask: str | None = None, memory_limit: str | None = None) -> Result:
     """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
-    job's NCCL context and a reference bandwidth curve."""
+    job's NCCL context and a reference bandwidth curve. memory_limit: DuckDB's memory per process
+    ("4GB", "50%"; else NSYSCOMM_MEMORY_LIMIT, else DuckDB's default); past it, it spills to disk."""
     files = discover(paths)
     names = _report_names(files)
     from nsyscomm import scale  # jobs/cache/dask: parallel extraction, Parquet cache, Dask cluster
 
-    extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask)
-    result = combine(extracts, by_caller=by_caller)
+    with duck.memory_limit(memory_limit):
+        extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask)
+        result = combine(extracts, by_caller=by_caller)
     if nccl_logs:
         from nsyscomm.ingest import nccl_log
 

@@ -61,13 +61,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
     With no INPUTS, the bundled sample reports are summarized."""
     from nsyscomm.api import load, sample_jobs
 
-    if memory_limit:
-        import os
-        from nsyscomm.duck import MEMORY_LIMIT_ENV
-
-        os.environ[MEMORY_LIMIT_ENV] = memory_limit  # the pool's worker processes inherit it
-
-    scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address}
+    scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}
     if inputs:
         result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
         if include_env:

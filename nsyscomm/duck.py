@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -66,6 +67,24 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     if sqlite:
         con.execute(f"LOAD '{_sqlite_extension()}'")
     return con
+
+
+@contextlib.contextmanager
+def memory_limit(limit: str | None):
+    """Set MEMORY_LIMIT_ENV for the databases made inside the block (and the worker processes
+    started there), as it was afterwards."""
+    if not limit:
+        yield
+        return
+    old = os.environ.get(MEMORY_LIMIT_ENV)
+    os.environ[MEMORY_LIMIT_ENV] = limit
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MEMORY_LIMIT_ENV, None)
+        else:
+            os.environ[MEMORY_LIMIT_ENV] = old
 
 
 def _share_of_ram(limit: str) -> str:

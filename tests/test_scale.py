@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -215,6 +216,7 @@ def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(duck.MEMORY_LIMIT_ENV, raising=False)
+    before = dict(os.environ)
     run = CliRunner().invoke
     ok = run(main, ["summarize", str(mid_report), "--no-cache", "--format", "json", "--memory-limit", "50%"])
     assert ok.exit_code == 0, ok.output
@@ -225,5 +227,6 @@ def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
     assert len(bad.stderr.strip().splitlines()) == 1
     tight = run(main, ["summarize", str(mid_report), "--no-cache", "--memory-limit", "8MB"])
     assert tight.exit_code == 2, tight.output
-    assert tight.stderr.startswith("nsyscomm: error: out of memory under the memory limit (8MB)")
+    assert tight.stderr.startswith("nsyscomm: error: out of memory (Out of Memory Error")
     assert "--memory-limit" in tight.stderr and len(tight.stderr.strip().splitlines()) == 1
+    assert dict(os.environ) == before       # the option applied to the run, not to the process after it

@@ -7,7 +7,6 @@ naming the file and the fix), 3 an internal error of nsyscomm's (never confused 
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
@@ -45,8 +44,7 @@ def guard(fn, debug: bool = False):
         if debug:
             traceback.print_exc()
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException":  # DuckDB's
-            limit = os.environ.get("NSYSCOMM_MEMORY_LIMIT") or "DuckDB's default, 80% of RAM"
-            click.echo(f"nsyscomm: error: out of memory under the memory limit ({limit}): {_first_line(e)}; "
+            click.echo(f"nsyscomm: error: out of memory ({_first_line(e)}); "
                        f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs", err=True)
             sys.exit(EXIT_INPUT)
         click.echo(f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
