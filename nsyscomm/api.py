@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from nsyscomm import duck, ops, schema
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import gpu_metrics, kineto, nsys_sqlite
+from nsyscomm.ingest import gpu_metrics, kineto, nsys_sqlite, nsys_tables
 from nsyscomm.ingest.names import canonical_op
 
 SCHEMA_VERSION = 1  # of the JSON output contract (DESIGN.md)
@@ -78,7 +78,7 @@ def extract_one(path: Path, report: str | None = None) -> nsys_sqlite.Extract:
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty; profile again or export again with nsys export --type sqlite")
-    if nsys_sqlite.is_sqlite(path):
+    if nsys_tables.is_sqlite(path):
         try:
             return nsys_sqlite.extract(path, report)
         except duckdb.OutOfMemoryException:

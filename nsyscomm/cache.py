@@ -20,8 +20,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pandas as pd
-
 CACHE_FORMAT = 3   # 3: link-counter sums (links)
 _FRAMES = ("calls", "markers", "spans", "links")
 
@@ -66,8 +64,18 @@ def key(path: Path, report: str) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
+def has(path: Path, report: str) -> bool:
+    """Whether ``path`` named ``report`` has an entry (without reading it, nor importing pandas)."""
+    try:
+        return (cache_dir() / key(path, report) / "meta.json").is_file()
+    except OSError:
+        return False
+
+
 def load(path: Path, report: str, root: Path | None = None):
     """The cached Extract of ``path`` named ``report``, or None (missing or unreadable)."""
+    import pandas as pd
+
     from nsyscomm.ingest.nsys_sqlite import Extract
 
     root = root or cache_dir()

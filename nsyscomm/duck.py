@@ -9,10 +9,12 @@ import os
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @functools.cache
@@ -105,9 +107,14 @@ def sql(name: str) -> str:
         return (Path(__file__).resolve().parent.parent / "sql" / f"{name}.sql").read_text()
 
 
-_NULLABLE_INT = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-                 pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
-                 pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
+@functools.cache
+def _nullable_int() -> dict:
+    import pandas as pd
+    import pyarrow as pa
+
+    return {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+            pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
 
 
 def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -118,14 +125,19 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     columns. Integers keep numpy dtypes unless they hold NULLs (then pandas' nullable ones, as
     ``.df()``); HUGEINT (DuckDB's sum of BIGINTs) arrives as a 128-bit decimal and becomes float64,
     and an all-NULL text column holds None, as ``.df()`` makes them."""
+    # imported here: the reading stage (nsyscomm.ingest.nsys_tables) runs before pandas is loaded
+    import pandas as pd
+    import pyarrow as pa
+
+    nullable_int = _nullable_int()
     t = cur.to_arrow_table()
     cols = {}
     for name, col in zip(t.column_names, t.columns):
         typ = col.type
         if pa.types.is_decimal(typ) and typ.scale == 0:
             cols[name] = col.cast(pa.float64()).to_pandas()
-        elif typ in _NULLABLE_INT and col.null_count:
-            cols[name] = col.to_pandas(types_mapper=_NULLABLE_INT.get)
+        elif typ in nullable_int and col.null_count:
+            cols[name] = col.to_pandas(types_mapper=nullable_int.get)
         elif pa.types.is_string(typ) and col.null_count == len(col):
             cols[name] = pd.Series([None] * len(col), dtype=object)   # as .df(): all-NULL text is None
         else:

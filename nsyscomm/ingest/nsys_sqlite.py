@@ -1,8 +1,7 @@
 """nsys SQLite export -> rows of the normalized `collectives` table (one report).
 
-Schema differences between nsys versions are absorbed here, once: every table the
-SQL needs gets a stand-in view with fixed columns (an empty one when nsys did not
-create the table because nothing of that kind was captured).
+The report's tables are read into DuckDB by nsyscomm.ingest.nsys_tables; this module turns
+them into calls, process markers and spans (sql/nccl_kernels.sql, sql/calls_nsys.sql, ...).
 """
 
 from __future__ import annotations
@@ -17,15 +16,11 @@ import duckdb
 import pandas as pd
 
 from nsyscomm import duck
-from nsyscomm.errors import InputError
 from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, islands
 from nsyscomm.ingest.names import parse_kernel
+from nsyscomm.ingest.nsys_tables import _tables, open_report
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-# Prefixes of NVTX names that matter to us, so the NVTX scan can drop everything else early.
-_RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel and kind of range, the
@@ -82,35 +77,6 @@ class Extract:
     links: pd.DataFrame | None = None   # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
 
 
-def is_sqlite(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
-
-
-def _tables(path: Path) -> dict[str, set[str]]:
-    """Table -> column names, read through Python's sqlite3 in read-only mode."""
-    uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
-    try:
-        con = sqlite3.connect(uri, uri=True)
-        try:
-            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
-            # table names come from the report: a parameter, never SQL text
-            return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise InputError(f"{path}: not a readable SQLite database ({e}); "
-                         f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
-
-
-def _col(cols: set[str], name: str, alias: str | None = None, table: str = "") -> str:
-    prefix = f"{table}." if table else ""
-    return f'{prefix}"{name}"' if name in cols else f"NULL AS \"{alias or name}\""
-
-
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
     path = Path(path)
     report = report or path.name
@@ -161,20 +127,10 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
 
 
 def _extract(path: Path, report: str, threads: int | None) -> Extract:
-    tables = _tables(path)
-    warnings: list[str] = []
-    if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
-                                                  "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
-        raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
-                         f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
-
-    con = duck.connect(sqlite=True, threads=threads)
+    opened = open_report(path, threads)
+    con, tables, warnings = opened.con, opened.tables, opened.warnings
     pool = ThreadPoolExecutor(max_workers=1)
     try:
-        # ATTACH takes no parameters; the path is quoted as a SQL string literal
-        quoted = str(path.resolve()).replace("'", "''")
-        con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
-        _make_views(con, tables, warnings)
         names = con.execute("""
             SELECT DISTINCT s.id, s.value FROM r.StringIds s
             WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
@@ -195,6 +151,9 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         if bad:
             con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
             warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
+        # range joins here and in gpu_metrics have small estimated sides: below merge_join_threshold
+        # DuckDB would plan piecewise merge joins, quadratic here (and unimplemented for some joins)
+        con.execute("SET merge_join_threshold = 0")
         con.execute(_RANGES)
         con.execute(_LAUNCH_OWNERS)
         if con.execute("SELECT count(*) FROM innermost WHERE NOT holds").fetchone()[0]:
@@ -233,9 +192,6 @@ def _look_up_held(con) -> None:
     con.execute("CREATE TEMP TABLE unheld AS SELECT kid, kind FROM innermost WHERE NOT holds")
     con.execute("DELETE FROM innermost WHERE NOT holds")
     con.execute(_RANGE_THREADS)
-    # its estimated sides are small, and below merge_join_threshold DuckDB would plan a quadratic
-    # piecewise merge join instead of the IEJoin
-    con.execute("SET merge_join_threshold = 0")
     con.execute(_LAUNCH_HOLDERS)
     con.execute("INSERT INTO innermost SELECT h.kid, h.kind, h.rid, true FROM held h "
                 "JOIN unheld u ON u.kid = h.kid AND u.kind = h.kind")
@@ -256,73 +212,3 @@ def _version(con, tables) -> str | None:
             if row:
                 return row[0]
     return None
-
-
-def _make_views(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
-    """Read each source table once into DuckDB (SQLite is scanned once per table: that scan is
-    the cost floor); every later step reads these tables, never the report again. They are
-    plain tables, not TEMP ones, so that cursors of the connection (busy islands) see them."""
-    scans = []
-    k = tables.get("CUPTI_ACTIVITY_KIND_KERNEL")
-    if k is not None:
-        scans.append(f"""CREATE TABLE src_kernels AS
-            SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
-            FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
-    else:
-        con.execute("""CREATE VIEW src_kernels AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
-            NULL::BIGINT AS deviceId, NULL::BIGINT AS streamId, NULL::BIGINT AS correlationId,
-            NULL::BIGINT AS globalPid, NULL::BIGINT AS shortName WHERE false""")
-    rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
-    if rt is not None:
-        scans.append("""CREATE TABLE src_runtime AS
-            SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME
-            WHERE start IS NOT NULL AND globalTid IS NOT NULL""")
-    else:
-        con.execute("""CREATE VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
-            NULL::BIGINT AS globalTid, NULL::BIGINT AS correlationId WHERE false""")
-    nv = tables.get("NVTX_EVENTS")
-    if nv is not None:
-        like_text = " OR ".join(f"e.text LIKE '{p}'" for p in _RANGE_PATTERNS)
-        like_str = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
-        text_id = "e.textId" if "textId" in nv else "NULL"
-        # Registered strings (textId) are resolved only for the few names that can matter; every
-        # other range keeps only its times (for the process's elapsed time), not its text
-        con.execute(f"CREATE TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
-        scans.append(f"""CREATE TABLE src_nvtx AS
-            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid, e.eventType,
-                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
-            FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
-            WHERE e.eventType IN (34, 59, 60)""")
-    # One table after the other, each scan on every core (the SQLite scanner splits a table by
-    # rowid); insertion order is not kept: with it, copying the rows cost twice as much
-    con.execute("SET preserve_insertion_order = false")
-    for q in scans:
-        con.execute(q)
-    con.execute("SET preserve_insertion_order = true")
-    if nv is not None:
-        con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name, eventType "
-                    "FROM src_nvtx WHERE name IS NOT NULL")
-        # a range without a start or a thread cannot be placed: say so instead of guessing
-        bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
-        if bad:
-            con.execute("DELETE FROM src_ranges WHERE start IS NULL OR globalTid IS NULL")
-            warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
-    else:
-        con.execute("""CREATE TEMP VIEW src_ranges AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
-            NULL::BIGINT AS globalTid, NULL::VARCHAR AS name, NULL::BIGINT AS eventType WHERE false""")
-    # every event of a process, for its elapsed time (mpitrace's "elapsed")
-    parts = []
-    if nv is not None:
-        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_nvtx '
-                     'WHERE globalTid IS NOT NULL')
-    if rt is not None:
-        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_runtime')
-    if k is not None and "globalPid" in k:
-        parts.append('SELECT (globalPid >> 24) & 16777215 AS pid, start, "end" FROM src_kernels')
-    if not parts:
-        parts.append('SELECT NULL::BIGINT AS pid, NULL::BIGINT AS start, NULL::BIGINT AS "end" WHERE false')
-    # UNION ALL BY NAME: the branches present differ from report to report
-    con.execute("CREATE TEMP VIEW src_events AS " + " UNION ALL BY NAME ".join(parts))
-    for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
-        if t not in tables:
-            warnings.append(f"table {t} is absent (nothing of that kind was captured)")

@@ -1,0 +1,193 @@
+"""An nsys SQLite export's tables, read into DuckDB: the first stage of the ingest.
+
+Schema differences between nsys versions are absorbed here, once: every table the SQL needs
+gets a stand-in with fixed columns (an empty one when nsys did not create the table because
+nothing of that kind was captured). Each table is read from SQLite once; every later step
+(nsyscomm.ingest.nsys_sqlite, sql/) reads DuckDB's copy, never the report again.
+
+Needs neither pandas nor numpy: the command line gives a lone report a head start
+(``head_start``), reading it while the rest of nsyscomm is imported (0.4 s, mostly pandas).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from nsyscomm import duck
+from nsyscomm.errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Prefixes of NVTX names that matter to us, so the NVTX scan can drop everything else early.
+_RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _tables(path: Path) -> dict[str, set[str]]:
+    """Table -> column names, read through Python's sqlite3 in read-only mode."""
+    uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
+            # table names come from the report: a parameter, never SQL text
+            return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"{path}: not a readable SQLite database ({e}); "
+                         f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+
+
+def _col(cols: set[str], name: str, alias: str | None = None, table: str = "") -> str:
+    prefix = f"{table}." if table else ""
+    return f'{prefix}"{name}"' if name in cols else f"NULL AS \"{alias or name}\""
+
+
+def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
+    """Read each source table once into DuckDB (SQLite is scanned once per table: that scan is
+    the cost floor); every later step reads these tables, never the report again. They are
+    plain tables, not TEMP ones, so that cursors of the connection (busy islands) see them."""
+    scans = []
+    k = tables.get("CUPTI_ACTIVITY_KIND_KERNEL")
+    if k is not None:
+        scans.append(f"""CREATE TABLE src_kernels AS
+            SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
+            FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
+    else:
+        con.execute("""CREATE VIEW src_kernels AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+            NULL::BIGINT AS deviceId, NULL::BIGINT AS streamId, NULL::BIGINT AS correlationId,
+            NULL::BIGINT AS globalPid, NULL::BIGINT AS shortName WHERE false""")
+    rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
+    if rt is not None:
+        scans.append("""CREATE TABLE src_runtime AS
+            SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME
+            WHERE start IS NOT NULL AND globalTid IS NOT NULL""")
+    else:
+        con.execute("""CREATE VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+            NULL::BIGINT AS globalTid, NULL::BIGINT AS correlationId WHERE false""")
+    nv = tables.get("NVTX_EVENTS")
+    if nv is not None:
+        like_text = " OR ".join(f"e.text LIKE '{p}'" for p in _RANGE_PATTERNS)
+        like_str = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
+        text_id = "e.textId" if "textId" in nv else "NULL"
+        # Registered strings (textId) are resolved only for the few names that can matter; every
+        # other range keeps only its times (for the process's elapsed time), not its text
+        con.execute(f"CREATE TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
+        scans.append(f"""CREATE TABLE src_nvtx AS
+            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid, e.eventType,
+                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
+            FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
+            WHERE e.eventType IN (34, 59, 60)""")
+    # One table after the other, each scan on every core (the SQLite scanner splits a table by
+    # rowid); insertion order is not kept: with it, copying the rows cost twice as much
+    con.execute("SET preserve_insertion_order = false")
+    for q in scans:
+        con.execute(q)
+    con.execute("SET preserve_insertion_order = true")
+    if nv is not None:
+        con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name, eventType "
+                    "FROM src_nvtx WHERE name IS NOT NULL")
+        # a range without a start or a thread cannot be placed: say so instead of guessing
+        bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
+        if bad:
+            con.execute("DELETE FROM src_ranges WHERE start IS NULL OR globalTid IS NULL")
+            warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
+    else:
+        con.execute("""CREATE TEMP VIEW src_ranges AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
+            NULL::BIGINT AS globalTid, NULL::VARCHAR AS name, NULL::BIGINT AS eventType WHERE false""")
+    # every event of a process, for its elapsed time (mpitrace's "elapsed")
+    parts = []
+    if nv is not None:
+        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_nvtx '
+                     'WHERE globalTid IS NOT NULL')
+    if rt is not None:
+        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_runtime')
+    if k is not None and "globalPid" in k:
+        parts.append('SELECT (globalPid >> 24) & 16777215 AS pid, start, "end" FROM src_kernels')
+    if not parts:
+        parts.append('SELECT NULL::BIGINT AS pid, NULL::BIGINT AS start, NULL::BIGINT AS "end" WHERE false')
+    # UNION ALL BY NAME: the branches present differ from report to report
+    con.execute("CREATE TEMP VIEW src_events AS " + " UNION ALL BY NAME ".join(parts))
+    for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        if t not in tables:
+            warnings.append(f"table {t} is absent (nothing of that kind was captured)")
+
+
+@dataclass
+class Opened:
+    """A report read into a new in-memory DuckDB database (the report itself attached as r)."""
+
+    con: duckdb.DuckDBPyConnection
+    tables: dict[str, set[str]]                       # the report's tables and their columns
+    warnings: list[str] = field(default_factory=list)
+
+
+def open_report(path: Path, threads: int | None = None) -> Opened:
+    """Read the report at path, or take what head_start() read of it."""
+    started = _head_starts.pop(_identity(path), None)
+    if started is not None:
+        return started.result()  # its failure is raised here, as if read now
+    return _read(path, duck.connect(sqlite=True, threads=threads))
+
+
+def _read(path: Path, con) -> Opened:
+    try:
+        tables = _tables(path)
+        if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
+                                                      "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
+            raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
+                             f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
+        # ATTACH takes no parameters; the path is quoted as a SQL string literal
+        quoted = str(path.resolve()).replace("'", "''")
+        con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
+        warnings: list[str] = []
+        _read_tables(con, tables, warnings)
+        return Opened(con, tables, warnings)
+    except BaseException:
+        con.close()
+        raise
+
+
+# report (path, size, mtime) -> its reading, begun by head_start and not yet taken
+_head_starts: dict[tuple, Future] = {}
+
+
+def _identity(path: Path) -> tuple:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+def head_start(path: Path) -> None:
+    """Begin reading the report in a background thread; open_report() takes the result. DuckDB
+    reads without the GIL, so the caller's imports run meanwhile. The database is made here, in
+    the caller's thread, with the caller's settings (memory limit)."""
+    path = Path(path)
+    key = _identity(path)
+    if key not in _head_starts:
+        con = duck.connect(sqlite=True)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-read")
+        _head_starts[key] = pool.submit(_read, path, con)
+        pool.shutdown(wait=False)
+
+
+def drop_head_starts() -> None:
+    """Close what head_start() read and nobody took (the report came from the cache after all)."""
+    while _head_starts:
+        _, started = _head_starts.popitem()
+        try:
+            started.result().con.close()
+        except Exception:  # noqa: BLE001 - its error belonged to a reading nobody asked for
+            pass

@@ -1,0 +1,79 @@
+"""The reading stage: a report's tables into DuckDB, and the head start the CLI gives a lone report."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nsyscomm.cli import main
+from nsyscomm.errors import InputError
+from nsyscomm.ingest import nsys_sqlite, nsys_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_reports" / "synthetic_fsdp_8rank.sqlite"
+
+
+def _rows(e):
+    c = e.calls
+    return c.astype(str).sort_values(list(c.columns)).reset_index(drop=True)
+
+
+def test_head_start_gives_the_same_extract_and_is_taken_once():
+    plain = nsys_sqlite.extract(SAMPLE)
+    nsys_tables.head_start(SAMPLE)
+    assert len(nsys_tables._head_starts) == 1
+    started = nsys_sqlite.extract(SAMPLE)
+    assert not nsys_tables._head_starts
+    assert _rows(plain).equals(_rows(started))
+    assert (plain.markers.sort_values("pid").reset_index(drop=True)
+            .equals(started.markers.sort_values("pid").reset_index(drop=True)))
+
+
+def test_head_start_failure_surfaces_when_taken(tmp_path):
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    nsys_tables.head_start(other)
+    with pytest.raises(InputError, match="without nsys tables"):
+        nsys_sqlite.extract(other)
+    assert not nsys_tables._head_starts
+
+
+def test_untaken_head_starts_are_dropped():
+    nsys_tables.head_start(SAMPLE)
+    opened = nsys_tables._head_starts[nsys_tables._identity(SAMPLE)].result()
+    nsys_tables.drop_head_starts()
+    assert not nsys_tables._head_starts
+    with pytest.raises(Exception, match="closed"):
+        opened.con.execute("SELECT 1")
+
+
+def test_reading_stage_does_not_import_pandas():
+    code = ("import sys; from nsyscomm.ingest import nsys_tables; from nsyscomm import cache, duck; "
+            f"o = nsys_tables.open_report(__import__('pathlib').Path({str(SAMPLE)!r})); "
+            "print(o.con.execute('SELECT count(*) FROM src_kernels').fetchone()[0], 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[0]) > 0 and out[1] == "False"
+
+
+def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSYSCOMM_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = nsys_tables.head_start
+    monkeypatch.setattr(nsys_tables, "head_start", lambda p: calls.append(p) or real(p))
+    run = CliRunner().invoke
+    args = ["summarize", str(SAMPLE), "--format", "json"]
+    first = run(main, args)                 # head start, then stored in the cache
+    again = run(main, args)                 # cached: no head start
+    fresh = run(main, args + ["--no-cache"])
+    assert first.exit_code == again.exit_code == fresh.exit_code == 0
+    assert json.loads(first.stdout) == json.loads(again.stdout) == json.loads(fresh.stdout)
+    assert len(calls) == 2 and not nsys_tables._head_starts
