@@ -72,7 +72,7 @@ def discover(paths) -> list[Path]:
     return out
 
 
-def extract_one(path: Path, report: str | None = None) -> nsys_sqlite.Extract:
+def extract_one(path: Path, report: str | None = None, threads: int | None = None) -> nsys_sqlite.Extract:
     if path.suffix == ".nsys-rep":
         raise InputError(f"{path}: an .nsys-rep is not read directly; "
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
@@ -80,7 +80,7 @@ def extract_one(path: Path, report: str | None = None) -> nsys_sqlite.Extract:
         raise InputError(f"{path}: the file is empty; profile again or export again with nsys export --type sqlite")
     if nsys_tables.is_sqlite(path):
         try:
-            return nsys_sqlite.extract(path, report)
+            return nsys_sqlite.extract(path, report, threads)
         except duckdb.OutOfMemoryException:
             raise  # not the report's fault: the CLI says to raise the memory limit
         except (duckdb.Error, sqlite3.Error) as e:

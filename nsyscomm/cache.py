@@ -133,8 +133,9 @@ def store(extract, path: Path, root: Path | None = None) -> Path | None:
         return None
 
 
-def cached_extract(path: Path, report: str, cache: bool = True):
-    """Extract of one report through the cache (``cache=False``: always extract, never write)."""
+def cached_extract(path: Path, report: str, cache: bool = True, threads: int | None = None):
+    """Extract of one report through the cache (``cache=False``: always extract, never write);
+    ``threads``: DuckDB's threads for the extraction (default: every core)."""
     from nsyscomm import api
 
     path = Path(path)
@@ -142,7 +143,7 @@ def cached_extract(path: Path, report: str, cache: bool = True):
         hit = load(path, report)
         if hit is not None:
             return hit
-    e = api.extract_one(path, report)
+    e = api.extract_one(path, report, threads)
     if cache:
         store(e, path)
     return e

@@ -19,8 +19,8 @@ from nsyscomm.cache import cached_extract
 MANY_REPORTS = 64
 
 
-def _one(path: str, name: str, cache: bool):
-    return cached_extract(Path(path), name, cache)
+def _one(path: str, name: str, cache: bool, threads: int | None = None):
+    return cached_extract(Path(path), name, cache, threads)
 
 
 def _want_progress(progress, n: int) -> bool:
@@ -54,12 +54,15 @@ class _Bar:
             self.p.stop()
 
 
-def default_jobs(n: int) -> int:
+def usable_cores() -> int:
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, n))
+        return os.cpu_count() or 1
+
+
+def default_jobs(n: int) -> int:
+    return max(1, min(usable_cores(), n))
 
 
 def extract_many(files, names, *, jobs: int | None = None, cache: bool = True, dask: str | None = None,
@@ -90,6 +93,9 @@ def extract_many(files, names, *, jobs: int | None = None, cache: bool = True, d
 
 
 def _on_pool(files, names, cache, jobs, bar) -> list:
+    # the workers share the cores: each DuckDB gets its share of them, not all of them (256 small
+    # reports on 2 cores, 2 workers: 14.9 s with 2 threads each, 10.4 s with 1)
+    threads = max(1, usable_cores() // jobs)
     # fork where there is one: workers start at once and inherit the imported modules
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
@@ -100,7 +106,7 @@ def _on_pool(files, names, cache, jobs, bar) -> list:
         # there, without the threads they belong to: a crash); unfrozen once the workers exist
         gc.freeze()
         try:
-            pending = {pool.submit(_one, f, name, cache): i for i, (f, name) in enumerate(zip(files, names))}
+            pending = {pool.submit(_one, f, name, cache, threads): i for i, (f, name) in enumerate(zip(files, names))}
         finally:
             gc.unfreeze()
         try:

@@ -155,10 +155,10 @@ def test_dask_local_cluster_equals_local_run(per_rank):
     assert _result_json(got) == ref
 
 
-def _freeze_count(path, name, cache):
+def _freeze_count(path, name, cache, threads):
     import gc
 
-    return gc.get_freeze_count()
+    return gc.get_freeze_count(), threads
 
 
 def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
@@ -172,8 +172,10 @@ def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
         pytest.skip("no fork on this platform: workers are spawned and inherit no objects")
     monkeypatch.setattr(scale, "_one", _freeze_count)
     seen = scale._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, scale._Bar(False, 3, "test"))
-    assert all(n > 0 for n in seen), seen
+    assert all(n > 0 for n, _ in seen), seen
     assert gc.get_freeze_count() == 0
+    # and the two workers share the cores: each DuckDB gets half of them
+    assert {t for _, t in seen} == {max(1, scale.usable_cores() // 2)}
 
 
 # ---------------------------------------------------------------- memory limit and spilling
