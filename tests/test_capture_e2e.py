@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 

@@ -104,8 +104,8 @@ def test_exposed_section_generic_shapes():
 def test_untrusted_text_is_escaped():
     res = load([_any_input()])  # a private copy: its table gets poisoned
     res.con.execute("UPDATE collectives SET caller = ?, host = ?", [EVIL, EVIL])
-    res.con.execute(f"CREATE OR REPLACE TEMP TABLE rank_spans AS SELECT rank, ? AS host, first_ns, last_ns "
-                    f"FROM rank_spans", [EVIL])
+    res.con.execute("CREATE OR REPLACE TEMP TABLE rank_spans AS SELECT rank, ? AS host, first_ns, last_ns "
+                    "FROM rank_spans", [EVIL])
     res.reports = [EVIL]
     res.warnings = [EVIL]
     page = html_report.render(res, title=EVIL)

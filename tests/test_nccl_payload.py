@@ -258,7 +258,7 @@ def test_real_export_without_blobs():
     msg = [w for w in e.warnings if "without payload values" in w]
     assert msg and "EXPORT_PARAM_INCLUDE_BLOBS=false" in msg[0] and "--include-blobs=true" in msg[0]
     assert "264 NCCL NVTX range(s)" in msg[0]        # 132 ncclSend + 132 ncclRecv
-    tables = nsys_tables._tables(REAL)
+    tables = nsys_tables.table_columns(REAL)
     ev, schemas = nccl_payload.read_events(REAL, tables, [], "real")
     assert ev["name"].value_counts().to_dict() == {"ncclSend": 132, "ncclRecv": 132, "ncclCommCount": 66,
                                                    "ncclGroupStart": 66, "ncclGroupEnd": 66}

@@ -227,11 +227,11 @@ def build_units(events: pd.DataFrame, comm_sizes: dict) -> pd.DataFrame:
     group_size, members. ``comm_sizes``: comm id -> nranks (from the init payloads)."""
     rows = []
     for gtid, ev in events.sort_values(["globalTid", "start", "end"]).groupby("globalTid", sort=False):
-        depth, members, gstart = 0, [], None
+        depth, members = 0, []
         for e in ev.itertuples(index=False):
             if e.name == "ncclGroupStart":
                 if depth == 0:
-                    members, gstart = [], e.start
+                    members = []
                 depth += 1
             elif e.name == "ncclGroupEnd":
                 if depth == 0:

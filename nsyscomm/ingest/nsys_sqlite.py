@@ -19,8 +19,7 @@ from nsyscomm import duck
 from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, islands
 from nsyscomm.ingest.names import parse_kernel
-from nsyscomm.ingest.nsys_tables import _tables, open_report
-
+from nsyscomm.ingest.nsys_tables import open_report, table_columns
 
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel and kind of range, the
@@ -113,7 +112,7 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
     try:
         src.backup(out)
         out.create_function("nsyscomm_utf8", 1, fix, deterministic=True)
-        tables = _tables(dst)
+        tables = table_columns(dst)
         for table, cols in _TEXT_COLUMNS.items():  # names from the fixed list above
             for c in cols:
                 if c in tables.get(table, ()):

@@ -35,7 +35,7 @@ def is_sqlite(path: Path) -> bool:
         return False
 
 
-def _tables(path: Path) -> dict[str, set[str]]:
+def table_columns(path: Path) -> dict[str, set[str]]:
     """Table -> column names, read through Python's sqlite3 in read-only mode."""
     uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
     try:
@@ -145,7 +145,7 @@ def open_report(path: Path, threads: int | None = None) -> Opened:
 
 def _read(path: Path, con) -> Opened:
     try:
-        tables = _tables(path)
+        tables = table_columns(path)
         if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
                                                       "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
             raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
