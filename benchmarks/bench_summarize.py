@@ -1,6 +1,6 @@
 """Wall time and peak RSS of `nsyscomm summarize` on one report, against the ingestion floor.
 
-    python benchmarks/bench_summarize.py REPORT.sqlite [--runs 3]
+    python benchmarks/bench_summarize.py REPORT.sqlite [--runs 3] [--memory-limit 150MB]
 
 Floor: the time SQLite itself takes to scan the columns the ingest reads (every row of the
 kernel, launch and NVTX tables, each used column decoded: sum()/length() over them, in C, no
@@ -61,20 +61,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("report")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
     a = ap.parse_args(argv)
+    limit = ("--memory-limit", a.memory_limit) if a.memory_limit else ()
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=tempfile.mkdtemp(prefix="nsyscomm-bench-cache-"))
     floor_s(a.report)  # warm the page cache
     floors, walls, rsss = [], [], []
     for _ in range(a.runs):
         floors.append(floor_s(a.report))
-        w, r = run(a.report, "--no-cache", env=env)
+        w, r = run(a.report, "--no-cache", *limit, env=env)
         walls.append(w)
         rsss.append(r)
-    run(a.report, env=env)  # fill the cache
-    hits = [run(a.report, env=env)[0] for _ in range(a.runs)]
+    run(a.report, *limit, env=env)  # fill the cache
+    hits = [run(a.report, *limit, env=env)[0] for _ in range(a.runs)]
     size = os.path.getsize(a.report) / 1e6
     f_best, w_best = min(floors), min(walls)
-    print(f"report {a.report} ({size:.0f} MB), load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    print(f"report {a.report} ({size:.0f} MB), load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores"
+          + (f", --memory-limit {a.memory_limit}" if a.memory_limit else ""))
     print(f"floor (SQLite scan of the used columns): best {f_best:.2f} s, median {statistics.median(floors):.2f} s")
     print(f"summarize --no-cache: best {w_best:.2f} s, median {statistics.median(walls):.2f} s; "
           f"peak RSS max {max(rsss):.0f} MB")
