@@ -46,8 +46,8 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
         config["threads"] = threads
     # DuckDB hands memory back to the OS after every task that peaked over 128 MB, and the next
     # task faults it in again page by page: 350k minor faults, 1.3 s of system time for a 6M-row
-    # report on 2 cores. A short-lived process keeps it (alternated runs, mean: 3.78 -> 3.65 s
-    # over 5 pairs, 4.41 -> 3.96 s over 6 under load; same peak RSS). The memory limit still holds.
+    # report on 2 cores. A short-lived process keeps it (alternated runs, means: 3.78 -> 3.65 s,
+    # 3.68 -> 3.54 s, 4.41 -> 3.96 s under load; same peak RSS). The memory limit still holds.
     config["allocator_flush_threshold"] = "8GB"
     config["allocator_bulk_deallocation_flush_threshold"] = "8GB"
     if sqlite:
