@@ -60,32 +60,35 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
 
     With no INPUTS, the bundled sample reports are summarized."""
     started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
-    from nsyscomm.api import load, sample_jobs
+    try:
+        from nsyscomm.api import load, sample_jobs
 
-    scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}
-    if inputs:
-        try:
+        scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}
+        if inputs:
             result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
-        finally:
-            if started:
-                from nsyscomm.ingest.nsys_tables import drop_head_starts
-                drop_head_starts()
-        if include_env:
-            from nsyscomm.views.env_out import emit_with_env
-            _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
+            if include_env:
+                from nsyscomm.views.env_out import emit_with_env
+                _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
+                return
+            _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
             return
-        _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
-        return
-    # no input: a tour of the bundled synthetic samples, each its own job
-    jobs = sample_jobs()
-    if fmt in ("json", "csv"):
-        jobs = jobs[:1]
-        click.echo(f"nsyscomm: no input given: showing the bundled sample {jobs[0].name}", err=True)
-    for job in jobs:
-        if fmt in ("text", "markdown"):
-            click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
-        result = _run_guarded(lambda: load([job], nccl_logs=nccl_logs, **scale_opts), debug)
-        _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+        # no input: a tour of the bundled synthetic samples, each its own job
+        jobs = sample_jobs()
+        if fmt in ("json", "csv"):
+            jobs = jobs[:1]
+            click.echo(f"nsyscomm: no input given: showing the bundled sample {jobs[0].name}", err=True)
+        for job in jobs:
+            if fmt in ("text", "markdown"):
+                click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
+            result = _run_guarded(lambda: load([job], nccl_logs=nccl_logs, **scale_opts), debug)
+            _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+    except KeyboardInterrupt:  # during the imports, before any guard: the same line and status
+        click.echo("nsyscomm: interrupted", err=True)
+        sys.exit(130)
+    finally:
+        if started:  # whatever ended the run: an untaken head start is stopped and closed
+            from nsyscomm.ingest.nsys_tables import drop_head_starts
+            drop_head_starts()
 
 
 def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:

@@ -49,7 +49,7 @@ def test_head_start_failure_surfaces_when_taken(tmp_path):
 
 def test_untaken_head_starts_are_dropped():
     nsys_tables.head_start(SAMPLE)
-    opened = nsys_tables._head_starts[nsys_tables._identity(SAMPLE)].result()
+    opened = nsys_tables._head_starts[nsys_tables._identity(SAMPLE)][0].result()
     nsys_tables.drop_head_starts()
     assert not nsys_tables._head_starts
     with pytest.raises(Exception, match="closed"):
@@ -77,3 +77,30 @@ def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
     assert first.exit_code == again.exit_code == fresh.exit_code == 0
     assert json.loads(first.stdout) == json.loads(again.stdout) == json.loads(fresh.stdout)
     assert len(calls) == 2 and not nsys_tables._head_starts
+
+
+def test_dropping_a_running_head_start_stops_and_closes_it():
+    nsys_tables.head_start(SAMPLE)
+    started, con = next(iter(nsys_tables._head_starts.values()))
+    nsys_tables.drop_head_starts()          # interrupts it if it still runs, then closes it
+    assert not nsys_tables._head_starts and started.done()
+    with pytest.raises(Exception, match="closed"):
+        con.execute("SELECT 1")
+
+
+@pytest.mark.parametrize("error", ["InterruptException", "RuntimeError"])
+def test_duckdb_stopped_by_ctrl_c_is_an_interruption(error, capsys):
+    import duckdb
+
+    from nsyscomm.commands import guard
+
+    exc = duckdb.InterruptException("INTERRUPT Error: Interrupted!") if error == "InterruptException" \
+        else RuntimeError("Query interrupted")
+
+    def fail():
+        raise exc
+
+    with pytest.raises(SystemExit) as stop:
+        guard(fail)
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.strip() == "nsyscomm: interrupted"

@@ -232,3 +232,22 @@ def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
     assert tight.stderr.startswith("nsyscomm: error: out of memory (Out of Memory Error")
     assert "--memory-limit" in tight.stderr and len(tight.stderr.strip().splitlines()) == 1
     assert dict(os.environ) == before       # the option applied to the run, not to the process after it
+
+
+@pytest.mark.parametrize("after", [0.3, 0.9])
+def test_ctrl_c_stops_a_summarize_at_once_with_one_line(mid_report, after):
+    """Ctrl-C during the imports (the report being read meanwhile) or during the extraction:
+    status 130, one line, and no waiting for the background reading to finish."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "nsyscomm.cli", "summarize", str(mid_report), "--no-cache"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(after)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    if p.returncode == 0:
+        pytest.skip(f"the summarize ended within {after} s, before the signal")
+    assert (p.returncode, err.strip()) == (130, "nsyscomm: interrupted")

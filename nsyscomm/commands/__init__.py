@@ -22,6 +22,13 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _interrupted(e: BaseException) -> bool:
+    """DuckDB stopped by Ctrl-C: its InterruptException, or the RuntimeError its Python client
+    raises instead when another thread's query took the signal."""
+    return type(e).__name__ == "InterruptException" or (isinstance(e, RuntimeError)
+                                                        and str(e).startswith("Query interrupted"))
+
+
 def guard(fn, debug: bool = False):
     """Run fn(); turn every failure into one line on stderr and the right exit status."""
     try:
@@ -40,9 +47,12 @@ def guard(fn, debug: bool = False):
     except KeyboardInterrupt:
         click.echo("nsyscomm: interrupted", err=True)
         sys.exit(130)
-    except Exception as e:  # a bug of ours, unless memory ran out
+    except Exception as e:  # a bug of ours, unless memory ran out or Ctrl-C stopped DuckDB
         if debug:
             traceback.print_exc()
+        if _interrupted(e):
+            click.echo("nsyscomm: interrupted", err=True)
+            sys.exit(130)
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException":  # DuckDB's
             click.echo(f"nsyscomm: error: out of memory ({_first_line(e)}); "
                        f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs", err=True)

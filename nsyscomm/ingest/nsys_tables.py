@@ -139,8 +139,22 @@ def open_report(path: Path, threads: int | None = None) -> Opened:
     """Read the report at path, or take what head_start() read of it."""
     started = _head_starts.pop(_identity(path), None)
     if started is not None:
-        return started.result()  # its failure is raised here, as if read now
+        try:
+            return started[0].result()  # its failure is raised here, as if read now
+        except BaseException:
+            _stop(*started)  # Ctrl-C while waiting: the reading stops too
+            raise
     return _read(path, duck.connect(sqlite=True, threads=threads))
+
+
+def _stop(started: Future, con) -> None:
+    if not started.done():
+        con.interrupt()
+    try:
+        started.result()
+    except BaseException:  # noqa: BLE001 - the reading's own error, or its interruption
+        pass
+    con.close()
 
 
 def _read(path: Path, con) -> Opened:
@@ -161,8 +175,9 @@ def _read(path: Path, con) -> Opened:
         raise
 
 
-# report (path, size, mtime) -> its reading, begun by head_start and not yet taken
-_head_starts: dict[tuple, Future] = {}
+# report (path, size, mtime) -> its reading (and the database it reads into), begun by
+# head_start and not yet taken
+_head_starts: dict[tuple, tuple[Future, duckdb.DuckDBPyConnection]] = {}
 
 
 def _identity(path: Path) -> tuple:
@@ -179,15 +194,12 @@ def head_start(path: Path) -> None:
     if key not in _head_starts:
         con = duck.connect(sqlite=True)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-read")
-        _head_starts[key] = pool.submit(_read, path, con)
+        _head_starts[key] = (pool.submit(_read, path, con), con)
         pool.shutdown(wait=False)
 
 
 def drop_head_starts() -> None:
-    """Close what head_start() read and nobody took (the report came from the cache after all)."""
+    """Stop and close what head_start() began and nobody took: the run failed or was interrupted
+    first (Ctrl-C during the imports must not wait for a whole report to be read)."""
     while _head_starts:
-        _, started = _head_starts.popitem()
-        try:
-            started.result().con.close()
-        except Exception:  # noqa: BLE001 - its error belonged to a reading nobody asked for
-            pass
+        _stop(*_head_starts.popitem()[1])
