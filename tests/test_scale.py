@@ -234,7 +234,7 @@ def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
     assert dict(os.environ) == before       # the option applied to the run, not to the process after it
 
 
-@pytest.mark.parametrize("after", [0.3, 0.9])
+@pytest.mark.parametrize("after", [0.3, 0.6])
 def test_ctrl_c_stops_a_summarize_at_once_with_one_line(mid_report, after):
     """Ctrl-C during the imports (the report being read meanwhile) or during the extraction:
     status 130, one line, and no waiting for the background reading to finish."""
