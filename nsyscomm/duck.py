@@ -44,10 +44,10 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     if threads:
         config["threads"] = threads
-    # DuckDB hands memory back to the OS after every task that peaked over 128 MB, and the next
-    # task faults it in again page by page: 350k minor faults, 1.3 s of system time for a 6M-row
-    # report on 2 cores. A short-lived process keeps it (alternated runs, means: 3.78 -> 3.65 s,
-    # 3.68 -> 3.54 s, 4.41 -> 3.96 s under load; same peak RSS). The memory limit still holds.
+    # DuckDB flushes its allocator (memory back to the OS) after every task that peaked over
+    # 128 MB; a 6M-row report spends 1.2-1.4 s of system time on 2 cores, most of it in page
+    # faults. A short-lived process keeps the memory: alternated runs, means 3.78 -> 3.65 s,
+    # 3.68 -> 3.54 s, 4.41 -> 3.96 s under load; same peak RSS. The memory limit still holds.
     config["allocator_flush_threshold"] = "8GB"
     config["allocator_bulk_deallocation_flush_threshold"] = "8GB"
     if sqlite:

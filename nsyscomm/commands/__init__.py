@@ -1,8 +1,8 @@
 """Click commands beyond summarize/run, and what every command shares: one error contract.
 
 Exit status: 0 success, 1 regression (gate only), 2 unusable input or bad options (one line
-naming the file and the fix), 3 an internal error of nsyscomm's (never confused with the others),
-130 interrupted.
+naming the file and the fix; also running out of memory, with --memory-limit as the fix), 3 an
+internal error of nsyscomm's (never confused with the others), 130 interrupted.
 """
 
 from __future__ import annotations
