@@ -45,7 +45,7 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     if threads:
         config["threads"] = threads
     # DuckDB flushes its allocator (memory back to the OS) after every task that peaked over
-    # 128 MB; a 6M-row report spends 1.2-1.4 s of system time on 2 cores, most of it in page
+    # 128 MB; a 6M-row report spends 1.2-1.4 s of system time on 2 cores, with 350k minor page
     # faults. A short-lived process keeps the memory: alternated runs, means 3.78 -> 3.65 s,
     # 3.68 -> 3.54 s, 4.41 -> 3.96 s under load; same peak RSS. The memory limit still holds.
     config["allocator_flush_threshold"] = "8GB"
