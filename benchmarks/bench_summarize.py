@@ -52,8 +52,8 @@ def floor_s(path: str) -> float:
 
 def run(path: str, *extra: str, env=None) -> tuple[float, float]:
     """(wall s, peak RSS MB) of one summarize in a child process."""
-    code = ("import sys, resource; from nsyscomm.cli import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys, resource; from nsyscomm.cli import entry\n"   # what the nsyscomm command runs
+            "try:\n    entry(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code, "summarize", path, "--format", "json", *extra],

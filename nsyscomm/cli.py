@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import click
@@ -160,5 +161,17 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def entry(args=None) -> None:
+    """The `nsyscomm` command: main(), then a quick exit. Python's last garbage collection, at
+    exit, walks every object pandas and pyarrow made: 0.08-0.09 s of every run (measured on a
+    summarize of 6M rows, and on `import pandas` alone). Frozen objects are skipped. Nothing
+    left then needs a finalizer: each command's DuckDB databases are freed by reference counting
+    when it returns."""
+    try:
+        main(args)
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":
-    main()
+    entry()

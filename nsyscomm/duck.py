@@ -7,6 +7,7 @@ import functools
 import itertools
 import os
 import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +76,17 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     if sqlite:
         con.execute(f"LOAD '{_sqlite_extension()}'")
     return con
+
+
+def close_soon(con: duckdb.DuckDBPyConnection) -> None:
+    """Close ``con`` on a thread of its own: freeing a large report's database (1 GB for 6M rows)
+    takes 0.07 s that the next steps need not wait for. Under a memory limit it closes now: the
+    next report's database needs that memory, and the spill folder must be gone. The thread is
+    not a daemon: the process waits for it before it exits."""
+    if os.environ.get(MEMORY_LIMIT_ENV, "").strip():
+        con.close()
+    else:
+        threading.Thread(target=con.close, name="nsyscomm-close").start()
 
 
 @contextlib.contextmanager

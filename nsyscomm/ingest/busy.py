@@ -39,8 +39,8 @@ def _busy_at(t: np.ndarray, i_start, i_end, before) -> np.ndarray:
 
 def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
-    device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays), fastest
-    when already sorted by (pid, device, start) as sql/compute_kernels.sql returns them.
+    device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays), in any
+    order (sorted by (pid, device, start) here when they are not).
     Independent of the calls, so a source can build it while it reads its calls."""
     if compute is None or not len(compute["start"]):
         return {}

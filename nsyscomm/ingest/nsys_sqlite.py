@@ -50,8 +50,9 @@ FROM (SELECT l.kid, r.rid, r.kind, r.start
         ON l.kl >= r.ks AND l.kl <= r.ke) e
 GROUP BY e.kid, e.kind"""
 # The ranges that can own NCCL kernels, numbered once for the lookups above and sql/calls_nsys.sql
+# (rid: the row's id, unique and free; row_number() OVER () would run the statement on one core)
 _RANGES = """CREATE TEMP TABLE ranges AS
-SELECT row_number() OVER () AS rid, start, "end", globalTid, name,
+SELECT rowid AS rid, start, "end", globalTid, name,
        CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
 FROM src_ranges
 WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'"""
@@ -187,7 +188,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         version = _version(con, tables)
     finally:
         pool.shutdown(wait=True)   # its cursor reads con
-        con.close()
+        duck.close_soon(con)
     return Extract(report, path, calls, markers, spans, session, version, warnings, links)
 
 

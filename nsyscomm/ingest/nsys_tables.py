@@ -67,9 +67,9 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
             FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
     else:
-        con.execute("""CREATE VIEW src_kernels AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
-            NULL::BIGINT AS deviceId, NULL::BIGINT AS streamId, NULL::BIGINT AS correlationId,
-            NULL::BIGINT AS globalPid, NULL::BIGINT AS shortName WHERE false""")
+        # a table, not a view: sql/nccl_kernels.sql keys the kernels by their rowid
+        con.execute("""CREATE TABLE src_kernels (start BIGINT, "end" BIGINT, deviceId BIGINT, streamId BIGINT,
+            correlationId BIGINT, globalPid BIGINT, shortName BIGINT)""")
     rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
     if rt is not None:
         scans.append("""CREATE TABLE src_runtime AS
@@ -106,8 +106,9 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             con.execute("DELETE FROM src_ranges WHERE start IS NULL OR globalTid IS NULL")
             warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     else:
-        con.execute("""CREATE TEMP VIEW src_ranges AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
-            NULL::BIGINT AS globalTid, NULL::VARCHAR AS name, NULL::BIGINT AS eventType WHERE false""")
+        # a table, not a view: nsys_sqlite keys the ranges by their rowid
+        con.execute("""CREATE TEMP TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR,
+            eventType BIGINT)""")
     # every event of a process, for its elapsed time (mpitrace's "elapsed")
     parts = []
     if nv is not None:
