@@ -82,9 +82,9 @@ def extract_one(path: Path, report: str | None = None, threads: int | None = Non
     if nsys_tables.is_sqlite(path):
         try:
             return nsys_sqlite.extract(path, report, threads)
-        except (duckdb.OutOfMemoryException, duckdb.InterruptException):
-            raise  # not the report's fault: memory ran out (the CLI says to raise the limit), or Ctrl-C
         except (duckdb.Error, sqlite3.Error) as e:
+            if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
+                raise  # not the report's fault: memory ran out (the CLI says to raise the limit), or Ctrl-C
             # a damaged or truncated database: name it and say what to do, no traceback
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InputError(f"{path}: cannot read this SQLite export ({first}); "

@@ -60,8 +60,9 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
-    started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
+    started = False
     try:
+        started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
         from nsyscomm.api import load, sample_jobs
 
         scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}

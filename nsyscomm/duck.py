@@ -78,6 +78,16 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     return con
 
 
+def interrupted(e: BaseException) -> bool:
+    """Whether Ctrl-C stopped DuckDB: its InterruptException; the RuntimeError its Python client
+    raises instead when another thread's query took the signal; or the duckdb.Error that wraps a
+    KeyboardInterrupt raised in Python code DuckDB was calling (scanning a registered pandas or
+    Arrow table)."""
+    return (isinstance(e, duckdb.InterruptException)
+            or (isinstance(e, RuntimeError) and str(e).startswith("Query interrupted"))
+            or (isinstance(e, duckdb.Error) and "KeyboardInterrupt" in str(e)))
+
+
 def close_soon(con: duckdb.DuckDBPyConnection) -> None:
     """Close ``con`` on a thread of its own: freeing a large report's database (1 GB for 6M rows)
     takes 0.07 s that the next steps need not wait for. Under a memory limit it closes now: the

@@ -104,3 +104,23 @@ def test_duckdb_stopped_by_ctrl_c_is_an_interruption(error, capsys):
         guard(fail)
     assert stop.value.code == 130
     assert capsys.readouterr().err.strip() == "nsyscomm: interrupted"
+
+
+def test_ctrl_c_inside_a_scan_of_python_data_is_an_interruption(capsys):
+    """Ctrl-C while DuckDB calls Python (scanning registered pandas or Arrow data) reaches us as a
+    duckdb.Error that wraps the KeyboardInterrupt: the same one line and status 130."""
+    import duckdb
+    import pyarrow as pa
+
+    from nsyscomm.commands import guard
+
+    def batches():
+        yield pa.record_batch([pa.array([1, 2])], names=["x"])
+        raise KeyboardInterrupt
+
+    con = duckdb.connect()
+    con.register("reader", pa.RecordBatchReader.from_batches(pa.schema([("x", pa.int64())]), batches()))
+    with pytest.raises(SystemExit) as stop:
+        guard(lambda: con.execute("SELECT sum(x) FROM reader").fetchall())
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.strip() == "nsyscomm: interrupted"

@@ -194,18 +194,21 @@ def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tm
     free = nsys_sqlite.extract(mid_report)
     spill = tmp_path / "spill"
     spill.mkdir()
-    monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "40MB")
+    monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "30MB")
     monkeypatch.setenv("NSYSCOMM_TEMP_DIR", str(spill))
     spilled = []
-    real = nsys_sqlite.busy_at_edges
+    real = nsys_sqlite.open_report
 
-    def spy(calls, by_device):  # runs while the report's tables are still held
+    def spy(path, threads=None):  # when the report's tables have just been read
+        opened = real(path, threads)
         spilled.extend(p.stat().st_size for p in spill.rglob("*") if p.is_file())
-        return real(calls, by_device)
+        return opened
 
-    monkeypatch.setattr(nsys_sqlite, "busy_at_edges", spy)
+    monkeypatch.setattr(nsys_sqlite, "open_report", spy)
     limited = nsys_sqlite.extract(mid_report)
-    assert sum(spilled) > 10e6          # DuckDB wrote its tables out instead of failing
+    # DuckDB wrote its tables out instead of failing (9-11 MB when the tables have just been read;
+    # the amount depends on the threads' timing)
+    assert sum(spilled) > 4e6
     _same(free, limited)
     assert not list(spill.iterdir())    # each database removed its spill folder on closing
 

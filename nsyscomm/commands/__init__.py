@@ -23,10 +23,9 @@ def _first_line(e: BaseException) -> str:
 
 
 def _interrupted(e: BaseException) -> bool:
-    """DuckDB stopped by Ctrl-C: its InterruptException, or the RuntimeError its Python client
-    raises instead when another thread's query took the signal."""
-    return type(e).__name__ == "InterruptException" or (isinstance(e, RuntimeError)
-                                                        and str(e).startswith("Query interrupted"))
+    from nsyscomm.duck import interrupted  # imported once something failed: duckdb is loaded by then
+
+    return interrupted(e)
 
 
 def guard(fn, debug: bool = False):

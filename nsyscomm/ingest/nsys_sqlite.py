@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,24 +23,27 @@ from nsyscomm.ingest.names import parse_kernel
 from nsyscomm.ingest.nsys_tables import open_report, table_columns
 
 
-# Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel and kind of range, the
-# innermost range containing its launch on the same thread. First an ASOF join: the range of
-# that kind that started last at or before the launch on its thread; when it still runs at the
-# launch it is the innermost one holding it (any other holder started earlier). Otherwise (it
-# ended before the launch: a sibling, the launch may sit in an outer range) the launch is looked
-# up again by _LAUNCH_HOLDERS.
-_LAUNCH_OWNERS = """CREATE TEMP TABLE innermost AS
-SELECT l.kid, l.kind, r.rid, r."end" >= l.ts AS holds
-FROM (SELECT k.kid, k.launch_tid AS tid, k.launch_start AS ts, kd.kind
-      FROM nccl_kernels k, (VALUES ('wrapper'), ('torch_range')) kd(kind)
-      WHERE k.launch_start IS NOT NULL) l
-ASOF JOIN ranges r ON r.globalTid = l.tid AND r.kind = l.kind AND l.ts >= r.start"""
+# Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
+# kind containing its launch on the same thread; a wrapper range first, and a PyTorch range only
+# for the kernels no wrapper range holds (calls_nsys.sql would not use it: with the wrapper on,
+# the second lookup has nothing to do, and the lookups cost half). Per kind, first an ASOF join:
+# the range of that kind that started last at or before the launch on its thread; when it still
+# runs at the launch it is the innermost one holding it (any other holder started earlier).
+# Otherwise (it ended before the launch: a sibling, the launch may sit in an outer range) the
+# launch is looked up again by _LAUNCH_HOLDERS.
+_INNERMOST = "CREATE TEMP TABLE innermost (kid BIGINT, kind VARCHAR, rid BIGINT, holds BOOLEAN)"
+_LAUNCH_OWNERS = """INSERT INTO innermost
+SELECT l.kid, $kind, r.rid, r."end" >= l.ts AS holds
+FROM (SELECT k.kid, k.launch_tid AS tid, k.launch_start AS ts
+      FROM nccl_kernels k
+      WHERE k.launch_start IS NOT NULL AND k.kid NOT IN (SELECT kid FROM innermost)) l
+ASOF JOIN (SELECT * FROM ranges WHERE kind = $kind) r ON r.globalTid = l.tid AND l.ts >= r.start"""
 # The general lookup, for the launches the ASOF join left (kernels of table `unheld`): every
 # range holding the launch, the latest-starting wins. The same-thread containment runs as a pure
 # range join (IEJoin) on one number line: thread index * stride + (t - t0), with stride > the
 # ranges' time span, so threads never interleave (an equality on the thread plans as a slow hash
 # join, DESIGN.md). Launches outside [t0, t1] get no key: no range holds them.
-_LAUNCH_HOLDERS = """CREATE TEMP TABLE held AS
+_LAUNCH_HOLDERS = """CREATE OR REPLACE TEMP TABLE held AS
 SELECT e.kid, e.kind, arg_max(e.rid, e.start) AS rid
 FROM (SELECT l.kid, r.rid, r.kind, r.start
       FROM (SELECT k.kid, t.base + k.launch_start AS kl
@@ -56,7 +60,7 @@ SELECT rowid AS rid, start, "end", globalTid, name,
        CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
 FROM src_ranges
 WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'"""
-_RANGE_THREADS = """CREATE TEMP TABLE range_threads AS
+_RANGE_THREADS = """CREATE OR REPLACE TEMP TABLE range_threads AS
 SELECT d.globalTid, (row_number() OVER (ORDER BY d.globalTid) - 1) * b.stride - b.t0 AS base, b.t0, b.t1
 FROM (SELECT DISTINCT globalTid FROM src_ranges WHERE globalTid IS NOT NULL) d,
      (SELECT min(start) AS t0, max("end") AS t1, max("end") - min(start) + 1 AS stride FROM src_ranges) b"""
@@ -130,6 +134,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     opened = open_report(path, threads)
     con, tables, warnings = opened.con, opened.tables, opened.warnings
     pool = ThreadPoolExecutor(max_workers=1)
+    kernels_read = threading.Event()   # set once nothing but the busy islands reads src_kernels
     try:
         # every event of every process counts for its span: taken first, then the copy of
         # NVTX_EVENTS is dropped (only its named ranges are used below) and its memory serves the
@@ -151,8 +156,11 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             con.register("kernel_names_df", kn)
             con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
         # compute busy islands do not depend on the calls: made on a second core meanwhile
-        compute = pool.submit(_compute_islands, con)
+        compute = pool.submit(_compute_islands, con, kernels_read)
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
+        kernels_read.set()
+        # the launches are in nccl_kernels now: their memory serves the next steps
+        con.execute("DROP TABLE IF EXISTS src_runtime")
         bad = con.execute("SELECT count(*) FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL").fetchone()[0]
         if bad:
             con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
@@ -161,9 +169,11 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # DuckDB would plan piecewise merge joins, quadratic here (and unimplemented for some joins)
         con.execute("SET merge_join_threshold = 0")
         con.execute(_RANGES)
-        con.execute(_LAUNCH_OWNERS)
-        if con.execute("SELECT count(*) FROM innermost WHERE NOT holds").fetchone()[0]:
-            _look_up_held(con)
+        con.execute(_INNERMOST)
+        for kind in ("wrapper", "torch_range"):
+            con.execute(_LAUNCH_OWNERS, {"kind": kind})
+            if con.execute("SELECT count(*) FROM innermost WHERE NOT holds").fetchone()[0]:
+                _look_up_held(con)
         calls = duck.frame(con.execute(duck.sql("calls_nsys")))
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
@@ -187,6 +197,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             session = int(row[0]) if row and row[0] is not None else None
         version = _version(con, tables)
     finally:
+        kernels_read.set()
         pool.shutdown(wait=True)   # its cursor reads con
         duck.close_soon(con)
     return Extract(report, path, calls, markers, spans, session, version, warnings, links)
@@ -194,7 +205,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
 
 def _look_up_held(con) -> None:
     """Launches whose latest-starting range had ended: their holder by the general range join."""
-    con.execute("CREATE TEMP TABLE unheld AS SELECT kid, kind FROM innermost WHERE NOT holds")
+    con.execute("CREATE OR REPLACE TEMP TABLE unheld AS SELECT kid, kind FROM innermost WHERE NOT holds")
     con.execute("DELETE FROM innermost WHERE NOT holds")
     con.execute(_RANGE_THREADS)
     con.execute(_LAUNCH_HOLDERS)
@@ -202,10 +213,15 @@ def _look_up_held(con) -> None:
                 "JOIN unheld u ON u.kid = h.kid AND u.kind = h.kind")
 
 
-def _compute_islands(con) -> dict:
+def _compute_islands(con, kernels_read: threading.Event) -> dict:
     cur = con.cursor()
     try:
-        return islands(cur.execute(duck.sql("compute_kernels")).fetchnumpy())
+        compute = cur.execute(duck.sql("compute_kernels")).fetchnumpy()
+        # once the caller has read src_kernels too, its memory serves the next steps (6M-row
+        # report: 110 MB less at the peak)
+        kernels_read.wait()
+        cur.execute("DROP TABLE IF EXISTS src_kernels")
+        return islands(compute)
     finally:
         cur.close()
 

@@ -67,7 +67,8 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
             FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
     else:
-        # a table, not a view: sql/nccl_kernels.sql keys the kernels by their rowid
+        # stand-ins are tables, not views: sql/nccl_kernels.sql keys the kernels by their rowid,
+        # and nsys_sqlite drops the tables it has read
         con.execute("""CREATE TABLE src_kernels (start BIGINT, "end" BIGINT, deviceId BIGINT, streamId BIGINT,
             correlationId BIGINT, globalPid BIGINT, shortName BIGINT)""")
     rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
@@ -76,8 +77,7 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             SELECT start, "end", globalTid, correlationId FROM r.CUPTI_ACTIVITY_KIND_RUNTIME
             WHERE start IS NOT NULL AND globalTid IS NOT NULL""")
     else:
-        con.execute("""CREATE VIEW src_runtime AS SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end",
-            NULL::BIGINT AS globalTid, NULL::BIGINT AS correlationId WHERE false""")
+        con.execute('CREATE TABLE src_runtime (start BIGINT, "end" BIGINT, globalTid BIGINT, correlationId BIGINT)')
     nv = tables.get("NVTX_EVENTS")
     if nv is not None:
         like_text = " OR ".join(f"e.text LIKE '{p}'" for p in _RANGE_PATTERNS)
@@ -87,7 +87,7 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         # other range keeps only its times (for the process's elapsed time), not its text
         con.execute(f"CREATE TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
         scans.append(f"""CREATE TABLE src_nvtx AS
-            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid, e.eventType,
+            SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid,
                    CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
             WHERE e.eventType IN (34, 59, 60)""")
@@ -98,7 +98,7 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         con.execute(q)
     con.execute("SET preserve_insertion_order = true")
     if nv is not None:
-        con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name, eventType "
+        con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name "
                     "FROM src_nvtx WHERE name IS NOT NULL")
         # a range without a start or a thread cannot be placed: say so instead of guessing
         bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
@@ -107,8 +107,7 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     else:
         # a table, not a view: nsys_sqlite keys the ranges by their rowid
-        con.execute("""CREATE TEMP TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR,
-            eventType BIGINT)""")
+        con.execute('CREATE TEMP TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR)')
     # every event of a process, for its elapsed time (mpitrace's "elapsed")
     parts = []
     if nv is not None:
