@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -234,10 +235,12 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
     rows, unmarked = [], []
     for e in extracts:
         marked = {}
-        for m in e.markers.itertuples():
-            if pd.notna(m.rank):
-                marked[int(m.pid)] = (int(m.rank), None if pd.isna(m.local_rank) else int(m.local_rank), m.host)
-        called = set(e.calls["pid"].dropna().astype("int64").unique().tolist())
+        m = e.markers   # columns, not itertuples(): 256 small reports took 0.3 s
+        for pid, rank, local_rank, host in zip(m["pid"].tolist(), m["rank"].tolist(), m["local_rank"].tolist(),
+                                               m["host"].tolist()):
+            if pd.notna(rank):
+                marked[int(pid)] = (int(rank), None if pd.isna(local_rank) else int(local_rank), host)
+        called = {int(p) for p in pd.unique(e.calls["pid"].dropna())}
         pids = sorted(called | set(marked))
         for pid in pids:
             if pid in marked:
@@ -359,16 +362,16 @@ def combine(extracts, by_caller: bool = False) -> Result:
 
 def _calls_table(extracts) -> pa.Table | None:
     """Every extract's calls, with their report, in one Arrow table (None: no calls at all)."""
-    tables = []
-    for e in extracts:
-        if len(e.calls):
-            t = pa.Table.from_pandas(e.calls, preserve_index=False)
-            tables.append(t.add_column(0, "report", pa.repeat(pa.scalar(e.report, pa.string()), t.num_rows)))
-    if not tables:
+    have = [e for e in extracts if len(e.calls)]
+    if not have:
         return None
-    # by name: sources order their columns differently; a column all None in one report is typed
-    # by the others
-    return _fill_op(pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0])
+    # stacked by pandas, which types a column all None in one report by the others: one Arrow
+    # conversion then, not one per report (256 reports: 0.75 s one by one)
+    calls = have[0].calls if len(have) == 1 else pd.concat([e.calls for e in have], ignore_index=True)
+    t = pa.Table.from_pandas(calls, preserve_index=False)
+    which = np.repeat(np.arange(len(have), dtype=np.int32), [len(e.calls) for e in have])
+    report = pa.DictionaryArray.from_arrays(which, pa.array([e.report for e in have], pa.string()))
+    return _fill_op(t.add_column(0, "report", report.cast(pa.string())))
 
 
 def _typed_select(calls: pa.Table | None) -> str:
