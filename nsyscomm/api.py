@@ -440,8 +440,3 @@ def _create_collectives(con) -> None:
         con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
     finally:
         con.execute("RESET disabled_optimizers")
-
-
-def _empty_select() -> str:
-    cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in schema.COLLECTIVES)
-    return f"SELECT {cols} WHERE false"

