@@ -291,6 +291,7 @@ def _session_offsets(extracts) -> dict[str, int]:
 def combine(extracts, by_caller: bool = False) -> Result:
     warnings = [w for e in extracts for w in e.warnings]
     offsets = _session_offsets(extracts)
+    shifted = any(offsets.values())
     proc_ranks, rank_warnings = _assign_ranks(extracts)
     warnings += rank_warnings
     con = duck.connect()
@@ -302,16 +303,16 @@ def combine(extracts, by_caller: bool = False) -> Result:
         con.register("calls_arrow", calls)
     select = _typed_select(calls)   # names and types from nsyscomm.schema only
     con.execute(f"CREATE TEMP VIEW calls_typed AS {select}")
-    skipped = con.execute("SELECT count(*) FROM calls_typed WHERE op IS NULL").fetchone()[0]
+    # absurd timestamps (end before start) would give negative latencies: leave those calls out
+    skipped, backwards = con.execute(
+        "SELECT count(*) FILTER (WHERE op IS NULL), "
+        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed").fetchone()
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
-    # absurd timestamps (end before start) would give negative latencies: leave those calls out
-    backwards = con.execute("SELECT count(*) FROM calls_typed WHERE cpu_end < cpu_start OR gpu_end < gpu_start"
-                            ).fetchone()[0]
     if backwards:
         warnings.append(f"{backwards} call(s) end before they start (corrupt timestamps): left out")
     where = "op IS NOT NULL AND (cpu_end < cpu_start OR gpu_end < gpu_start) IS NOT TRUE"
-    if any(offsets.values()):
+    if shifted:
         # each report's clock offset (_shift) applies to its calls as they are read
         con.execute("CREATE TEMP TABLE report_offsets (report VARCHAR, off BIGINT)")
         con.executemany("INSERT INTO report_offsets VALUES (?, 0)", [[e.report] for e in extracts])
@@ -330,10 +331,10 @@ def combine(extracts, by_caller: bool = False) -> Result:
               "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
               "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
               "weighted::DOUBLE AS weighted, max_value::DOUBLE AS max_value")
-    if any(offsets.values()):
+    if shifted:
         _shift(con, offsets)
     _create_collectives(con)
-    if any(offsets.values()):
+    if shifted:
         warnings += _refine_clocks(con, extracts[0].report)
     con.execute("""CREATE TEMP TABLE rank_spans AS
         SELECT m.rank, min(m.host) AS host, min(s.first_ns) AS first_ns, max(s.last_ns) AS last_ns

@@ -60,7 +60,7 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
         config["allow_unsigned_extensions"] = True
     base = os.environ.get(TEMP_DIR_ENV) or tempfile.gettempdir()
     config["temp_directory"] = os.path.join(base, f"nsyscomm-spill-{os.getpid()}-{next(_databases)}")
-    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    limit = _limit()
     if limit:
         config["memory_limit"] = _share_of_ram(limit) if limit.endswith("%") else limit
     try:
@@ -93,7 +93,7 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
     takes 0.07 s that the next steps need not wait for. Under a memory limit it closes now: the
     next report's database needs that memory, and the spill folder must be gone. The thread is
     not a daemon: the process waits for it before it exits."""
-    if os.environ.get(MEMORY_LIMIT_ENV, "").strip():
+    if _limit():
         con.close()
     else:
         threading.Thread(target=con.close, name="nsyscomm-close").start()
@@ -115,6 +115,11 @@ def memory_limit(limit: str | None):
             os.environ.pop(MEMORY_LIMIT_ENV, None)
         else:
             os.environ[MEMORY_LIMIT_ENV] = old
+
+
+def _limit() -> str:
+    """The memory limit set for this process's databases ("" when none)."""
+    return os.environ.get(MEMORY_LIMIT_ENV, "").strip()
 
 
 def _share_of_ram(limit: str) -> str:

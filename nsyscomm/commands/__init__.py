@@ -22,12 +22,6 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _interrupted(e: BaseException) -> bool:
-    from nsyscomm.duck import interrupted  # imported once something failed: duckdb is loaded by then
-
-    return interrupted(e)
-
-
 def guard(fn, debug: bool = False):
     """Run fn(); turn every failure into one line on stderr and the right exit status."""
     try:
@@ -49,7 +43,9 @@ def guard(fn, debug: bool = False):
     except Exception as e:  # a bug of ours, unless memory ran out or Ctrl-C stopped DuckDB
         if debug:
             traceback.print_exc()
-        if _interrupted(e):
+        from nsyscomm.duck import interrupted  # imported once something failed: duckdb is loaded by then
+
+        if interrupted(e):
             click.echo("nsyscomm: interrupted", err=True)
             sys.exit(130)
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException":  # DuckDB's

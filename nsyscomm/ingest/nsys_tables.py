@@ -51,9 +51,8 @@ def table_columns(path: Path) -> dict[str, set[str]]:
                          f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
 
 
-def _col(cols: set[str], name: str, alias: str | None = None, table: str = "") -> str:
-    prefix = f"{table}." if table else ""
-    return f'{prefix}"{name}"' if name in cols else f"NULL AS \"{alias or name}\""
+def _col(cols: set[str], name: str) -> str:
+    return f'"{name}"' if name in cols else f'NULL AS "{name}"'
 
 
 def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
