@@ -73,8 +73,17 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
                          f"give one like 4GB, 500MB or 50%") from None
     # IEJoin for "launch inside range" joins: measured far faster than hash join + filter (DESIGN.md)
     con.execute("SET prefer_range_joins = true")
+    quiet(con)
     if sqlite:
         con.execute(f"LOAD '{_sqlite_extension()}'")
+    return con
+
+
+def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No progress bar on ``con`` (a per-connection setting: cursors need it too). With it on,
+    the waiting thread asks every pipeline for its progress between tasks, under a lock: 3% of
+    a 6M-row summarize's cycles, 13% of those after the read, for a bar nobody sees."""
+    con.execute("SET enable_progress_bar = false")
     return con
 
 

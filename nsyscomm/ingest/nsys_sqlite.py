@@ -216,7 +216,7 @@ def _look_up_held(con) -> None:
 
 
 def _compute_islands(con, kernels_read: threading.Event) -> dict:
-    cur = con.cursor()
+    cur = duck.quiet(con.cursor())
     try:
         compute = cur.execute(duck.sql("compute_kernels")).fetchnumpy()
         # once the caller has read src_kernels too, its memory serves the next steps (6M-row
