@@ -374,10 +374,7 @@ def _calls_table(extracts) -> pa.Table | None:
     # stacked by pandas, which types a column all None in one report by the others: one Arrow
     # conversion then, not one per report (256 reports: 0.75 s one by one)
     calls = have[0].calls if len(have) == 1 else pd.concat([e.calls for e in have], ignore_index=True)
-    # one chunk per column: pandas keeps the Arrow chunks of its string columns, and DuckDB read
-    # a table of mixed chunks on both cores into twice the memory (collectives: 0.23-0.24 s,
-    # 43k page faults, against 0.17-0.19 s and 22k)
-    t = pa.Table.from_pandas(calls, preserve_index=False).combine_chunks()
+    t = pa.Table.from_pandas(calls, preserve_index=False)
     which = np.repeat(np.arange(len(have), dtype=np.int32), [len(e.calls) for e in have])
     report = pa.DictionaryArray.from_arrays(which, pa.array([e.report for e in have], pa.string()))
     return _fill_op(t.add_column(0, "report", report.cast(pa.string())))

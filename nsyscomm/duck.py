@@ -159,9 +159,8 @@ def _nullable_int() -> dict:
             pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
 
 
-def frame(cur: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> pd.DataFrame:
-    """The pending result of ``cur`` (or a relation's rows) as pandas, through Arrow, with the
-    dtypes ``.df()`` gives.
+def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """The pending result of ``cur`` as pandas, through Arrow, with the dtypes ``.df()`` gives.
 
     ``.df()`` builds a Python str per string value, which pandas then turns back into Arrow
     (its default string dtype): 0.34 s against 0.11 s through Arrow for 200k calls of 10 string
