@@ -184,4 +184,6 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             cols[name] = pd.Series([None] * len(col), dtype=object)   # as .df(): all-NULL text is None
         else:
             cols[name] = col.to_pandas()
-    return pd.DataFrame(cols, columns=t.column_names) if cols else pd.DataFrame(columns=t.column_names)
+    # copy=False: the columns stay blocks of their own; pandas would otherwise stack the integer
+    # columns into one 2D block, a copy (200k calls: 0.108 -> 0.093 s)
+    return pd.DataFrame(cols, columns=t.column_names, copy=False) if cols else pd.DataFrame(columns=t.column_names)

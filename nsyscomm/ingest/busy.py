@@ -51,12 +51,16 @@ def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.n
     # (pid, device) numbered by hashing, then two stable sorts: by start (timsort, fast on the
     # runs of ordered kernels a report holds), then by that number (a radix sort when it fits 16
     # bits). 1.8M kernels: 0.10 s, against 0.16 s for np.lexsort((start, device, pid)).
-    pids, devs = pd.factorize(cpid)[0], pd.factorize(cdev)
-    group = pids * len(devs[1]) + devs[0]
+    # (the intermediates are let go as soon as they are used: 8 bytes a kernel each)
+    dev_code, devs = pd.factorize(cdev)
+    group = pd.factorize(cpid)[0] * len(devs) + dev_code
+    del dev_code
     order = np.argsort(cstart, kind="stable")
     group = group.astype(np.int16 if group.max() < 2**15 else np.int64)[order]
     by_group = np.argsort(group, kind="stable")
-    order, group = order[by_group], group[by_group]
+    order = order[by_group]
+    group = group[by_group]
+    del by_group
     cstart, cend = cstart[order], cend[order]
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(group)) + 1, [len(group)]))
     return {(int(cpid[order[lo]]), int(cdev[order[lo]])): _islands(cstart[lo:hi], cend[lo:hi])
