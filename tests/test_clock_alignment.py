@@ -39,8 +39,12 @@ def test_offset_between_nodes_is_removed(tmp_path):
         assert p["late_count"] == ref_per[p["rank"]]["late_count"]
         # what is left is the end-time jitter between ranks, microseconds, not the 1.23 ms error
         assert p["avg_arrival_delay_ms"] == pytest.approx(ref_per[p["rank"]]["avg_arrival_delay_ms"], abs=0.01)
-    # durations never change with alignment
+    # durations never change with alignment, nor does exposed communication (each report's calls
+    # and compute kernels move together; made on a thread of its own from the realigned calls)
     assert got.ranks["comm_ms"].tolist() == pytest.approx(ref.ranks["comm_ms"].tolist(), rel=1e-12)
+    assert got.overlap_parts is not None
+    assert got.overlap["exposed_ns"].sum() > 0
+    assert got.overlap.equals(ref.overlap)
 
 
 def test_without_refinement_the_error_would_show(tmp_path):

@@ -49,8 +49,6 @@ def nccl_section(result: Result, by_caller: bool = False) -> dict:
 
 
 def document(result: Result, by_caller: bool = False) -> dict:
-    ov = _ms(result.overlap, ["comm_busy_ns", "exposed_ns"])
-    ov_keys = ("rank", "step", "calls", "comm_busy_ms", "exposed_ms", "exposed_pct")
     doc = {
         "schema": SCHEMA_VERSION,
         "tool": "nsyscomm",
@@ -60,8 +58,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "ranks": records(result.ranks, RANK_KEYS),
         "skew": result.skew,
         # beyond the schema-1 keys (extra keys are allowed): cross-rank detail
-        "overlap": {"per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
-                    "per_step": records(ov[ov["scope"] == "step"], ov_keys)},
+        "overlap": None,   # filled last, below
         "steps": records(result.steps, ("step", "calls", "comm_ms", "max_rank_comm_ms", "max_rank",
                                         "avg_skew_ms", "max_skew_ms")),
         "size_histogram": records(result.size_histogram, ("op", "bin_lo", "bin_hi", "calls", "avg_bytes", "total_ms")),
@@ -71,6 +68,12 @@ def document(result: Result, by_caller: bool = False) -> dict:
                                                           "participants", "ranks_seen")),
         "warnings": list(result.warnings),
     }
+    # last: its per-call parts are still being made on another thread (nsyscomm.api.combine)
+    # while the sections above are queried
+    ov = _ms(result.overlap, ["comm_busy_ns", "exposed_ns"])
+    ov_keys = ("rank", "step", "calls", "comm_busy_ms", "exposed_ms", "exposed_pct")
+    doc["overlap"] = {"per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
+                      "per_step": records(ov[ov["scope"] == "step"], ov_keys)}
     links = result.link_metrics
     if not links.empty:
         doc["link_metrics"] = records(links, ("op", "bytes", "metric", "calls", "devices", "covered_ms",
