@@ -6,7 +6,8 @@ Floor: the time SQLite itself takes to scan the columns the ingest reads (every 
 kernel, launch and NVTX tables, each used column decoded: sum()/length() over them, in C, no
 Python objects), measured in the same run, file in the page cache. Each summarize runs in a
 fresh process (`--no-cache`, then once more with the cache warm); peak RSS is that process's.
-Prints best and median of the runs and the load average.
+Prints best and median of the runs, the ratio of each run to the floor measured just before it,
+and the load average.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def main(argv=None) -> int:
     print(f"summarize --no-cache: best {w_best:.2f} s, median {statistics.median(walls):.2f} s; "
           f"peak RSS max {max(rsss):.0f} MB")
     print(f"ratio to floor: best {w_best / f_best:.2f}x, median {statistics.median(walls) / statistics.median(floors):.2f}x")
+    # each run against the floor measured just before it: the VM's speed drifts over minutes, and
+    # a pair taken seconds apart shares its phase
+    paired = sorted(w / f for w, f in zip(walls, floors))
+    print(f"ratio per run (each against the floor just before it): median {statistics.median(paired):.2f}x, "
+          f"{paired[0]:.2f}x-{paired[-1]:.2f}x")
     print(f"summarize, cache hit: best {min(hits):.2f} s, median {statistics.median(hits):.2f} s "
           f"({min(hits) / w_best:.0%} of the first)")
     return 0
