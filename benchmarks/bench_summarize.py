@@ -7,7 +7,8 @@ kernel, launch and NVTX tables, each used column decoded: sum()/length() over th
 Python objects), measured in the same run, file in the page cache. Each summarize runs in a
 fresh process (`--no-cache`, then once more with the cache warm); peak RSS is that process's.
 Prints best and median of the runs, the ratio of each run to the floor measured just before it,
-and the load average.
+and the load average; and the CPU time (user + system, all threads) of each against the
+floor's: on C cores, the wall-time ratio cannot fall below the CPU ratio / C.
 """
 
 from __future__ import annotations
@@ -41,30 +42,40 @@ def warm(path: str) -> None:
             pass
 
 
-def floor_s(path: str) -> float:
+def floor_s(path: str) -> tuple[float, float]:
+    """(wall s, CPU s) of SQLite scanning the used columns."""
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
     for t, cols in FLOOR.items():
         if t in tables:
             con.execute(f"SELECT count(*), {cols} FROM {t}").fetchall()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _cpu(resource.RUSAGE_SELF) - c0
 
 
-def run(path: str, *extra: str, env=None) -> tuple[float, float]:
-    """(wall s, peak RSS MB) of one summarize in a child process."""
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu(who) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def run(path: str, *extra: str, env=None) -> tuple[float, float, float]:
+    """(wall s, peak RSS MB, CPU s) of one summarize in a child process (and its workers)."""
     code = ("import sys, resource; from nsyscomm.cli import entry\n"   # what the nsyscomm command runs
             "try:\n    entry(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-c", code, "summarize", path, "--format", "json", *extra],
                        capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0
     if p.returncode:
         raise SystemExit(p.stderr)
     rss_kb = max(int(p.stderr.strip().splitlines()[-1]),
                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "--jobs" in extra else 0)
-    return wall, rss_kb / 1024
+    return wall, rss_kb / 1024, cpu
 
 
 def main(argv=None) -> int:
@@ -76,14 +87,17 @@ def main(argv=None) -> int:
     limit = ("--memory-limit", a.memory_limit) if a.memory_limit else ()
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=tempfile.mkdtemp(prefix="nsyscomm-bench-cache-"))
     floor_s(a.report)  # warm the page cache
-    floors, walls, rsss = [], [], []
+    floors, walls, rsss, floor_cpus, cpus = [], [], [], [], []
     for _ in range(a.runs):
         warm(a.report)
-        floors.append(floor_s(a.report))
+        f, fc = floor_s(a.report)
+        floors.append(f)
+        floor_cpus.append(fc)
         warm(a.report)
-        w, r = run(a.report, "--no-cache", *limit, env=env)
+        w, r, c = run(a.report, "--no-cache", *limit, env=env)
         walls.append(w)
         rsss.append(r)
+        cpus.append(c)
     run(a.report, *limit, env=env)  # fill the cache
     hits = [run(a.report, *limit, env=env)[0] for _ in range(a.runs)]
     size = os.path.getsize(a.report) / 1e6
@@ -99,6 +113,10 @@ def main(argv=None) -> int:
     paired = sorted(w / f for w, f in zip(walls, floors))
     print(f"ratio per run (each against the floor just before it): median {statistics.median(paired):.2f}x, "
           f"{paired[0]:.2f}x-{paired[-1]:.2f}x")
+    cpu_ratio = statistics.median(c / f for c, f in zip(cpus, floor_cpus))
+    print(f"CPU time: floor median {statistics.median(floor_cpus):.2f} s, summarize median "
+          f"{statistics.median(cpus):.2f} s (user + system, all threads): {cpu_ratio:.2f}x the floor's per run, "
+          f"so at least {cpu_ratio / _cores():.2f}x in wall time on {_cores()} cores")
     print(f"summarize, cache hit: best {min(hits):.2f} s, median {statistics.median(hits):.2f} s "
           f"({min(hits) / w_best:.0%} of the first)")
     return 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages the tests use: real Nsight Systems (Debian non-free) for the end-to-end
 # capture test, Chromium for the HTML report's browser test, a C compiler for the wrapper's
-# fast path. Idempotent; needs root.
+# fast path and the ingest's SQLite scan. Idempotent; needs root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
@@ -13,6 +13,8 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   2>/dev/null || need+=(python3-dev)
+# SQLite's headers build the ingest's C scan of nsys exports (nsyscomm/ingest/_sqlite_scan.c)
+[ -e /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ ${#need[@]} -eq 0 ] && { echo "system packages present"; exit 0; }
 
 if ! apt-cache policy nsight-systems 2>/dev/null | grep -q 'Candidate: [0-9]'; then

@@ -56,12 +56,20 @@ def test_untaken_head_starts_are_dropped():
         opened.con.execute("SELECT 1")
 
 
-def test_reading_stage_does_not_import_pandas():
-    code = ("import sys; from nsyscomm.ingest import nsys_tables; from nsyscomm import cache, duck; "
+@pytest.mark.parametrize("scan", ["copy", "c"])
+def test_reading_stage_does_not_import_pandas(scan):
+    """Not while it reads: the CLI imports pandas meanwhile. The C scan's rows go to DuckDB
+    through Arrow at the end, where DuckDB's Python client imports pandas (the CLI has by then)."""
+    spy = ("real = nsys_tables._table; "   # after the scan, as its rows are handed over
+           "nsys_tables._table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; ")
+    code = ("import sys; seen = []; from nsyscomm.ingest import nsys_tables; from nsyscomm import cache, duck; "
+            + ("nsys_tables._scan = lambda *a: None; " if scan == "copy" else spy) +
             f"o = nsys_tables.open_report(__import__('pathlib').Path({str(SAMPLE)!r})); "
-            "print(o.con.execute('SELECT count(*) FROM src_kernels').fetchone()[0], 'pandas' in sys.modules)")
+            "n = o.con.execute('SELECT count(*) FROM src_kernels').fetchone()[0]; "
+            "print(n, seen[0] if seen else 'pandas' in sys.modules, o.compute is not None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) > 0 and out[1] == "False"
+    assert out[2] == str(scan == "c" and nsys_tables._sqlite_scan_module() is not None)
 
 
 def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
@@ -81,7 +89,7 @@ def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
 
 def test_dropping_a_running_head_start_stops_and_closes_it():
     nsys_tables.head_start(SAMPLE)
-    started, con = next(iter(nsys_tables._head_starts.values()))
+    started, con, _ = next(iter(nsys_tables._head_starts.values()))
     nsys_tables.drop_head_starts()          # interrupts it if it still runs, then closes it
     assert not nsys_tables._head_starts and started.done()
     with pytest.raises(Exception, match="closed"):

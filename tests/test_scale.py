@@ -189,8 +189,10 @@ def mid_report(tmp_path_factory):
 
 
 def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tmp_path, monkeypatch):
-    from nsyscomm.ingest import nsys_sqlite
+    """DuckDB's copy of the tables (nsys_tables._copy_tables, where the C scan is not built)."""
+    from nsyscomm.ingest import nsys_sqlite, nsys_tables
 
+    monkeypatch.setattr(nsys_tables, "_scan", lambda *a: None)
     free = nsys_sqlite.extract(mid_report)
     spill = tmp_path / "spill"
     spill.mkdir()

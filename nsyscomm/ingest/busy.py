@@ -82,7 +82,8 @@ def busy_at_edges(calls: pd.DataFrame, by_device: dict) -> pd.DataFrame:
     gpu = (calls["gpu_start"].notna() & calls["gpu_end"].notna()).to_numpy() if n else np.zeros(0, bool)
     if gpu.any() and by_device:
         g = calls.loc[gpu]
-        gpid = g["pid"].astype("int64").to_numpy()
+        # a call of unknown process (its kernel's process and launch both missing) has no islands
+        gpid = g["pid"].astype("Int64").fillna(-1).astype("int64").to_numpy()
         gdev = g["device"].astype("Int64").fillna(-1).astype("int64").to_numpy()
         gs = g["gpu_start"].astype("int64").to_numpy()
         ge = g["gpu_end"].astype("int64").to_numpy()

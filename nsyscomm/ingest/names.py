@@ -47,6 +47,13 @@ def _op(token: str) -> str | None:
     return _NCCL_OPS.get(token.lower())
 
 
+def nccl_kernel_names(rows) -> list[tuple]:
+    """(id, name) of StringIds values LIKE 'nccl%' -> (id, name, op, algo, proto, redop, dtype)
+    of those that are NCCL kernels (a parsed op, or a family with no detail in the name)."""
+    parsed = [(i, v, *parse_kernel(v)) for i, v in rows]
+    return [p for p in parsed if p[2] is not None or p[1].startswith(("ncclDevKernel", "ncclKernel", "ncclSym"))]
+
+
 def parse_kernel(name: str) -> KernelInfo:
     """Parse an NCCL kernel short name of any of the three families; non-NCCL names give all None.
 

@@ -19,7 +19,7 @@ import pandas as pd
 from nsyscomm import duck
 from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, islands
-from nsyscomm.ingest.names import parse_kernel
+from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys_tables import open_report, table_columns
 
 
@@ -146,9 +146,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             SELECT DISTINCT s.id, s.value FROM r.StringIds s
             WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
         """).fetchall()
-        parsed = [(i, v, *parse_kernel(v)) for i, v in names]
-        parsed = [p for p in parsed if p[2] is not None or p[1].startswith(("ncclDevKernel", "ncclKernel", "ncclSym"))]
-        kn = pd.DataFrame(parsed, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
+        kn = pd.DataFrame(nccl_kernel_names(names), columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
         # a plain table: the cursor that reads the compute kernels (below) sees it
         con.execute("""CREATE TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
                        proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")
@@ -156,7 +154,10 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             con.register("kernel_names_df", kn)
             con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
         # compute busy islands do not depend on the calls: made on a second core meanwhile
-        compute = pool.submit(_compute_islands, con, kernels_read)
+        if opened.compute is not None:
+            compute = pool.submit(islands, opened.compute)
+        else:
+            compute = pool.submit(_compute_islands, con, kernels_read)
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
         kernels_read.set()
         # the launches are in nccl_kernels now: their memory serves the next steps

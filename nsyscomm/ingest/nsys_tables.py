@@ -5,8 +5,15 @@ gets a stand-in with fixed columns (an empty one when nsys did not create the ta
 nothing of that kind was captured). Each table is read from SQLite once; every later step
 (nsyscomm.ingest.nsys_sqlite, sql/) reads DuckDB's copy, never the report again.
 
-Needs neither pandas nor numpy: the command line gives a lone report a head start
-(``head_start``), reading it while the rest of nsyscomm is imported (0.4 s, mostly pandas).
+Two ways in, with the same tables out. Where the C extension nsyscomm.ingest._sqlite_scan was
+built, SQLite's own C API scans the three big tables on every core and keeps only the rows the
+later steps use (``_scan``): the NCCL kernels, their launches, the named ranges, the compute
+kernels' times as numpy arrays, and each process's first and last event. Otherwise, or when that
+scan meets something unexpected, DuckDB's SQLite scanner copies the tables whole
+(``_copy_tables``). tests/test_sqlite_scan.py checks that both give the same extract.
+
+Needs no pandas: the command line gives a lone report a head start (``head_start``), reading it
+while the rest of nsyscomm is imported (0.4 s, mostly pandas).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import duckdb
 
@@ -55,7 +63,7 @@ def _col(cols: set[str], name: str) -> str:
     return f'"{name}"' if name in cols else f'NULL AS "{name}"'
 
 
-def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
+def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     """Read each source table once into DuckDB (SQLite is scanned once per table: that scan is
     the cost floor); every later step reads these tables, never the report again. They are
     plain tables, not TEMP ones, so that cursors of the connection (busy islands) see them."""
@@ -99,11 +107,6 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     if nv is not None:
         con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name "
                     "FROM src_nvtx WHERE name IS NOT NULL")
-        # a range without a start or a thread cannot be placed: say so instead of guessing
-        bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
-        if bad:
-            con.execute("DELETE FROM src_ranges WHERE start IS NULL OR globalTid IS NULL")
-            warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     else:
         # a table, not a view: nsys_sqlite keys the ranges by their rowid
         con.execute('CREATE TEMP TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR)')
@@ -120,9 +123,125 @@ def _read_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         parts.append('SELECT NULL::BIGINT AS pid, NULL::BIGINT AS start, NULL::BIGINT AS "end" WHERE false')
     # UNION ALL BY NAME: the branches present differ from report to report
     con.execute("CREATE TEMP VIEW src_events AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def _check(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
+    # a range without a start or a thread cannot be placed: say so instead of guessing
+    bad = con.execute("SELECT count(*) FROM src_ranges WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
+    if bad:
+        con.execute("DELETE FROM src_ranges WHERE start IS NULL OR globalTid IS NULL")
+        warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
         if t not in tables:
             warnings.append(f"table {t} is absent (nothing of that kind was captured)")
+
+
+def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
+    """The three big tables through nsyscomm.ingest._sqlite_scan (module docstring): the same
+    src_kernels (its NCCL kernels only), src_runtime (their launches only), src_ranges and
+    src_events (each process's first start and last end per table) as _copy_tables, and the
+    compute kernels' pid, device, start and end as numpy arrays, returned. None: the extension
+    is not built, or the scan met something unexpected; nothing was created then."""
+    _sqlite_scan = _sqlite_scan_module()
+    if _sqlite_scan is None:
+        return None
+    import numpy as np
+    import pyarrow as pa
+
+    from nsyscomm.ingest.names import nccl_kernel_names
+
+    k, rt, nv = (tables.get(t) for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"))
+    uri = _uri(path)
+    parts = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    # through DuckDB, as the copy's statements read them (LIKE is case-sensitive there)
+    nccl_ids = np.array(sorted(n[0] for n in nccl_kernel_names(
+        con.execute("SELECT id, value FROM r.StringIds WHERE value LIKE 'nccl%'").fetchall())), np.int64)
+    like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
+    rel = con.execute(f"SELECT id, value FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
+
+    kcols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"]
+    text_id = _col(nv, "textId") if nv is not None else "NULL"
+    lite = sqlite3.connect(uri, uri=True)
+    try:
+        def bounds(table):  # names from the fixed list above
+            if table not in tables:
+                return 1, 0
+            # two statements: SQLite reads min() or max() of the rowid off the b-tree's edge only
+            # when it is the query's one aggregate (both at once scan the table)
+            lo = lite.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+            hi = lite.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+            return (lo, hi) if lo is not None else (1, 0)
+
+        out = _sqlite_scan.scan(
+            uri,
+            f"SELECT start, \"end\", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN ? AND ?" if k is not None else None,
+            *bounds("CUPTI_ACTIVITY_KIND_KERNEL"),
+            'SELECT start, "end", globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME '
+            'WHERE rowid BETWEEN ? AND ?' if rt is not None else None,
+            *bounds("CUPTI_ACTIVITY_KIND_RUNTIME"),
+            f'SELECT start, "end", eventType, globalTid, {text_id}, text '
+            f'FROM NVTX_EVENTS WHERE rowid BETWEEN ? AND ?' if nv is not None else None,
+            *bounds("NVTX_EVENTS"),
+            parts, nccl_ids, np.array([i for i, _ in rel], np.int64), [v.encode() for _, v in rel], cancel)
+    except (ValueError, sqlite3.Error):
+        return None  # the copy has the reference behaviour for what the scan did not expect
+    finally:
+        lite.close()
+    kernels = _table(out["kernels"], kcols)
+    launches = _table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
+    nvtx = out["nvtx"]
+    ranges = _table(nvtx, ["start", "end", "globalTid"])
+    offsets, data = nvtx["name"]
+    names = pa.Array.from_buffers(pa.large_string(), len(ranges), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    ranges = ranges.append_column("name", names.cast(pa.string()))
+    compute = {n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end")}
+    # kernels without a name are compute kernels only in a report without NCCL kernels
+    # (sql/compute_kernels.sql: NULL NOT IN (empty set) is true)
+    named = np.frombuffer(out["kernels"]["compute_device"][1], np.uint8) != 2
+    if len(kernels) and not named.all():
+        compute = {n: a[named] for n, a in compute.items()}
+    for name, t in (("src_kernels", kernels), ("src_runtime", launches)):
+        con.register(f"{name}_arrow", t)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
+        con.unregister(f"{name}_arrow")
+    con.register("src_ranges_arrow", ranges)
+    con.execute("CREATE TEMP TABLE src_ranges AS SELECT * FROM src_ranges_arrow")
+    con.unregister("src_ranges_arrow")
+    con.execute('CREATE TEMP TABLE span_parts (pid BIGINT, start BIGINT, "end" BIGINT)')
+    if out["spans"]:
+        con.executemany("INSERT INTO span_parts VALUES (?, ?, ?)", out["spans"])
+    con.execute("CREATE TEMP VIEW src_events AS SELECT * FROM span_parts")
+    return compute
+
+
+def _sqlite_scan_module():
+    """nsyscomm.ingest._sqlite_scan, or None where it was not built (no C compiler or SQLite headers)."""
+    try:
+        from nsyscomm.ingest import _sqlite_scan
+    except ImportError:
+        return None
+    return _sqlite_scan
+
+
+def _table(out: dict, names: list[str]):
+    """Columns of _sqlite_scan's (values, valid) buffers as an Arrow table, without a copy
+    (from_buffers: pa.array() and pa.table() would import pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    cols = []
+    for n in names:
+        values, valid = out[n]
+        ok = np.frombuffer(valid, np.uint8).astype(bool)
+        nulls = len(ok) - int(ok.sum())
+        bitmap = pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None
+        cols.append(pa.Array.from_buffers(pa.int64(), len(ok), [bitmap, pa.py_buffer(values)], null_count=nulls))
+    return pa.Table.from_arrays(cols, names=names)
+
+
+def _uri(path: Path) -> str:
+    return f"file:{quote(path.resolve().as_posix())}?mode=ro&immutable=1"
 
 
 @dataclass
@@ -132,6 +251,7 @@ class Opened:
     con: duckdb.DuckDBPyConnection
     tables: dict[str, set[str]]                       # the report's tables and their columns
     warnings: list[str] = field(default_factory=list)
+    compute: dict | None = None                       # the compute kernels when _scan read them
 
 
 def open_report(path: Path, threads: int | None = None) -> Opened:
@@ -143,11 +263,12 @@ def open_report(path: Path, threads: int | None = None) -> Opened:
         except BaseException:
             _stop(*started)  # Ctrl-C while waiting: the reading stops too
             raise
-    return _read(path, duck.connect(sqlite=True, threads=threads))
+    return _read(path, duck.connect(sqlite=True, threads=threads), bytearray(1))
 
 
-def _stop(started: Future, con) -> None:
+def _stop(started: Future, con, cancel: bytearray) -> None:
     if not started.done():
+        cancel[0] = 1   # _scan's threads look at it every 4096 rows
         con.interrupt()
     try:
         started.result()
@@ -156,7 +277,7 @@ def _stop(started: Future, con) -> None:
     con.close()
 
 
-def _read(path: Path, con) -> Opened:
+def _read(path: Path, con, cancel: bytearray) -> Opened:
     try:
         tables = table_columns(path)
         if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
@@ -167,8 +288,13 @@ def _read(path: Path, con) -> Opened:
         quoted = str(path.resolve()).replace("'", "''")
         con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
         warnings: list[str] = []
-        _read_tables(con, tables, warnings)
-        return Opened(con, tables, warnings)
+        compute = _scan(con, path, tables, cancel)
+        if cancel[0]:
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        if compute is None:
+            _copy_tables(con, tables, warnings)
+        _check(con, tables, warnings)
+        return Opened(con, tables, warnings, compute)
     except BaseException:
         con.close()
         raise
@@ -176,7 +302,7 @@ def _read(path: Path, con) -> Opened:
 
 # report (path, size, mtime) -> its reading (and the database it reads into), begun by
 # head_start and not yet taken
-_head_starts: dict[tuple, tuple[Future, duckdb.DuckDBPyConnection]] = {}
+_head_starts: dict[tuple, tuple[Future, duckdb.DuckDBPyConnection, bytearray]] = {}
 
 
 def _identity(path: Path) -> tuple:
@@ -192,8 +318,9 @@ def head_start(path: Path) -> None:
     key = _identity(path)
     if key not in _head_starts:
         con = duck.connect(sqlite=True)
+        cancel = bytearray(1)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-read")
-        _head_starts[key] = (pool.submit(_read, path, con), con)
+        _head_starts[key] = (pool.submit(_read, path, con, cancel), con, cancel)
         pool.shutdown(wait=False)
 
 

@@ -1,0 +1,233 @@
+"""The ingest's C scan of nsys exports (nsyscomm/ingest/_sqlite_scan.c) against DuckDB's copy of
+the tables (nsys_tables._copy_tables): the same extract from every report, whatever it holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sqlite3
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import real_nsys_files
+from nsyscomm.ingest import nsys_sqlite, nsys_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_reports"
+FSDP = SAMPLES / "synthetic_fsdp_8rank.sqlite"
+
+try:
+    from nsyscomm.ingest import _sqlite_scan
+except ImportError:
+    _sqlite_scan = None
+
+
+def _buildable() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    inc = sysconfig.get_paths()["include"]
+    return bool(shutil.which(cc)) and os.path.exists(os.path.join(inc, "Python.h")) \
+        and os.path.exists("/usr/include/sqlite3.h")
+
+
+def test_scan_is_built_where_it_can_be():
+    if _sqlite_scan is None:
+        assert not _buildable(), "a C compiler, Python.h and sqlite3.h are here, yet _sqlite_scan was not built"
+        pytest.skip("no C compiler or SQLite headers at install time: reports are read by DuckDB's SQLite scanner")
+
+
+needs_scan = pytest.mark.skipif(_sqlite_scan is None, reason="nsyscomm.ingest._sqlite_scan not built")
+
+
+def _extract_both(path: Path, monkeypatch):
+    """(extract through the C scan, extract through DuckDB's copy, what _scan returned)"""
+    seen = []
+    real = nsys_tables._scan
+
+    def spy(*a):
+        seen.append(real(*a))
+        return seen[-1]
+
+    monkeypatch.setattr(nsys_tables, "_scan", spy)
+    scanned = nsys_sqlite.extract(path)
+    monkeypatch.setattr(nsys_tables, "_scan", lambda *a: None)
+    copied = nsys_sqlite.extract(path)
+    monkeypatch.setattr(nsys_tables, "_scan", real)
+    return scanned, copied, seen
+
+
+def _frame(df, key=None):
+    df = df.astype(str)
+    return df.sort_values(key or list(df.columns)).reset_index(drop=True)
+
+
+def _same(a, b):
+    assert list(a.calls.columns) == list(b.calls.columns)
+    assert (a.calls.dtypes == b.calls.dtypes).all()
+    assert _frame(a.calls).equals(_frame(b.calls))
+    assert _frame(a.markers).equals(_frame(b.markers))
+    assert _frame(a.spans).equals(_frame(b.spans))
+    assert a.spans.dtypes.equals(b.spans.dtypes)
+    assert a.warnings == b.warnings
+    assert (a.session_start_utc_ns, a.nsys_version) == (b.session_start_utc_ns, b.nsys_version)
+    assert (a.links is None) == (b.links is None)
+
+
+def _reports():
+    out = [p for p in sorted(SAMPLES.rglob("*.sqlite"))]
+    return out + real_nsys_files()
+
+
+@needs_scan
+@pytest.mark.parametrize("path", _reports(), ids=lambda p: p.name)
+def test_same_extract_as_the_copy(path, monkeypatch):
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert seen and seen[0] is not None, "the C scan was not used"
+    _same(scanned, copied)
+
+
+def _copy(tmp_path, src=FSDP) -> Path:
+    dst = tmp_path / "report.sqlite"
+    shutil.copy(src, dst)
+    return dst
+
+
+def _edit(path: Path, *statements: str) -> None:
+    con = sqlite3.connect(path)
+    for s in statements:
+        con.execute(s)
+    con.commit()
+    con.close()
+
+
+def _loosen(path: Path, *tables: str) -> None:
+    """The tables again without their NOT NULL constraints (CREATE TABLE AS keeps the columns'
+    types), for NULLs where nsys writes values."""
+    for t in tables:
+        _edit(path, f"CREATE TABLE loose AS SELECT * FROM {t}", f"DROP TABLE {t}", f"ALTER TABLE loose RENAME TO {t}")
+
+
+@needs_scan
+def test_same_extract_with_nulls_duplicates_and_near_misses(tmp_path, monkeypatch):
+    """What damaged or unusual exports hold: NULLs where nsys writes values, a launch row twice,
+    names that nearly match, events that are no ranges."""
+    path = _copy(tmp_path)
+    _loosen(path, "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+    _edit(path,
+          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL WHERE rowid % 17 = 0',
+          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 23 = 0',
+          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid % 29 = 0',
+          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = NULL WHERE rowid % 7 = 0',
+          'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = NULL WHERE rowid % 13 = 0',
+          'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 19 = 0',
+          'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = NULL WHERE rowid % 11 = 0',
+          # a launch written twice: its kernel joins both, in either path
+          'INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+          'WHERE r.rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN '
+          '(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL))',
+          'UPDATE NVTX_EVENTS SET "end" = NULL WHERE rowid % 11 = 0',
+          'UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 31 = 0',
+          "INSERT INTO StringIds (id, value) VALUES (990001, 'not a name that matters')",
+          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, textId) "
+          "SELECT start, \"end\", 59, globalTid, 990001 FROM NVTX_EVENTS WHERE rowid = 1",
+          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
+          "SELECT start + 1, \"end\", 59, globalTid, 'ncclAllReduce' FROM NVTX_EVENTS WHERE rowid = 2",
+          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
+          "SELECT start + 1, \"end\", 59, globalTid, 'NCCL:all_reduce (case differs)' FROM NVTX_EVENTS WHERE rowid = 3",
+          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
+          "SELECT start - 5, \"end\", 75, globalTid, 'nsyscomm:all_reduce|not a range' FROM NVTX_EVENTS WHERE rowid = 4",
+          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
+          "SELECT start, NULL, 34, globalTid, 'gloo:mark \u00e9\u4e2d\U0001f600' FROM NVTX_EVENTS WHERE rowid = 5")
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert seen[0] is not None
+    _same(scanned, copied)
+    assert any("without a start time or thread" in w for w in scanned.warnings)
+
+
+@needs_scan
+def test_same_extract_without_nccl_kernels(tmp_path, monkeypatch):
+    """Without NCCL kernels a kernel without a name counts as compute (SQL: NULL NOT IN (empty))."""
+    path = _copy(tmp_path)
+    _loosen(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+    _edit(path, "UPDATE StringIds SET value = 'x' || value WHERE value LIKE 'nccl%'",
+          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 5 = 0')
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert seen[0] is not None and len(seen[0]["start"])
+    _same(scanned, copied)
+
+
+@needs_scan
+def test_unexpected_values_take_the_copy(tmp_path, monkeypatch):
+    """A value of another type than the column's: the scan steps aside and DuckDB's copy gives
+    its own answer (here the one-line error about the export)."""
+    path = _copy(tmp_path)
+    _edit(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1.5 WHERE rowid = 3")
+    from nsyscomm import api
+    from nsyscomm.errors import InputError
+
+    assert nsys_tables._scan(*_opened_args(path)) is None
+    with pytest.raises(InputError) as scanned:
+        api.extract_one(path)
+    monkeypatch.setattr(nsys_tables, "_scan", lambda *a: None)
+    with pytest.raises(InputError) as copied:
+        api.extract_one(path)
+    assert str(scanned.value) == str(copied.value)
+
+
+@needs_scan
+def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
+    """A range name that is not UTF-8: the scan steps aside; DuckDB's copy rejects it, and the
+    extract reads a copy of the report with the bad bytes replaced (nsys_sqlite.extract)."""
+    path = _copy(tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
+                "SELECT start + 1, \"end\", 59, globalTid, CAST(? AS TEXT) FROM NVTX_EVENTS WHERE rowid = 2",
+                (b"ncclBad\xff\xfe",))
+    con.commit()
+    con.close()
+    assert nsys_tables._scan(*_opened_args(path)) is None
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert seen[0] is None and seen[-1] is not None   # the copy with the bytes replaced is scanned
+    _same(scanned, copied)
+    assert any("not valid UTF-8" in w for w in scanned.warnings)
+
+
+def _opened_args(path: Path):
+    from nsyscomm import duck
+
+    con = duck.connect(sqlite=True)
+    con.execute(f"ATTACH '{path}' AS r (TYPE sqlite, READ_ONLY)")
+    return con, path, nsys_tables.table_columns(path), bytearray(1)
+
+
+@needs_scan
+def test_cancel_stops_the_scan(tmp_path):
+    con, path, tables, _ = _opened_args(FSDP)
+    with pytest.raises(ValueError, match="cancelled"):
+        _sqlite_scan.scan(nsys_tables._uri(path), "SELECT start, \"end\", globalTid, correlationId "
+                          "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?", 1, 10,
+                          None, 1, 0, None, 1, 0, 2, np.zeros(0, np.int64), np.zeros(0, np.int64), [],
+                          bytearray(b"\x01"))
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_large_report", ROOT / "benchmarks" / "gen_large_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@needs_scan
+def test_same_extract_over_many_chunks_and_threads(tmp_path, monkeypatch):
+    """200k rows a table: several chunks of rowids per table, taken by two threads in turn."""
+    path = tmp_path / "mid.sqlite"
+    _gen().generate(path, ranks=4, steps=4, layers=250, quiet=True)
+    _loosen(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+    _edit(path, 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid % 1001 = 0',
+          'DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN 70000 AND 140000')  # a gap in the rowids
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert len(seen[0]["start"]) > 150_000
+    _same(scanned, copied)
