@@ -105,11 +105,11 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         con.execute(q)
     con.execute("SET preserve_insertion_order = true")
     if nv is not None:
-        con.execute("CREATE TEMP TABLE src_ranges AS SELECT start, \"end\", globalTid, name "
+        con.execute("CREATE TABLE src_ranges AS SELECT start, \"end\", globalTid, name "
                     "FROM src_nvtx WHERE name IS NOT NULL")
     else:
         # a table, not a view: nsys_sqlite keys the ranges by their rowid
-        con.execute('CREATE TEMP TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR)')
+        con.execute('CREATE TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR)')
     # every event of a process, for its elapsed time (mpitrace's "elapsed")
     parts = []
     if nv is not None:
@@ -153,11 +153,11 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     k, rt, nv = (tables.get(t) for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"))
     uri = _uri(path)
     parts = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
-    # through DuckDB, as the copy's statements read them (LIKE is case-sensitive there)
-    nccl_ids = np.array(sorted(n[0] for n in nccl_kernel_names(
-        con.execute("SELECT id, value FROM r.StringIds WHERE value LIKE 'nccl%'").fetchall())), np.int64)
+    # the names that matter, through DuckDB as the copy's statements read them (LIKE is
+    # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
     like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
     rel = con.execute(f"SELECT id, value FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
+    nccl_ids = np.array([n[0] for n in nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))], np.int64)
 
     kcols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"]
     text_id = _col(nv, "textId") if nv is not None else "NULL"
@@ -201,16 +201,15 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     named = np.frombuffer(out["kernels"]["compute_device"][1], np.uint8) != 2
     if len(kernels) and not named.all():
         compute = {n: a[named] for n, a in compute.items()}
-    for name, t in (("src_kernels", kernels), ("src_runtime", launches)):
-        con.register(f"{name}_arrow", t)
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
-        con.unregister(f"{name}_arrow")
-    con.register("src_ranges_arrow", ranges)
-    con.execute("CREATE TEMP TABLE src_ranges AS SELECT * FROM src_ranges_arrow")
-    con.unregister("src_ranges_arrow")
-    con.execute('CREATE TEMP TABLE span_parts (pid BIGINT, start BIGINT, "end" BIGINT)')
-    if out["spans"]:
-        con.executemany("INSERT INTO span_parts VALUES (?, ?, ?)", out["spans"])
+    # from_arrow(): half the cost of register() + CREATE + unregister() (2 ms a table), which
+    # is most of what a small report costs here
+    con.from_arrow(kernels).create("src_kernels")
+    con.from_arrow(launches).create("src_runtime")
+    con.from_arrow(ranges).create("src_ranges")
+    spans = out["spans"] or [(None, None, None)]
+    values = ", ".join(["(?::BIGINT, ?::BIGINT, ?::BIGINT)"] * len(spans))
+    con.execute(f'CREATE TEMP TABLE span_parts AS SELECT * FROM (VALUES {values}) v(pid, start, "end") '
+                f"WHERE pid IS NOT NULL", [x for row in spans for x in row])
     con.execute("CREATE TEMP VIEW src_events AS SELECT * FROM span_parts")
     return compute
 
