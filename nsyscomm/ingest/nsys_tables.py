@@ -139,7 +139,7 @@ def _check(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
 def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     """The three big tables through nsyscomm.ingest._sqlite_scan (module docstring): the same
     src_kernels (its NCCL kernels only), src_runtime (their launches only), src_ranges and
-    src_events (each process's first start and last end per table) as _copy_tables, and the
+    src_events (each process's first start and last end) as _copy_tables, and the
     compute kernels' pid, device, start and end as numpy arrays, returned. None: the extension
     is not built, or the scan met something unexpected; nothing was created then."""
     _sqlite_scan = _sqlite_scan_module()
@@ -193,8 +193,9 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     nvtx = out["nvtx"]
     ranges = _table(nvtx, ["start", "end", "globalTid"])
     offsets, data = nvtx["name"]
+    # large_string (64-bit offsets): DuckDB reads it as VARCHAR, whatever the names' total size
     names = pa.Array.from_buffers(pa.large_string(), len(ranges), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    ranges = ranges.append_column("name", names.cast(pa.string()))
+    ranges = ranges.append_column("name", names)
     compute = {n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end")}
     # kernels without a name are compute kernels only in a report without NCCL kernels
     # (sql/compute_kernels.sql: NULL NOT IN (empty set) is true)
