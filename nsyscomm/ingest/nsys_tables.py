@@ -311,8 +311,8 @@ def _identity(path: Path) -> tuple:
 
 
 def head_start(path: Path) -> None:
-    """Begin reading the report in a background thread; open_report() takes the result. DuckDB
-    reads without the GIL, so the caller's imports run meanwhile. The database is made here, in
+    """Begin reading the report in a background thread; open_report() takes the result. The C
+    scan (or DuckDB) reads without the GIL, so the caller's imports run meanwhile. The database is made here, in
     the caller's thread, with the caller's settings (memory limit)."""
     path = Path(path)
     key = _identity(path)
