@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from nsyscomm.scale import usable_cores  # the cores this process may use, as summarize counts them
+
 FLOOR = {
     "CUPTI_ACTIVITY_KIND_KERNEL": 'total(start), total("end"), total(deviceId), total(streamId), '
                                   'total(correlationId), total(globalPid), total(shortName)',
@@ -51,10 +53,6 @@ def floor_s(path: str) -> tuple[float, float]:
         if t in tables:
             con.execute(f"SELECT count(*), {cols} FROM {t}").fetchall()
     return time.perf_counter() - t0, _cpu(resource.RUSAGE_SELF) - c0
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _cpu(who) -> float:
@@ -116,7 +114,7 @@ def main(argv=None) -> int:
     cpu_ratio = statistics.median(c / f for c, f in zip(cpus, floor_cpus))
     print(f"CPU time: floor median {statistics.median(floor_cpus):.2f} s, summarize median "
           f"{statistics.median(cpus):.2f} s (user + system, all threads): {cpu_ratio:.2f}x the floor's per run, "
-          f"so at least {cpu_ratio / _cores():.2f}x in wall time on {_cores()} cores")
+          f"so at least {cpu_ratio / usable_cores():.2f}x in wall time on {usable_cores()} cores")
     print(f"summarize, cache hit: best {min(hits):.2f} s, median {statistics.median(hits):.2f} s "
           f"({min(hits) / w_best:.0%} of the first)")
     return 0

@@ -204,10 +204,9 @@ def _opened_args(path: Path):
 
 
 @needs_scan
-def test_cancel_stops_the_scan(tmp_path):
-    con, path, tables, _ = _opened_args(FSDP)
+def test_cancel_stops_the_scan():
     with pytest.raises(ValueError, match="cancelled"):
-        _sqlite_scan.scan(nsys_tables._uri(path), "SELECT start, \"end\", globalTid, correlationId "
+        _sqlite_scan.scan(nsys_tables.read_only_uri(FSDP), "SELECT start, \"end\", globalTid, correlationId "
                           "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?", 1, 10,
                           None, 1, 0, None, 1, 0, 2, np.zeros(0, np.int64), np.zeros(0, np.int64), [],
                           bytearray(b"\x01"))
@@ -231,3 +230,15 @@ def test_same_extract_over_many_chunks_and_threads(tmp_path, monkeypatch):
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert len(seen[0]["start"]) > 150_000
     _same(scanned, copied)
+
+
+def test_path_with_uri_characters(tmp_path, monkeypatch):
+    """'?', '#', '%', spaces and non-ASCII in the report's path: every SQLite connection of the
+    ingest opens it by nsys_tables.read_only_uri, which keeps them part of the path."""
+    odd = tmp_path / "run #1 ?50% é"
+    odd.mkdir()
+    path = _copy(odd)
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert _sqlite_scan is None or seen[0] is not None
+    _same(scanned, copied)
+    _same(scanned, nsys_sqlite.extract(FSDP))

@@ -17,7 +17,9 @@ _ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def _ro(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(f"file:{path.resolve().as_posix()}?mode=ro&immutable=1", uri=True)
+    from nsyscomm.ingest.nsys_tables import read_only_uri
+
+    con = sqlite3.connect(read_only_uri(path), uri=True)
     con.text_factory = lambda b: b.decode("utf-8", "replace")
     return con
 

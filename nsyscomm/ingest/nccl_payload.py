@@ -301,10 +301,10 @@ def _meta(con, tables) -> dict:
 
 def _sqlite(path):
     import sqlite3
-    from pathlib import Path
 
-    uri = f"file:{Path(path).resolve().as_posix()}?mode=ro&immutable=1"
-    return sqlite3.connect(uri, uri=True)
+    from nsyscomm.ingest.nsys_tables import read_only_uri
+
+    return sqlite3.connect(read_only_uri(path), uri=True)
 
 
 def read_events(path, tables, warnings: list[str], report: str = "") -> tuple[pd.DataFrame, dict]:

@@ -20,7 +20,7 @@ from nsyscomm import duck
 from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, islands
 from nsyscomm.ingest.names import nccl_kernel_names
-from nsyscomm.ingest.nsys_tables import open_report, table_columns
+from nsyscomm.ingest.nsys_tables import open_report, read_only_uri, table_columns
 
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
@@ -112,7 +112,7 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
             fixed += 1
         return text
 
-    src = sqlite3.connect(f"file:{path.resolve().as_posix()}?mode=ro&immutable=1", uri=True)
+    src = sqlite3.connect(read_only_uri(path), uri=True)
     out = sqlite3.connect(dst)
     try:
         src.backup(out)

@@ -45,9 +45,8 @@ def is_sqlite(path: Path) -> bool:
 
 def table_columns(path: Path) -> dict[str, set[str]]:
     """Table -> column names, read through Python's sqlite3 in read-only mode."""
-    uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
     try:
-        con = sqlite3.connect(uri, uri=True)
+        con = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             # table names come from the report: a parameter, never SQL text
@@ -151,7 +150,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     from nsyscomm.ingest.names import nccl_kernel_names
 
     k, rt, nv = (tables.get(t) for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"))
-    uri = _uri(path)
+    uri = read_only_uri(path)
     parts = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
     # the names that matter, through DuckDB as the copy's statements read them (LIKE is
     # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
@@ -240,8 +239,10 @@ def _table(out: dict, names: list[str]):
     return pa.Table.from_arrays(cols, names=names)
 
 
-def _uri(path: Path) -> str:
-    return f"file:{quote(path.resolve().as_posix())}?mode=ro&immutable=1"
+def read_only_uri(path) -> str:
+    """SQLite URI of the report at path, read-only and immutable (nothing is ever written to a
+    report); the path percent-encoded, so that '?', '#' or '%' in it stay part of it."""
+    return f"file:{quote(Path(path).resolve().as_posix())}?mode=ro&immutable=1"
 
 
 @dataclass
