@@ -126,6 +126,15 @@ def memory_limit(limit: str | None):
             os.environ[MEMORY_LIMIT_ENV] = old
 
 
+_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+
+
+def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int:
+    """The memory limit of con's database in bytes (DuckDB shows it as, e.g., '143.0 MiB')."""
+    value, unit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0].split()
+    return int(float(value) * _UNITS[unit])
+
+
 def _limit() -> str:
     """The memory limit set for this process's databases ("" when none)."""
     return os.environ.get(MEMORY_LIMIT_ENV, "").strip()

@@ -303,7 +303,8 @@ def test_no_report_string_is_formatted_into_sql():
     root = Path(__file__).resolve().parents[1] / "nsyscomm"
     # placeholders known to hold constants / code-built SQL (each checked when it was added)
     allowed = {"_col(k, 'globalPid')", "duck.sql('nccl_kernels')", "duck.sql('collectives')",
-               "duck.sql('logical_collectives')", "_sqlite_extension()", "quoted", "name", "select", "sets", "t",
+               "duck.sql('logical_collectives')", "duck.sql('compute_kernels')", "duck.sql('compute_islands')",
+               "_sqlite_extension()", "quoted", "name", "select", "sets", "t",
                "like_str", "like_text", "text_id", "name_expr", "join", "bin_expr", "json_expr", "dom_filter",
                "table", "cols", "c", "p", "where",
                "like", "type_sel", "device", "partition", "on_type",

@@ -189,10 +189,11 @@ def mid_report(tmp_path_factory):
 
 
 def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tmp_path, monkeypatch):
-    """DuckDB's copy of the tables (nsys_tables._copy_tables, where the C scan is not built)."""
-    from nsyscomm.ingest import nsys_sqlite, nsys_tables
+    """Under a limit its kernels do not fit in (nsys_tables.fits_in_memory), a report takes the
+    DuckDB route: DuckDB's copy of the tables (nsys_tables._copy_tables) and the busy islands in
+    SQL (busy.islands_in_duckdb), which spill; without one, the C scan where it is built."""
+    from nsyscomm.ingest import nsys_sqlite
 
-    monkeypatch.setattr(nsys_tables, "_scan", lambda *a: None)
     free = nsys_sqlite.extract(mid_report)
     spill = tmp_path / "spill"
     spill.mkdir()
@@ -201,13 +202,19 @@ def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tm
     spilled = []
     real = nsys_sqlite.open_report
 
+    routes = []
+
     def spy(path, threads=None):  # when the report's tables have just been read
         opened = real(path, threads)
         spilled.extend(p.stat().st_size for p in spill.rglob("*") if p.is_file())
+        routes.append(opened.compute)
         return opened
 
+    real_islands = nsys_sqlite.islands_in_duckdb
     monkeypatch.setattr(nsys_sqlite, "open_report", spy)
+    monkeypatch.setattr(nsys_sqlite, "islands_in_duckdb", lambda con: routes.append("islands") or real_islands(con))
     limited = nsys_sqlite.extract(mid_report)
+    assert routes == [None, "islands"]
     # DuckDB wrote its tables out instead of failing (3-6 MB when the tables have just been read,
     # depending on the threads' timing; under 30 MB the extraction sometimes ran out of memory)
     assert sum(spilled) > 2e6

@@ -6,6 +6,10 @@ that is B(e) - B(s), with B(t) the compute busy time before t. The edges of comm
 stretches are always some call's gpu_start or gpu_end, so each source evaluates B there,
 once per report, and ships two numbers per call (busy_at_start, busy_at_end) instead of the
 millions of compute intervals: B is a difference of durations, unchanged by clock alignment.
+
+The islands are made in numpy when the compute kernels fit in memory (nsys_tables.fits_in_memory),
+else in DuckDB (sql/compute_islands.sql, sql/busy_at_edges.sql), which spills past its memory
+limit: a report larger than RAM never has its kernels held whole.
 """
 
 from __future__ import annotations
@@ -75,25 +79,62 @@ def busy_before(calls: pd.DataFrame, compute) -> pd.DataFrame:
 
 def busy_at_edges(calls: pd.DataFrame, by_device: dict) -> pd.DataFrame:
     """busy_before() with the islands already made (islands())."""
+    def busy(pid, dev, start, end):
+        bs, be = np.zeros(len(pid), dtype=np.int64), np.zeros(len(pid), dtype=np.int64)
+        for (p, d), isl in by_device.items():
+            rows = (pid == p) & (dev == d)
+            if rows.any():
+                bs[rows] = _busy_at(start[rows], *isl)
+                be[rows] = _busy_at(end[rows], *isl)
+        return bs, be
+
+    return _with_busy(calls, busy)
+
+
+def islands_in_duckdb(con) -> None:
+    """The compute busy islands as table compute_islands of con (from its src_kernels and
+    nccl_kernel_names, sql/compute_kernels.sql): the route for kernels that do not fit in memory."""
+    from nsyscomm import duck
+
+    con.execute(f"CREATE TABLE compute_islands AS WITH compute_kernels AS ({duck.sql('compute_kernels')}) "
+                f"SELECT * FROM ({duck.sql('compute_islands')})")
+
+
+def busy_at_edges_in_duckdb(calls: pd.DataFrame, con) -> pd.DataFrame:
+    """busy_at_edges() over the islands of islands_in_duckdb()."""
+    import pyarrow as pa
+
+    from nsyscomm import duck
+
+    def busy(pid, dev, start, end):
+        edges = pa.table({"i": np.arange(len(pid)), "pid": pid, "device": dev, "gpu_start": start, "gpu_end": end})
+        # a table, not the Arrow one registered: DuckDB estimates that at ~1 row and joins it by
+        # a nested loop (ASOF joins under asof_loop_join_threshold): 142 s instead of 0.2 s for
+        # 200k calls against 200k islands
+        con.from_arrow(edges).create("call_edges")
+        try:
+            out = con.execute(duck.sql("busy_at_edges")).fetchnumpy()   # ordered by i
+        finally:
+            con.execute("DROP TABLE call_edges")
+        return out["busy_at_start"], out["busy_at_end"]
+
+    return _with_busy(calls, busy)
+
+
+def _with_busy(calls: pd.DataFrame, busy) -> pd.DataFrame:
+    """calls with busy_at_start / busy_at_end from busy(pid, device, gpu_start, gpu_end) -> the two
+    as arrays, called for the calls with both GPU edges; NA for the others."""
     calls = calls.copy(deep=False)  # new columns only: the caller's frame keeps its own (0.05 s saved)
     n = len(calls)
     bs = np.zeros(n, dtype=np.int64)
     be = np.zeros(n, dtype=np.int64)
     gpu = (calls["gpu_start"].notna() & calls["gpu_end"].notna()).to_numpy() if n else np.zeros(0, bool)
-    if gpu.any() and by_device:
-        g = calls.loc[gpu]
-        # a call of unknown process (its kernel's process and launch both missing) has no islands
-        gpid = g["pid"].astype("Int64").fillna(-1).astype("int64").to_numpy()
-        gdev = g["device"].astype("Int64").fillna(-1).astype("int64").to_numpy()
-        gs = g["gpu_start"].astype("int64").to_numpy()
-        ge = g["gpu_end"].astype("int64").to_numpy()
-        sbs, sbe = np.zeros(len(g), dtype=np.int64), np.zeros(len(g), dtype=np.int64)
-        for (pid, dev), isl in by_device.items():
-            rows = (gpid == pid) & (gdev == dev)
-            if rows.any():
-                sbs[rows] = _busy_at(gs[rows], *isl)
-                sbe[rows] = _busy_at(ge[rows], *isl)
-        bs[gpu], be[gpu] = sbs, sbe
+    if gpu.any():
+        g = calls.loc[gpu, ["pid", "device", "gpu_start", "gpu_end"]]
+        # a call of unknown process or device (its kernel's process and launch both missing) has no islands
+        bs[gpu], be[gpu] = busy(g["pid"].astype("Int64").fillna(-1).astype("int64").to_numpy(),
+                                g["device"].astype("Int64").fillna(-1).astype("int64").to_numpy(),
+                                g["gpu_start"].astype("int64").to_numpy(), g["gpu_end"].astype("int64").to_numpy())
     calls["busy_at_start"] = pd.array(bs, dtype="Int64")
     calls["busy_at_end"] = pd.array(be, dtype="Int64")
     if n:

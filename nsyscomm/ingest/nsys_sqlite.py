@@ -18,9 +18,9 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.ingest import gpu_metrics, nccl_payload
-from nsyscomm.ingest.busy import busy_at_edges, islands
+from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
-from nsyscomm.ingest.nsys_tables import open_report, read_only_uri, table_columns
+from nsyscomm.ingest.nsys_tables import fits_in_memory, open_report, read_only_uri, table_columns
 
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
@@ -157,7 +157,9 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         if opened.compute is not None:
             compute = pool.submit(islands, opened.compute)
         else:
-            compute = pool.submit(_compute_islands, con, kernels_read)
+            kernels = con.execute("SELECT count(*) FROM src_kernels").fetchone()[0]
+            compute = pool.submit(_compute_islands, con, kernels_read,
+                                  fits_in_memory(kernels, duck.memory_limit_bytes(con)))
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
         kernels_read.set()
         # the launches are in nccl_kernels now: their memory serves the next steps
@@ -195,7 +197,8 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         """).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
-        calls = busy_at_edges(calls, compute.result())
+        by_device = compute.result()
+        calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
@@ -219,9 +222,16 @@ def _look_up_held(con) -> None:
                 "JOIN unheld u ON u.kid = h.kid AND u.kind = h.kind")
 
 
-def _compute_islands(con, kernels_read: threading.Event) -> dict:
+def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> dict | None:
+    """The islands as busy.islands() makes them, or None: made as table compute_islands instead
+    (busy.islands_in_duckdb), for kernels that do not fit in memory."""
     cur = duck.quiet(con.cursor())
     try:
+        if not in_memory:
+            islands_in_duckdb(cur)
+            kernels_read.wait()
+            cur.execute("DROP TABLE IF EXISTS src_kernels")
+            return None
         compute = cur.execute(duck.sql("compute_kernels")).fetchnumpy()
         # once the caller has read src_kernels too, its memory serves the next steps (6M-row
         # report: 110 MB less at the peak)

@@ -35,6 +35,21 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
 
+# Memory the in-memory route takes per kernel at its peak: the compute kernels' process, device,
+# start and end with their validity (36 bytes, as _sqlite_scan holds them), and busy.islands()
+# sorting them (43 bytes per kernel measured with tracemalloc, 1.8M kernels); an NCCL kernel
+# held by the scan with its launch takes about as much.
+IN_MEMORY_BYTES_PER_KERNEL = 100
+
+
+def fits_in_memory(kernels: int, memory_limit: int) -> bool:
+    """Whether a report's kernels can take the in-memory route: the C scan and numpy islands,
+    both outside DuckDB's memory limit. Up to a quarter of the limit, so that the process stays
+    within 1.25 times it (plus the interpreter and what grows with calls); past it, DuckDB's copy
+    of the tables and the islands in SQL, which spill."""
+    return kernels * IN_MEMORY_BYTES_PER_KERNEL <= memory_limit // 4
+
+
 def is_sqlite(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
@@ -140,7 +155,8 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     src_kernels (its NCCL kernels only), src_runtime (their launches only), src_ranges and
     src_events (each process's first start and last end) as _copy_tables, and the
     compute kernels' pid, device, start and end as numpy arrays, returned. None: the extension
-    is not built, or the scan met something unexpected; nothing was created then."""
+    is not built, the kernels do not fit in memory (fits_in_memory), or the scan met something
+    unexpected; nothing was created then."""
     _sqlite_scan = _sqlite_scan_module()
     if _sqlite_scan is None:
         return None
@@ -171,11 +187,14 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
             hi = lite.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
             return (lo, hi) if lo is not None else (1, 0)
 
+        kernel_rows = bounds("CUPTI_ACTIVITY_KIND_KERNEL")
+        if not fits_in_memory(kernel_rows[1] - kernel_rows[0] + 1, duck.memory_limit_bytes(con)):
+            return None   # DuckDB's copy, which spills past the limit
         out = _sqlite_scan.scan(
             uri,
             f"SELECT start, \"end\", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName "
             "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN ? AND ?" if k is not None else None,
-            *bounds("CUPTI_ACTIVITY_KIND_KERNEL"),
+            *kernel_rows,
             'SELECT start, "end", globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME '
             'WHERE rowid BETWEEN ? AND ?' if rt is not None else None,
             *bounds("CUPTI_ACTIVITY_KIND_RUNTIME"),
