@@ -4,7 +4,7 @@ islands in SQL), which spills. The same extract either way."""
 
 from __future__ import annotations
 
-import sqlite3
+from contextlib import closing
 
 import numpy as np
 import pandas as pd
@@ -12,7 +12,7 @@ import pytest
 
 from nsyscomm import duck
 from nsyscomm.ingest import busy, nsys_sqlite, nsys_tables
-from tests.conftest import real_nsys_files
+from tests.conftest import real_nsys_files, ro
 from tests.test_sqlite_scan import SAMPLES, _same
 
 
@@ -80,7 +80,7 @@ def test_same_extract_in_duckdb(path, monkeypatch):
 
     monkeypatch.setattr(nsys_sqlite, "open_report", spy)
     in_duckdb = nsys_sqlite.extract(path)
-    with sqlite3.connect(path) as lite:
+    with closing(ro(path)) as lite:
         has_kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in nsys_tables.table_columns(path) and \
             lite.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
     if has_kernels:   # without kernels there is nothing to hold: either route
@@ -92,7 +92,7 @@ def test_same_extract_in_duckdb(path, monkeypatch):
 def test_the_route_follows_the_memory_limit(monkeypatch):
     """In memory up to a quarter of DuckDB's limit (as DuckDB states it: 64MB is 61.0 MiB)."""
     fsdp = SAMPLES / "synthetic_fsdp_8rank.sqlite"
-    with sqlite3.connect(fsdp) as lite:
+    with closing(ro(fsdp)) as lite:
         kernels = lite.execute("SELECT max(rowid) - min(rowid) + 1 FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     monkeypatch.setenv(duck.MEMORY_LIMIT_ENV, "64MB")
     quarter = int(61.0 * 2**20) // 4
