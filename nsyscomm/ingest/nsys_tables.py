@@ -8,9 +8,11 @@ nothing of that kind was captured). Each table is read from SQLite once; every l
 Two ways in, with the same tables out. Where the C extension nsyscomm.ingest._sqlite_scan was
 built, SQLite's own C API scans the three big tables on every core and keeps only the rows the
 later steps use (``_scan``): the NCCL kernels, their launches, the named ranges, the compute
-kernels' times as numpy arrays, and each process's first and last event. Otherwise, or when that
-scan meets something unexpected, DuckDB's SQLite scanner copies the tables whole
-(``_copy_tables``). tests/test_sqlite_scan.py checks that both give the same extract.
+kernels' times as numpy arrays, and each process's first and last event. Otherwise, when the
+kernels would not fit in a quarter of DuckDB's memory limit (``fits_in_memory``: the arrays are
+outside it), or when that scan meets something unexpected, DuckDB's SQLite scanner copies the
+tables whole (``_copy_tables``), and DuckDB spills past its limit. tests/test_sqlite_scan.py and
+tests/test_memory_routes.py check that both give the same extract.
 
 Needs no pandas: the command line gives a lone report a head start (``head_start``), reading it
 while the rest of nsyscomm is imported (0.4 s, mostly pandas).
