@@ -110,6 +110,25 @@ def _loosen(path: Path, *tables: str) -> None:
         _edit(path, f"CREATE TABLE loose AS SELECT * FROM {t}", f"DROP TABLE {t}", f"ALTER TABLE loose RENAME TO {t}")
 
 
+def test_wrapper_messages_inline_or_registered_give_the_same_calls(tmp_path, monkeypatch):
+    """The wrapper registers its messages (NVTX_EVENTS.textId); other emitters of the same format
+    may write them inline (NVTX_EVENTS.text): with half of them inline, the same calls, through
+    either path."""
+    path = _copy(tmp_path)
+    _edit(path, "UPDATE NVTX_EVENTS SET text = (SELECT value FROM StringIds s WHERE s.id = textId), textId = NULL "
+                "WHERE rowid % 2 = 0 AND textId IN (SELECT id FROM StringIds WHERE value LIKE 'nsyscomm:%')")
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'nsyscomm:%'").fetchone()[0] > 50
+    con.close()
+    registered = nsys_sqlite.extract(FSDP, report="report.sqlite")
+    if _sqlite_scan is not None:
+        scanned, copied, _ = _extract_both(path, monkeypatch)
+        _same(registered, scanned)
+    else:
+        copied = nsys_sqlite.extract(path)
+    _same(registered, copied)
+
+
 @needs_scan
 def test_same_extract_with_nulls_duplicates_and_near_misses(tmp_path, monkeypatch):
     """What damaged or unusual exports hold: NULLs where nsys writes values, a launch row twice,
