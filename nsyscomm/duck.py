@@ -126,13 +126,19 @@ def memory_limit(limit: str | None):
             os.environ[MEMORY_LIMIT_ENV] = old
 
 
-_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
 
 
-def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int:
-    """The memory limit of con's database in bytes (DuckDB shows it as, e.g., '143.0 MiB')."""
-    value, unit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0].split()
-    return int(float(value) * _UNITS[unit])
+def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The memory limit of con's database in bytes (DuckDB shows it as, e.g., '143.0 MiB'); None
+    when it states none or in a form not known here."""
+    shown = str(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+    try:
+        value, unit = shown.split()
+        return int(float(value) * _UNITS[unit])
+    except (ValueError, KeyError):
+        return None
 
 
 def _limit() -> str:

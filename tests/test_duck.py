@@ -1,7 +1,9 @@
-"""nsyscomm.duck.frame: query results through Arrow with exactly the frames DuckDB's .df() gives."""
+"""nsyscomm.duck: query results through Arrow with exactly the frames DuckDB's .df() gives (frame), and
+the memory limit as DuckDB states it."""
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 from nsyscomm import duck
@@ -45,3 +47,22 @@ def test_calls_of_a_sample_keep_the_df_dtypes():
     e = nsys_sqlite.extract(path)
     assert len(e.calls) > 0
     assert {k: str(v) for k, v in e.calls.dtypes.items()} == _DDP_CALLS_DTYPES
+
+
+@pytest.mark.parametrize("limit, expected", [("150MB", int(143.0 * 2**20)), ("4GB", int(3.7 * 2**30)),
+                                             ("500KB", int(488.2 * 2**10))])
+def test_memory_limit_in_bytes(limit, expected):
+    con = duckdb.connect(config={"memory_limit": limit})
+    assert duck.memory_limit_bytes(con) == expected   # as DuckDB rounds it: 143.0 MiB
+    con.close()
+
+
+def test_memory_limit_in_a_form_not_known_is_none():
+    class Shows:   # what a later DuckDB might state
+        def execute(self, sql):
+            return self
+
+        def fetchone(self):
+            return ("unlimited",)
+
+    assert duck.memory_limit_bytes(Shows()) is None

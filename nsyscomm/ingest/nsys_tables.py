@@ -44,12 +44,12 @@ _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 IN_MEMORY_BYTES_PER_KERNEL = 100
 
 
-def fits_in_memory(kernels: int, memory_limit: int) -> bool:
+def fits_in_memory(kernels: int, memory_limit: int | None) -> bool:
     """Whether a report's kernels can take the in-memory route: the C scan and numpy islands,
     both outside DuckDB's memory limit. Up to a quarter of the limit, so that the process stays
     within 1.25 times it (plus the interpreter and what grows with calls); past it, DuckDB's copy
-    of the tables and the islands in SQL, which spill."""
-    return kernels * IN_MEMORY_BYTES_PER_KERNEL <= memory_limit // 4
+    of the tables and the islands in SQL, which spill. No limit known: in memory."""
+    return memory_limit is None or kernels * IN_MEMORY_BYTES_PER_KERNEL <= memory_limit // 4
 
 
 def is_sqlite(path: Path) -> bool:
