@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from nsyscomm.ingest.nsys_tables import read_only_uri
 from nsyscomm.scale import usable_cores  # the cores this process may use, as summarize counts them
 
 FLOOR = {
@@ -46,7 +47,7 @@ def warm(path: str) -> None:
 
 def floor_s(path: str) -> tuple[float, float]:
     """(wall s, CPU s) of SQLite scanning the used columns."""
-    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    con = sqlite3.connect(read_only_uri(path), uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
     t0, c0 = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
     for t, cols in FLOOR.items():

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from nsyscomm.ingest.nsys_tables import read_only_uri
+
 ROOT = Path(__file__).resolve().parents[1]
 # Real exports live beside the project (never copied into it): ../shared/real
 REAL = ROOT.parent / "shared" / "real"
@@ -24,7 +26,7 @@ def real_nsys_files() -> list[Path]:
 
 
 def ro(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    return sqlite3.connect(read_only_uri(path), uri=True)
 
 
 def job_inputs() -> list:

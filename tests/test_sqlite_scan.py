@@ -43,13 +43,15 @@ needs_scan = pytest.mark.skipif(_sqlite_scan is None, reason="nsyscomm.ingest._s
 
 
 def _extract_both(path: Path, monkeypatch):
-    """(extract through the C scan, extract through DuckDB's copy, what _scan returned)"""
+    """(extract through the C scan, extract through DuckDB's copy, the compute kernels _scan
+    returned: None when it gave way to the copy)"""
     seen = []
     real = nsys_tables._scan
 
     def spy(*a):
-        seen.append(real(*a))
-        return seen[-1]
+        out = real(*a)
+        seen.append(out and out[0])
+        return out
 
     monkeypatch.setattr(nsys_tables, "_scan", spy)
     scanned = nsys_sqlite.extract(path)

@@ -142,11 +142,15 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         spans = duck.frame(con.execute(duck.sql("process_spans")))
         con.execute("DROP VIEW src_events")
         con.execute("DROP TABLE IF EXISTS src_nvtx")
-        names = con.execute("""
-            SELECT DISTINCT s.id, s.value FROM r.StringIds s
-            WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
-        """).fetchall()
-        kn = pd.DataFrame(nccl_kernel_names(names), columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
+        if opened.nccl_names is not None:   # parsed by the C scan: those its kernels use
+            used = {i for (i,) in con.execute("SELECT DISTINCT shortName FROM src_kernels").fetchall()}
+            kernel_names = [n for n in opened.nccl_names if n[0] in used]
+        else:
+            kernel_names = nccl_kernel_names(con.execute("""
+                SELECT DISTINCT s.id, s.value FROM r.StringIds s
+                WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
+            """).fetchall())
+        kn = pd.DataFrame(kernel_names, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
         # a plain table: the cursor that reads the compute kernels (below) sees it
         con.execute("""CREATE TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
                        proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")

@@ -156,7 +156,8 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     """The three big tables through nsyscomm.ingest._sqlite_scan (module docstring): the same
     src_kernels (its NCCL kernels only), src_runtime (their launches only), src_ranges and
     src_events (each process's first start and last end) as _copy_tables, and the
-    compute kernels' pid, device, start and end as numpy arrays, returned. None: the extension
+    compute kernels' pid, device, start and end as numpy arrays, returned with the NCCL kernel
+    names it parsed (nsyscomm.ingest.names.nccl_kernel_names). None: the extension
     is not built, the kernels do not fit in memory (fits_in_memory), or the scan met something
     unexpected; nothing was created then."""
     _sqlite_scan = _sqlite_scan_module()
@@ -174,7 +175,8 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
     like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
     rel = con.execute(f"SELECT id, value FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
-    nccl_ids = np.array([n[0] for n in nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))], np.int64)
+    nccl_names = nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))
+    nccl_ids = np.array([n[0] for n in nccl_names], np.int64)
 
     kcols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"]
     text_id = _col(nv, "textId") if nv is not None else "NULL"
@@ -232,7 +234,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     con.execute(f'CREATE TEMP TABLE span_parts AS SELECT * FROM (VALUES {values}) v(pid, start, "end") '
                 f"WHERE pid IS NOT NULL", [x for row in spans for x in row])
     con.execute("CREATE TEMP VIEW src_events AS SELECT * FROM span_parts")
-    return compute
+    return compute, nccl_names
 
 
 def _sqlite_scan_module():
@@ -274,6 +276,7 @@ class Opened:
     tables: dict[str, set[str]]                       # the report's tables and their columns
     warnings: list[str] = field(default_factory=list)
     compute: dict | None = None                       # the compute kernels when _scan read them
+    nccl_names: list | None = None                    # the NCCL kernel names it parsed, then
 
 
 def open_report(path: Path, threads: int | None = None) -> Opened:
@@ -310,13 +313,14 @@ def _read(path: Path, con, cancel: bytearray) -> Opened:
         quoted = str(path.resolve()).replace("'", "''")
         con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
         warnings: list[str] = []
-        compute = _scan(con, path, tables, cancel)
+        scanned = _scan(con, path, tables, cancel)
         if cancel[0]:
             raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
-        if compute is None:
+        if scanned is None:
             _copy_tables(con, tables, warnings)
         _check(con, tables, warnings)
-        return Opened(con, tables, warnings, compute)
+        compute, nccl_names = scanned or (None, None)
+        return Opened(con, tables, warnings, compute, nccl_names)
     except BaseException:
         con.close()
         raise
@@ -334,8 +338,8 @@ def _identity(path: Path) -> tuple:
 
 def head_start(path: Path) -> None:
     """Begin reading the report in a background thread; open_report() takes the result. The C
-    scan (or DuckDB) reads without the GIL, so the caller's imports run meanwhile. The database is made here, in
-    the caller's thread, with the caller's settings (memory limit)."""
+    scan (or DuckDB) reads without the GIL, so the caller's imports run meanwhile. The database
+    is made here, in the caller's thread, with the caller's settings (memory limit)."""
     path = Path(path)
     key = _identity(path)
     if key not in _head_starts:
