@@ -165,3 +165,24 @@ def test_the_command_exits_without_a_last_garbage_collection():
             "print(gc.get_freeze_count() > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "True"
+
+
+def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
+    """cli._interrupt_after: a Ctrl-C in the block is raised after it, never inside (an import cut
+    by KeyboardInterrupt can leave Python's import lock held and hang the head start's reading)."""
+    import os
+    import signal
+
+    from nsyscomm.cli import _interrupt_after
+
+    before = signal.getsignal(signal.SIGINT)
+    ran = []
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+            ran.append("after the signal")
+    assert ran == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is before
+    with _interrupt_after():   # no signal: nothing raised
+        ran.append("quiet")
+    assert ran[-1] == "quiet"
