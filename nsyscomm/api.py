@@ -249,7 +249,7 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
                                                m["host"].tolist()):
             if pd.notna(rank):
                 marked[int(pid)] = (int(rank), None if pd.isna(local_rank) else int(local_rank), host)
-        called = {int(p) for p in pd.unique(e.calls["pid"].dropna())}
+        called = {int(p) for p in pc.unique(e.calls["pid"]).drop_null().to_pylist()}
         pids = sorted(called | set(marked))
         for pid in pids:
             if pid in marked:
@@ -398,12 +398,8 @@ def _calls_table(extracts) -> pa.Table | None:
     have = [e for e in extracts if len(e.calls)]
     if not have:
         return None
-    # stacked by pandas, which types a column all None in one report by the others: one Arrow
-    # conversion then, not one per report (256 reports: 0.75 s one by one)
-    calls = have[0].calls if len(have) == 1 else pd.concat([e.calls for e in have], ignore_index=True)
-    # nthreads=1: the columns are numpy or already Arrow, cheap to convert; pyarrow's default
-    # starts a thread pool per call (200k calls: 0.01-0.027 s against 0.006-0.008 s)
-    t = pa.Table.from_pandas(calls, preserve_index=False, nthreads=1)
+    # by column name; a column one report lacks, or holds all NULL, takes the others' type
+    t = have[0].calls if len(have) == 1 else pa.concat_tables([e.calls for e in have], promote_options="permissive")
     which = np.repeat(np.arange(len(have), dtype=np.int32), [len(e.calls) for e in have])
     report = pa.DictionaryArray.from_arrays(which, pa.array([e.report for e in have], pa.string()))
     return _fill_op(t.add_column(0, "report", report.cast(pa.string())))

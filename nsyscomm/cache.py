@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-CACHE_FORMAT = 3   # 3: link-counter sums (links)
+CACHE_FORMAT = 4   # 3: link-counter sums (links); 4: calls read and written as Arrow
 _FRAMES = ("calls", "markers", "spans", "links")
 
 
@@ -75,6 +75,7 @@ def has(path: Path, report: str) -> bool:
 def load(path: Path, report: str, root: Path | None = None):
     """The cached Extract of ``path`` named ``report``, or None (missing or unreadable)."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
     from nsyscomm.ingest.nsys_sqlite import Extract
 
@@ -92,7 +93,12 @@ def load(path: Path, report: str, root: Path | None = None):
         frames = {}
         for name in _FRAMES:
             f = entry / f"{name}.parquet"
-            frames[name] = pd.read_parquet(f) if name in meta["frames"] else None
+            if name not in meta["frames"]:
+                frames[name] = None
+            elif name == "calls":   # Arrow, as the extract holds them
+                frames[name] = pq.read_table(f).replace_schema_metadata(None)
+            else:
+                frames[name] = pd.read_parquet(f)
         return Extract(report=report, path=Path(path), calls=frames["calls"], markers=frames["markers"],
                        spans=frames["spans"], links=frames["links"],
                        session_start_utc_ns=meta["session_start_utc_ns"], nsys_version=meta["nsys_version"],
@@ -105,6 +111,9 @@ def load(path: Path, report: str, root: Path | None = None):
 def store(extract, path: Path, root: Path | None = None) -> Path | None:
     """Write ``extract`` as the entry of ``path``; returns the entry, None when the cache is not
     writable (the cache is an optimization: never an error)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     root = root or cache_dir()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -116,9 +125,13 @@ def store(extract, path: Path, root: Path | None = None) -> Path | None:
         present = []
         for name in _FRAMES:
             df = getattr(extract, name)
-            if df is not None:
+            if df is None:
+                continue
+            if isinstance(df, pa.Table):
+                pq.write_table(df, tmp / f"{name}.parquet")
+            else:
                 df.to_parquet(tmp / f"{name}.parquet", index=False)
-                present.append(name)
+            present.append(name)
         meta = {"format": CACHE_FORMAT, "report": extract.report, "source": str(Path(path).resolve()),
                 "frames": present, "session_start_utc_ns": extract.session_start_utc_ns,
                 "nsys_version": extract.nsys_version, "warnings": list(extract.warnings)}

@@ -175,19 +175,25 @@ def _nullable_int() -> dict:
 
 
 def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """The pending result of ``cur`` as pandas, through Arrow, with the dtypes ``.df()`` gives.
+    """The pending result of ``cur`` as pandas, through Arrow, with the dtypes ``.df()`` gives
+    (arrow_frame).
 
     ``.df()`` builds a Python str per string value, which pandas then turns back into Arrow
     (its default string dtype): 0.34 s against 0.11 s through Arrow for 200k calls of 10 string
-    columns. Integers keep numpy dtypes unless they hold NULLs (then pandas' nullable ones, as
-    ``.df()``); HUGEINT (DuckDB's sum of BIGINTs) arrives as a 128-bit decimal and becomes float64,
-    and an all-NULL text column holds None, as ``.df()`` makes them."""
+    columns."""
+    return arrow_frame(cur.to_arrow_table())
+
+
+def arrow_frame(t) -> pd.DataFrame:
+    """An Arrow table as pandas with the dtypes DuckDB's ``.df()`` gives: integers keep numpy
+    dtypes unless they hold NULLs (then pandas' nullable ones); HUGEINT (DuckDB's sum of
+    BIGINTs) arrives as a 128-bit decimal and becomes float64, and an all-NULL text column holds
+    None."""
     # imported here: the reading stage (nsyscomm.ingest.nsys_tables) runs before pandas is loaded
     import pandas as pd
     import pyarrow as pa
 
     nullable_int = _nullable_int()
-    t = cur.to_arrow_table()
     cols = {}
     for name, col in zip(t.column_names, t.columns):
         typ = col.type
@@ -195,7 +201,8 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             cols[name] = col.cast(pa.float64()).to_pandas()
         elif typ in nullable_int and col.null_count:
             cols[name] = col.to_pandas(types_mapper=nullable_int.get)
-        elif pa.types.is_string(typ) and col.null_count == len(col):
+        elif (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_null(typ)) \
+                and col.null_count == len(col):
             cols[name] = pd.Series([None] * len(col), dtype=object)   # as .df(): all-NULL text is None
         else:
             cols[name] = col.to_pandas()

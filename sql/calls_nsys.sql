@@ -33,7 +33,7 @@ by_range AS (
                  min(kstart)                 AS gpu_start,
                  max(kend)                   AS gpu_end,
                  count(*)                    AS kernels,
-                 sum(kend - kstart)          AS kernel_ns,
+                 sum(kend - kstart)::BIGINT  AS kernel_ns,  -- BIGINT, not HUGEINT: Arrow int64, not decimal
                  arg_min(name_id, kstart)    AS name_id,
                  arg_min(stream, kstart)     AS stream,
                  arg_min(device, kstart)     AS device

@@ -4,6 +4,7 @@ the memory limit as DuckDB states it."""
 from __future__ import annotations
 
 import duckdb
+import pandas as pd
 import pytest
 
 from nsyscomm import duck
@@ -26,27 +27,46 @@ def test_frame_equals_df(where):
     assert list(got.columns) == list(want.columns)
 
 
-# the calls frame of this sample as .df() gave it before duck.frame replaced it (pandas 3)
+# the calls of this sample in pandas as .df() gave them before duck.frame replaced it (pandas 3);
+# kernel_ns is a BIGINT since the calls stay in Arrow (a HUGEINT sum before: float64), and the busy
+# times, NULL-free here, are plain integers (pandas' nullable ones before)
 _DDP_CALLS_DTYPES = {
     "pid": "int64", "tid": "int64", "op": "str", "api": "str", "bytes": "int64", "dtype": "str",
     "numel": "int64", "group": "str", "group_size": "int32", "group_ranks": "object", "seq": "int64",
     "caller": "str", "cpu_start": "int64", "cpu_end": "int64", "gpu_start": "int64", "gpu_end": "int64",
     "stream": "int64", "device": "int64", "source": "str", "kernel": "str", "algo": "str", "proto": "str",
-    "kernels": "int64", "kernel_ns": "float64", "peer": "Int32", "step": "Int64",
-    "busy_at_start": "Int64", "busy_at_end": "Int64",
+    "kernels": "int64", "kernel_ns": "int64", "peer": "Int32", "step": "Int64",
+    "busy_at_start": "int64", "busy_at_end": "int64",
 }
 
 
 def test_calls_of_a_sample_keep_the_df_dtypes():
-    """The per-report calls (10 text columns, nullable ints, a HUGEINT sum, an all-NULL column)."""
+    """The per-report calls, in Arrow (10 text columns, nullable ints, a sum, an all-NULL column),
+    as pandas through arrow_frame, and no 128-bit decimal: Arrow tables of reports are stacked."""
     from pathlib import Path
+
+    import pyarrow as pa
 
     from nsyscomm.ingest import nsys_sqlite
 
     path = Path(__file__).resolve().parent.parent / "sample_reports" / "synthetic_ddp_4rank.sqlite"
     e = nsys_sqlite.extract(path)
-    assert len(e.calls) > 0
-    assert {k: str(v) for k, v in e.calls.dtypes.items()} == _DDP_CALLS_DTYPES
+    assert isinstance(e.calls, pa.Table) and len(e.calls) > 0
+    assert not any(pa.types.is_decimal(f.type) for f in e.calls.schema)
+    assert {k: str(v) for k, v in duck.arrow_frame(e.calls).dtypes.items()} == _DDP_CALLS_DTYPES
+
+
+def test_arrow_frame_of_large_strings_and_null_columns():
+    """Tables that went through pandas and Parquet (large_string, null type) as .df() would give them."""
+    import pyarrow as pa
+
+    t = pa.table({"a": pa.array(["x", None], pa.large_string()), "b": pa.array([None, None], pa.large_string()),
+                  "c": pa.array([None, None], pa.null()), "d": pa.array([1, None], pa.int64())})
+    got = duck.arrow_frame(t)
+    want = duck.connect().sql("SELECT a, b, d FROM t").df()   # DuckDB reads Arrow's null type as INTEGER
+    assert {k: str(v) for k, v in got[["a", "b", "d"]].dtypes.items()} == {k: str(v) for k, v in want.dtypes.items()}
+    assert got["b"].tolist() == [None, None] and got["c"].tolist() == [None, None]
+    assert got["d"].tolist() == [1, pd.NA]
 
 
 @pytest.mark.parametrize("limit, expected", [("150MB", int(143.0 * 2**20)), ("4GB", int(3.7 * 2**30)),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nsyscomm import api
+from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import kineto
 
@@ -69,7 +70,7 @@ def write(path: Path, trace: dict) -> Path:
 
 def test_one_trace_exact(tmp_path):
     e = kineto.extract(write(tmp_path / "r0.json", make_trace(0)))
-    c = e.calls.sort_values("cpu_start", na_position="last").reset_index(drop=True)
+    c = arrow_frame(e.calls).sort_values("cpu_start", na_position="last").reset_index(drop=True)
     assert list(c["api"]) == ["nccl:_all_gather_base", "nccl:_reduce_scatter_base", "nccl:all_reduce",
                               "gloo:barrier", "ncclDevKernel_Broadcast_RING_LL"]
     assert list(c["op"]) == ["all_gather", "reduce_scatter", "all_reduce", "barrier", "broadcast"]
@@ -145,7 +146,7 @@ def test_bad_file(tmp_path):
 @need_real
 def test_real_nccl_data():
     e = kineto.extract(REAL / "nccl_data.json.gz")
-    c = e.calls
+    c = arrow_frame(e.calls)
     assert len(c) == 21
     assert c["op"].value_counts().to_dict() == {"all_reduce": 15, "broadcast": 6}
     assert set(c["source"]) == {"torch_range"} and c["kernels"].sum() == 21
@@ -169,5 +170,5 @@ def test_real_two_sampled_ranks():
 @need_real
 def test_real_df_index_resolver_rank1():
     e = kineto.extract(REAL / "df_index_resolver.json.gz")
-    assert len(e.calls) == 2020 and set(e.calls["op"]) == {"all_reduce"}
+    assert len(e.calls) == 2020 and set(e.calls["op"].to_pylist()) == {"all_reduce"}
     assert int(e.markers.loc[0, "rank"]) == 1

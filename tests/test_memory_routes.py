@@ -8,6 +8,7 @@ from contextlib import closing
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from nsyscomm import duck
@@ -50,13 +51,16 @@ def test_islands_in_duckdb_give_numpys_busy_times(seed):
     con.execute("CREATE TABLE src_kernels AS SELECT * FROM kernels")
     # kernel names 1 and 2 are NCCL's: not compute
     con.execute("CREATE TABLE nccl_kernel_names AS SELECT * FROM (VALUES (1), (2)) v(id)")
-    calls = _calls(rng, 2000, int(kernels["end"].max()))
+    calls = pa.Table.from_pandas(_calls(rng, 2000, int(kernels["end"].max())), preserve_index=False)
     in_memory = busy.busy_at_edges(calls, busy.islands(con.execute(duck.sql("compute_kernels")).fetchnumpy()))
     busy.islands_in_duckdb(con)
     in_duckdb = busy.busy_at_edges_in_duckdb(calls, con)
-    pd.testing.assert_frame_equal(in_memory, in_duckdb)
-    assert in_memory["busy_at_end"].fillna(0).sum() > 0       # the comparison is not between zeros
-    assert (in_memory["busy_at_end"] >= in_memory["busy_at_start"]).all()
+    assert in_memory.equals(in_duckdb)
+    got = duck.arrow_frame(in_memory)
+    assert got["busy_at_end"].fillna(0).sum() > 0       # the comparison is not between zeros
+    assert (got["busy_at_end"] >= got["busy_at_start"]).all()
+    # NULL exactly for the calls without both GPU edges
+    assert (got["busy_at_start"].isna() == (got["gpu_start"].isna() | got["gpu_end"].isna())).all()
     con.close()
 
 

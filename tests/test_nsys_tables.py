@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
+from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import nsys_sqlite, nsys_tables
 
@@ -20,7 +21,7 @@ SAMPLE = ROOT / "sample_reports" / "synthetic_fsdp_8rank.sqlite"
 
 
 def _rows(e):
-    c = e.calls
+    c = arrow_frame(e.calls)
     return c.astype(str).sort_values(list(c.columns)).reset_index(drop=True)
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from nsyscomm import nvtx_format as fmt
 from nsyscomm import synth
+from nsyscomm.duck import arrow_frame
 from nsyscomm.ops import OPS
 
 # NVTX messages are C strings (no NUL) and SQLite TEXT is UTF-8 (no lone surrogates)
@@ -148,7 +149,7 @@ def _extracted(path: Path) -> list[dict]:
     from nsyscomm.ingest import nsys_sqlite
 
     ex = nsys_sqlite.extract(path)
-    calls = ex.calls.sort_values("cpu_start")
+    calls = arrow_frame(ex.calls).sort_values("cpu_start")
     keys = list(_expected(_format({"op": "barrier", "api": "", "bytes": 0, "dtype": "", "numel": 0, "pg": "",
                                    "gsize": 0, "granks": [], "seq": 0, "async_op": False, "step": None,
                                    "caller": ""})))

@@ -4,6 +4,7 @@ random jobs: calls on several streams that overlap each other, steps (some unkno
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from nsyscomm import duck
@@ -35,8 +36,9 @@ def _job(seed):
     cpu = calls.sample(20, random_state=seed).assign(gpu_start=pd.NA, gpu_end=pd.NA)
     calls = pd.concat([calls.astype({"gpu_start": "Int64", "gpu_end": "Int64"}), cpu], ignore_index=True)
     compute = pd.concat(compute, ignore_index=True)
-    busy = pd.concat([busy_before(calls[calls["report"] == r], compute[compute["report"] == r])
-                      for r in ("a.sqlite", "b.sqlite")])
+    busy = pd.concat([duck.arrow_frame(busy_before(pa.Table.from_pandas(calls[calls["report"] == r], preserve_index=False),
+                                                   compute[compute["report"] == r]))
+                      for r in ("a.sqlite", "b.sqlite")], ignore_index=True)
     return busy, compute
 
 

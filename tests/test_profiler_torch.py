@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nsyscomm.duck import arrow_frame
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "data" / "train_all_ops.py"
 ROOT = HERE.parent
@@ -159,7 +161,7 @@ def test_kineto_wrapper_ranges_own_kernels(tmp_path):
     p = tmp_path / "rank1.json"
     p.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}))
     e = kineto.extract(p)
-    c = e.calls
+    c = arrow_frame(e.calls)
     assert list(c["source"]) == ["wrapper", "wrapper"]
     ar = c.iloc[0].to_dict()
     keys = ("op", "api", "bytes", "dtype", "numel", "group", "group_size", "seq", "step", "caller")

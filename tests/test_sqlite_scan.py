@@ -67,9 +67,8 @@ def _frame(df, key=None):
 
 
 def _same(a, b):
-    assert list(a.calls.columns) == list(b.calls.columns)
-    assert (a.calls.dtypes == b.calls.dtypes).all()
-    assert _frame(a.calls).equals(_frame(b.calls))
+    assert a.calls.schema == b.calls.schema   # names, order and Arrow types
+    assert _frame(a.calls.to_pandas()).equals(_frame(b.calls.to_pandas()))
     assert _frame(a.markers).equals(_frame(b.markers))
     assert _frame(a.spans).equals(_frame(b.spans))
     assert a.spans.dtypes.equals(b.spans.dtypes)

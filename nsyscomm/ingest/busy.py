@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def _islands(start: np.ndarray, end: np.ndarray):
@@ -71,21 +73,34 @@ def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.n
             for lo, hi in zip(bounds[:-1], bounds[1:])}
 
 
-def busy_before(calls: pd.DataFrame, compute) -> pd.DataFrame:
+def busy_before(calls, compute):
     """Add busy_at_start / busy_at_end (ns of compute busy time on the call's process and device
-    before its gpu_start / gpu_end) to calls. compute: the compute kernels (see islands())."""
+    before its gpu_start / gpu_end) to calls (an Arrow table). compute: the compute kernels (see
+    islands())."""
     return busy_at_edges(calls, islands(compute))
 
 
-def busy_at_edges(calls: pd.DataFrame, by_device: dict) -> pd.DataFrame:
+def busy_at_edges(calls, by_device: dict):
     """busy_before() with the islands already made (islands())."""
     def busy(pid, dev, start, end):
         bs, be = np.zeros(len(pid), dtype=np.int64), np.zeros(len(pid), dtype=np.int64)
-        for (p, d), isl in by_device.items():
-            rows = (pid == p) & (dev == d)
-            if rows.any():
-                bs[rows] = _busy_at(start[rows], *isl)
-                be[rows] = _busy_at(end[rows], *isl)
+        if not by_device:
+            return bs, be
+        # the calls grouped by (pid, device) with one sort, not one mask per group (200k calls
+        # on 8 devices: 0.018 s of masks); (pid, device) packed into one sortable number (pids
+        # take 24 bits, devices fewer than 32)
+        keys = sorted(by_device)
+        packed = np.array([p * (1 << 32) + d for p, d in keys], np.int64)
+        want = pid * (1 << 32) + dev
+        pos = np.minimum(np.searchsorted(packed, want), len(keys) - 1)
+        code = np.where(packed[pos] == want, pos, -1)
+        order = np.argsort(code, kind="stable")
+        bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
+        for i, key in enumerate(keys):
+            rows = order[bounds[i]:bounds[i + 1]]
+            if len(rows):
+                bs[rows] = _busy_at(start[rows], *by_device[key])
+                be[rows] = _busy_at(end[rows], *by_device[key])
         return bs, be
 
     return _with_busy(calls, busy)
@@ -100,10 +115,8 @@ def islands_in_duckdb(con) -> None:
                 f"SELECT * FROM ({duck.sql('compute_islands')})")
 
 
-def busy_at_edges_in_duckdb(calls: pd.DataFrame, con) -> pd.DataFrame:
+def busy_at_edges_in_duckdb(calls, con):
     """busy_at_edges() over the islands of islands_in_duckdb()."""
-    import pyarrow as pa
-
     from nsyscomm import duck
 
     def busy(pid, dev, start, end):
@@ -121,22 +134,30 @@ def busy_at_edges_in_duckdb(calls: pd.DataFrame, con) -> pd.DataFrame:
     return _with_busy(calls, busy)
 
 
-def _with_busy(calls: pd.DataFrame, busy) -> pd.DataFrame:
-    """calls with busy_at_start / busy_at_end from busy(pid, device, gpu_start, gpu_end) -> the two
-    as arrays, called for the calls with both GPU edges; NA for the others."""
-    calls = calls.copy(deep=False)  # new columns only: the caller's frame keeps its own (0.05 s saved)
-    n = len(calls)
+def _ints(col, missing: int = -1) -> np.ndarray:
+    """An Arrow integer column as int64 numpy, NULL as ``missing``."""
+    return pc.fill_null(col.cast(pa.int64()), missing).to_numpy()
+
+
+def _with_busy(calls, busy):
+    """calls (Arrow) with busy_at_start / busy_at_end from busy(pid, device, gpu_start, gpu_end)
+    -> the two as arrays, called for the calls with both GPU edges; NULL for the others. In
+    Arrow, not pandas: 200k calls took 0.04-0.05 s through pandas' nullable integers."""
+    n = calls.num_rows
     bs = np.zeros(n, dtype=np.int64)
     be = np.zeros(n, dtype=np.int64)
-    gpu = (calls["gpu_start"].notna() & calls["gpu_end"].notna()).to_numpy() if n else np.zeros(0, bool)
+    gpu = np.zeros(n, dtype=bool)
+    if n and "gpu_start" in calls.column_names and "gpu_end" in calls.column_names:
+        gpu = pc.and_(pc.is_valid(calls["gpu_start"]), pc.is_valid(calls["gpu_end"])).to_numpy(zero_copy_only=False)
     if gpu.any():
-        g = calls.loc[gpu, ["pid", "device", "gpu_start", "gpu_end"]]
         # a call of unknown process or device (its kernel's process and launch both missing) has no islands
-        bs[gpu], be[gpu] = busy(g["pid"].astype("Int64").fillna(-1).astype("int64").to_numpy(),
-                                g["device"].astype("Int64").fillna(-1).astype("int64").to_numpy(),
-                                g["gpu_start"].astype("int64").to_numpy(), g["gpu_end"].astype("int64").to_numpy())
-    calls["busy_at_start"] = pd.array(bs, dtype="Int64")
-    calls["busy_at_end"] = pd.array(be, dtype="Int64")
-    if n:
-        calls.loc[~gpu, ["busy_at_start", "busy_at_end"]] = pd.NA
+        cols = [_ints(calls[c])[gpu] for c in ("pid", "device", "gpu_start", "gpu_end")]
+        bs[gpu], be[gpu] = busy(*cols)
+    mask = ~gpu
+    for name, values in (("busy_at_start", bs), ("busy_at_end", be)):
+        col = pa.array(values, pa.int64(), mask=mask if mask.any() else None)
+        if name in calls.column_names:
+            calls = calls.set_column(calls.column_names.index(name), name, col)
+        else:
+            calls = calls.append_column(name, col)
     return calls

@@ -23,14 +23,22 @@ def empty() -> pd.DataFrame:
     return pd.DataFrame(columns=COLUMNS)
 
 
-def link_usage(con, tables: dict[str, set[str]], calls: pd.DataFrame, warnings: list[str], report: str) -> pd.DataFrame:
-    """Per-report sums of link-counter samples under the report's GPU calls (empty without GPU metrics)."""
+def link_usage(con, tables: dict[str, set[str]], calls, warnings: list[str], report: str) -> pd.DataFrame:
+    """Per-report sums of link-counter samples under the report's GPU calls (an Arrow table);
+    empty without GPU metrics."""
     names_t, samples_t = tables.get("TARGET_INFO_GPU_METRICS"), tables.get("GPU_METRICS")
     if names_t is None or samples_t is None or not len(calls) or "metricName" not in names_t:
         return empty()
-    gpu = calls.loc[calls["gpu_start"].notna() & calls["gpu_end"].notna() & calls["device"].notna(),
-                    ["pid", "device", "api", "op", "bytes", "gpu_start", "gpu_end"]]
-    if gpu.empty:   # CPU-only calls (gloo, MPI): the samples are not read at all
+    con.register("calls_arrow", calls)
+    try:
+        con.execute("""CREATE TEMP TABLE gpu_calls AS
+            SELECT pid::BIGINT AS pid, device::INTEGER AS device, api::VARCHAR AS api, op::VARCHAR AS op,
+                   bytes::BIGINT AS bytes, gpu_start::BIGINT AS gpu_start, gpu_end::BIGINT AS gpu_end
+            FROM calls_arrow WHERE gpu_start IS NOT NULL AND gpu_end IS NOT NULL AND device IS NOT NULL""")
+    finally:
+        con.unregister("calls_arrow")
+    ran = sorted(int(d) for (d,) in con.execute("SELECT DISTINCT device FROM gpu_calls").fetchall())
+    if not ran:   # CPU-only calls (gloo, MPI): the samples are not read at all
         return empty()
     # SQL fragments below are constants chosen by which columns the export has (no report values)
     like = " OR ".join(f"lower(metricName) LIKE '%{w}%'" for w in LINK_WORDS)
@@ -53,15 +61,9 @@ def link_usage(con, tables: dict[str, set[str]], calls: pd.DataFrame, warnings: 
         WHERE m.timestamp IS NOT NULL AND m.value IS NOT NULL""")
     con.unregister("link_names_df")
     con.execute("DELETE FROM link_samples WHERE t0 IS NULL")   # a counter's first sample covers no known time
-    con.register("gpu_calls_df", gpu)
-    con.execute("""CREATE TEMP TABLE gpu_calls AS
-        SELECT pid::BIGINT AS pid, device::INTEGER AS device, api::VARCHAR AS api, op::VARCHAR AS op,
-               bytes::BIGINT AS bytes, gpu_start::BIGINT AS gpu_start, gpu_end::BIGINT AS gpu_end FROM gpu_calls_df""")
-    con.unregister("gpu_calls_df")
     out = con.execute(duck.sql("link_usage")).df()
     if out.empty:
         sampled = sorted(int(d) for (d,) in con.execute("SELECT DISTINCT device FROM link_samples").fetchall())
-        ran = sorted(int(d) for d in set(gpu["device"]))
         if sampled and not set(sampled) & set(ran):
             warnings.append(f"{report}: GPU metrics were sampled on GPU(s) {sampled} but the collectives ran on "
                             f"GPU(s) {ran}: no link throughput (profile with --gpu-metrics-devices=all)")

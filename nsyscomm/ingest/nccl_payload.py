@@ -37,6 +37,9 @@ import struct
 from dataclasses import dataclass, field
 
 import pandas as pd
+import pyarrow as pa
+
+from nsyscomm import duck
 
 SCHEMA_BASE = 1 << 24
 # stable since 2.19 (DESIGN.md); used only when a range's name is not an NCCL API name
@@ -453,8 +456,8 @@ def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
     return u.merge(got, on="uid", how="left")
 
 
-def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warnings: list[str],
-          report: str, path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
+          report: str, path) -> tuple:
     """The hook for nsys_sqlite.extract: decode NCCL's payloads, fill the calls they describe,
     and add ranks from ncclCommInitRank for processes without a wrapper marker.
 
@@ -484,7 +487,8 @@ def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warning
         return calls, markers
     has_kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in tables
     units = units_with_kernels(con, units) if has_kernels else units.assign(k_first=None, k_last=None, kernels=0)
-    calls = calls.copy()
+    # the calls (Arrow) are changed row by row here: in pandas, then back
+    calls = duck.arrow_frame(calls)
     for c in ("bytes", "group", "group_size", "op", "api", "source"):
         if c not in calls:
             calls[c] = None
@@ -535,4 +539,4 @@ def apply(con, tables: dict, calls: pd.DataFrame, markers: pd.DataFrame, warning
         else:
             warnings.append(f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
                             f"(capture window edge): not counted")
-    return calls, markers
+    return pa.Table.from_pandas(calls, preserve_index=False).replace_schema_metadata(None), markers

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.ingest import gpu_metrics, nccl_payload
@@ -72,7 +73,7 @@ class Extract:
 
     report: str
     path: Path
-    calls: pd.DataFrame                 # collectives columns except rank/local_rank/host/report
+    calls: pa.Table                     # collectives columns except rank/local_rank/host/report
     markers: pd.DataFrame               # pid, rank, local_rank, world, host
     spans: pd.DataFrame                 # pid, first_ns, last_ns: the process's whole time span
     session_start_utc_ns: int | None = None
@@ -186,7 +187,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             con.execute(_LAUNCH_OWNERS, {"kind": kind})
             if con.execute("SELECT count(*) FROM innermost WHERE NOT holds").fetchone()[0]:
                 _look_up_held(con)
-        calls = duck.frame(con.execute(duck.sql("calls_nsys")))
+        calls = con.execute(duck.sql("calls_nsys")).to_arrow_table()
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
             warnings.append(f"{report}: {unlaunched} NCCL kernel(s) have no launch call in the report "
