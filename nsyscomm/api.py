@@ -398,11 +398,26 @@ def _calls_table(extracts) -> pa.Table | None:
     have = [e for e in extracts if len(e.calls)]
     if not have:
         return None
-    # by column name; a column one report lacks, or holds all NULL, takes the others' type
-    t = have[0].calls if len(have) == 1 else pa.concat_tables([e.calls for e in have], promote_options="permissive")
+    t = have[0].calls if len(have) == 1 else _stack_calls([e.calls for e in have])
     which = np.repeat(np.arange(len(have), dtype=np.int32), [len(e.calls) for e in have])
     report = pa.DictionaryArray.from_arrays(which, pa.array([e.report for e in have], pa.string()))
     return _fill_op(t.add_column(0, "report", report.cast(pa.string())))
+
+
+def _stack_calls(tables: list[pa.Table]) -> pa.Table:
+    """Calls of several reports in one table, by column name; a column one report lacks is NULL
+    there. A column the reports type differently (a source that left it all NULL typed it as
+    pandas could: a trace's callers as doubles) takes the normalized table's type first."""
+    types: dict[str, set] = {}
+    for t in tables:
+        for f in t.schema:
+            types.setdefault(f.name, set()).add(f.type)
+    target = schema.arrow_types()
+    mixed = {n for n, ts in types.items() if len(ts) > 1 and n in target}
+    if mixed:
+        tables = [t.cast(pa.schema([pa.field(f.name, target[f.name]) if f.name in mixed else f for f in t.schema]))
+                  for t in tables]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _typed_select(calls: pa.Table | None) -> str:

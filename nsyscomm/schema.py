@@ -48,6 +48,14 @@ COLLECTIVES = (
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)
 
 
+def arrow_types() -> dict:
+    """Column -> the Arrow type of its SQL type (the sources' calls are Arrow tables)."""
+    import pyarrow as pa
+
+    by_sql = {"VARCHAR": pa.large_string(), "INTEGER": pa.int32(), "BIGINT": pa.int64()}
+    return {name: by_sql[t] for name, t in COLLECTIVES}
+
+
 def create_sql(table: str = "collectives") -> str:
     cols = ",\n    ".join(f'"{n}" {t}' for n, t in COLLECTIVES)
     return f"CREATE TABLE {table} (\n    {cols}\n)"

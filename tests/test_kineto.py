@@ -172,3 +172,26 @@ def test_real_df_index_resolver_rank1():
     e = kineto.extract(REAL / "df_index_resolver.json.gz")
     assert len(e.calls) == 2020 and set(e.calls["op"].to_pylist()) == {"all_reduce"}
     assert int(e.markers.loc[0, "rank"]) == 1
+
+
+def test_job_of_mixed_sources_stacks_their_calls(tmp_path):
+    """The calls of different sources differ in Arrow types (a trace's: large strings, sizes as
+    doubles, columns of nulls; an nsys report's: strings, 64- and 32-bit integers), and a cached
+    extract went through Parquet: the job stacks them by column name, each report's calls as it
+    alone gives them."""
+    from nsyscomm import cache
+
+    trace = kineto.extract(write(tmp_path / "r0.json", make_trace(0)), "r0.json")
+    report = tmp_path / "gloo.sqlite"
+    report.write_bytes((api.sample_reports_dir() / "synthetic_gloo_cpu.sqlite").read_bytes())
+    cache.store(api.extract_one(report, "gloo.sqlite"), report, root=tmp_path / "cache")
+    nsys = cache.load(report, "gloo.sqlite", root=tmp_path / "cache")
+    assert nsys is not None and trace.calls.schema != nsys.calls.schema
+
+    def per_report(res):
+        c = res.collectives
+        return {r: (len(g), int(g["bytes"].fillna(0).sum()), sorted(g["op"])) for r, g in c.groupby("report")}
+
+    both = per_report(api.combine([trace, nsys]))
+    assert both == {**per_report(api.combine([trace])), **per_report(api.combine([nsys]))}
+    assert both["r0.json"][0] == 5 and both["gloo.sqlite"][0] > 0
