@@ -7,7 +7,7 @@ import glob
 import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -226,8 +226,9 @@ def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None 
     from nsyscomm import scale  # jobs/cache/dask: parallel extraction, Parquet cache, Dask cluster
 
     with duck.memory_limit(memory_limit):
-        extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask)
-        result = combine(extracts, by_caller=by_caller)
+        calls = JobCalls(duck.connect())
+        extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
+        result = combine(extracts, by_caller=by_caller, calls=calls)
     if nccl_logs:
         from nsyscomm.ingest import nccl_log
 
@@ -238,8 +239,9 @@ def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None 
     return result
 
 
-def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
-    """(report, pid) -> rank: the wrapper's marker, else process order across the job."""
+def _assign_ranks(extracts, called_pids: dict[str, set[int]]) -> tuple[pd.DataFrame, list[str]]:
+    """(report, pid) -> rank: the wrapper's marker, else process order across the job.
+    called_pids: per report, the processes that made calls (JobCalls.pids)."""
     warnings: list[str] = []
     rows, unmarked = [], []
     for e in extracts:
@@ -249,7 +251,7 @@ def _assign_ranks(extracts) -> tuple[pd.DataFrame, list[str]]:
                                                m["host"].tolist()):
             if pd.notna(rank):
                 marked[int(pid)] = (int(rank), None if pd.isna(local_rank) else int(local_rank), host)
-        called = {int(p) for p in pc.unique(e.calls["pid"]).drop_null().to_pylist()}
+        called = called_pids.get(e.report, set())
         pids = sorted(called | set(marked))
         for pid in pids:
             if pid in marked:
@@ -297,21 +299,20 @@ def _session_offsets(extracts) -> dict[str, int]:
     return {r: v - ref for r, v in starts.items()}
 
 
-def combine(extracts, by_caller: bool = False) -> Result:
+def combine(extracts, by_caller: bool = False, calls: JobCalls | None = None) -> Result:
+    """The extracts of a job's reports -> its Result. calls: their calls, gathered as they
+    arrived (load() does that); by default taken from the extracts."""
+    if calls is None:
+        calls = JobCalls(duck.connect())
+        for i, e in enumerate(extracts):
+            calls.add(i, e)
+    con = calls.con
     warnings = [w for e in extracts for w in e.warnings]
     offsets = _session_offsets(extracts)
     shifted = any(offsets.values())
-    proc_ranks, rank_warnings = _assign_ranks(extracts)
+    proc_ranks, rank_warnings = _assign_ranks(extracts, calls.pids)
     warnings += rank_warnings
-    con = duck.connect()
-    # The job's calls stay in Arrow, where the sources left them: sql/collectives.sql reads them
-    # through the view `calls`, typed as the normalized table. Copying them into a table first
-    # cost 0.12 s for 200k calls, and stacking them in pandas 0.1 s more.
-    calls = _calls_table(extracts)
-    if calls is not None:
-        con.register("calls_arrow", calls)
-    select = _typed_select(calls)   # names and types from nsyscomm.schema only
-    con.execute(f"CREATE TEMP VIEW calls_typed AS {select}")
+    calls.finish()   # view calls_typed
     # absurd timestamps (end before start) would give negative latencies: leave those calls out
     skipped, backwards = con.execute(
         "SELECT count(*) FILTER (WHERE op IS NULL), "
@@ -393,15 +394,77 @@ def _begin_overlap(con) -> Future:
         pool.shutdown(wait=False)
 
 
-def _calls_table(extracts) -> pa.Table | None:
-    """Every extract's calls, with their report, in one Arrow table (None: no calls at all)."""
-    have = [e for e in extracts if len(e.calls)]
-    if not have:
-        return None
-    t = have[0].calls if len(have) == 1 else _stack_calls([e.calls for e in have])
-    which = np.repeat(np.arange(len(have), dtype=np.int32), [len(e.calls) for e in have])
-    report = pa.DictionaryArray.from_arrays(which, pa.array([e.report for e in have], pa.string()))
-    return _fill_op(t.add_column(0, "report", report.cast(pa.string())))
+# Calls kept in Arrow until the job's table is made, at most; past that, JobCalls moves them
+# into the job's database batch by batch, where they spill past its memory limit (a job of a
+# thousand ranks can make tens of millions of calls). In Arrow a call takes about 290 bytes
+# (286 measured for 200k calls of the 6M-row benchmark report).
+BATCH_CALLS = 1_000_000
+ARROW_BYTES_PER_CALL = 300
+
+
+class JobCalls:
+    """A job's calls, taken from each extract as it arrives (scale.extract_many's consume).
+
+    While they fit in one batch (BATCH_CALLS, or a quarter of the database's memory limit) they
+    stay in Arrow, and sql/collectives.sql reads them there through the typed view: copying them
+    into a table first cost 0.12 s for 200k calls. Past a batch, they are appended to the table
+    calls_in of the job's database, a batch at a time, and let go of."""
+
+    def __init__(self, con):
+        self.con = con
+        self.pids: dict[str, set[int]] = {}   # report -> the processes that made calls
+        self._pending: list[tuple[int, str, pa.Table]] = []
+        self._rows = 0
+        self._stored = False
+        limit = duck.memory_limit_bytes(con)
+        self._batch = BATCH_CALLS if limit is None else max(1, min(BATCH_CALLS, limit // 4 // ARROW_BYTES_PER_CALL))
+
+    def add(self, i: int, e: nsys_sqlite.Extract) -> nsys_sqlite.Extract:
+        """Take the calls of extract e, the i-th report; returns e without them."""
+        self.pids[e.report] = {int(p) for p in pc.unique(e.calls["pid"]).drop_null().to_pylist()}
+        if len(e.calls):
+            self._pending.append((i, e.report, e.calls))
+            self._rows += len(e.calls)
+            if self._rows >= self._batch:
+                self._store()
+        return replace(e, calls=e.calls.schema.empty_table())   # not a slice: that would keep the buffers
+
+    def finish(self) -> None:
+        """View calls_typed: every call, typed as the normalized table."""
+        if self._stored:
+            if self._pending:
+                self._store()
+            self.con.execute("CREATE TEMP VIEW calls_typed AS SELECT * FROM calls_in")
+            return
+        calls = self._stacked()
+        if calls is not None:
+            self.con.register("calls_arrow", calls)
+        select = _typed_select(calls, "calls_arrow")   # names and types from nsyscomm.schema only
+        self.con.execute(f"CREATE TEMP VIEW calls_typed AS {select}")
+
+    def _store(self) -> None:
+        calls = self._stacked()
+        if not self._stored:
+            select = _typed_select(None, "")
+            self.con.execute(f"CREATE TEMP TABLE calls_in AS {select}")
+            self._stored = True
+        self.con.register("calls_batch", calls)
+        try:
+            select = _typed_select(calls, "calls_batch")
+            self.con.execute(f"INSERT INTO calls_in {select}")
+        finally:
+            self.con.unregister("calls_batch")
+
+    def _stacked(self) -> pa.Table | None:
+        """The pending calls, with their report, in one Arrow table, in report order (None: none)."""
+        have = sorted(self._pending, key=lambda p: p[0])
+        self._pending, self._rows = [], 0
+        if not have:
+            return None
+        t = have[0][2] if len(have) == 1 else _stack_calls([c for _, _, c in have])
+        which = np.repeat(np.arange(len(have), dtype=np.int32), [len(c) for _, _, c in have])
+        report = pa.DictionaryArray.from_arrays(which, pa.array([r for _, r, _ in have], pa.string()))
+        return _fill_op(t.add_column(0, "report", report.cast(pa.string())))
 
 
 def _stack_calls(tables: list[pa.Table]) -> pa.Table:
@@ -420,13 +483,13 @@ def _stack_calls(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _typed_select(calls: pa.Table | None) -> str:
-    """calls_arrow read as the normalized table's columns and types (the ones collectives.sql
-    derives excepted); a column the sources did not give is NULL."""
+def _typed_select(calls: pa.Table | None, name: str) -> str:
+    """calls, registered as name, read as the normalized table's columns and types (the ones
+    collectives.sql derives excepted); a column the sources did not give is NULL."""
     have = set(calls.column_names) if calls is not None else set()
     cols = ", ".join(f'CAST("{n}" AS {t}) AS "{n}"' if n in have else f'NULL::{t} AS "{n}"'
                      for n, t in schema.COLLECTIVES if n not in _DERIVED)
-    return f"SELECT {cols} FROM calls_arrow" if calls is not None else f"SELECT {cols} WHERE false"
+    return f"SELECT {cols} FROM {name}" if calls is not None else f"SELECT {cols} WHERE false"
 
 
 def _fill_op(t: pa.Table) -> pa.Table:

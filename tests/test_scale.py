@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsyscomm import api, cache, scale
+from nsyscomm import api, cache, duck, scale
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
@@ -115,6 +115,36 @@ def test_parallel_equals_serial(per_rank):
     assert ref["summary"] and sum(r["calls"] for r in ref["summary"]) == info["ranks"] * info["collectives_per_rank"]
     for other in (parallel, cached, again):
         assert _result_json(other) == ref
+
+
+def test_calls_past_a_batch_go_to_the_jobs_database_with_the_same_result(per_rank, monkeypatch):
+    """A job's calls past a batch (api.BATCH_CALLS; a quarter of the memory limit) are moved into
+    the job's database as the reports arrive, in the pool's order of completion, and let go of:
+    the same result as in one batch, serial or parallel, and no report's calls held afterwards."""
+    folder, info = per_rank
+    ref = _result_json(api.load([folder], jobs=1, cache=False))
+    total = info["ranks"] * info["collectives_per_rank"]
+    held = []
+    real_add = api.JobCalls.add
+
+    def add(self, i, e):
+        out = real_add(self, i, e)
+        held.append(sum(len(c) for _, _, c in self._pending))
+        return out
+
+    monkeypatch.setattr(api.JobCalls, "add", add)
+    monkeypatch.setattr(api, "BATCH_CALLS", info["collectives_per_rank"] * 2 + 1)   # 2 reports a batch, 3 batches
+    for jobs in (1, 2):
+        held.clear()
+        got = api.load([folder], jobs=jobs, cache=False)
+        assert _result_json(got) == ref
+        assert got.con.execute("SELECT count(*) FROM calls_in").fetchone()[0] == total
+        assert max(held) <= 2 * info["collectives_per_rank"]      # never more than a batch in Arrow
+    # under a memory limit, a quarter of it makes a batch
+    monkeypatch.setattr(api, "BATCH_CALLS", 1_000_000)
+    monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "12MB")
+    con = duck.connect()
+    assert api.JobCalls(con)._batch == duck.memory_limit_bytes(con) // 4 // api.ARROW_BYTES_PER_CALL < 12_000
 
 
 def test_generator_counts(per_rank):
