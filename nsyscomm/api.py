@@ -394,10 +394,10 @@ def _begin_overlap(con) -> Future:
         pool.shutdown(wait=False)
 
 
-# Calls kept in Arrow until the job's table is made, at most; past that, JobCalls moves them
-# into the job's database batch by batch, where they spill past its memory limit (a job of a
-# thousand ranks can make tens of millions of calls). In Arrow a call takes about 290 bytes
-# (286 measured for 200k calls of the 6M-row benchmark report).
+# The most calls a job holds in Arrow: past that, JobCalls moves them into the job's database a
+# batch at a time, where they spill past its memory limit (a job of a thousand ranks can make
+# tens of millions of calls). In Arrow a call takes about 290 bytes (286 measured for the 200k
+# calls of the 6M-row benchmark report).
 BATCH_CALLS = 1_000_000
 ARROW_BYTES_PER_CALL = 300
 
