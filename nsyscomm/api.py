@@ -3,6 +3,7 @@ run the analyses in sql/. Every CLI command is a call into here."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import sqlite3
@@ -226,7 +227,7 @@ def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None 
     from nsyscomm import scale  # jobs/cache/dask: parallel extraction, Parquet cache, Dask cluster
 
     with duck.memory_limit(memory_limit):
-        calls = JobCalls(duck.connect())
+        calls = JobCalls()
         extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         result = combine(extracts, by_caller=by_caller, calls=calls)
     if nccl_logs:
@@ -303,7 +304,7 @@ def combine(extracts, by_caller: bool = False, calls: JobCalls | None = None) ->
     """The extracts of a job's reports -> its Result. calls: their calls, gathered as they
     arrived (load() does that); by default taken from the extracts."""
     if calls is None:
-        calls = JobCalls(duck.connect())
+        calls = JobCalls()
         for i, e in enumerate(extracts):
             calls.add(i, e)
     con = calls.con
@@ -410,14 +411,23 @@ class JobCalls:
     into a table first cost 0.12 s for 200k calls. Past a batch, they are appended to the table
     calls_in of the job's database, a batch at a time, and let go of."""
 
-    def __init__(self, con):
-        self.con = con
+    def __init__(self):
         self.pids: dict[str, set[int]] = {}   # report -> the processes that made calls
         self._pending: list[tuple[int, str, pa.Table]] = []
         self._rows = 0
         self._stored = False
-        limit = duck.memory_limit_bytes(con)
-        self._batch = BATCH_CALLS if limit is None else max(1, min(BATCH_CALLS, limit // 4 // ARROW_BYTES_PER_CALL))
+
+    @functools.cached_property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The job's database, with the memory limit in force when it is made: at first use, when
+        the process pool's workers have forked (a fork would not take a database's threads along)."""
+        return duck.connect()
+
+    @functools.cached_property
+    def batch(self) -> int:
+        """The most calls held in Arrow: BATCH_CALLS, or fewer under the database's memory limit."""
+        limit = duck.memory_limit_bytes(self.con)
+        return BATCH_CALLS if limit is None else max(1, min(BATCH_CALLS, limit // 4 // ARROW_BYTES_PER_CALL))
 
     def add(self, i: int, e: nsys_sqlite.Extract) -> nsys_sqlite.Extract:
         """Take the calls of extract e, the i-th report; returns e without them."""
@@ -425,7 +435,7 @@ class JobCalls:
         if len(e.calls):
             self._pending.append((i, e.report, e.calls))
             self._rows += len(e.calls)
-            if self._rows >= self._batch:
+            if self._rows >= self.batch:
                 self._store()
         return replace(e, calls=e.calls.schema.empty_table())   # not a slice: that would keep the buffers
 

@@ -143,8 +143,9 @@ def test_calls_past_a_batch_go_to_the_jobs_database_with_the_same_result(per_ran
     # under a memory limit, a quarter of it makes a batch
     monkeypatch.setattr(api, "BATCH_CALLS", 1_000_000)
     monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "12MB")
-    con = duck.connect()
-    assert api.JobCalls(con)._batch == duck.memory_limit_bytes(con) // 4 // api.ARROW_BYTES_PER_CALL < 12_000
+    calls = api.JobCalls()
+    assert "con" not in vars(calls)   # no database before the first extract: the pool's workers fork first
+    assert calls.batch == duck.memory_limit_bytes(calls.con) // 4 // api.ARROW_BYTES_PER_CALL < 12_000
 
 
 def test_generator_counts(per_rank):
