@@ -1,10 +1,13 @@
-"""`nsyscomm summarize` over many small per-rank reports: time linear in their count.
+"""`nsyscomm summarize` over many per-rank reports: time linear in their count, memory bounded.
 
     python benchmarks/bench_many_reports.py [--counts 128 256 512 1024] [--jobs N]
+    python benchmarks/bench_many_reports.py --counts 32 --calls-per-report 60000 --memory-limit 500MB
 
-Generates N per-rank reports (benchmarks/gen_large_report.py --per-rank, 2 steps x 4 layers x
-10 kernels each) in a temporary folder and times summarize on them in a fresh process,
-without the cache and then with it warm. Prints seconds and ms per report for each N.
+Generates N per-rank reports (benchmarks/gen_large_report.py --per-rank; by default small ones,
+2 steps x 4 layers x 10 kernels each; with --calls-per-report, 10 steps of layers of 4 kernels,
+half of them NCCL) in a temporary folder and times summarize on them in a fresh process, without
+the cache and then with it warm. Prints seconds and ms per report for each N, and the peak RSS
+of the process that combines the reports (its workers each hold one report at a time).
 """
 
 from __future__ import annotations
@@ -12,41 +15,47 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--counts", type=int, nargs="+", default=[128, 256, 512, 1024])
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--calls-per-report", type=int, default=None,
+                    help="collective calls per report (a multiple of 20; default: small reports of 16)")
+    ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
     a = ap.parse_args(argv)
-    spec = importlib.util.spec_from_file_location("gen_large_report", HERE / "gen_large_report.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen, bench = _load("gen_large_report"), _load("bench_summarize")
+    shape = dict(steps=2, layers=4, kernels_per_layer=10, nccl_share=0.2)
+    if a.calls_per_report:   # 2 NCCL kernels in a layer of 4, 10 steps
+        shape = dict(steps=10, layers=max(1, a.calls_per_report // 20), kernels_per_layer=4, nccl_share=0.5)
     tmp = Path(tempfile.mkdtemp(prefix="nsyscomm-many-"))
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=str(tmp / "cache"))
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     for n in a.counts:
         folder = tmp / f"n{n}"
-        info = gen.generate(folder, ranks=n, steps=2, layers=4, kernels_per_layer=10, nccl_share=0.2, per_rank=True)
-        extra = ["--jobs", str(a.jobs)] if a.jobs else []
-        times = {}
-        for label, flags in (("no cache", ["--no-cache"]), ("fill cache", []), ("cache hit", [])):
-            t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "nsyscomm.cli", "summarize", str(folder), "--format", "json",
-                                *flags, *extra], capture_output=True, text=True, env=env)
-            times[label] = time.perf_counter() - t0
-            if p.returncode:
-                raise SystemExit(p.stderr[-2000:])
-        print(f"{n:5d} reports ({info['rows']:,} rows): no cache {times['no cache']:.1f} s "
-              f"({1000 * times['no cache'] / n:.1f} ms/report), cache hit {times['cache hit']:.1f} s "
-              f"({1000 * times['cache hit'] / n:.1f} ms/report)", flush=True)
+        info = gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
+        extra = [*(["--jobs", str(a.jobs)] if a.jobs else []),
+                 *(["--memory-limit", a.memory_limit] if a.memory_limit else [])]
+        cold, rss, _ = bench.run(str(folder), "--no-cache", *extra, env=env)
+        bench.run(str(folder), *extra, env=env)   # fill the cache
+        hit, _, _ = bench.run(str(folder), *extra, env=env)
+        calls = info["ranks"] * info["collectives_per_rank"]
+        print(f"{n:5d} reports ({info['rows']:,} rows, {calls:,} calls): no cache {cold:.1f} s "
+              f"({1000 * cold / n:.1f} ms/report), peak RSS of the combining process {rss:.0f} MB; "
+              f"cache hit {hit:.1f} s ({1000 * hit / n:.1f} ms/report)", flush=True)
     return 0
 
 
