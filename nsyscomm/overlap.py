@@ -27,14 +27,51 @@ import pyarrow.compute as pc
 
 _CALLS = """SELECT rank, step, report, pid, device, gpu_start AS s, gpu_end AS e, busy_at_start, busy_at_end
             FROM collectives WHERE gpu_start IS NOT NULL"""
+_OF_REPORTS = " AND report IN (SELECT unnest($reports))"
+_REPORTS = "SELECT report, count(*) FROM collectives WHERE gpu_start IS NOT NULL GROUP BY report ORDER BY report"
+_SUMS = """SELECT rank, step, count(*) AS calls, sum(comm_rank_ns) AS comm_rank_ns,
+                  sum(exposed_rank_ns) AS exposed_rank_ns, sum(comm_step_ns) AS comm_step_ns,
+                  sum(exposed_step_ns) AS exposed_step_ns
+           FROM call_parts GROUP BY rank, step"""
+
+# The most calls one pass holds (their parts take about 150 bytes each): past it, the reports are
+# taken a group at a time. A report is never split: a call's part depends only on the calls of
+# its own process and device.
+CHUNK_CALLS = 1_000_000
 
 
 def parts(con) -> pa.Table:
-    """Per call of the job's `collectives` table that ran kernels: its rank and step, and for each
-    scope (the rank's whole run, the rank's step) the length it adds to the union of
-    communication (comm_*_ns) and the part of that no compute hides (exposed_*_ns); NULL where
-    SQL's arithmetic on NULL times would give NULL."""
-    t = con.execute(_CALLS).to_arrow_table()
+    """Per rank and step of the job's `collectives` table, over its calls that ran kernels: their
+    number (calls), and for each scope (the rank's whole run, the rank's step) the sum of what
+    each call adds to the union of communication (comm_*_ns) and of the part of that no compute
+    hides (exposed_*_ns); NULL where SQL's arithmetic on NULL times would give only NULLs."""
+    sums = []
+    for reports in _chunks(con.execute(_REPORTS).fetchall()):
+        q, params = (_CALLS, None) if reports is None else (_CALLS + _OF_REPORTS, {"reports": reports})
+        con.register("call_parts", _call_parts(con.execute(q, params).to_arrow_table()))
+        try:
+            sums.append(con.execute(_SUMS).to_arrow_table())
+        finally:
+            con.unregister("call_parts")
+    return pa.concat_tables(sums)
+
+
+def _chunks(counts: list[tuple[str, int]]) -> list[list[str] | None]:
+    """The reports (with their calls) in groups of at most CHUNK_CALLS calls; [None]: all at once."""
+    if sum(n for _, n in counts) <= CHUNK_CALLS:
+        return [None]
+    out, group, size = [], [], 0
+    for report, n in counts:
+        if group and size + n > CHUNK_CALLS:
+            out.append(group)
+            group, size = [], 0
+        group.append(report)
+        size += n
+    return out + [group]
+
+
+def _call_parts(t: pa.Table) -> pa.Table:
+    """Per call of t (_CALLS): its rank and step, and each scope's comm_*_ns and exposed_*_ns."""
     s = _ints(t["s"])[0]
     e, e_null = _ints(t["e"])
     bs, bs_null = _ints(t["busy_at_start"])

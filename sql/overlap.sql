@@ -2,13 +2,14 @@
 -- kernel of the rank runs and no compute kernel on the same device does; calls on several
 -- streams may overlap each other, so communication time is the length of their union.
 -- CPU-synchronous calls (no kernel) have nothing to hide behind and are left out.
--- Input: overlap_parts (nsyscomm/overlap.py): per call that ran kernels, its rank, step, and for
--- each scope the disjoint part of the union it adds (comm_*_ns) and what of that part no
--- compute kernel hides (exposed_*_ns).
+-- Input: overlap_parts (nsyscomm/overlap.py): per rank and step (a row per group of reports it
+-- took them in), the calls that ran kernels, and for each scope the sums of the disjoint part of
+-- the union each call adds (comm_*_ns) and of what of that part no compute kernel hides
+-- (exposed_*_ns).
 SELECT 'rank' AS scope, rank, NULL::BIGINT AS step,
-       count(*) AS calls, sum(comm_rank_ns) AS comm_busy_ns, sum(exposed_rank_ns) AS exposed_ns
+       sum(calls)::BIGINT AS calls, sum(comm_rank_ns) AS comm_busy_ns, sum(exposed_rank_ns) AS exposed_ns
 FROM overlap_parts GROUP BY rank
 UNION ALL
-SELECT 'step', rank, step, count(*), sum(comm_step_ns), sum(exposed_step_ns)
+SELECT 'step', rank, step, sum(calls)::BIGINT, sum(comm_step_ns), sum(exposed_step_ns)
 FROM overlap_parts GROUP BY rank, step
 ORDER BY scope, rank, step NULLS FIRST

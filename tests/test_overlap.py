@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from nsyscomm import duck
+from nsyscomm import duck, overlap
 from nsyscomm.api import Result
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.synth import _minus_len
@@ -58,16 +58,20 @@ def _expected(calls, compute, by_step):
     return rows
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_exposed_communication_is_the_union_minus_compute(seed):
-    calls, compute = _job(seed)
+def _overlap(calls) -> pd.DataFrame:
     con = duck.connect()
     con.register("calls_df", calls)
     con.execute("CREATE TABLE collectives AS SELECT report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
                 "device::INTEGER AS device, step::BIGINT AS step, gpu_start::BIGINT AS gpu_start, "
                 "gpu_end::BIGINT AS gpu_end, busy_at_start::BIGINT AS busy_at_start, "
                 "busy_at_end::BIGINT AS busy_at_end FROM calls_df")
-    ov = Result(con, ["a.sqlite", "b.sqlite"]).overlap
+    return Result(con, ["a.sqlite", "b.sqlite"]).overlap
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exposed_communication_is_the_union_minus_compute(seed):
+    calls, compute = _job(seed)
+    ov = _overlap(calls)
     for scope, by_step in (("rank", False), ("step", True)):
         got = ov[ov["scope"] == scope]
         want = _expected(calls, compute, by_step)
@@ -79,3 +83,21 @@ def test_exposed_communication_is_the_union_minus_compute(seed):
     steps = ov[ov["scope"] == "step"]
     assert list(steps["rank"]) == sorted(steps["rank"])
     assert all(pd.isna(g["step"].iloc[0]) for _, g in steps.groupby("rank") if g["step"].isna().any())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reports_taken_a_group_at_a_time_give_the_same_result(seed, monkeypatch):
+    """Past overlap.CHUNK_CALLS, the calls are taken a group of reports at a time (their parts
+    summed per rank and step in each): the same result as in one pass."""
+    calls, _ = _job(seed)
+    whole = _overlap(calls)
+    groups = []
+    real = overlap._chunks
+    monkeypatch.setattr(overlap, "_chunks", lambda counts: groups.append(real(counts)) or groups[-1])
+    monkeypatch.setattr(overlap, "CHUNK_CALLS", 1)   # every report on its own
+    pd.testing.assert_frame_equal(_overlap(calls), whole)
+    assert groups == [[["a.sqlite"], ["b.sqlite"]]]
+    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2)]) == [["a"], ["b"], ["c"]]
+    monkeypatch.setattr(overlap, "CHUNK_CALLS", 4)
+    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2), ("d", 5)]) == [["a", "b"], ["c"], ["d"]]
+    assert overlap._chunks([("a", 3), ("b", 1)]) == [None]
