@@ -99,7 +99,7 @@ def _as_is(i: int, extract):
     return extract
 
 
-def _on_pool(files, names, cache, jobs, bar, keep=_as_is) -> list:
+def _on_pool(files, names, cache, jobs, bar, keep) -> list:
     # the workers share the cores: each DuckDB gets its share of them, not all of them (256 small
     # reports on 2 cores, 2 workers: 14.9 s with 2 threads each, 10.4 s with 1)
     threads = max(1, usable_cores() // jobs)
@@ -130,7 +130,7 @@ def _on_pool(files, names, cache, jobs, bar, keep=_as_is) -> list:
     return out
 
 
-def _on_dask(files, names, cache, address, bar, keep=_as_is) -> list:
+def _on_dask(files, names, cache, address, bar, keep) -> list:
     try:
         from distributed import Client
     except ImportError:

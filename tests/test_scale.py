@@ -205,7 +205,8 @@ def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform: workers are spawned and inherit no objects")
     monkeypatch.setattr(scale, "_one", _freeze_count)
-    seen = scale._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, scale._Bar(False, 3, "test"))
+    seen = scale._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, scale._Bar(False, 3, "test"),
+                          scale._as_is)
     assert all(n > 0 for n, _ in seen), seen
     assert gc.get_freeze_count() == 0
     # and the two workers share the cores: each DuckDB gets half of them
