@@ -3,10 +3,11 @@
 Every message lives in the NVTX domain ``nsyscomm``. nsys 2022.4 drops NVTX
 payload structs and old nvtx packages only give us a message string, so the
 metadata travels inside the message itself, as ``|``-separated ``key=value``
-fields. The SQL side (sql/wrapper_ranges.sql) extracts fields with
-``regexp_extract(name, '\\|key=([^|]*)')``, so values must not contain ``|``;
-``caller`` is always last and is read to the end of the string, so a caller
-may contain any character.
+fields. The ingest splits them at ``|`` (in C, nsyscomm/ingest/_sqlite_scan.c
+parse_messages, for messages in this layout; in sql/calls_nsys.sql, for any
+order of the fields), so values must not contain ``|``; ``caller`` is always
+last and is read to the end of the string, so a caller may contain any
+character.
 
 Collective call (a push/pop range that encloses the backend's kernel launch)::
 

@@ -1,8 +1,10 @@
 -- One row per collective call per process of one nsys report (ranks are assigned later,
 -- across all reports of the job, in sql/collectives.sql).
--- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges), ranges (rid,
--- start, end, globalTid, name, kind: those of src_ranges that can own kernels, the nsyscomm
--- wrapper's and PyTorch's nccl:/gloo: record_function ranges; made by nsys_sqlite.py).
+-- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges; parsed, msg_*:
+-- the fields of the wrapper messages the C scan split), ranges (rid: the src_ranges rowid, start,
+-- end, globalTid, kind, name: those of src_ranges that can own kernels, the nsyscomm wrapper's
+-- and PyTorch's nccl:/gloo: record_function ranges, the name only for PyTorch's; made by
+-- nsys_sqlite.py).
 -- Metadata priority per row: wrapper range > PyTorch range > kernel name alone.
 WITH profiler_steps AS (
     -- torch.profiler's ProfilerStep#N ranges give the step to calls the wrapper did not label
@@ -41,23 +43,36 @@ by_range AS (
     JOIN nccl_kernel_names n ON n.id = b.name_id
 ),
 wrapper AS (
-    -- the fields split at '|' when they are in the order the wrapper writes them (fast path);
-    -- a message with its fields in another order is read field by field
+    -- a message the C scan split comes with its fields (parsed; nsyscomm.ingest.nsys_tables.MESSAGE_FIELDS);
+    -- the others are split here: at '|' when their fields are in the order the wrapper writes
+    -- them (fast path), else field by field. Empty values are NULL.
     SELECT r.*,
-           CASE WHEN r.fast THEN substr(r.f[1], 10)  ELSE regexp_extract(r.head, '^nsyscomm:([^|]*)', 1) END AS w_op,
-           CASE WHEN r.fast THEN substr(r.f[2], 5)   ELSE regexp_extract(r.head, '\|api=([^|]*)', 1) END     AS w_api,
-           CASE WHEN r.fast THEN substr(r.f[3], 7)   ELSE regexp_extract(r.head, '\|bytes=([^|]*)', 1) END   AS w_bytes,
-           CASE WHEN r.fast THEN substr(r.f[4], 7)   ELSE regexp_extract(r.head, '\|dtype=([^|]*)', 1) END   AS w_dtype,
-           CASE WHEN r.fast THEN substr(r.f[5], 7)   ELSE regexp_extract(r.head, '\|numel=([^|]*)', 1) END   AS w_numel,
-           CASE WHEN r.fast THEN substr(r.f[6], 4)   ELSE regexp_extract(r.head, '\|pg=([^|]*)', 1) END      AS w_pg,
-           CASE WHEN r.fast THEN substr(r.f[7], 7)   ELSE regexp_extract(r.head, '\|gsize=([^|]*)', 1) END   AS w_gsize,
-           CASE WHEN r.fast THEN substr(r.f[8], 8)   ELSE regexp_extract(r.head, '\|granks=([^|]*)', 1) END  AS w_granks,
-           CASE WHEN r.fast THEN substr(r.f[9], 5)   ELSE regexp_extract(r.head, '\|seq=([^|]*)', 1) END     AS w_seq,
-           CASE WHEN r.fast THEN substr(r.f[11], 6)  ELSE regexp_extract(r.head, '\|step=([^|]*)', 1) END    AS w_step,
-           CASE WHEN r.fast THEN coalesce(substr(r.f[12], 6), '')
-                ELSE regexp_extract(r.head, '\|peer=([^|]*)', 1) END                                          AS w_peer,
+           CASE WHEN r.parsed THEN r.msg_op ELSE nullif(CASE WHEN r.fast THEN substr(r.f[1], 10)
+                ELSE regexp_extract(r.head, '^nsyscomm:([^|]*)', 1) END, '') END                      AS w_op,
+           CASE WHEN r.parsed THEN r.msg_api ELSE nullif(CASE WHEN r.fast THEN substr(r.f[2], 5)
+                ELSE regexp_extract(r.head, '\|api=([^|]*)', 1) END, '') END                         AS w_api,
+           CASE WHEN r.parsed THEN r.msg_bytes ELSE TRY_CAST(nullif(CASE WHEN r.fast THEN substr(r.f[3], 7)
+                ELSE regexp_extract(r.head, '\|bytes=([^|]*)', 1) END, '') AS BIGINT) END            AS w_bytes,
+           CASE WHEN r.parsed THEN r.msg_dtype ELSE nullif(CASE WHEN r.fast THEN substr(r.f[4], 7)
+                ELSE regexp_extract(r.head, '\|dtype=([^|]*)', 1) END, '') END                       AS w_dtype,
+           CASE WHEN r.parsed THEN r.msg_numel ELSE TRY_CAST(nullif(CASE WHEN r.fast THEN substr(r.f[5], 7)
+                ELSE regexp_extract(r.head, '\|numel=([^|]*)', 1) END, '') AS BIGINT) END            AS w_numel,
+           CASE WHEN r.parsed THEN r.msg_pg ELSE nullif(CASE WHEN r.fast THEN substr(r.f[6], 4)
+                ELSE regexp_extract(r.head, '\|pg=([^|]*)', 1) END, '') END                          AS w_pg,
+           CASE WHEN r.parsed THEN r.msg_gsize::INTEGER ELSE TRY_CAST(nullif(CASE WHEN r.fast THEN substr(r.f[7], 7)
+                ELSE regexp_extract(r.head, '\|gsize=([^|]*)', 1) END, '') AS INTEGER) END           AS w_gsize,
+           CASE WHEN r.parsed THEN r.msg_granks ELSE nullif(CASE WHEN r.fast THEN substr(r.f[8], 8)
+                ELSE regexp_extract(r.head, '\|granks=([^|]*)', 1) END, '') END                      AS w_granks,
+           CASE WHEN r.parsed THEN r.msg_seq ELSE TRY_CAST(nullif(CASE WHEN r.fast THEN substr(r.f[9], 5)
+                ELSE regexp_extract(r.head, '\|seq=([^|]*)', 1) END, '') AS BIGINT) END              AS w_seq,
+           CASE WHEN r.parsed THEN r.msg_step ELSE TRY_CAST(nullif(CASE WHEN r.fast THEN substr(r.f[11], 6)
+                ELSE regexp_extract(r.head, '\|step=([^|]*)', 1) END, '') AS BIGINT) END             AS w_step,
+           CASE WHEN r.parsed THEN r.msg_peer::INTEGER ELSE TRY_CAST(nullif(CASE WHEN r.fast THEN substr(r.f[12], 6)
+                ELSE regexp_extract(r.head, '\|peer=([^|]*)', 1) END, '') AS INTEGER) END            AS w_peer,
            -- the caller is last and read to the end: it may hold '|', '=' or newlines
-           CASE WHEN strpos(r.name, '|caller=') > 0 THEN substr(r.name, strpos(r.name, '|caller=') + 8) END AS w_caller
+           CASE WHEN r.parsed THEN r.msg_caller
+                WHEN strpos(r.name, '|caller=') > 0 THEN nullif(substr(r.name, strpos(r.name, '|caller=') + 8), '') END
+                                                                                                      AS w_caller
     FROM (
         SELECT *,
                -- 10 or 11 '|', each matched by one '|key=' of the pattern in turn: field i holds key i
@@ -66,12 +81,13 @@ wrapper AS (
                    WHEN 12 THEN head LIKE 'nsyscomm:%|api=%|bytes=%|dtype=%|numel=%|pg=%|gsize=%|granks=%|seq=%|async=%|step=%|peer=%'
                    ELSE false END AS fast
         FROM (SELECT *, string_split(head, '|') AS f
-              FROM (SELECT *, split_part(name, '|caller=', 1) AS head
+              FROM (SELECT *, CASE WHEN NOT parsed THEN split_part(name, '|caller=', 1) END AS head
                     -- joined before the message is split: a hash join carrying 200k lists of
                     -- strings cost 0.1 s more
-                    FROM (SELECT r.globalTid, r.start, r."end", r.name, b.* EXCLUDE (rid, name_id)
-                          FROM ranges r LEFT JOIN by_range b ON b.rid = r.rid
-                          WHERE r.kind = 'wrapper')))
+                    FROM (SELECT r.globalTid, r.start, r."end", r.name, r.parsed, COLUMNS('^msg_'),
+                                 b.* EXCLUDE (rid, name_id)
+                          FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rowid
+                          WHERE r.parsed OR r.name LIKE 'nsyscomm:%')))
     ) r
 ),
 calls AS (
@@ -79,21 +95,13 @@ calls AS (
         globalTid                                           AS gtid,
         ((globalTid >> 24) & 16777215)                      AS pid,
         (globalTid & 16777215)                              AS tid,
-        nullif(w_op, '')                                    AS op,
-        nullif(w_api, '')                                   AS api,
-        TRY_CAST(nullif(w_bytes, '') AS BIGINT)             AS bytes,
-        coalesce(nullif(w_dtype, ''), kdtype)               AS dtype,
-        TRY_CAST(nullif(w_numel, '') AS BIGINT)             AS numel,
-        nullif(w_pg, '')                                    AS "group",
-        TRY_CAST(nullif(w_gsize, '') AS INTEGER)            AS group_size,
-        nullif(w_granks, '')                                AS group_ranks,
-        TRY_CAST(nullif(w_seq, '') AS BIGINT)               AS seq,
-        nullif(w_caller, '')                                AS caller,
-        TRY_CAST(nullif(w_step, '') AS BIGINT)              AS step,
+        w_op AS op, w_api AS api, w_bytes AS bytes, coalesce(w_dtype, kdtype) AS dtype, w_numel AS numel,
+        w_pg AS "group", w_gsize AS group_size, w_granks AS group_ranks, w_seq AS seq, w_caller AS caller,
+        w_step AS step,
         start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
         'wrapper' AS source, kernel, algo, proto,
         coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns,
-        TRY_CAST(nullif(w_peer, '') AS INTEGER)             AS peer
+        w_peer AS peer
     FROM wrapper
     UNION ALL
     -- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)

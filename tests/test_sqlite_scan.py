@@ -167,6 +167,94 @@ def test_same_extract_with_nulls_duplicates_and_near_misses(tmp_path, monkeypatc
     assert any("without a start time or thread" in w for w in scanned.warnings)
 
 
+def _variant(i: int, m: str) -> str:
+    """The i-th way to write wrapper message m: the wrapper's own layout and what the C split
+    leaves to the SQL (values that are no plain integers or overflow, other field orders,
+    missing or extra fields, callers holding '|', '=' or '|caller=')."""
+    head, _, caller = m.partition("|caller=")
+    f = dict(x.split("=", 1) for x in head.split("|")[1:])
+    op = head.split("|")[0]
+
+    def put(**kw):
+        g = {**f, **kw}
+        return op + "".join(f"|{k}={g[k]}" for k in ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks",
+                                                      "seq", "async", "step")) + \
+            (f"|peer={g['peer']}" if "peer" in g else "")
+    return [
+        m,
+        put(bytes="+12") + f"|caller={caller}",
+        put(bytes=" 12", numel="7 ") + f"|caller={caller}",
+        put(bytes="99999999999999999999") + f"|caller={caller}",
+        put(bytes="1234567890123456789", numel="-5") + f"|caller={caller}",
+        put(gsize="3000000000", peer="2147483648") + f"|caller={caller}",
+        put(gsize="-7", peer="-1") + "|caller=",
+        put(api="", bytes="", dtype="", numel="", pg="", gsize="", granks="", seq="", step=""),
+        put(seq="abc", step="1.5", bytes="1e3") + f"|caller={caller}",
+        put(peer="3") + "|caller=a|b=c|caller=d\ne",
+        put() + "|extra=1|caller=x",
+        put() + "|",
+        put(),
+        op + f"|bytes={f['bytes']}|api={f['api']}" + head[len(op) + len(f"|api={f['api']}|bytes={f['bytes']}"):]
+        + f"|caller={caller}",
+        put(api="all_reduce_\u00e9", dtype="\u4e2d") + "|caller=train.py:1 \U0001f600",
+        "nsyscomm:" + head[len(op):] + f"|caller={caller}",
+        "nsyscomm:all_reduce",
+    ][i % 17]
+
+
+@needs_scan
+def test_messages_split_in_c_or_sql_give_the_same_calls(tmp_path, monkeypatch):
+    """The C scan splits the wrapper messages in the wrapper's layout (_sqlite_scan.parse_messages)
+    and leaves the others to sql/calls_nsys.sql, which splits all of them on DuckDB's path: the
+    same calls either way, for every layout of _variant (each message rewritten, inline)."""
+    path = _copy(tmp_path)
+    con = sqlite3.connect(path)
+    rows = con.execute("SELECT e.rowid, s.value FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                       "WHERE s.value LIKE 'nsyscomm:%' ORDER BY e.rowid").fetchall()
+    assert len(rows) > 17 * 4
+    con.executemany("UPDATE NVTX_EVENTS SET text = ?, textId = NULL WHERE rowid = ?",
+                    [(_variant(i, m), rowid) for i, (rowid, m) in enumerate(rows)])
+    con.commit()
+    con.close()
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert seen[0] is not None
+    _same(scanned, copied)
+    calls = scanned.calls.to_pandas()
+    assert (calls["bytes"] == 12).any() and calls["caller"].str.contains("\\|caller=d\n", regex=True).any()
+
+
+@needs_scan
+def test_parse_messages_splits_the_wrapper_layout_only():
+    def split(*msgs):
+        data = b"".join(msgs)
+        offsets = np.cumsum([0] + [len(m) for m in msgs]).astype(np.int64)
+        out = _sqlite_scan.parse_messages(bytearray(offsets.tobytes()), bytearray(data))
+        rows = []
+        for i in range(len(msgs)):
+            row = {"parsed": bool(out["parsed"][i])}
+            for k in ("bytes", "numel", "gsize", "seq", "step", "peer"):
+                v, ok = out[k]
+                row[k] = int(np.frombuffer(v, np.int64)[i]) if ok[i] else None
+            for k in ("op", "api", "dtype", "pg", "granks", "caller"):
+                o, d, ok = out[k]
+                o = np.frombuffer(o, np.int64)
+                row[k] = bytes(d[o[i]:o[i + 1]]).decode() if ok[i] else None
+            rows.append(row)
+        return rows
+
+    a, b, c, d = split(b"nsyscomm:send|api=send|bytes=8|dtype=float32|numel=2|pg=0|gsize=2|granks=|seq=1|async=0"
+                       b"|step=-3|peer=1|caller=t.py:3 f|x",
+                       b"nsyscomm:all_reduce|api=all_reduce|bytes=|dtype=|numel=|pg=|gsize=|granks=0,1|seq=0"
+                       b"|async=1|step=",
+                       b"nsyscomm:x|api=a|bytes=0x10|dtype=|numel=|pg=|gsize=|granks=|seq=|async=|step=|caller=",
+                       b"")
+    assert a == {"parsed": True, "bytes": 8, "numel": 2, "gsize": 2, "seq": 1, "step": -3, "peer": 1,
+                 "op": "send", "api": "send", "dtype": "float32", "pg": "0", "granks": None, "caller": "t.py:3 f|x"}
+    assert b == {"parsed": True, "bytes": None, "numel": None, "gsize": None, "seq": 0, "step": None, "peer": None,
+                 "op": "all_reduce", "api": "all_reduce", "dtype": None, "pg": None, "granks": "0,1", "caller": None}
+    assert not c["parsed"] and not d["parsed"] and c["op"] is None and c["bytes"] is None
+
+
 @needs_scan
 def test_same_extract_without_nccl_kernels(tmp_path, monkeypatch):
     """Without NCCL kernels a kernel without a name counts as compute (SQL: NULL NOT IN (empty))."""

@@ -25,6 +25,7 @@
  * processes than PIDS) ends the scan with ValueError and the caller takes the DuckDB path, which
  * has the reference behaviour for it. The GIL is released for the whole scan. */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE                  /* memmem */
 #include <Python.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -615,11 +616,159 @@ done:
     return result;
 }
 
+/* ---- the wrapper's messages, split ---- */
+
+/* The fields of the nsyscomm wrapper's collective messages (nsyscomm/nvtx_format.py), for the
+ * messages in the layout the wrapper writes: 'nsyscomm:OP|api=|bytes=|dtype=|numel=|pg=|gsize=
+ * |granks=|seq=|async=|step=' then an optional '|peer=', then '|caller=' and the caller to the
+ * end. sql/calls_nsys.sql splits the others (fields in another order, values that are not plain
+ * integers) and, without this extension, all of them; its fast path reads these same fields.
+ * An empty value is NULL; an integer is taken when it is a plain decimal that no 64-bit (32-bit
+ * for gsize and peer) value can overflow, as DuckDB's TRY_CAST would read it; any other message
+ * is left to the SQL (parsed = 0). */
+#define MSG_INTS 6
+#define MSG_STRS 6
+static const char *MSG_KEYS[12] = {"nsyscomm:", "api=", "bytes=", "dtype=", "numel=", "pg=", "gsize=", "granks=",
+                                   "seq=", "async=", "step=", "peer="};
+/* field -> its output: ints 0..5 (bytes, numel, gsize, seq, step, peer), strings 100 + 0..5
+ * (op, api, dtype, pg, granks; caller is 105), -1: not kept (async) */
+static const int MSG_OUT[12] = {100, 101, 0, 102, 1, 103, 2, 104, 3, -1, 4, 5};
+static const int MSG_INT_DIGITS[MSG_INTS] = {18, 18, 9, 18, 18, 9};
+
+typedef struct { int64_t *off; char *data; uint8_t *ok; int64_t len; } strcol_t;
+
+static int plain_int(const char *b, int64_t n, int digits, int64_t *out) {
+    int neg = n > 0 && b[0] == '-';
+    if (n - neg < 1 || n - neg > digits) return 0;
+    int64_t v = 0;
+    for (int64_t i = neg; i < n; i++) {
+        if (b[i] < '0' || b[i] > '9') return 0;
+        v = v * 10 + (b[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* 1: the message's fields are in fs/fl (value starts and lengths, by output), 0: not this layout.
+ * One pass over the fields: values hold no '|', so the first '|caller=' (where sql/calls_nsys.sql
+ * ends the fields) is the first field that starts with 'caller=', and it has to come right after
+ * step or peer. */
+static int split_message(const char *b, int64_t n, const char **fs, int64_t *fl) {
+    static int klen[12];
+    if (!klen[0]) for (int f = 0; f < 12; f++) klen[f] = (int)strlen(MSG_KEYS[f]);
+    for (int k = 0; k < MSG_INTS + MSG_STRS; k++) { fs[k] = NULL; fl[k] = 0; }
+    int64_t at = 0;
+    for (int f = 0;; f++) {
+        if (f >= 11 && n - at >= 7 && memcmp(b + at, "caller=", 7) == 0) {
+            fs[MSG_INTS + 5] = b + at + 7; fl[MSG_INTS + 5] = n - at - 7;
+            return 1;
+        }
+        if (f == 12 || n - at < klen[f] || memcmp(b + at, MSG_KEYS[f], (size_t)klen[f]) != 0) return 0;
+        int64_t end = at + klen[f];
+        while (end < n && b[end] != '|') end++;
+        int o = MSG_OUT[f];
+        const char *v = b + at + klen[f];
+        if (o >= 100) { fs[MSG_INTS + o - 100] = v; fl[MSG_INTS + o - 100] = end - at - klen[f]; }
+        else if (o >= 0) { fs[o] = v; fl[o] = end - at - klen[f]; }
+        if (end == n) return f >= 10;   /* the last field: step or peer, without a caller */
+        at = end + 1;
+    }
+}
+
+static PyObject *parse_messages(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *offs_o, *data_o;
+    if (!PyArg_ParseTuple(args, "OO", &offs_o, &data_o)) return NULL;
+    static const char *int_names[MSG_INTS] = {"bytes", "numel", "gsize", "seq", "step", "peer"};
+    static const char *str_names[MSG_STRS] = {"op", "api", "dtype", "pg", "granks", "caller"};
+    Py_buffer offs = {0}, data = {0};
+    PyObject *result = NULL, *parsed = NULL, *bufs[MSG_INTS * 2 + MSG_STRS * 3] = {NULL};
+    if (int64_buffer(offs_o, &offs) < 0) return NULL;
+    if (PyObject_GetBuffer(data_o, &data, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&offs); return NULL; }
+    int64_t n = offs.len / 8 - 1;
+    const int64_t *o = offs.buf;
+    const char *text = data.buf;
+    if (n < 0) n = 0;
+    col_t ints[MSG_INTS];
+    strcol_t strs[MSG_STRS];
+    int64_t total = n > 0 ? o[n] - o[0] : 0;   /* a string's values fit in the names' bytes */
+    if (!(parsed = new_buf(n))) goto done;
+    for (int c = 0; c < MSG_INTS; c++) {
+        if (!(bufs[2 * c] = new_buf(n * 8)) || !(bufs[2 * c + 1] = new_buf(n))) goto done;
+        ints[c].v = (int64_t *)PyByteArray_AS_STRING(bufs[2 * c]);
+        ints[c].ok = (uint8_t *)PyByteArray_AS_STRING(bufs[2 * c + 1]);
+    }
+    for (int c = 0; c < MSG_STRS; c++) {
+        PyObject **b = &bufs[MSG_INTS * 2 + 3 * c];
+        if (!(b[0] = new_buf((n + 1) * 8)) || !(b[1] = new_buf(total)) || !(b[2] = new_buf(n))) goto done;
+        strs[c].off = (int64_t *)PyByteArray_AS_STRING(b[0]);
+        strs[c].data = PyByteArray_AS_STRING(b[1]);
+        strs[c].ok = (uint8_t *)PyByteArray_AS_STRING(b[2]);
+        strs[c].off[0] = 0; strs[c].len = 0;
+    }
+    uint8_t *ok = (uint8_t *)PyByteArray_AS_STRING(parsed);
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        const char *b = text + o[i];
+        int64_t len = o[i + 1] - o[i];
+        const char *fs[MSG_INTS + MSG_STRS]; int64_t fl[MSG_INTS + MSG_STRS];
+        int64_t v[MSG_INTS];
+        int good = split_message(b, len, fs, fl);
+        for (int c = 0; good && c < MSG_INTS; c++)
+            if (fs[c] && fl[c] && !plain_int(fs[c], fl[c], MSG_INT_DIGITS[c], &v[c])) good = 0;
+        ok[i] = (uint8_t)good;
+        for (int c = 0; c < MSG_INTS; c++) {
+            int has = good && fs[c] && fl[c];
+            ints[c].v[i] = has ? v[c] : 0; ints[c].ok[i] = (uint8_t)has;
+        }
+        for (int c = 0; c < MSG_STRS; c++) {
+            const char *f = fs[MSG_INTS + c]; int64_t fn = fl[MSG_INTS + c];
+            int has = good && f && fn;
+            if (has) { memcpy(strs[c].data + strs[c].len, f, (size_t)fn); strs[c].len += fn; }
+            strs[c].off[i + 1] = strs[c].len; strs[c].ok[i] = (uint8_t)has;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    /* new_buf() gives a byte at least: the per-row buffers are cut to their rows (none, for no string) */
+    if (PyByteArray_Resize(parsed, (Py_ssize_t)n) < 0) goto fail;
+    for (int c = 0; c < MSG_INTS; c++)
+        if (PyByteArray_Resize(bufs[2 * c], (Py_ssize_t)(n * 8)) < 0 || PyByteArray_Resize(bufs[2 * c + 1], (Py_ssize_t)n) < 0)
+            goto fail;
+    for (int c = 0; c < MSG_STRS; c++)
+        if (PyByteArray_Resize(bufs[MSG_INTS * 2 + 3 * c + 2], (Py_ssize_t)n) < 0) goto fail;
+    if (!(result = PyDict_New()) || PyDict_SetItemString(result, "parsed", parsed) < 0) goto fail;
+    for (int c = 0; c < MSG_INTS; c++) {
+        PyObject *t = PyTuple_Pack(2, bufs[2 * c], bufs[2 * c + 1]);
+        if (!t || PyDict_SetItemString(result, int_names[c], t) < 0) { Py_XDECREF(t); goto fail; }
+        Py_DECREF(t);
+    }
+    for (int c = 0; c < MSG_STRS; c++) {
+        PyObject **b = &bufs[MSG_INTS * 2 + 3 * c];
+        if (PyByteArray_Resize(b[1], (Py_ssize_t)(strs[c].len ? strs[c].len : 1)) < 0) goto fail;
+        PyObject *t = PyTuple_Pack(3, b[0], b[1], b[2]);
+        if (!t || PyDict_SetItemString(result, str_names[c], t) < 0) { Py_XDECREF(t); goto fail; }
+        Py_DECREF(t);
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(parsed);
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) Py_XDECREF(bufs[k]);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(uri, kernel_sql, klo, khi, runtime_sql, rlo, rhi, nvtx_sql, nlo, nhi, threads, nccl_ids, rel_ids,\n"
      "     rel_values, cancel) -> {'kernels': ..., 'runtime': ..., 'nvtx': ..., 'spans': [(pid, first, last)]}\n"
      "A table whose SQL is None is not read. cancel: a bytearray whose first byte, set, stops the scan."},
+    {"parse_messages", parse_messages, METH_VARARGS,
+     "parse_messages(offsets, data) -> {'parsed': flags, 'bytes'|'numel'|'gsize'|'seq'|'step'|'peer': (values, valid),\n"
+     "     'op'|'api'|'dtype'|'pg'|'granks'|'caller': (offsets, data, valid)}\n"
+     "The fields of the wrapper messages among the strings given as Arrow large_string buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,7 +38,8 @@ SELECT l.kid, $kind, r.rid, r."end" >= l.ts AS holds
 FROM (SELECT k.kid, k.launch_tid AS tid, k.launch_start AS ts
       FROM nccl_kernels k
       WHERE k.launch_start IS NOT NULL AND k.kid NOT IN (SELECT kid FROM innermost)) l
-ASOF JOIN (SELECT * FROM ranges WHERE kind = $kind) r ON r.globalTid = l.tid AND l.ts >= r.start"""
+ASOF JOIN (SELECT rid, globalTid, start, "end" FROM ranges WHERE kind = $kind) r
+  ON r.globalTid = l.tid AND l.ts >= r.start"""
 # The general lookup, for the launches the ASOF join left (kernels of table `unheld`): every
 # range holding the launch, the latest-starting wins. The same-thread containment runs as a pure
 # range join (IEJoin) on one number line: thread index * stride + (t - t0), with stride > the
@@ -55,12 +56,14 @@ FROM (SELECT l.kid, r.rid, r.kind, r.start
         ON l.kl >= r.ks AND l.kl <= r.ke) e
 GROUP BY e.kid, e.kind"""
 # The ranges that can own NCCL kernels, numbered once for the lookups above and sql/calls_nsys.sql
-# (rid: the row's id, unique and free; row_number() OVER () would run the statement on one core)
+# (rid: the row's id in src_ranges, unique and free; row_number() OVER () would run the statement
+# on one core). The name only of PyTorch's ranges: calls_nsys.sql reads the wrapper's messages
+# (and the fields the C scan split from them, nsys_tables.MESSAGE_FIELDS) in src_ranges.
 _RANGES = """CREATE TEMP TABLE ranges AS
-SELECT rowid AS rid, start, "end", globalTid, name,
-       CASE WHEN name LIKE 'nsyscomm:%' THEN 'wrapper' ELSE 'torch_range' END AS kind
-FROM src_ranges
-WHERE name LIKE 'nsyscomm:%' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'"""
+SELECT rowid AS rid, start, "end", globalTid, CASE WHEN NOT wrapper THEN name END AS name,
+       CASE WHEN wrapper THEN 'wrapper' ELSE 'torch_range' END AS kind
+FROM (SELECT rowid, *, parsed OR name LIKE 'nsyscomm:%' AS wrapper FROM src_ranges)
+WHERE wrapper OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'"""
 _RANGE_THREADS = """CREATE OR REPLACE TEMP TABLE range_threads AS
 SELECT d.globalTid, (row_number() OVER (ORDER BY d.globalTid) - 1) * b.stride - b.t0 AS base, b.t0, b.t1
 FROM (SELECT DISTINCT globalTid FROM src_ranges WHERE globalTid IS NOT NULL) d,

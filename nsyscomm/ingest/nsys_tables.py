@@ -36,6 +36,16 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Prefixes of NVTX names that matter to us, so the NVTX scan can drop everything else early.
 _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
+# The wrapper messages' fields (nsyscomm/nvtx_format.py) as columns msg_<field> of src_ranges,
+# and parsed: whether the C scan split the message (_sqlite_scan.parse_messages, for the layout
+# the wrapper writes). Where it did not, the fields are NULL and sql/calls_nsys.sql splits the
+# name. For 200k messages the split took 0.3 s of CPU in SQL; in C it takes 0.02-0.03 s, on a
+# thread, beside DuckDB's copy of the kernels.
+MESSAGE_FIELDS = {"op": "VARCHAR", "api": "VARCHAR", "bytes": "BIGINT", "dtype": "VARCHAR", "numel": "BIGINT",
+                  "pg": "VARCHAR", "gsize": "BIGINT", "granks": "VARCHAR", "seq": "BIGINT", "step": "BIGINT",
+                  "peer": "BIGINT", "caller": "VARCHAR"}
+_UNPARSED = "false AS parsed, " + ", ".join(f"NULL::{t} AS msg_{f}" for f, t in MESSAGE_FIELDS.items())
+
 
 # Memory the in-memory route takes per kernel at its peak: the compute kernels' process, device,
 # start and end with their validity (36 bytes, as _sqlite_scan holds them), and busy.islands()
@@ -120,12 +130,11 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     for q in scans:
         con.execute(q)
     con.execute("SET preserve_insertion_order = true")
-    if nv is not None:
-        con.execute("CREATE TABLE src_ranges AS SELECT start, \"end\", globalTid, name "
-                    "FROM src_nvtx WHERE name IS NOT NULL")
-    else:
-        # a table, not a view: nsys_sqlite keys the ranges by their rowid
-        con.execute('CREATE TABLE src_ranges (start BIGINT, "end" BIGINT, globalTid BIGINT, name VARCHAR)')
+    # a table, not a view: nsys_sqlite keys the ranges by their rowid
+    con.execute(f'CREATE TABLE src_ranges AS SELECT start, "end", globalTid, name, {_UNPARSED} '
+                + ("FROM src_nvtx WHERE name IS NOT NULL" if nv is not None else
+                   'FROM (SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end", NULL::BIGINT AS globalTid, '
+                   'NULL::VARCHAR AS name) WHERE false'))
     # every event of a process, for its elapsed time (mpitrace's "elapsed")
     parts = []
     if nv is not None:
@@ -214,10 +223,10 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     launches = _table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
     nvtx = out["nvtx"]
     ranges = _table(nvtx, ["start", "end", "globalTid"])
-    offsets, data = nvtx["name"]
-    # large_string (64-bit offsets): DuckDB reads it as VARCHAR, whatever the names' total size
-    names = pa.Array.from_buffers(pa.large_string(), len(ranges), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    ranges = ranges.append_column("name", names)
+    # the wrapper's messages are split (in C, without the GIL) while DuckDB takes the kernels
+    split = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-split")
+    fields = split.submit(_sqlite_scan.parse_messages, *nvtx["name"])
+    split.shutdown(wait=False)
     compute = {n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end")}
     # kernels without a name are compute kernels only in a report without NCCL kernels
     # (sql/compute_kernels.sql: NULL NOT IN (empty set) is true)
@@ -228,7 +237,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     # is most of what a small report costs here
     con.from_arrow(kernels).create("src_kernels")
     con.from_arrow(launches).create("src_runtime")
-    con.from_arrow(ranges).create("src_ranges")
+    con.from_arrow(_with_messages(ranges, *nvtx["name"], fields.result())).create("src_ranges")
     spans = out["spans"] or [(None, None, None)]
     values = ", ".join(["(?::BIGINT, ?::BIGINT, ?::BIGINT)"] * len(spans))
     con.execute(f'CREATE TEMP TABLE span_parts AS SELECT * FROM (VALUES {values}) v(pid, start, "end") '
@@ -255,11 +264,45 @@ def _table(out: dict, names: list[str]):
     cols = []
     for n in names:
         values, valid = out[n]
-        ok = np.frombuffer(valid, np.uint8).astype(bool)
-        nulls = len(ok) - int(ok.sum())
-        bitmap = pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None
-        cols.append(pa.Array.from_buffers(pa.int64(), len(ok), [bitmap, pa.py_buffer(values)], null_count=nulls))
+        rows, bitmap, nulls = _validity(valid)
+        cols.append(pa.Array.from_buffers(pa.int64(), rows, [bitmap, pa.py_buffer(values)], null_count=nulls))
     return pa.Table.from_arrays(cols, names=names)
+
+
+def _validity(valid) -> tuple:
+    """(rows, Arrow validity bitmap or None, NULL count) of _sqlite_scan's one-byte-a-row flags."""
+    import numpy as np
+    import pyarrow as pa
+
+    ok = np.frombuffer(valid, np.uint8).astype(bool)
+    nulls = len(ok) - int(ok.sum())
+    return len(ok), pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None, nulls
+
+
+def _with_messages(ranges, offsets, data, fields: dict):
+    """The ranges with their names (Arrow large_string: DuckDB reads it as VARCHAR, whatever the
+    names' total size) and the fields of the wrapper messages split by parse_messages(): parsed
+    and MESSAGE_FIELDS. A message split needs its name no more: that is NULL (not copied)."""
+    import numpy as np
+    import pyarrow as pa
+
+    parsed = np.frombuffer(fields["parsed"], np.uint8)
+    ranges = ranges.append_column("name", _strings(offsets, data, 1 - parsed))
+    ranges = ranges.append_column("parsed", pa.Array.from_buffers(
+        pa.bool_(), len(parsed), [None, pa.py_buffer(np.packbits(parsed, bitorder="little"))]))
+    for f, typ in MESSAGE_FIELDS.items():
+        col = _table(fields, [f]).column(0) if typ == "BIGINT" else _strings(*fields[f])
+        ranges = ranges.append_column(f"msg_{f}", col)
+    return ranges
+
+
+def _strings(offsets, data, valid):
+    """A string column of _sqlite_scan's (offsets, data, valid) buffers as Arrow, without a copy."""
+    import pyarrow as pa
+
+    rows, bitmap, nulls = _validity(valid)
+    return pa.Array.from_buffers(pa.large_string(), rows, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 def read_only_uri(path) -> str:
