@@ -1,7 +1,7 @@
 -- One row per collective call per process of one nsys report (ranks are assigned later,
 -- across all reports of the job, in sql/collectives.sql).
 -- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges; parsed, msg_*:
--- the fields of the wrapper messages the C scan split), ranges (rid: the src_ranges rowid, start,
+-- the fields of the wrapper messages the C scan split), ranges (rid: the src_ranges rid, start,
 -- end, globalTid, kind, name: those of src_ranges that can own kernels, the nsyscomm wrapper's
 -- and PyTorch's nccl:/gloo: record_function ranges, the name only for PyTorch's; made by
 -- nsys_sqlite.py).
@@ -86,7 +86,7 @@ wrapper AS (
                     -- strings cost 0.1 s more
                     FROM (SELECT r.globalTid, r.start, r."end", r.name, r.parsed, COLUMNS('^msg_'),
                                  b.* EXCLUDE (rid, name_id)
-                          FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rowid
+                          FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rid
                           WHERE r.parsed OR r.name LIKE 'nsyscomm:%')))
     ) r
 ),

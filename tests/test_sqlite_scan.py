@@ -204,7 +204,7 @@ def _variant(i: int, m: str) -> str:
 
 @needs_scan
 def test_messages_split_in_c_or_sql_give_the_same_calls(tmp_path, monkeypatch):
-    """The C scan splits the wrapper messages in the wrapper's layout (_sqlite_scan.parse_messages)
+    """The C scan splits the wrapper messages in the wrapper's layout (split_message)
     and leaves the others to sql/calls_nsys.sql, which splits all of them on DuckDB's path: the
     same calls either way, for every layout of _variant (each message rewritten, inline)."""
     path = _copy(tmp_path)
@@ -224,35 +224,46 @@ def test_messages_split_in_c_or_sql_give_the_same_calls(tmp_path, monkeypatch):
 
 
 @needs_scan
-def test_parse_messages_splits_the_wrapper_layout_only():
-    def split(*msgs):
-        data = b"".join(msgs)
-        offsets = np.cumsum([0] + [len(m) for m in msgs]).astype(np.int64)
-        out = _sqlite_scan.parse_messages(bytearray(offsets.tobytes()), bytearray(data))
-        rows = []
-        for i in range(len(msgs)):
-            row = {"parsed": bool(out["parsed"][i])}
-            for k in ("bytes", "numel", "gsize", "seq", "step", "peer"):
-                v, ok = out[k]
-                row[k] = int(np.frombuffer(v, np.int64)[i]) if ok[i] else None
-            for k in ("op", "api", "dtype", "pg", "granks", "caller"):
-                o, d, ok = out[k]
-                o = np.frombuffer(o, np.int64)
-                row[k] = bytes(d[o[i]:o[i + 1]]).decode() if ok[i] else None
-            rows.append(row)
-        return rows
+def test_scan_splits_the_wrapper_layout_only(tmp_path):
+    """The NVTX scan's split of the wrapper's messages (split_message in _sqlite_scan.c): the
+    fields of a message in the wrapper's layout, and no name; any other name kept whole."""
+    path = tmp_path / "nvtx.sqlite"
+    con = sqlite3.connect(path)
+    con.execute('CREATE TABLE NVTX_EVENTS (start INTEGER, "end" INTEGER, eventType INTEGER, globalTid INTEGER, '
+                'textId INTEGER, text TEXT)')
+    msgs = ["nsyscomm:send|api=send|bytes=8|dtype=float32|numel=2|pg=0|gsize=2|granks=|seq=1|async=0|step=-3"
+            "|peer=1|caller=t.py:3 f|x",
+            "nsyscomm:all_reduce|api=all_reduce|bytes=|dtype=|numel=|pg=|gsize=|granks=0,1|seq=0|async=1|step=",
+            "nsyscomm:x|api=a|bytes=0x10|dtype=|numel=|pg=|gsize=|granks=|seq=|async=|step=|caller=",
+            "nccl:all_reduce"]
+    con.executemany('INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 1, NULL, ?)', [(i, i + 1, m) for i, m in enumerate(msgs)])
+    con.commit()
+    con.close()
+    out = _sqlite_scan.scan(nsys_tables.read_only_uri(path), None, 1, 0, None, 1, 0,
+                            'SELECT start, "end", eventType, globalTid, textId, text FROM NVTX_EVENTS '
+                            'WHERE rowid BETWEEN ? AND ?', 1, len(msgs), 2, np.zeros(0, np.int64),
+                            np.zeros(0, np.int64), [], bytearray(1))["nvtx"]
 
-    a, b, c, d = split(b"nsyscomm:send|api=send|bytes=8|dtype=float32|numel=2|pg=0|gsize=2|granks=|seq=1|async=0"
-                       b"|step=-3|peer=1|caller=t.py:3 f|x",
-                       b"nsyscomm:all_reduce|api=all_reduce|bytes=|dtype=|numel=|pg=|gsize=|granks=0,1|seq=0"
-                       b"|async=1|step=",
-                       b"nsyscomm:x|api=a|bytes=0x10|dtype=|numel=|pg=|gsize=|granks=|seq=|async=|step=|caller=",
-                       b"")
-    assert a == {"parsed": True, "bytes": 8, "numel": 2, "gsize": 2, "seq": 1, "step": -3, "peer": 1,
-                 "op": "send", "api": "send", "dtype": "float32", "pg": "0", "granks": None, "caller": "t.py:3 f|x"}
-    assert b == {"parsed": True, "bytes": None, "numel": None, "gsize": None, "seq": 0, "step": None, "peer": None,
-                 "op": "all_reduce", "api": "all_reduce", "dtype": None, "pg": None, "granks": "0,1", "caller": None}
-    assert not c["parsed"] and not d["parsed"] and c["op"] is None and c["bytes"] is None
+    def row(i):
+        r = {"parsed": bool(np.frombuffer(out["parsed"][0], np.int64)[i])}
+        for k in ("bytes", "numel", "gsize", "seq", "step", "peer"):
+            v, ok = out[k]
+            r[k] = int(np.frombuffer(v, np.int64)[i]) if ok[i] else None
+        for k in ("name", "op", "api", "dtype", "pg", "granks", "caller"):
+            o, d, ok = out[k]
+            o = np.frombuffer(o, np.int64)
+            r[k] = bytes(d[o[i]:o[i + 1]]).decode() if ok[i] else None
+        return r
+
+    assert row(0) == {"parsed": True, "bytes": 8, "numel": 2, "gsize": 2, "seq": 1, "step": -3, "peer": 1,
+                      "name": None, "op": "send", "api": "send", "dtype": "float32", "pg": "0", "granks": None,
+                      "caller": "t.py:3 f|x"}
+    assert row(1) == {"parsed": True, "bytes": None, "numel": None, "gsize": None, "seq": 0, "step": None,
+                      "peer": None, "name": None, "op": "all_reduce", "api": "all_reduce", "dtype": None, "pg": None,
+                      "granks": "0,1", "caller": None}
+    for i in (2, 3):   # 0x10 is no plain integer; a PyTorch range is no message
+        r = row(i)
+        assert not r["parsed"] and r["name"] == msgs[i] and r["op"] is None and r["bytes"] is None
 
 
 @needs_scan

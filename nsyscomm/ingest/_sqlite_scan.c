@@ -6,7 +6,8 @@
  *             start and end (for the busy islands, nsyscomm/ingest/busy.py);
  *   runtime   the launches whose (process, correlation id) is an NCCL kernel's;
  *   NVTX      the ranges whose name can matter (a registered name nsys_tables passes, or inline
- *             text with one of the prefixes of nsys_tables._RANGE_PATTERNS);
+ *             text with one of the prefixes of nsys_tables._RANGE_PATTERNS); the wrapper's
+ *             messages in the layout it writes are split into their fields instead (split_message);
  *
  * and every process's first start and last end over the three (its elapsed time). Each output
  * equals what the DuckDB statements of the other path (nsys_tables._copy_tables and the SQL after
@@ -63,20 +64,25 @@ static void span_add(spans_t *s, int64_t pid, int has_start, int64_t start, int 
 
 typedef struct { int64_t *v; uint8_t *ok; } col_t;
 
+/* NVTX text columns: the name, and the string fields of the wrapper's messages (split_message) */
+#define TEXTS 7
+#define NAME 0
+
 typedef struct {
     int table;
     int64_t lo, hi, base;            /* rowids; where its rows go in the table's outputs */
     int64_t n, n2;                   /* rows kept (n2: compute kernels) */
-    char *text; int64_t text_len, text_cap;   /* NVTX names, one after the other */
+    char *text[TEXTS]; int64_t text_len[TEXTS], text_cap[TEXTS];   /* NVTX strings, one after the other */
 } chunk_t;
 
 typedef struct {
     const char *sql;
     int64_t rows;                    /* capacity of each output: the rowid range's length */
     int ncols, ncols2;
-    col_t out[7], out2[4];
+    col_t out[10], out2[4];
     PyObject *bufs[22];              /* the bytearrays behind out/out2 (values, then validity) */
-    int64_t *text_end;               /* NVTX: end offset of each name in its chunk's text */
+    int64_t *text_end[TEXTS];        /* NVTX: end offset of each string in its chunk's text */
+    uint8_t *text_ok[TEXTS];         /* NVTX: whether the row has that string (else NULL) */
 } table_t;
 
 typedef struct thread_s thread_t;
@@ -272,16 +278,18 @@ static int utf8_ok(const unsigned char *b, int64_t n) {
     return 1;
 }
 
-static int add_text(thread_t *th, chunk_t *ch, const char *b, int64_t n) {
-    if (ch->text_len + n > ch->text_cap) {
-        int64_t cap = ch->text_cap ? ch->text_cap : 1 << 16;
-        while (cap < ch->text_len + n) cap *= 2;
-        char *t = realloc(ch->text, (size_t)cap);
-        if (!t) { snprintf(th->err, sizeof th->err, "out of memory"); return -1; }
-        ch->text = t; ch->text_cap = cap;
+/* row i's string of text column k: b[0..n), or NULL (b NULL) */
+static int add_text(thread_t *th, chunk_t *ch, table_t *t, int k, int64_t i, const char *b, int64_t n) {
+    if (b && ch->text_len[k] + n > ch->text_cap[k]) {
+        int64_t cap = ch->text_cap[k] ? ch->text_cap[k] : 1 << 16;
+        while (cap < ch->text_len[k] + n) cap *= 2;
+        char *p = realloc(ch->text[k], (size_t)cap);
+        if (!p) { snprintf(th->err, sizeof th->err, "out of memory"); return -1; }
+        ch->text[k] = p; ch->text_cap[k] = cap;
     }
-    memcpy(ch->text + ch->text_len, b, (size_t)n);
-    ch->text_len += n;
+    if (b) { memcpy(ch->text[k] + ch->text_len[k], b, (size_t)n); ch->text_len[k] += n; }
+    t->text_end[k][i] = ch->text_len[k];
+    t->text_ok[k][i] = b != NULL;
     return 0;
 }
 
@@ -292,6 +300,63 @@ static int has_prefix(const unsigned char *b, int64_t n) {
     for (int i = 0; i < 4; i++)
         if (n >= len[i] && memcmp(b, pre[i], (size_t)len[i]) == 0) return 1;
     return 0;
+}
+
+/* ---- the wrapper's messages, split ---- */
+
+/* The fields of the nsyscomm wrapper's collective messages (nsyscomm/nvtx_format.py), for the
+ * messages in the layout the wrapper writes: 'nsyscomm:OP|api=|bytes=|dtype=|numel=|pg=|gsize=
+ * |granks=|seq=|async=|step=' then an optional '|peer=', then '|caller=' and the caller to the
+ * end. sql/calls_nsys.sql splits the others (fields in another order, values that are not plain
+ * integers) and, without this extension, all of them; its fast path reads these same fields.
+ * An empty value is NULL; an integer is taken when it is a plain decimal that no 64-bit (32-bit
+ * for gsize and peer) value can overflow, as DuckDB's TRY_CAST would read it; any other message
+ * is left to the SQL (parsed = 0) with its name. */
+#define MSG_INTS 6
+#define MSG_STRS 6
+static const char *MSG_KEYS[12] = {"nsyscomm:", "api=", "bytes=", "dtype=", "numel=", "pg=", "gsize=", "granks=",
+                                   "seq=", "async=", "step=", "peer="};
+static const int MSG_KEY_LEN[12] = {9, 4, 6, 6, 6, 3, 6, 7, 4, 6, 5, 5};
+/* field -> its output: ints 0..5 (bytes, numel, gsize, seq, step, peer), strings 100 + 0..5
+ * (op, api, dtype, pg, granks; caller is 105), -1: not kept (async) */
+static const int MSG_OUT[12] = {100, 101, 0, 102, 1, 103, 2, 104, 3, -1, 4, 5};
+static const int MSG_INT_DIGITS[MSG_INTS] = {18, 18, 9, 18, 18, 9};
+
+static int plain_int(const char *b, int64_t n, int digits, int64_t *out) {
+    int neg = n > 0 && b[0] == '-';
+    if (n - neg < 1 || n - neg > digits) return 0;
+    int64_t v = 0;
+    for (int64_t i = neg; i < n; i++) {
+        if (b[i] < '0' || b[i] > '9') return 0;
+        v = v * 10 + (b[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* 1: the message's fields are in fs/fl (value starts and lengths, by output), 0: not this layout.
+ * One pass over the fields: values hold no '|', so the first '|caller=' (where sql/calls_nsys.sql
+ * ends the fields) is the first field that starts with 'caller=', and it has to come right after
+ * step or peer. */
+static int split_message(const char *b, int64_t n, const char **fs, int64_t *fl) {
+    const int *klen = MSG_KEY_LEN;
+    for (int k = 0; k < MSG_INTS + MSG_STRS; k++) { fs[k] = NULL; fl[k] = 0; }
+    int64_t at = 0;
+    for (int f = 0;; f++) {
+        if (f >= 11 && n - at >= 7 && memcmp(b + at, "caller=", 7) == 0) {
+            fs[MSG_INTS + 5] = b + at + 7; fl[MSG_INTS + 5] = n - at - 7;
+            return 1;
+        }
+        if (f == 12 || n - at < klen[f] || memcmp(b + at, MSG_KEYS[f], (size_t)klen[f]) != 0) return 0;
+        int64_t end = at + klen[f];
+        while (end < n && b[end] != '|') end++;
+        int o = MSG_OUT[f];
+        const char *v = b + at + klen[f];
+        if (o >= 100) { fs[MSG_INTS + o - 100] = v; fl[MSG_INTS + o - 100] = end - at - klen[f]; }
+        else if (o >= 0) { fs[o] = v; fl[o] = end - at - klen[f]; }
+        if (end == n) return f >= 10;   /* the last field: step or peer, without a caller */
+        at = end + 1;
+    }
 }
 
 /* SELECT start, "end", eventType, globalTid, textId, text */
@@ -323,9 +388,21 @@ static int nvtx_row(thread_t *th, chunk_t *ch, sqlite3_stmt *st) {
     put(&t->out[0], i, v[0], ok[0]);
     put(&t->out[1], i, v[1], ok[1]);
     put(&t->out[2], i, v[3], ok[3]);
-    if (add_text(th, ch, name, len) < 0) return -1;
-    t->text_end[i] = ch->text_len;
-    return 0;
+    /* a wrapper message in the wrapper's layout: its fields, and no name (nsys_tables.MESSAGE_FIELDS) */
+    const char *fs[MSG_INTS + MSG_STRS] = {NULL}; int64_t fl[MSG_INTS + MSG_STRS] = {0}, iv[MSG_INTS];
+    int split = len >= 9 && memcmp(name, "nsyscomm:", 9) == 0 && split_message(name, len, fs, fl);
+    for (int c = 0; split && c < MSG_INTS; c++)
+        if (fs[c] && fl[c] && !plain_int(fs[c], fl[c], MSG_INT_DIGITS[c], &iv[c])) split = 0;
+    put(&t->out[3], i, split, 1);
+    for (int c = 0; c < MSG_INTS; c++) {
+        int has = split && fs[c] && fl[c];
+        put(&t->out[4 + c], i, has ? iv[c] : 0, has);
+    }
+    for (int c = 0; c < MSG_STRS; c++) {
+        int has = split && fs[MSG_INTS + c] && fl[MSG_INTS + c];
+        if (add_text(th, ch, t, 1 + c, i, has ? fs[MSG_INTS + c] : NULL, fl[MSG_INTS + c]) < 0) return -1;
+    }
+    return add_text(th, ch, t, NAME, i, split ? NULL : name, len);
 }
 
 typedef int (*row_fn)(thread_t *, chunk_t *, sqlite3_stmt *);
@@ -426,14 +503,17 @@ static int setup_table(table_t *t, const char *sql, int64_t lo, int64_t hi, int 
         col->ok = (uint8_t *)PyByteArray_AS_STRING(t->bufs[b + 1]);
         b += 2;
     }
-    if (texts && !(t->text_end = malloc((size_t)(t->rows > 0 ? t->rows : 1) * 8))) { PyErr_NoMemory(); return -1; }
+    for (int k = 0; k < texts; k++)
+        if (!(t->text_end[k] = malloc((size_t)(t->rows > 0 ? t->rows : 1) * 8))
+            || !(t->text_ok[k] = malloc((size_t)(t->rows > 0 ? t->rows : 1)))) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
 /* {name: (values, valid)} of the table's kept rows, its chunks' gaps closed */
-static PyObject *table_result(job_t *j, int which, const char **names, const char **names2) {
+static PyObject *table_result(job_t *j, int which, const char **names, const char **names2,
+                              const char **text_names) {
     table_t *t = &j->t[which];
-    int64_t n = 0, n2 = 0, text = 0;
+    int64_t n = 0, n2 = 0;
     for (int c = 0; c < j->nchunks; c++) {
         chunk_t *ch = &j->chunks[c];
         if (ch->table != which) continue;
@@ -447,7 +527,7 @@ static PyObject *table_result(job_t *j, int which, const char **names, const cha
                 memmove(t->out2[k].v + n2, t->out2[k].v + ch->base, (size_t)ch->n2 * 8);
                 memmove(t->out2[k].ok + n2, t->out2[k].ok + ch->base, (size_t)ch->n2);
             }
-        n += ch->n; n2 += ch->n2; text += ch->text_len;
+        n += ch->n; n2 += ch->n2;
     }
     PyObject *d = PyDict_New();
     if (!d) return NULL;
@@ -459,25 +539,36 @@ static PyObject *table_result(job_t *j, int which, const char **names, const cha
         if (!pair || PyDict_SetItemString(d, c < t->ncols ? names[c] : names2[c - t->ncols], pair) < 0) { Py_XDECREF(pair); goto fail; }
         Py_DECREF(pair);
     }
-    if (t->text_end) {
-        /* the names as one buffer and their Arrow offsets (int64: large_string) */
-        PyObject *data = new_buf(text), *offs = new_buf((n + 1) * 8);
-        if (!data || !offs) { Py_XDECREF(data); Py_XDECREF(offs); goto fail; }
+    for (int k = 0; k < TEXTS && t->text_end[k]; k++) {
+        /* each text column as one buffer, its Arrow offsets (int64: large_string) and validity */
+        int64_t text = 0;
+        for (int c = 0; c < j->nchunks; c++)
+            if (j->chunks[c].table == which) text += j->chunks[c].text_len[k];
+        PyObject *data = new_buf(text), *offs = new_buf((n + 1) * 8), *valid = new_buf(n);
+        if (!data || !offs || !valid) { Py_XDECREF(data); Py_XDECREF(offs); Py_XDECREF(valid); goto fail; }
         char *dst = PyByteArray_AS_STRING(data);
         int64_t *o = (int64_t *)PyByteArray_AS_STRING(offs);
+        uint8_t *v = (uint8_t *)PyByteArray_AS_STRING(valid);
         int64_t at = 0, row = 0;
         o[0] = 0;
         for (int c = 0; c < j->nchunks; c++) {
             chunk_t *ch = &j->chunks[c];
             if (ch->table != which) continue;
-            if (ch->text_len) memcpy(dst + at, ch->text, (size_t)ch->text_len);
-            for (int64_t r = 0; r < ch->n; r++) o[++row] = at + t->text_end[ch->base + r];
-            at += ch->text_len;
+            if (ch->text_len[k]) memcpy(dst + at, ch->text[k], (size_t)ch->text_len[k]);
+            for (int64_t r = 0; r < ch->n; r++) {
+                v[row] = t->text_ok[k][ch->base + r];
+                o[++row] = at + t->text_end[k][ch->base + r];
+            }
+            at += ch->text_len[k];
         }
-        PyByteArray_Resize(data, (Py_ssize_t)text);
-        PyObject *pair = Py_BuildValue("(NN)", offs, data);
-        if (!pair || PyDict_SetItemString(d, "name", pair) < 0) { Py_XDECREF(pair); goto fail; }
-        Py_DECREF(pair);
+        PyObject *triple = NULL;
+        if (PyByteArray_Resize(data, (Py_ssize_t)text) < 0 || PyByteArray_Resize(valid, (Py_ssize_t)n) < 0
+            || !(triple = Py_BuildValue("(NNN)", offs, data, valid))) {
+            if (!triple) { Py_DECREF(offs); Py_DECREF(data); Py_DECREF(valid); }
+            goto fail;
+        }
+        if (PyDict_SetItemString(d, text_names[k], triple) < 0) { Py_DECREF(triple); goto fail; }
+        Py_DECREF(triple);
     }
     return d;
 fail:
@@ -537,7 +628,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         j->rel_str[i] = PyBytes_AS_STRING(b); j->rel_len[i] = PyBytes_GET_SIZE(b);
     }
     if (setup_table(&j->t[KERNELS], ksql, klo, khi, 7, 4, 0) < 0 || setup_table(&j->t[RUNTIME], rsql, rlo, rhi, 4, 0, 0) < 0
-        || setup_table(&j->t[NVTX], nsql, nlo, nhi, 3, 0, 1) < 0)
+        || setup_table(&j->t[NVTX], nsql, nlo, nhi, 4 + MSG_INTS, 0, TEXTS) < 0)
         goto done;
     int64_t nch = 0;
     for (int t = 0; t < 3; t++) nch += j->t[t].rows / CHUNK_ROWS + 1;
@@ -572,9 +663,10 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
     static const char *kn[] = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"};
     static const char *kn2[] = {"compute_pid", "compute_device", "compute_start", "compute_end"};
     static const char *rn[] = {"start", "end", "globalTid", "correlationId"};
-    static const char *nn[] = {"start", "end", "globalTid"};
-    PyObject *k = table_result(j, KERNELS, kn, kn2), *r = table_result(j, RUNTIME, rn, NULL);
-    PyObject *n = table_result(j, NVTX, nn, NULL);
+    static const char *nn[] = {"start", "end", "globalTid", "parsed", "bytes", "numel", "gsize", "seq", "step", "peer"};
+    static const char *tn[TEXTS] = {"name", "op", "api", "dtype", "pg", "granks", "caller"};
+    PyObject *k = table_result(j, KERNELS, kn, kn2, NULL), *r = table_result(j, RUNTIME, rn, NULL, NULL);
+    PyObject *n = table_result(j, NVTX, nn, NULL, tn);
     /* every process's first start and last end, over the threads */
     spans_t *all = calloc(1, sizeof(spans_t));
     PyObject *sp = NULL;
@@ -602,9 +694,11 @@ done:
     if (sync) { pthread_mutex_destroy(&j->mu); pthread_cond_destroy(&j->cv); }
     for (int t = 0; t < 3; t++) {
         for (int b = 0; b < 22; b++) Py_XDECREF(j->t[t].bufs[b]);
-        free(j->t[t].text_end);
+        for (int k = 0; k < TEXTS; k++) { free(j->t[t].text_end[k]); free(j->t[t].text_ok[k]); }
     }
-    if (j->chunks) for (int c = 0; c < j->nchunks; c++) free(j->chunks[c].text);
+    if (j->chunks)
+        for (int c = 0; c < j->nchunks; c++)
+            for (int k = 0; k < TEXTS; k++) free(j->chunks[c].text[k]);
     free(j->chunks);
     for (int i = 0; i < 64; i++) free(j->bm[i]);
     free(j->set_pid); free(j->set_corr);
@@ -616,159 +710,11 @@ done:
     return result;
 }
 
-/* ---- the wrapper's messages, split ---- */
-
-/* The fields of the nsyscomm wrapper's collective messages (nsyscomm/nvtx_format.py), for the
- * messages in the layout the wrapper writes: 'nsyscomm:OP|api=|bytes=|dtype=|numel=|pg=|gsize=
- * |granks=|seq=|async=|step=' then an optional '|peer=', then '|caller=' and the caller to the
- * end. sql/calls_nsys.sql splits the others (fields in another order, values that are not plain
- * integers) and, without this extension, all of them; its fast path reads these same fields.
- * An empty value is NULL; an integer is taken when it is a plain decimal that no 64-bit (32-bit
- * for gsize and peer) value can overflow, as DuckDB's TRY_CAST would read it; any other message
- * is left to the SQL (parsed = 0). */
-#define MSG_INTS 6
-#define MSG_STRS 6
-static const char *MSG_KEYS[12] = {"nsyscomm:", "api=", "bytes=", "dtype=", "numel=", "pg=", "gsize=", "granks=",
-                                   "seq=", "async=", "step=", "peer="};
-/* field -> its output: ints 0..5 (bytes, numel, gsize, seq, step, peer), strings 100 + 0..5
- * (op, api, dtype, pg, granks; caller is 105), -1: not kept (async) */
-static const int MSG_OUT[12] = {100, 101, 0, 102, 1, 103, 2, 104, 3, -1, 4, 5};
-static const int MSG_INT_DIGITS[MSG_INTS] = {18, 18, 9, 18, 18, 9};
-
-typedef struct { int64_t *off; char *data; uint8_t *ok; int64_t len; } strcol_t;
-
-static int plain_int(const char *b, int64_t n, int digits, int64_t *out) {
-    int neg = n > 0 && b[0] == '-';
-    if (n - neg < 1 || n - neg > digits) return 0;
-    int64_t v = 0;
-    for (int64_t i = neg; i < n; i++) {
-        if (b[i] < '0' || b[i] > '9') return 0;
-        v = v * 10 + (b[i] - '0');
-    }
-    *out = neg ? -v : v;
-    return 1;
-}
-
-/* 1: the message's fields are in fs/fl (value starts and lengths, by output), 0: not this layout.
- * One pass over the fields: values hold no '|', so the first '|caller=' (where sql/calls_nsys.sql
- * ends the fields) is the first field that starts with 'caller=', and it has to come right after
- * step or peer. */
-static int split_message(const char *b, int64_t n, const char **fs, int64_t *fl) {
-    static int klen[12];
-    if (!klen[0]) for (int f = 0; f < 12; f++) klen[f] = (int)strlen(MSG_KEYS[f]);
-    for (int k = 0; k < MSG_INTS + MSG_STRS; k++) { fs[k] = NULL; fl[k] = 0; }
-    int64_t at = 0;
-    for (int f = 0;; f++) {
-        if (f >= 11 && n - at >= 7 && memcmp(b + at, "caller=", 7) == 0) {
-            fs[MSG_INTS + 5] = b + at + 7; fl[MSG_INTS + 5] = n - at - 7;
-            return 1;
-        }
-        if (f == 12 || n - at < klen[f] || memcmp(b + at, MSG_KEYS[f], (size_t)klen[f]) != 0) return 0;
-        int64_t end = at + klen[f];
-        while (end < n && b[end] != '|') end++;
-        int o = MSG_OUT[f];
-        const char *v = b + at + klen[f];
-        if (o >= 100) { fs[MSG_INTS + o - 100] = v; fl[MSG_INTS + o - 100] = end - at - klen[f]; }
-        else if (o >= 0) { fs[o] = v; fl[o] = end - at - klen[f]; }
-        if (end == n) return f >= 10;   /* the last field: step or peer, without a caller */
-        at = end + 1;
-    }
-}
-
-static PyObject *parse_messages(PyObject *mod, PyObject *args) {
-    (void)mod;
-    PyObject *offs_o, *data_o;
-    if (!PyArg_ParseTuple(args, "OO", &offs_o, &data_o)) return NULL;
-    static const char *int_names[MSG_INTS] = {"bytes", "numel", "gsize", "seq", "step", "peer"};
-    static const char *str_names[MSG_STRS] = {"op", "api", "dtype", "pg", "granks", "caller"};
-    Py_buffer offs = {0}, data = {0};
-    PyObject *result = NULL, *parsed = NULL, *bufs[MSG_INTS * 2 + MSG_STRS * 3] = {NULL};
-    if (int64_buffer(offs_o, &offs) < 0) return NULL;
-    if (PyObject_GetBuffer(data_o, &data, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&offs); return NULL; }
-    int64_t n = offs.len / 8 - 1;
-    const int64_t *o = offs.buf;
-    const char *text = data.buf;
-    if (n < 0) n = 0;
-    col_t ints[MSG_INTS];
-    strcol_t strs[MSG_STRS];
-    int64_t total = n > 0 ? o[n] - o[0] : 0;   /* a string's values fit in the names' bytes */
-    if (!(parsed = new_buf(n))) goto done;
-    for (int c = 0; c < MSG_INTS; c++) {
-        if (!(bufs[2 * c] = new_buf(n * 8)) || !(bufs[2 * c + 1] = new_buf(n))) goto done;
-        ints[c].v = (int64_t *)PyByteArray_AS_STRING(bufs[2 * c]);
-        ints[c].ok = (uint8_t *)PyByteArray_AS_STRING(bufs[2 * c + 1]);
-    }
-    for (int c = 0; c < MSG_STRS; c++) {
-        PyObject **b = &bufs[MSG_INTS * 2 + 3 * c];
-        if (!(b[0] = new_buf((n + 1) * 8)) || !(b[1] = new_buf(total)) || !(b[2] = new_buf(n))) goto done;
-        strs[c].off = (int64_t *)PyByteArray_AS_STRING(b[0]);
-        strs[c].data = PyByteArray_AS_STRING(b[1]);
-        strs[c].ok = (uint8_t *)PyByteArray_AS_STRING(b[2]);
-        strs[c].off[0] = 0; strs[c].len = 0;
-    }
-    uint8_t *ok = (uint8_t *)PyByteArray_AS_STRING(parsed);
-    Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 0; i < n; i++) {
-        const char *b = text + o[i];
-        int64_t len = o[i + 1] - o[i];
-        const char *fs[MSG_INTS + MSG_STRS]; int64_t fl[MSG_INTS + MSG_STRS];
-        int64_t v[MSG_INTS];
-        int good = split_message(b, len, fs, fl);
-        for (int c = 0; good && c < MSG_INTS; c++)
-            if (fs[c] && fl[c] && !plain_int(fs[c], fl[c], MSG_INT_DIGITS[c], &v[c])) good = 0;
-        ok[i] = (uint8_t)good;
-        for (int c = 0; c < MSG_INTS; c++) {
-            int has = good && fs[c] && fl[c];
-            ints[c].v[i] = has ? v[c] : 0; ints[c].ok[i] = (uint8_t)has;
-        }
-        for (int c = 0; c < MSG_STRS; c++) {
-            const char *f = fs[MSG_INTS + c]; int64_t fn = fl[MSG_INTS + c];
-            int has = good && f && fn;
-            if (has) { memcpy(strs[c].data + strs[c].len, f, (size_t)fn); strs[c].len += fn; }
-            strs[c].off[i + 1] = strs[c].len; strs[c].ok[i] = (uint8_t)has;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    /* new_buf() gives a byte at least: the per-row buffers are cut to their rows (none, for no string) */
-    if (PyByteArray_Resize(parsed, (Py_ssize_t)n) < 0) goto fail;
-    for (int c = 0; c < MSG_INTS; c++)
-        if (PyByteArray_Resize(bufs[2 * c], (Py_ssize_t)(n * 8)) < 0 || PyByteArray_Resize(bufs[2 * c + 1], (Py_ssize_t)n) < 0)
-            goto fail;
-    for (int c = 0; c < MSG_STRS; c++)
-        if (PyByteArray_Resize(bufs[MSG_INTS * 2 + 3 * c + 2], (Py_ssize_t)n) < 0) goto fail;
-    if (!(result = PyDict_New()) || PyDict_SetItemString(result, "parsed", parsed) < 0) goto fail;
-    for (int c = 0; c < MSG_INTS; c++) {
-        PyObject *t = PyTuple_Pack(2, bufs[2 * c], bufs[2 * c + 1]);
-        if (!t || PyDict_SetItemString(result, int_names[c], t) < 0) { Py_XDECREF(t); goto fail; }
-        Py_DECREF(t);
-    }
-    for (int c = 0; c < MSG_STRS; c++) {
-        PyObject **b = &bufs[MSG_INTS * 2 + 3 * c];
-        if (PyByteArray_Resize(b[1], (Py_ssize_t)(strs[c].len ? strs[c].len : 1)) < 0) goto fail;
-        PyObject *t = PyTuple_Pack(3, b[0], b[1], b[2]);
-        if (!t || PyDict_SetItemString(result, str_names[c], t) < 0) { Py_XDECREF(t); goto fail; }
-        Py_DECREF(t);
-    }
-    goto done;
-fail:
-    Py_CLEAR(result);
-done:
-    Py_XDECREF(parsed);
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) Py_XDECREF(bufs[k]);
-    PyBuffer_Release(&offs);
-    PyBuffer_Release(&data);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(uri, kernel_sql, klo, khi, runtime_sql, rlo, rhi, nvtx_sql, nlo, nhi, threads, nccl_ids, rel_ids,\n"
      "     rel_values, cancel) -> {'kernels': ..., 'runtime': ..., 'nvtx': ..., 'spans': [(pid, first, last)]}\n"
      "A table whose SQL is None is not read. cancel: a bytearray whose first byte, set, stops the scan."},
-    {"parse_messages", parse_messages, METH_VARARGS,
-     "parse_messages(offsets, data) -> {'parsed': flags, 'bytes'|'numel'|'gsize'|'seq'|'step'|'peer': (values, valid),\n"
-     "     'op'|'api'|'dtype'|'pg'|'granks'|'caller': (offsets, data, valid)}\n"
-     "The fields of the wrapper messages among the strings given as Arrow large_string buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,13 +56,13 @@ FROM (SELECT l.kid, r.rid, r.kind, r.start
         ON l.kl >= r.ks AND l.kl <= r.ke) e
 GROUP BY e.kid, e.kind"""
 # The ranges that can own NCCL kernels, numbered once for the lookups above and sql/calls_nsys.sql
-# (rid: the row's id in src_ranges, unique and free; row_number() OVER () would run the statement
-# on one core). The name only of PyTorch's ranges: calls_nsys.sql reads the wrapper's messages
-# (and the fields the C scan split from them, nsys_tables.MESSAGE_FIELDS) in src_ranges.
+# (rid: the range's number in src_ranges). The name only of PyTorch's ranges: calls_nsys.sql
+# reads the wrapper's messages (and the fields the C scan split from them,
+# nsys_tables.MESSAGE_FIELDS) in src_ranges.
 _RANGES = """CREATE TEMP TABLE ranges AS
-SELECT rowid AS rid, start, "end", globalTid, CASE WHEN NOT wrapper THEN name END AS name,
+SELECT rid, start, "end", globalTid, CASE WHEN NOT wrapper THEN name END AS name,
        CASE WHEN wrapper THEN 'wrapper' ELSE 'torch_range' END AS kind
-FROM (SELECT rowid, *, parsed OR name LIKE 'nsyscomm:%' AS wrapper FROM src_ranges)
+FROM (SELECT *, parsed OR name LIKE 'nsyscomm:%' AS wrapper FROM src_ranges)
 WHERE wrapper OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'"""
 _RANGE_THREADS = """CREATE OR REPLACE TEMP TABLE range_threads AS
 SELECT d.globalTid, (row_number() OVER (ORDER BY d.globalTid) - 1) * b.stride - b.t0 AS base, b.t0, b.t1

@@ -49,6 +49,8 @@ def nccl_section(result: Result, by_caller: bool = False) -> dict:
 
 
 def document(result: Result, by_caller: bool = False) -> dict:
+    result.prefetch(("summary", {"by_caller": by_caller}), ("ranks", {}), ("skew", {}), ("steps", {}),
+                    ("size_histogram", {}), ("top_skew", {"limit": 10}), ("unmatched", {}), ("link_metrics", {}))
     doc = {
         "schema": SCHEMA_VERSION,
         "tool": "nsyscomm",

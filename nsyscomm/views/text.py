@@ -61,6 +61,8 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
         for w in result.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
         return
+    result.prefetch(("summary", {"by_caller": by_caller}), ("ranks", {}), ("steps", {}), ("size_histogram", {}),
+                    ("link_metrics", {}), ("skew", {}), ("top_skew", {"limit": 5}))
     console.print(f"[bold]nsyscomm[/] — {n} collective calls in {escape(reports)}")
     for line in nccl_header(result):
         console.print(escape(line))
