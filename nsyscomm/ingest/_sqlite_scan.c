@@ -26,7 +26,6 @@
  * processes than PIDS) ends the scan with ValueError and the caller takes the DuckDB path, which
  * has the reference behaviour for it. The GIL is released for the whole scan. */
 #define PY_SSIZE_T_CLEAN
-#define _GNU_SOURCE                  /* memmem */
 #include <Python.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -561,13 +560,12 @@ static PyObject *table_result(job_t *j, int which, const char **names, const cha
             }
             at += ch->text_len[k];
         }
-        PyObject *triple = NULL;
-        if (PyByteArray_Resize(data, (Py_ssize_t)text) < 0 || PyByteArray_Resize(valid, (Py_ssize_t)n) < 0
-            || !(triple = Py_BuildValue("(NNN)", offs, data, valid))) {
-            if (!triple) { Py_DECREF(offs); Py_DECREF(data); Py_DECREF(valid); }
+        if (PyByteArray_Resize(data, (Py_ssize_t)text) < 0 || PyByteArray_Resize(valid, (Py_ssize_t)n) < 0) {
+            Py_DECREF(offs); Py_DECREF(data); Py_DECREF(valid);
             goto fail;
         }
-        if (PyDict_SetItemString(d, text_names[k], triple) < 0) { Py_DECREF(triple); goto fail; }
+        PyObject *triple = Py_BuildValue("(NNN)", offs, data, valid);
+        if (!triple || PyDict_SetItemString(d, text_names[k], triple) < 0) { Py_XDECREF(triple); goto fail; }
         Py_DECREF(triple);
     }
     return d;
