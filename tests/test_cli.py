@@ -186,3 +186,30 @@ def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
     with _interrupt_after():   # no signal: nothing raised
         ran.append("quiet")
     assert ran[-1] == "quiet"
+
+
+def test_ctrl_c_while_click_dispatches_is_one_line_and_130(monkeypatch, capsys):
+    """Before a command takes over (click parsing and dispatching, slow on a loaded machine),
+    Ctrl-C ends the command as it does anywhere else, not with click's "Aborted!" and status 1;
+    click's other errors keep their message and status."""
+    import gc
+
+    import click
+
+    from nsyscomm import cli
+
+    def interrupted(self, ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(click.Group, "invoke", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli.entry(["summarize"])
+    assert e.value.code == 130 and capsys.readouterr().err.strip() == "nsyscomm: interrupted"
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as e:
+        cli.entry(["summarize", "--no-such-option"])
+    assert e.value.code == 2 and "No such option" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.entry(["--version"])
+    assert e.value.code == 0 and "nsyscomm, version" in capsys.readouterr().out
+    gc.unfreeze()   # entry() froze this test process's objects, as it does the command's
