@@ -130,8 +130,8 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     for q in scans:
         con.execute(q)
     con.execute("SET preserve_insertion_order = true")
-    # the named ranges, numbered (rid), with the columns of the C scan's (_ranges); _check makes
-    # src_ranges of them
+    # the named ranges, numbered (rid), with the same columns as the C scan's (_ranges); _check
+    # makes src_ranges of them
     con.execute(f'CREATE TABLE range_rows AS SELECT start, "end", globalTid, name, {_UNPARSED} '
                 + ("FROM src_nvtx WHERE name IS NOT NULL" if nv is not None else
                    'FROM (SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end", NULL::BIGINT AS globalTid, '
@@ -153,8 +153,9 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
 
 
 def _check(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
-    # a range without a start or a thread cannot be placed: say so instead of guessing. Only then
-    # a filter: pushed into the scan of ranges held in Arrow, it would go through pyarrow's
+    # a range without a start or a thread cannot be placed: say so instead of guessing. A filter
+    # only then: DuckDB pushes it into its scan of ranges held in Arrow, through pyarrow's dataset
+    # scanner
     bad = con.execute("SELECT count(*) FROM src_ranges_all WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
     con.execute("CREATE TEMP VIEW src_ranges AS SELECT * FROM src_ranges_all"
                 + (" WHERE start IS NOT NULL AND globalTid IS NOT NULL" if bad else ""))
