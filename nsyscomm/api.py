@@ -146,13 +146,13 @@ class Result:
                 cur.close()
 
         for name, params in queries:
-            key = (name, tuple(sorted(params.items())))
+            key = _query_key(name, params)
             if key not in self._prefetched:
                 self._prefetched[key] = pool.submit(run, name, params)
         pool.shutdown(wait=False)
 
     def _query(self, name: str, **params) -> pd.DataFrame:
-        ahead = self._prefetched.get((name, tuple(sorted(params.items()))))
+        ahead = self._prefetched.get(_query_key(name, params))
         if ahead is not None:
             return duck.arrow_frame(ahead.result())
         return duck.frame(self.con.execute(duck.sql(name), params or None))
@@ -238,6 +238,10 @@ class Result:
     @property
     def n_calls(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
+
+
+def _query_key(name: str, params: dict) -> tuple:
+    return name, tuple(sorted(params.items()))
 
 
 def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None = None, cache: bool = True,

@@ -184,6 +184,14 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return arrow_frame(cur.to_arrow_table())
 
 
+def frame_arrow(df: pd.DataFrame):
+    """arrow_frame()'s way back: a pandas frame as an Arrow table without its index or pandas'
+    schema metadata, as the sources hand over calls they built in pandas (Extract.calls)."""
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+
+
 def arrow_frame(t) -> pd.DataFrame:
     """An Arrow table as pandas with the dtypes DuckDB's ``.df()`` gives: integers keep numpy
     dtypes unless they hold NULLs (then pandas' nullable ones); HUGEINT (DuckDB's sum of

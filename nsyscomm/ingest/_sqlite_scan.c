@@ -313,9 +313,10 @@ static int has_prefix(const unsigned char *b, int64_t n) {
  * is left to the SQL (parsed = 0) with its name. */
 #define MSG_INTS 6
 #define MSG_STRS 6
-static const char *MSG_KEYS[12] = {"nsyscomm:", "api=", "bytes=", "dtype=", "numel=", "pg=", "gsize=", "granks=",
-                                   "seq=", "async=", "step=", "peer="};
-static const int MSG_KEY_LEN[12] = {9, 4, 6, 6, 6, 3, 6, 7, 4, 6, 5, 5};
+#define KEY(s) {s, sizeof s - 1}
+static const struct { const char *s; int len; } MSG_KEYS[12] = {
+    KEY("nsyscomm:"), KEY("api="), KEY("bytes="), KEY("dtype="), KEY("numel="), KEY("pg="), KEY("gsize="),
+    KEY("granks="), KEY("seq="), KEY("async="), KEY("step="), KEY("peer=")};
 /* field -> its output: ints 0..5 (bytes, numel, gsize, seq, step, peer), strings 100 + 0..5
  * (op, api, dtype, pg, granks; caller is 105), -1: not kept (async) */
 static const int MSG_OUT[12] = {100, 101, 0, 102, 1, 103, 2, 104, 3, -1, 4, 5};
@@ -338,7 +339,6 @@ static int plain_int(const char *b, int64_t n, int digits, int64_t *out) {
  * ends the fields) is the first field that starts with 'caller=', and it has to come right after
  * step or peer. */
 static int split_message(const char *b, int64_t n, const char **fs, int64_t *fl) {
-    const int *klen = MSG_KEY_LEN;
     for (int k = 0; k < MSG_INTS + MSG_STRS; k++) { fs[k] = NULL; fl[k] = 0; }
     int64_t at = 0;
     for (int f = 0;; f++) {
@@ -346,13 +346,15 @@ static int split_message(const char *b, int64_t n, const char **fs, int64_t *fl)
             fs[MSG_INTS + 5] = b + at + 7; fl[MSG_INTS + 5] = n - at - 7;
             return 1;
         }
-        if (f == 12 || n - at < klen[f] || memcmp(b + at, MSG_KEYS[f], (size_t)klen[f]) != 0) return 0;
-        int64_t end = at + klen[f];
+        if (f == 12) return 0;   /* a field after peer that is not the caller */
+        int klen = MSG_KEYS[f].len;
+        if (n - at < klen || memcmp(b + at, MSG_KEYS[f].s, (size_t)klen) != 0) return 0;
+        int64_t end = at + klen;
         while (end < n && b[end] != '|') end++;
         int o = MSG_OUT[f];
-        const char *v = b + at + klen[f];
-        if (o >= 100) { fs[MSG_INTS + o - 100] = v; fl[MSG_INTS + o - 100] = end - at - klen[f]; }
-        else if (o >= 0) { fs[o] = v; fl[o] = end - at - klen[f]; }
+        const char *v = b + at + klen;
+        if (o >= 100) { fs[MSG_INTS + o - 100] = v; fl[MSG_INTS + o - 100] = end - at - klen; }
+        else if (o >= 0) { fs[o] = v; fl[o] = end - at - klen; }
         if (end == n) return f >= 10;   /* the last field: step or peer, without a caller */
         at = end + 1;
     }
@@ -388,8 +390,8 @@ static int nvtx_row(thread_t *th, chunk_t *ch, sqlite3_stmt *st) {
     put(&t->out[1], i, v[1], ok[1]);
     put(&t->out[2], i, v[3], ok[3]);
     /* a wrapper message in the wrapper's layout: its fields, and no name (nsys_tables.MESSAGE_FIELDS) */
-    const char *fs[MSG_INTS + MSG_STRS] = {NULL}; int64_t fl[MSG_INTS + MSG_STRS] = {0}, iv[MSG_INTS];
-    int split = len >= 9 && memcmp(name, "nsyscomm:", 9) == 0 && split_message(name, len, fs, fl);
+    const char *fs[MSG_INTS + MSG_STRS]; int64_t fl[MSG_INTS + MSG_STRS], iv[MSG_INTS];
+    int split = split_message(name, len, fs, fl);
     for (int c = 0; split && c < MSG_INTS; c++)
         if (fs[c] && fl[c] && !plain_int(fs[c], fl[c], MSG_INT_DIGITS[c], &iv[c])) split = 0;
     put(&t->out[3], i, split, 1);

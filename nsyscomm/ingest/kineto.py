@@ -38,9 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
-from nsyscomm import nvtx_format
+from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import canonical_op, parse_kernel
@@ -400,7 +399,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
                               "last_ns": pd.Series([], dtype="int64")})
     version = dist.get("nccl_version")
     compute = pd.DataFrame(compute, columns=["device", "start", "end"]).assign(pid=main_pid)
-    calls = pa.Table.from_pandas(calls, preserve_index=False).replace_schema_metadata(None)
+    calls = duck.frame_arrow(calls)
     return Extract(report=report, path=path, calls=busy_before(calls, compute), markers=markers, spans=spans,
                    session_start_utc_ns=None,
                    nsys_version=f"kineto (NCCL {version})" if version else "kineto", warnings=warnings)

@@ -37,7 +37,6 @@ import struct
 from dataclasses import dataclass, field
 
 import pandas as pd
-import pyarrow as pa
 
 from nsyscomm import duck
 
@@ -539,4 +538,4 @@ def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
         else:
             warnings.append(f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
                             f"(capture window edge): not counted")
-    return pa.Table.from_pandas(calls, preserve_index=False).replace_schema_metadata(None), markers
+    return duck.frame_arrow(calls), markers
