@@ -1,0 +1,1 @@
+"""Analyses beyond the SQL tables: the what-if replay and its scenarios."""
