@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from nsyscomm import duck, ops, schema
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import gpu_metrics, kineto, nsys_sqlite, nsys_tables
+from nsyscomm.ingest import gpu_metrics, kineto, nsys_sqlite, nsys_tables, straggler_trace
 from nsyscomm.ingest.names import canonical_op
 from nsyscomm.overlap import parts as overlap_parts
 
@@ -51,6 +51,8 @@ def discover(paths) -> list[Path]:
         p = Path(p)
         if p.is_dir():
             hits = sorted(x for x in p.rglob("*.sqlite") if x.is_file())
+            if not hits:  # per-op traces of the OSDI'25 what-if artifact (trace-*.parquet + meta-*.yaml)
+                hits = sorted(x for x in p.rglob("trace-*.parquet") if straggler_trace.is_trace(x))
             if not hits:  # PyTorch profiler traces, one per rank (nsyscomm.ingest.kineto)
                 hits = sorted(x for x in p.rglob("*") if x.is_file() and kineto.is_trace(x))
             if not hits:
@@ -83,6 +85,8 @@ def extract_one(path: Path, report: str | None = None, threads: int | None = Non
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty; profile again or export again with nsys export --type sqlite")
+    if straggler_trace.is_trace(path):
+        return straggler_trace.extract(path, report)
     if nsys_tables.is_sqlite(path):
         try:
             return nsys_sqlite.extract(path, report, threads)
@@ -123,6 +127,8 @@ class Result:
     reference: pd.DataFrame | None = None                  # nccl-tests busbw curve from those logs
     overlap_parts: Future | None = None                    # of overlap_parts(): begun by combine()
     _prefetched: dict = field(default_factory=dict, init=False, repr=False)   # (name, params) -> Future
+    op_trace: tuple | None = None                          # (ops, meta) of a per-op what-if trace input
+    _what_if: dict | None = field(default=None, init=False, repr=False)
 
     @property
     def relation(self) -> duckdb.DuckDBPyRelation:
@@ -235,6 +241,26 @@ class Result:
         captured with --gpu-metrics-devices; empty otherwise)."""
         return self._query("link_metrics")
 
+    # --- what-if replay (nsyscomm.analyses.whatif; issue 23) ---
+    @property
+    def what_if_analysis(self) -> dict:
+        """what_if rows, attribution rows and the model's notes (computed once)."""
+        if self._what_if is None:
+            from nsyscomm.analyses import whatif
+
+            self._what_if = whatif.of_result(self)
+        return self._what_if
+
+    @property
+    def what_if(self) -> list[dict]:
+        """Scenarios ranked by ms saved: {scenario, saved_ms, step_ms_before, step_ms_after, slowdown, ...}."""
+        return self.what_if_analysis["what_if"]
+
+    @property
+    def attribution(self) -> list[dict]:
+        """{by, key, slowdown}: the slowdown each rank / op (/ dp_rank, stage, optype) causes."""
+        return self.what_if_analysis["attribution"]
+
     @property
     def n_calls(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
@@ -264,6 +290,7 @@ def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None 
         curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
+    result.op_trace = straggler_trace.job_trace(files)   # compute ops too, for the what-if replay
     return result
 
 
@@ -385,7 +412,7 @@ def combine(extracts, by_caller: bool = False, calls: JobCalls | None = None) ->
     # what the warnings below count, in one scan of the calls
     max_n, by_order, unsized = con.execute(
         "SELECT coalesce(max(group_size), 1), "
-        "count(*) FILTER (WHERE source NOT IN ('wrapper', 'nccl_payload')), "
+        "count(*) FILTER (WHERE source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace')), "
         "count(*) FILTER (WHERE bytes IS NULL AND op <> 'barrier') FROM collectives").fetchone()
     max_n = int(max_n)
     factors = pd.DataFrame([(op, n, ops.busbw_factor(op, n)) for op in ops.OPS for n in range(1, max(2, max_n) + 1)],

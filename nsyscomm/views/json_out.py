@@ -82,6 +82,9 @@ def document(result: Result, by_caller: bool = False) -> dict:
                                               "avg_value", "max_value"))
     if result.nccl_logs:
         doc["nccl"] = nccl_section(result, by_caller)
+    from nsyscomm.views import whatif_out   # what-if replay (issue 23): diagnosis.what_if / .attribution
+
+    doc.setdefault("diagnosis", {}).update(whatif_out.json_section(result))
     return doc
 
 

@@ -83,6 +83,9 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
         _top_skew(result, console)
         console.print(f"straggler: rank {skew['straggler_rank']} arrived last in {s['late_count']} of "
                       f"{skew['instances']} shared collectives (mean arrival delay {s['avg_arrival_delay_ms']:.3f} ms)")
+    from nsyscomm.views import whatif_out   # what-if replay (issue 23)
+
+    whatif_out.render(result, console)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 

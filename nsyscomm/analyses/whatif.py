@@ -1,0 +1,288 @@
+"""What-if scenarios of a job, each one replay of nsyscomm.analyses.replay: the diagnosis'
+`what_if` rows (per step and for the job), the top (op, bytes, caller) keys of each scenario,
+and the attribution of the slowdown to ranks and ops (and, for a per-op trace of the OSDI'25
+artifact, to DP ranks, stages and op types). The model is in docs/whatif.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nsyscomm.analyses import replay, stragglers
+
+TOP_KEYS = 10        # keys listed per scenario
+MAX_KEYS = 20        # keys replayed one by one (the largest by measured time)
+MAX_RANKS = 64       # ranks attributed one by one (the ones furthest from their ideal)
+
+NOTES = [
+    "Replay model: each rank runs its operations in the order measured; an operation starts when "
+    "its predecessors have ended plus the time between them that the trace does not explain "
+    "(kept as measured); a collective (or a send with its receive) ends for all its ranks its "
+    "transfer time after its last rank arrived; the transfer time is the measured end minus the "
+    "last arrival.",
+    "no_straggler: every collective starts when its first rank arrives; the late ranks' delay is "
+    "removed and the gain propagates along every rank's timeline. A receive still waits for its "
+    "send (a message cannot arrive before it is sent).",
+    "full_overlap: the exposed part of each collective (its time no compute kernel hides) is "
+    "removed from its transfer time.",
+    "reference_busbw: each collective's transfer takes bytes x busbw factor / the nccl-tests "
+    "reference busbw at its size (--nccl-log); it can be slower than measured (saved_ms < 0).",
+    "ideal: every operation at the typical duration of its kind (the median over the ranks of "
+    "its collective, for the time before it and its transfer) and no unexplained delays; "
+    "attribution: S of a rank or op = the ideal replay with only its operations as measured, "
+    "over the ideal step time.",
+    "A step's time is from the end of the previous step's last operation (on any rank) to the end "
+    "of its own; slowdown = the job's mean step time as measured / under the scenario.",
+]
+
+
+@dataclass
+class Model:
+    """A job ready to replay: graph, measured durations and delays in ms, labels per op."""
+
+    graph: replay.Graph
+    dur: np.ndarray
+    delay: np.ndarray
+    step_of: np.ndarray                 # each op's step code (-1: no step)
+    steps: list                         # step numbers (None: the job as one step)
+    key: np.ndarray                     # the (op, bytes, caller) or op type label of each op
+    labels: dict                        # attribution dimension -> label per op
+    ideal_dur: np.ndarray
+    ideal_delay: np.ndarray
+    chained_steps: bool = True          # steps follow each other (False: each from its own start)
+    attribute_delays: bool = True       # attribution puts back measured delays too (the artifact: durations only)
+    step_origin: np.ndarray | None = None
+    notes: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def step_ms(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        n = len(self.steps)
+        m = self.step_of >= 0
+        last = np.full(n, -np.inf)
+        np.maximum.at(last, self.step_of[m], end[m])
+        if not self.chained_steps:
+            return last - self.step_origin
+        first = np.full(n, np.inf)
+        np.minimum.at(first, self.step_of[m], start[m])
+        prev = np.concatenate(([first[0]], last[:-1]))
+        return last - prev
+
+    def run(self, dur=None, delay=None, reduce="max") -> np.ndarray:
+        s, e = replay.replay(self.graph, self.dur if dur is None else dur,
+                             self.delay if delay is None else delay, reduce)
+        return self.step_ms(s, e)
+
+
+def from_ops(ops: pd.DataFrame) -> Model:
+    """The model of a job read into the collectives table: its calls (sql/replay_ops.sql) chained
+    on each rank; the time between two calls is compute or host work, kept as measured."""
+    n = len(ops)
+    rank = ops["rank"].to_numpy()
+    start = ops["start_ns"].to_numpy(np.float64) / 1e6
+    end = ops["end_ns"].to_numpy(np.float64) / 1e6
+    sync = ops["sync_id"].to_numpy()
+    sizes = pd.Series(sync).map(pd.Series(sync).value_counts()).to_numpy()
+    group = np.where(sizes > 1, pd.factorize(sync)[0], -1)
+    src, dst = _rank_edges(rank, end, group)
+    g = replay.build(n, src, dst, group, start.copy())
+    dur = replay.transfer_times(g, start, end)
+    delay = replay.launch_delays(g, start, end)
+    step = ops["step"]
+    if step.notna().any():
+        steps = sorted(int(s) for s in step.dropna().unique())
+        step_of = np.where(step.notna(), np.searchsorted(steps, step.fillna(-1).astype(np.int64)), -1)
+    else:
+        steps, step_of = [None], np.zeros(n, np.int64)
+    bytes_ = ops["bytes"].astype("Int64").astype(str).replace("<NA>", "?")
+    key = (ops["op"].astype(str) + " " + bytes_ + " " + ops["caller"].astype(str)).str.strip().to_numpy()
+    # ideal: the median over the collective's ranks of the time before it and of its transfer
+    gs = pd.Series(group)
+    med_delay = pd.Series(delay).groupby(gs).transform("median").to_numpy()
+    med_dur = pd.Series(dur).groupby(gs).transform("median").to_numpy()
+    ideal_delay = np.where(group >= 0, med_delay, delay)
+    ideal_dur = np.where(group >= 0, med_dur, dur)
+    m = Model(g, dur, delay, step_of, steps, key, {"rank": rank, "op": key}, ideal_dur, ideal_delay)
+    m.extra["exposed_ms"] = ops["exposed_ns"].to_numpy(np.float64) / 1e6
+    m.extra["bytes"] = ops["bytes"].to_numpy(np.float64)
+    m.extra["op"] = ops["op"].to_numpy()
+    m.extra["p2p"] = ops["op"].isin(("send", "recv")).to_numpy()
+    return m
+
+
+def _rank_edges(rank: np.ndarray, end: np.ndarray, group: np.ndarray, lookback: int = 8):
+    """Each call depends on the latest earlier call of its rank that finished before it. Calls
+    that overlap (asynchronous collectives on several streams) can finish in another order on
+    another rank: following the order of the measured ends (a group's latest end) keeps the
+    graph acyclic. A call with no such call within `lookback` starts where it was measured."""
+    n = len(rank)
+    node = np.where(group >= 0, group, group.max(initial=-1) + 1 + np.arange(n))
+    key = pd.Series(end).groupby(node).transform("max").to_numpy()
+    pos = np.empty(n, np.int64)
+    pos[np.lexsort((node, key))] = np.arange(n)
+    pos = pd.Series(pos).groupby(node).transform("min").to_numpy()   # one position per group
+    pred = np.full(n, -1, np.int64)
+    for off in range(1, lookback + 1):
+        v = np.arange(off, n)
+        u = v - off
+        ok = (pred[v] < 0) & (rank[u] == rank[v]) & (pos[u] < pos[v])
+        pred[v[ok]] = u[ok]
+    has = pred >= 0
+    return pred[has], np.flatnonzero(has)
+
+
+def from_trace(trace: stragglers.Trace) -> Model:
+    """The model of a per-op trace (the artifact's format), its pipeline dependencies included."""
+    ops = trace.ops
+    key = ops["optype"].astype(str).to_numpy()
+    lab = {"rank": ops["rank"].to_numpy(), "dp_rank": ops["dp_rank"].to_numpy(),
+           "stage": ops["stage"].to_numpy(), "optype": stragglers.labels(trace, "optype")}
+    zero = np.zeros(trace.graph.n)
+    m = Model(trace.graph, trace.dur * 1e3, trace.delay * 1e3, trace.step_code, [int(s) for s in trace.steps],
+              key, lab, trace.ideal_dur * 1e3, zero, chained_steps=False, step_origin=np.zeros(trace.n_steps),
+              attribute_delays=False)
+    # the graph's origins are in seconds: replays here scale them with the durations
+    m.graph = replay.Graph(**{**trace.graph.__dict__, "origin": trace.graph.origin * 1e3})
+    m.step_origin = trace.step_start * 1e3
+    comm = ops["optype"].astype(str).isin(stragglers.pipeline_deps.COMM_TYPES).to_numpy()
+    m.extra["comm"] = comm
+    m.extra["p2p"] = ops["optype"].astype(str).isin(stragglers.pipeline_deps.P2P).to_numpy()
+    return m
+
+
+def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict:
+    """scenario -> (dur, delay, reduce) arrays, for the scenarios this job's data allow; a note
+    for each one left out."""
+    # a message cannot arrive before it is sent: only collectives stop waiting for their last rank
+    p2p = m.extra["p2p"]
+    no_wait = np.ones(max(m.graph.n_groups, 1), bool)
+    no_wait[m.graph.group[p2p & (m.graph.group >= 0)]] = False
+    out = {"no_straggler": (m.dur, m.delay, no_wait)}
+    if "comm" in m.extra:   # a per-op trace times each communication op on its own stream: all exposed
+        out["full_overlap"] = (np.where(m.extra["comm"], 0.0, m.dur), m.delay, "max")
+        out["no_launch_delay"] = (m.dur, np.zeros_like(m.delay), "max")
+    else:
+        exposed = m.extra["exposed_ms"]
+        if np.isfinite(exposed).any():
+            hide = np.minimum(m.dur, np.nan_to_num(exposed, nan=0.0))
+            out["full_overlap"] = (m.dur - hide, m.delay, "max")
+        else:
+            m.notes.append("full_overlap: not computed, the job has no GPU kernel timing (no exposed time)")
+        ref = reference_ms(m, reference)
+        if ref is not None:
+            out["reference_busbw"] = (np.where(np.isfinite(ref) & (m.graph.group >= 0), ref, m.dur), m.delay, "max")
+        else:
+            m.notes.append("reference_busbw: not computed, no nccl-tests reference curve (--nccl-log)")
+    out["ideal"] = (m.ideal_dur, m.ideal_delay, "max")
+    return out
+
+
+def reference_ms(m: Model, curve: pd.DataFrame | None) -> np.ndarray | None:
+    """Each collective's transfer time at the reference busbw of its op and size (NaN: none)."""
+    from nsyscomm import ops as opsmod
+
+    if curve is None or curve.empty:
+        return None
+    out = np.full(m.graph.n, np.nan)
+    sizes = np.bincount(m.graph.group[m.graph.group >= 0], minlength=max(m.graph.n_groups, 1))
+    for op in pd.unique(m.extra["op"]):
+        c = curve[(curve["op"] == op) & curve["busbw_GBps"].notna()].sort_values("bytes")
+        sel = (m.extra["op"] == op) & np.isfinite(m.extra["bytes"]) & (m.extra["bytes"] > 0)
+        if not len(c) or not sel.any():
+            continue
+        x = np.log2(c["bytes"].to_numpy(float))
+        bw = np.interp(np.log2(m.extra["bytes"][sel]), x, c["busbw_GBps"].to_numpy(float))
+        n = np.where(m.graph.group[sel] >= 0, sizes[np.maximum(m.graph.group[sel], 0)], 1)
+        factor = np.array([opsmod.busbw_factor(op, int(k)) or 0.0 for k in n])
+        out[sel] = m.extra["bytes"][sel] * factor / (bw * 1e9) * 1e3   # bytes / (GB/s) -> ms
+    return out if np.isfinite(out).any() else None
+
+
+def _restricted(m: Model, sc: tuple, mask: np.ndarray):
+    dur, delay, reduce = sc
+    d = np.where(mask, dur, m.dur)
+    dl = np.where(mask, delay, m.delay)
+    if not isinstance(reduce, str):   # per group: only the groups of the masked ops stop waiting
+        r = np.zeros(max(m.graph.n_groups, 1), bool)
+        r[m.graph.group[mask & (m.graph.group >= 0)]] = True
+        return d, dl, r & reduce
+    return d, dl, reduce
+
+
+def _biggest(labels: np.ndarray, weight: np.ndarray, k: int) -> list:
+    s = pd.Series(weight).groupby(labels).sum().sort_values(ascending=False)
+    return list(s.index[:k])
+
+
+def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
+    """{'what_if': rows, 'attribution': rows, 'notes': [...]} (JSON-ready)."""
+    before = m.run()
+    rows = []
+    keys = _biggest(m.key, m.dur + np.maximum(m.delay, 0), MAX_KEYS)
+    for name, sc in scenarios(m, reference).items():
+        after = m.run(*sc)
+        per_key = []
+        for k in keys:
+            part = m.run(*_restricted(m, sc, m.key == k))
+            per_key.append({"key": str(k), "saved_ms": float(np.sum(before - part))})
+        per_key.sort(key=lambda r: -r["saved_ms"])
+        rows.append(_row(m, name, before, after) | {"top_keys": per_key[:TOP_KEYS]})
+    rows.sort(key=lambda r: -r["saved_ms"])
+    return {"what_if": rows, "attribution": attribution(m), "notes": NOTES + m.notes}
+
+
+def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
+    mb, ma = float(np.mean(before)), float(np.mean(after))
+    steps = [{"step": s, "step_ms_before": float(b), "step_ms_after": float(a), "saved_ms": float(b - a)}
+             for s, b, a in zip(m.steps, before, after)]
+    return {"scenario": name, "saved_ms": mb - ma, "step_ms_before": mb, "step_ms_after": ma,
+            "slowdown": mb / ma if ma > 0 else None, "total_saved_ms": float(np.sum(before - after)),
+            "steps": steps}
+
+
+def attribution(m: Model) -> list[dict]:
+    """S of each rank / op / (DP rank, stage, op type): the ideal replay with only its operations
+    as measured, over the ideal step time (1.0: it costs nothing)."""
+    ideal = float(np.mean(m.run(m.ideal_dur, m.ideal_delay)))
+    if ideal <= 0:
+        return []
+    out = []
+    excess = np.abs(m.dur - m.ideal_dur) + np.abs(m.delay - m.ideal_delay)
+    for by, lab in m.labels.items():
+        limit = MAX_RANKS if by == "rank" else MAX_KEYS
+        for k in _biggest(lab, excess, limit):
+            mask = lab == k
+            delay = np.where(mask, m.delay, m.ideal_delay) if m.attribute_delays else m.ideal_delay
+            st = m.run(np.where(mask, m.dur, m.ideal_dur), delay)
+            out.append({"by": by, "key": k.item() if hasattr(k, "item") else k, "slowdown": float(np.mean(st)) / ideal})
+    out.sort(key=lambda r: (r["by"], -r["slowdown"]))
+    return out
+
+
+def of_result(result) -> dict:
+    """The what-if analysis of a Result: its per-op trace when it was read from one (with the
+    artifact's own figures under 'straggler_model'), else its collectives."""
+    if getattr(result, "op_trace", None) is not None:
+        ops, meta = result.op_trace
+        trace = stragglers.prepare(ops, meta)
+        out = analyse(from_trace(trace))
+        paper = stragglers.analyse(trace)
+        out["straggler_model"] = {
+            "blocking_slowdown": paper["blocking_slowdown"], "launch_slowdown": paper["launch_slowdown"],
+            "Ms": paper["ms"]["Ms"], "Mw": paper["mw"]["Mw"], "mw_ranks": paper["mw"]["ranks"],
+            "steps": [{"step": s, "measured_ms": 1e3 * paper["step_t_base"][s],
+                       "no_delay_ms": 1e3 * paper["step_t_nodelay"][s], "ideal_ms": 1e3 * paper["step_t_noblk"][s]}
+                      for s in paper["step_t_base"]],
+        }
+        out["notes"] = out["notes"] + [
+            "Per-op trace (OSDI'25 artifact format): pipeline and data-parallel dependencies as in the "
+            "artifact; ideal = compute at its type's mean and communication at its type's median over all "
+            "workers and steps, without launch delays; straggler_model.blocking_slowdown = no-delay / ideal "
+            "step time (the paper's S)."]
+        return out
+    ops = result._query("replay_ops")
+    if ops.empty:
+        return {"what_if": [], "attribution": [], "notes": ["no timed calls: nothing to replay"]}
+    return analyse(from_ops(ops), getattr(result, "reference", None))

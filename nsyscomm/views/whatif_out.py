@@ -1,0 +1,57 @@
+"""The what-if replay in the views: the JSON `diagnosis` keys (what_if, attribution) and the
+text summary's short "What-if" block. Reads only Result.what_if_analysis."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.markup import escape
+
+from nsyscomm.api import Result
+
+
+def _finite(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def json_section(result: Result) -> dict:
+    """The keys this analysis adds to the JSON document's `diagnosis` object."""
+    a = result.what_if_analysis
+    out = {"what_if": a["what_if"], "attribution": a["attribution"], "what_if_notes": a["notes"]}
+    if "straggler_model" in a:
+        out["straggler_model"] = a["straggler_model"]
+    return _finite(out)
+
+
+def render(result: Result, console: Console, top: int = 3) -> None:
+    """A few lines: the scenarios ranked by ms saved per step, each one's top keys; the top
+    attribution of each dimension."""
+    a = result.what_if_analysis
+    rows = [r for r in a["what_if"] if r.get("slowdown") is not None]
+    if not rows:
+        return
+    console.print("[bold]What-if[/] (replay across ranks; mean step time, ms saved per step)")
+    for r in rows:
+        keys = ", ".join(f"{k['key']} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
+                         for k in r["top_keys"][:top] if k["saved_ms"] > 0)
+        console.print(f"  {r['scenario']:<16} {r['step_ms_before']:10.3f} -> {r['step_ms_after']:10.3f} ms "
+                      f"saves {r['saved_ms']:9.3f} ms  (x{r['slowdown']:.3f})"
+                      + (f"  top: {escape(keys)}" if keys else ""))
+    by: dict = {}
+    for row in a["attribution"]:
+        if row["slowdown"] > by.get(row["by"], {"slowdown": -1})["slowdown"]:
+            by[row["by"]] = row
+    if by:
+        console.print("  slowdown over ideal, largest: " + ", ".join(
+            f"{k} {escape(str(v['key']))} x{v['slowdown']:.3f}" for k, v in by.items()))
+    sm = a.get("straggler_model")
+    if sm:
+        console.print(f"  straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
+                      f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}")

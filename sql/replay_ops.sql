@@ -1,0 +1,22 @@
+-- The operations of the what-if replay (nsyscomm.analyses.whatif): every call in its rank's time
+-- order, with the group that synchronises it across ranks (sync_id: the logical collective; a send
+-- and its receive share one: same communicator, pair, sending rank and seq) and the part of it no
+-- compute hides (exposed_ns: NULL without kernel timing). Input: collectives.
+SELECT
+    rank,
+    step,
+    op,
+    bytes,
+    coalesce(caller, '')                                   AS caller,
+    coalesce(group_size, 1)                                AS group_size,
+    CASE WHEN op IN ('send', 'recv') AND peer IS NOT NULL
+         THEN (hash("group", pair, CASE WHEN op = 'send' THEN rank ELSE peer END, seq) >> 1)::BIGINT
+         ELSE logical_id END                               AS sync_id,
+    coalesce(gpu_start, cpu_start)                         AS start_ns,
+    coalesce(gpu_end, cpu_end)                             AS end_ns,
+    CASE WHEN busy_at_end IS NOT NULL AND busy_at_start IS NOT NULL
+         THEN greatest(0, coalesce(gpu_end - gpu_start, cpu_end - cpu_start) - (busy_at_end - busy_at_start))
+         END                                               AS exposed_ns
+FROM collectives
+WHERE coalesce(gpu_start, cpu_start) IS NOT NULL AND coalesce(gpu_end, cpu_end) IS NOT NULL
+ORDER BY rank, start_ns, end_ns, seq
