@@ -1,0 +1,53 @@
+"""Generated CPU jobs with exactly known timelines, for the what-if replay's tests.
+
+A job is a list of steps; a step is a list of events run in order: ("compute", rank, ms) moves
+that rank's clock; ("coll", ranks, transfer_ms, pg) is one collective of those ranks: it starts
+when its last rank arrives and ends transfer_ms later on all of them. The reports are written
+with nsyscomm.synth's public pieces (a gloo-style CPU report: the nsyscomm wrapper's NVTX
+ranges, no kernels), one process per rank; every rank's clock starts at synth.T0. The tests state
+the what-if truth of each job by hand from these events.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from nsyscomm import nvtx_format, synth
+
+MS = 1_000_000   # ns
+BYTES = 4_000_000
+CALLER = "job.py:10 train_step"
+
+
+def write_job(path: Path, n_ranks: int, steps: list[list[tuple]]) -> dict:
+    """Write the job's report to path; returns each call's (rank, step, pg, start_ns, end_ns)."""
+    rep = synth.Report(Path(path).name, cuda=False)
+    procs = [rep.process(8000 + r, "python3", {8000 + r: "python3"}) for r in range(n_ranks)]
+    clock = {}
+    for r, p in enumerate(procs):
+        t = synth.T0 - 100_000
+        rep.domain_create(p, p.pid, t, nvtx_format.DOMAIN, 1)
+        rep.mark(p, p.pid, t + 1000, registered=nvtx_format.format_rank_marker(r, r, n_ranks, "cpu-host"), domain=1)
+        clock[r] = synth.T0
+    seq = defaultdict(int)
+    calls = []
+    for step, events in enumerate(steps, start=1):
+        for ev in events:
+            if ev[0] == "compute":
+                _, r, ms = ev
+                clock[r] += round(ms * MS)
+                continue
+            _, ranks, transfer_ms, pg = ev
+            end = max(clock[r] for r in ranks) + round(transfer_ms * MS)
+            for r in ranks:
+                s = seq[(r, pg)]
+                seq[(r, pg)] += 1
+                msg = nvtx_format.format_collective(
+                    "all_reduce", api="all_reduce", bytes=BYTES, dtype="float32", numel=BYTES // 4, pg=pg,
+                    gsize=len(ranks), granks=tuple(ranks), seq=s, step=step, caller=CALLER)
+                rep.range(procs[r], procs[r].pid, clock[r], end, registered=msg, domain=1)
+                calls.append((r, step, pg, clock[r], end))
+                clock[r] = end
+    synth.write_sqlite(rep, Path(path), seed=7)
+    return {"calls": calls}
