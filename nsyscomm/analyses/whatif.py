@@ -16,6 +16,9 @@ from nsyscomm.analyses import replay, stragglers
 TOP_KEYS = 10        # keys listed per scenario
 MAX_KEYS = 20        # keys replayed one by one (the largest by measured time)
 MAX_RANKS = 64       # ranks attributed one by one (the ones furthest from their ideal)
+# operations x replays spent on the per-key and per-rank replays: a summary of a large job stays
+# within seconds (the scenarios themselves are always replayed)
+REPLAY_BUDGET = 20_000_000
 
 NOTES = [
     "Replay model: each rank runs its operations in the order measured; an operation starts when "
@@ -220,8 +223,13 @@ def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
     """{'what_if': rows, 'attribution': rows, 'notes': [...]} (JSON-ready)."""
     before = m.run()
     rows = []
-    keys = _biggest(m.key, m.dur + np.maximum(m.delay, 0), MAX_KEYS)
-    for name, sc in scenarios(m, reference).items():
+    todo = scenarios(m, reference)
+    allowed = REPLAY_BUDGET // max(m.graph.n, 1)
+    n_keys = min(MAX_KEYS, allowed // (2 * len(todo)))
+    if n_keys < MAX_KEYS:
+        m.notes.append(f"large job: top keys replayed for the {n_keys} largest (op, bytes, caller) only")
+    keys = _biggest(m.key, m.dur + np.maximum(m.delay, 0), n_keys)
+    for name, sc in todo.items():
         after = m.run(*sc)
         per_key = []
         for k in keys:
@@ -230,7 +238,7 @@ def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
         per_key.sort(key=lambda r: -r["saved_ms"])
         rows.append(_row(m, name, before, after) | {"top_keys": per_key[:TOP_KEYS]})
     rows.sort(key=lambda r: -r["saved_ms"])
-    return {"what_if": rows, "attribution": attribution(m), "notes": NOTES + m.notes}
+    return {"what_if": rows, "attribution": attribution(m, max(allowed // 2, 0)), "notes": NOTES + m.notes}
 
 
 def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
@@ -242,7 +250,7 @@ def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
             "steps": steps}
 
 
-def attribution(m: Model) -> list[dict]:
+def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
     """S of each rank / op / (DP rank, stage, op type): the ideal replay with only its operations
     as measured, over the ideal step time (1.0: it costs nothing)."""
     ideal = float(np.mean(m.run(m.ideal_dur, m.ideal_delay)))
@@ -251,7 +259,9 @@ def attribution(m: Model) -> list[dict]:
     out = []
     excess = np.abs(m.dur - m.ideal_dur) + np.abs(m.delay - m.ideal_delay)
     for by, lab in m.labels.items():
-        limit = MAX_RANKS if by == "rank" else MAX_KEYS
+        limit = min(MAX_RANKS if by == "rank" else MAX_KEYS, max(budget // len(m.labels), 0))
+        if by == "rank" and limit < len(np.unique(lab)):
+            m.notes.append(f"attribution: the {limit} ranks furthest from their ideal durations only")
         for k in _biggest(lab, excess, limit):
             mask = lab == k
             delay = np.where(mask, m.delay, m.ideal_delay) if m.attribute_delays else m.ideal_delay
