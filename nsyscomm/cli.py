@@ -179,9 +179,10 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, debug, cm
 
 def _register_commands() -> None:
     from nsyscomm.commands.gate import baseline, gate
+    from nsyscomm.commands.export import export
     from nsyscomm.commands.views import report, trace
 
-    for command in (gate, baseline, trace, report):
+    for command in (gate, baseline, trace, report, export):
         main.add_command(command)
 
 

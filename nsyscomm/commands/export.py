@@ -1,0 +1,27 @@
+"""``nsyscomm export``: a job in another tool's input format (registered by nsyscomm.cli)."""
+
+from __future__ import annotations
+
+import click
+
+from nsyscomm.commands import guard as _guard
+
+
+@click.command("export")
+@click.option("--format", "fmt", type=click.Choice(["whatif"]), required=True,
+              help="whatif: the per-op trace of the OSDI'25 straggler study's artifact "
+                   "(trace-NAME.parquet + meta-NAME.yaml; ByteDance-Seed/StragglerAnalysis).")
+@click.option("--name", default="nsyscomm", show_default=True, help="The trace's name (trial_name).")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=str))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+def export(fmt, name, debug, out_dir, inputs):
+    """Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.
+    With no INPUTS, the bundled sample reports are used."""
+    from nsyscomm.analyses import trace_export
+    from nsyscomm.api import load
+
+    result = _guard(lambda: load(list(inputs) or None), debug)
+    files = _guard(lambda: trace_export.write(result, out_dir, name), debug)
+    for f in files:
+        click.echo(f"wrote {f}", err=True)
