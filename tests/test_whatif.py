@@ -154,3 +154,42 @@ def test_engine_groups_and_cycles():
     # c0 -> x -> c1 with c0 and c1 one collective: x would run both before and after it
     with pytest.raises(replay.CycleError):
         replay.build(3, [0, 2], [2, 1], group=[5, 5, -1])
+
+
+def test_export_whatif_format(late_rank_job, tmp_path):
+    """The late-rank job in the OSDI'25 artifact's trace format: per step and rank the compute
+    before the call and the call, times as constructed."""
+    from nsyscomm.analyses import stragglers, trace_export
+    from nsyscomm.ingest import straggler_trace
+
+    files = trace_export.write(late_rank_job, tmp_path, "late")
+    assert [f.name for f in files] == ["trace-late.parquet", "meta-late.yaml"]
+    ops, meta = straggler_trace.read(files[0])
+    assert (meta["dp_size"], meta["pp_size"], meta["world_size"]) == (3, 1, 3)
+    s2 = ops[ops["step"] == 2].set_index(["optype", "rank"])
+    fc = s2.loc["forward-compute"]
+    rs = s2.loc["grads-reduce-scatter"]
+    # step 2 starts when step 1's all-reduce ends; rank 2 computes 1.6 ms, the others 1.0 and wait 0.6
+    assert fc["duration"].to_dict() == pytest.approx({0: 1.0e-3, 1: 1.0e-3, 2: 1.6e-3}, abs=1e-7)
+    assert rs["start_ts"].to_dict() == pytest.approx({0: 1.0e-3, 1: 1.0e-3, 2: 1.6e-3}, abs=1e-7)
+    assert rs["duration"].to_dict() == pytest.approx({0: 0.8e-3, 1: 0.8e-3, 2: 0.2e-3}, abs=1e-7)
+    assert set(s2.index.get_level_values(0)) == set(trace_export.TAIL) | {"forward-compute", "backward-compute",
+                                                                           "grads-reduce-scatter"}
+    t = stragglers.prepare(ops, meta)
+    _, _, steps = t.run()
+    assert steps[1] == pytest.approx(1.8e-3, abs=1e-7)
+
+
+def test_trace_what_if_timeline(propagation_job, tmp_path):
+    """nsyscomm trace --what-if no_straggler: the replayed calls beside the measured ones; the
+    world all-reduce of step 2 ends at 3.0 ms (see the propagation job)."""
+    from nsyscomm.views import trace as tr
+    from nsyscomm.views import whatif_trace
+
+    origin = tr._origin(tr.calls(propagation_job, None))
+    ev = whatif_trace.events(propagation_job, "no_straggler", origin)
+    xs = [e for e in ev if e["ph"] == "X"]
+    assert len(xs) == 10 and {e["pid"] for e in xs} == {whatif_trace.PID_BASE + r for r in range(3)}
+    last = max(e["ts"] + e["dur"] for e in xs)
+    # origin is the first call (1.0 ms after T0): the replayed job ends at 3.0 ms
+    assert last == pytest.approx((3.0 - 1.0) * 1000, abs=1e-3)

@@ -77,7 +77,8 @@ def build(df: pd.DataFrame, dp_size: int, pp_size: int) -> tuple[np.ndarray, np.
         edges.append((c[ok], sends.index.to_numpy()[ok]))
         recvs = df[df["ot"] == f"{direction}-recv"]
         nr = recvs.groupby("w").size()
-        nc = ncomp.xs(comp_t, level="ot").reindex(nr.index).fillna(0).astype(np.int64)
+        nc = ncomp[ncomp.index.get_level_values("ot") == comp_t].droplevel("ot")
+        nc = nc.reindex(nr.index).fillna(0).astype(np.int64)
         # one receive fewer than computes: the first compute's input came from elsewhere
         shift = (nc - nr).clip(lower=0).reindex(recvs["w"]).to_numpy()
         m = recvs["seq_id"].to_numpy() + shift

@@ -3,8 +3,9 @@
 
 A job read from such a trace is written back as it was read. Any other job is written as a
 data-parallel job (dp = ranks, pp = 1, each rank its own DP rank at stage 0), per step and rank:
-the time before the rank's first call as one ``forward-compute``, the time before each further call
-as a ``backward-compute``, each call as a ``grads-reduce-scatter`` (its ``seq_id`` is its order in
+the time before the rank's first call as one ``forward-compute`` (then an empty
+``backward-compute``: the artifact's schedule needs one), the time before each further call as a
+``backward-compute``, each call as a ``grads-reduce-scatter`` (its ``seq_id`` is its order in
 the step: the artifact groups the DP ranks' calls by it), and the artifact's end-of-step ops
 (gc, layernorm and embedding all-reduce, clip, optimizer) with zero duration at the rank's last
 call end. Times are seconds from the step's first call. The limits are in docs/whatif.md.
@@ -48,8 +49,12 @@ def frame(ops: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     comp = pd.DataFrame(base | {
         "optype": np.where(first, "forward-compute", "backward-compute"),
         "start_ts": (gap_start - step0) / 1e9, "duration": (ops["start_ns"] - gap_start).clip(lower=0) / 1e9,
-        "seq_id": np.where(first, 0, ops["k"] - 1), "mb_id": 0})
-    rows.append(comp)
+        "seq_id": ops["k"], "mb_id": 0})
+    # the artifact's schedule needs a backward compute: an empty one before the step's first call
+    # (the time before the k-th further call is backward-compute k)
+    empty = comp[first.to_numpy()].assign(optype="backward-compute", duration=0.0, seq_id=0,
+                                          start_ts=((ops["start_ns"] - step0) / 1e9)[first].to_numpy())
+    rows += [comp, empty]
     rows.append(pd.DataFrame(base | {"optype": "grads-reduce-scatter", "start_ts": (ops["start_ns"] - step0) / 1e9,
                                      "duration": (ops["end_ns"] - ops["start_ns"]) / 1e9, "seq_id": ops["k"],
                                      "mb_id": -1}))

@@ -16,9 +16,12 @@ from nsyscomm.analyses import replay, stragglers
 TOP_KEYS = 10        # keys listed per scenario
 MAX_KEYS = 20        # keys replayed one by one (the largest by measured time)
 MAX_RANKS = 64       # ranks attributed one by one (the ones furthest from their ideal)
-# operations x replays spent on the per-key and per-rank replays: a summary of a large job stays
-# within seconds (the scenarios themselves are always replayed)
-REPLAY_BUDGET = 20_000_000
+# estimated seconds spent on the per-key and per-rank replays (the scenarios themselves are always
+# replayed): a replay costs a few numpy calls per level (a rank's calls in a row) and a little per op
+REPLAY_BUDGET_S = 4.0
+S_PER_LEVEL, S_PER_OP = 3e-5, 2e-8
+# a rank with more calls than this is not replayed at all (its levels would take minutes)
+MAX_CALLS_PER_RANK = 20_000
 
 NOTES = [
     "Replay model: each rank runs its operations in the order measured; an operation starts when "
@@ -224,7 +227,7 @@ def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
     before = m.run()
     rows = []
     todo = scenarios(m, reference)
-    allowed = REPLAY_BUDGET // max(m.graph.n, 1)
+    allowed = int(REPLAY_BUDGET_S / (S_PER_LEVEL * m.graph.levels + S_PER_OP * m.graph.n + 1e-9))
     n_keys = min(MAX_KEYS, allowed // (2 * len(todo)))
     if n_keys < MAX_KEYS:
         m.notes.append(f"large job: top keys replayed for the {n_keys} largest (op, bytes, caller) only")
@@ -292,7 +295,38 @@ def of_result(result) -> dict:
             "workers and steps, without launch delays; straggler_model.blocking_slowdown = no-delay / ideal "
             "step time (the paper's S)."]
         return out
+    per_rank = result.con.execute(
+        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM collectives GROUP BY rank)").fetchone()[0]
+    if per_rank > MAX_CALLS_PER_RANK:
+        return {"what_if": [], "attribution": [], "notes": [
+            f"what-if replay skipped: {per_rank} calls on one rank, over the replay's limit of "
+            f"{MAX_CALLS_PER_RANK}; profile fewer steps (nsyscomm run --steps A:B)"]}
     ops = result._query("replay_ops")
     if ops.empty:
         return {"what_if": [], "attribution": [], "notes": ["no timed calls: nothing to replay"]}
     return analyse(from_ops(ops), getattr(result, "reference", None))
+
+
+def timeline(result, scenario: str) -> pd.DataFrame:
+    """Every replayed operation's start and end (ns, on the measured clock) under a scenario:
+    rank, step, name, start_ns, end_ns. Raises KeyError for a scenario the job does not allow."""
+    if getattr(result, "op_trace", None) is not None:
+        from nsyscomm.ingest import straggler_trace
+
+        ops, meta = result.op_trace
+        trace = stragglers.prepare(ops, meta)
+        m = from_trace(trace)
+        names = trace.ops["optype"].astype(str).to_numpy()
+        steps = trace.ops["step"].to_numpy()
+        # the trace's steps lie end to end on the collectives' clock (straggler_trace.calls)
+        off_ms = straggler_trace.step_offsets(trace.ops).reindex(steps).to_numpy() * 1e3
+    else:
+        ops = result._query("replay_ops")
+        m = from_ops(ops)
+        names, steps, off_ms = m.key, ops["step"].to_numpy(), 0.0
+    todo = scenarios(m, getattr(result, "reference", None))
+    if scenario not in todo:
+        raise KeyError(scenario)
+    start, end = replay.replay(m.graph, *todo[scenario])
+    return pd.DataFrame({"rank": m.labels["rank"], "step": steps, "name": names,
+                         "start_ns": np.rint((start + off_ms) * 1e6), "end_ns": np.rint((end + off_ms) * 1e6)})

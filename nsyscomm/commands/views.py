@@ -5,6 +5,8 @@ Registered by nsyscomm.cli with ``main.add_command(trace)`` / ``main.add_command
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from nsyscomm.commands import guard as _guard
@@ -33,8 +35,10 @@ def _load(inputs, debug):
               help="Only training steps A to B-1 (A:, :B and a single step N also work).")
 @click.option("--per-rank", "per_rank", type=click.Path(file_okay=False, path_type=str), default=None,
               metavar="DIR", help="Also write one trace per rank as DIR/<rank>/comm.json (BytePS's layout).")
+@click.option("--what-if", "what_if", metavar="SCENARIO", default=None,
+              help="Add the replayed timeline of a what-if scenario (no_straggler, ideal, ...) beside the measured one.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def trace(inputs, output, steps, per_rank, debug):
+def trace(inputs, output, steps, per_rank, what_if, debug):
     """Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing).
 
     One track per rank and GPU stream, one event per collective call, arrows linking the calls
@@ -45,6 +49,21 @@ def trace(inputs, output, steps, per_rank, debug):
     result = _load(inputs, debug)
     if output is None and per_rank is None:
         output = "trace.json"
+    if what_if is not None:   # the measured trace plus the scenario's replayed timeline (issue 23)
+        from nsyscomm.views import whatif_trace
+
+        def doc():
+            d = tr.build(result, steps)
+            d["traceEvents"] += whatif_trace.events(result, what_if, tr._origin(tr.calls(result, steps)), steps)
+            return d
+
+        d = _guard(doc, debug)
+        if output == "-" or output is None:
+            click.echo(tr.dumps(d))
+        else:
+            _guard(lambda: Path(output).write_text(tr.dumps(d)), debug)
+            click.echo(f"wrote {output} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
+        return
     if output == "-":
         doc = _guard(lambda: tr.build(result, steps), debug)
         click.echo(tr.dumps(doc))
