@@ -193,3 +193,13 @@ def test_trace_what_if_timeline(propagation_job, tmp_path):
     last = max(e["ts"] + e["dur"] for e in xs)
     # origin is the first call (1.0 ms after T0): the replayed job ends at 3.0 ms
     assert last == pytest.approx((3.0 - 1.0) * 1000, abs=1e-3)
+
+
+def test_html_report_section(propagation_job):
+    from nsyscomm.views import html_report
+
+    page = html_report.render(propagation_job)
+    assert 'id="whatif"' in page
+    # the per-step bars: measured and no_straggler for both steps, with their values
+    assert "step 2: measured 2.600 ms" in page and "step 2: no_straggler 1.700 ms" in page
+    assert "rank 1: S = " in page or "rank 2: S = " in page

@@ -645,6 +645,11 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
                         + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
                         + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
                           "weighed by the time they share with the calls' kernels on the same GPU.</p>")
+    from nsyscomm.views import whatif_html   # what-if replay (issue 23)
+
+    whatif_section = whatif_html.section(result)
+    if whatif_section:
+        sections.append('<h2 id="whatif">What-if: step time measured and replayed</h2>' + whatif_section)
     sections.append('<h2 id="callers">Top callers</h2>' + callers_section(by_caller))
 
     page = f"""<!DOCTYPE html>
