@@ -203,3 +203,21 @@ def test_html_report_section(propagation_job):
     # the per-step bars: measured and no_straggler for both steps, with their values
     assert "step 2: measured 2.600 ms" in page and "step 2: no_straggler 1.700 ms" in page
     assert "rank 1: S = " in page or "rank 2: S = " in page
+
+
+def test_full_overlap_takes_the_exposed_part_off():
+    """Calls as sql/replay_ops.sql gives them: 2 ranks, 2 steps of (compute 1 ms, all-reduce 0.5 ms
+    of which 0.3 ms no compute hides). Hidden: 0.2 ms per call remain -> steps 0.2 and 1.2 ms."""
+    ms = 1_000_000
+    rows = []
+    for rank in (0, 1):
+        for step, (s, e) in enumerate(((1.0, 1.5), (2.5, 3.0)), start=1):
+            rows.append({"rank": rank, "step": step, "op": "all_reduce", "bytes": 1024, "caller": "c",
+                         "group_size": 2, "sync_id": step, "start_ns": int(s * ms), "end_ns": int(e * ms),
+                         "exposed_ns": 0.3 * ms})
+    m = whatif.from_ops(pd.DataFrame(rows))
+    out = whatif.analyse(m)
+    r = next(x for x in out["what_if"] if x["scenario"] == "full_overlap")
+    assert [s["step_ms_before"] for s in r["steps"]] == pytest.approx([0.5, 1.5], abs=1e-9)
+    assert [s["step_ms_after"] for s in r["steps"]] == pytest.approx([0.2, 1.2], abs=1e-9)
+    assert r["saved_ms"] == pytest.approx(0.3, abs=1e-9)
