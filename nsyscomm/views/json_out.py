@@ -82,6 +82,8 @@ def document(result: Result, by_caller: bool = False) -> dict:
                                               "avg_value", "max_value"))
     if result.nccl_logs:
         doc["nccl"] = nccl_section(result, by_caller)
+    from nsyscomm.analyses.hang import contract   # issue 22
+    doc["hang"] = contract(result.hang)
     return doc
 
 

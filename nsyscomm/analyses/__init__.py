@@ -1,0 +1,1 @@
+"""Analyses beyond the summary tables (one module each, SQL in sql/)."""
