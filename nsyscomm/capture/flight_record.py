@@ -53,7 +53,6 @@ except ImportError:  # no C compiler at install: the Python ring below, same fil
     _flightring = None
 
 _mm: mmap.mmap | None = None
-_stack = threading.local()
 
 
 def ring_path(directory: str | os.PathLike) -> Path:
@@ -62,8 +61,9 @@ def ring_path(directory: str | os.PathLike) -> Path:
     return Path(directory) / name
 
 
-def open_ring(path: Path, slots: int = SLOTS) -> mmap.mmap:
-    """A fresh ring file of `slots` slots, mapped shared (its pages outlive the process)."""
+def open_ring(path: Path, slots: int = SLOTS, rank: int | None = None, pid: int | None = None) -> mmap.mmap:
+    """A fresh ring file of `slots` slots, mapped shared (its pages outlive the process).
+    rank/pid: this process's unless given (tests write other processes' records)."""
     size = HEADER_SIZE + slots * SLOT_SIZE
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -71,9 +71,11 @@ def open_ring(path: Path, slots: int = SLOTS) -> mmap.mmap:
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
-    rank = os.environ.get("RANK", "")
-    _HEAD.pack_into(mm, 0, MAGIC, VERSION, slots, SLOT_SIZE, int(rank) if rank.strip().isdigit() else -1,
-                    os.getpid(), RUNNING, 0, 0, 0, time.time_ns())
+    if rank is None:
+        env = os.environ.get("RANK", "")
+        rank = int(env) if env.strip().isdigit() else -1
+    _HEAD.pack_into(mm, 0, MAGIC, VERSION, slots, SLOT_SIZE, rank, os.getpid() if pid is None else pid, RUNNING,
+                    0, 0, 0, time.time_ns())
     return mm
 
 
@@ -82,8 +84,9 @@ def open_ring(path: Path, slots: int = SLOTS) -> mmap.mmap:
 def _py_chain(push, pop, mm: mmap.mmap):
     slots = struct.unpack_from("<I", mm, 12)[0]
     q = struct.Struct("<Q")
+    stack_of = threading.local()   # this ring's open ranges per thread (slot offset, -1: not a collective)
 
-    def rec_push(msg, _push=push, _mm=mm, _q=q, _slot=_SLOT, _t=time.time_ns, _st=_stack):
+    def rec_push(msg, _push=push, _mm=mm, _q=q, _slot=_SLOT, _t=time.time_ns, _st=stack_of):
         stack = getattr(_st, "v", None)
         if stack is None:
             stack = _st.v = []
@@ -101,7 +104,7 @@ def _py_chain(push, pop, mm: mmap.mmap):
             stack.append(-1)
         return _push(msg)
 
-    def rec_pop(_pop=pop, _mm=mm, _q=q, _t=time.time_ns, _st=_stack):
+    def rec_pop(_pop=pop, _mm=mm, _q=q, _t=time.time_ns, _st=stack_of):
         r = _pop()
         stack = getattr(_st, "v", None)
         off = stack.pop() if stack else -1
@@ -132,7 +135,7 @@ def _chain_excepthook():
     def hook(tp, value, tb):
         try:
             if _mm is not None and struct.unpack_from("<I", _mm, OFF_STATE)[0] == RUNNING:
-                set_state(_mm, RAISED, f"{tp.__name__}: {value}".splitlines()[0] if str(value) else tp.__name__)
+                set_state(_mm, RAISED, f"{tp.__name__}: {value}".strip().splitlines()[0] if str(value) else tp.__name__)
         finally:
             previous(tp, value, tb)
 
@@ -254,8 +257,10 @@ def mark_stopped(directory: str | os.PathLike, note: str) -> list[int]:
         except (OSError, ValueError):
             continue
         try:
-            if mm[:8] == MAGIC and struct.unpack_from("<I", mm, OFF_STATE)[0] == RUNNING:
-                pid = struct.unpack_from("<I", mm, 20)[0]
+            idle = struct.unpack_from("<i", mm, 20)[0] < 0 and struct.unpack_from("<Q", mm, OFF_ENTERED)[0] == 0
+            if mm[:8] == MAGIC and struct.unpack_from("<I", mm, OFF_STATE)[0] == RUNNING and not idle:
+                # (idle: a launcher such as torchrun, no rank and no call: it ends when its ranks do)
+                pid = struct.unpack_from("<I", mm, 24)[0]
                 if _alive(pid):
                     set_state(mm, STOPPED, note)
                     pids.append(pid)
