@@ -20,7 +20,7 @@ top AS (
 -- collectives ahead, so the unfinished one may be a later one)
 open_calls AS (SELECT "group", max(seq) AS seq FROM hang_calls WHERE NOT finished GROUP BY 1),
 stuck AS (
-    SELECT t."group", t.seq, min(c.op) AS op, max(c.bytes) AS bytes, min(c.t_enter) AS t_first
+    SELECT t."group", t.seq, mode(c.op) AS op, mode(c.bytes) AS bytes, min(c.t_enter) AS t_first
     FROM top t
     JOIN open_calls o ON o."group" = t."group" AND o.seq >= t.seq
     JOIN hang_calls c ON c."group" = t."group" AND c.seq = t.seq
@@ -33,10 +33,9 @@ last_call AS (
 )
 SELECT s."group", s.seq, s.op, s.bytes, s.t_first, fr.rank,
        CASE WHEN fr.last_entered IS NULL OR fr.last_entered < s.seq THEN 'missing'
-            WHEN w.finished THEN 'done' ELSE 'waiting' END AS role,
+            ELSE 'waiting' END AS role,
        l.op AS last_op, l.seq AS last_seq, l.caller, l.finished AS last_finished
 FROM stuck s
 JOIN fr ON fr."group" = s."group"
-LEFT JOIN hang_calls w ON w."group" = s."group" AND w.rank = fr.rank AND w.seq = s.seq
 LEFT JOIN last_call l ON l."group" = s."group" AND l.rank = fr.rank AND l.k = 1
 ORDER BY s.t_first NULLS LAST, s."group", fr.rank

@@ -60,7 +60,7 @@ def read_records(dirs) -> tuple[pd.DataFrame, dict]:
         for ring in fr.read_dir(d):
             if ring.rank < 0 and not ring.calls:   # a launcher process (torchrun) that made no call
                 continue
-            procs[ring.rank] = (ring.state, ring.note)
+            procs[ring.rank] = (ring.state, _first_line(ring.note))
             for c in ring.calls:
                 f = c.fields
                 kind = f.get("kind", "")
@@ -83,6 +83,11 @@ def read_dumps(sources) -> pd.DataFrame:
                       r["dtype"], r["caller"], r["finished"], r["cpu_start"], "flight_recorder")
                      for r in frd.rows(p) if r["op"] not in ("send", "recv")]
     return pd.DataFrame(rows, columns=_RECORD_COLS)
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _members(calls: pd.DataFrame) -> pd.DataFrame:
@@ -133,8 +138,9 @@ def diagnose(con, sources=()) -> dict:
         cur.close()
     mismatches = []
     for (g, seq, field), sub in mism_rows.groupby(["group", "seq", "field"], sort=False):
+        conv = int if field == "bytes" else (lambda v: v)
         mismatches.append({"group": g, "seq": int(seq), "field": field,
-                           "values_by_rank": {str(int(r)): _clean(v) for r, v in zip(sub["rank"], sub["value"])}})
+                           "values_by_rank": {str(int(r)): conv(_clean(v)) for r, v in zip(sub["rank"], sub["value"])}})
     mism_at = {(m["group"], m["seq"]) for m in mismatches}
     blocked = []
     for (g, seq), sub in blocked_rows.groupby(["group", "seq"], sort=False):
@@ -186,8 +192,11 @@ def lines(h: dict) -> list[str]:
             note = f" ({m['note']})" if m.get("note") else ""
             out.append(f"    missing rank {m['rank']}: {last}; state {m['state']}{note}")
     for m in h["mismatches"]:
-        vals = ", ".join(f"rank {r}: {v}" for r, v in m["values_by_rank"].items())
-        out.append(f"  mismatch on communicator {m['group']} seq {m['seq']}: {m['field']} differs ({vals})")
+        vals = list(m["values_by_rank"].items())
+        common = max({v for _, v in vals}, key=lambda v: (sum(1 for _, x in vals if x == v), str(v)))
+        odd = ", ".join(f"rank {r} has {v}" for r, v in vals if v != common)
+        out.append(f"  {m['field']} mismatch on communicator {m['group']} seq {m['seq']}: {odd} "
+                   f"(the others {common})")
     dead = [p for p in h.get("processes", []) if p["state"] in _DEAD]
     for p in dead:
         out.append(f"  rank {p['rank']} {p['state']}" + (f": {p['note']}" if p.get("note") else ""))
@@ -217,7 +226,8 @@ def failing(h: dict) -> str | None:
     if h["status"] not in ("hung", "desynced"):
         return None
     where = "; ".join(f"communicator {b['group']} {b['op']} seq {b['seq']} missing rank(s) "
-                      f"{_ranks([m['rank'] for m in b['missing_ranks']])}" for b in h["blocked"][:3])
+                      f"{_ranks([m['rank'] for m in b['missing_ranks']])}" for b in h["blocked"][:3]
+                      if b["missing_ranks"])
     if h["mismatches"]:
         m = h["mismatches"][0]
         where = (where + "; " if where else "") + f"{m['field']} mismatch at communicator {m['group']} seq {m['seq']}"
