@@ -85,3 +85,37 @@ def test_real_rank_raises_mid_run(tmp_path):
     assert b["seq"] == 3
     (m,) = b["missing_ranks"]
     assert (m["rank"], m["last_seq"], m["state"]) == (3, 2, "raised")
+
+
+def test_real_ctrl_c_keeps_report_and_diagnoses(tmp_path):
+    """Ctrl-C (SIGINT to nsyscomm) while rank 1 is stopped and the others wait: the report is kept
+    and the same diagnosis comes first."""
+    import signal
+
+    out = tmp_path / "out-ctrl-c"
+    env = dict(os.environ, HANG_FAULT="stop")
+    env.pop("NSYSCOMM_HANG_TIMEOUT", None)
+    p = subprocess.Popen([sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", "--",
+                          "torchrun", "--standalone", "--nproc-per-node", "4", str(SCRIPT)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:   # three ranks inside seq 3
+            rings = [r for r in fr.read_dir(out / "records") if r.rank >= 0]
+            if sum(1 for r in rings if r.entered == 4 and r.finished == 3) == 3:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the job never reached its hang")
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert list(out.glob("report*.sqlite")), stderr[-3000:]
+    h = json.loads(stdout)["hang"]
+    assert h["status"] == "hung"
+    b = h["blocked"][0]
+    assert b["seq"] == 3 and b["waiting_ranks"] == [0, 2, 3]
+    assert [(m["rank"], m["last_seq"], m["state"]) for m in b["missing_ranks"]] == [(1, 2, "stopped")]

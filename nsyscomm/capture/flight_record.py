@@ -12,7 +12,8 @@ The hot path (one push, one pop per call) is in C (_flightring.c) with this modu
 functions as the fallback; both keep the same layout:
 
     header (512 bytes): magic "NSCRING1", version u32, slots u32, slot_size u32, rank i32, pid u32,
-        state u32, entered u64, finished u64, last_exit_ns u64, created_ns u64, note (448 bytes)
+        state u32, entered u64, finished u64, last_exit_ns u64, created_ns u64, stopped_ns u64
+        (when the launcher stopped it), note (440 bytes)
     slot (512 bytes): n u64 (1-based entry number, 0 = being written), t_enter_ns u64,
         t_exit_ns u64 (0 = not finished), tid u64, len u32, pad u32, message (472 bytes, UTF-8)
 """
@@ -38,7 +39,8 @@ SLOTS = 64
 HEADER_SIZE = 512
 SLOT_SIZE = 512
 MSG_MAX = SLOT_SIZE - 40
-NOTE_OFF, NOTE_MAX = 64, HEADER_SIZE - 64
+OFF_STOPPED = 64
+NOTE_OFF, NOTE_MAX = 72, HEADER_SIZE - 72
 # header field offsets (see the layout above)
 OFF_STATE, OFF_ENTERED, OFF_FINISHED, OFF_LAST_EXIT = 28, 32, 40, 48
 STATES = {0: "running", 1: "exited", 2: "raised", 3: "stopped"}
@@ -119,6 +121,8 @@ def _py_chain(push, pop, mm: mmap.mmap):
 
 
 def set_state(mm, state: int, note: str = "") -> None:
+    if state == STOPPED:
+        struct.pack_into("<Q", mm, OFF_STOPPED, time.time_ns())
     struct.pack_into("<I", mm, OFF_STATE, state)
     b = note.encode("utf-8", "replace")[:NOTE_MAX - 1]
     mm[NOTE_OFF:NOTE_OFF + NOTE_MAX] = b + b"\0" * (NOTE_MAX - len(b))
@@ -221,6 +225,7 @@ def read_ring(path: Path) -> Ring | None:
         return None
     _m, _v, slots, slot_size, rank, pid, state, entered, finished, last_exit, _c = _HEAD.unpack_from(data, 0)
     note = data[NOTE_OFF:NOTE_OFF + NOTE_MAX].split(b"\0", 1)[0].decode("utf-8", "replace")
+    stopped_ns = struct.unpack_from("<Q", data, OFF_STOPPED)[0] if state == STOPPED else 0
     calls = []
     for i in range(slots):
         off = HEADER_SIZE + i * slot_size
@@ -234,6 +239,10 @@ def read_ring(path: Path) -> Ring | None:
             fields = _fmt.parse(msg)
         except Exception:
             fields = {}
+        # a call that ended after the launcher stopped the process ended by the stop (an exception
+        # such as KeyboardInterrupt closes the range too): it did not finish
+        if stopped_ns and t_out >= stopped_ns:
+            t_out = 0
         calls.append(Call(n, t_in, t_out or None, tid, msg, fields))
     calls.sort(key=lambda c: c.n)
     name = STATES.get(state, "running")
