@@ -17,13 +17,21 @@ top AS (
     FROM fr GROUP BY 1 HAVING max(last_entered) IS NOT NULL
 ),
 -- stuck: a call at or after that seq was entered and not finished (Flight Recorder queues
--- collectives ahead, so the unfinished one may be a later one)
+-- collectives ahead, so the unfinished one may be a later one); or, in a Flight Recorder dump
+-- (a snapshot taken at the failure), members stand at different seqs: gloo marks a collective
+-- that timed out "completed", so a dump's states alone do not show where it stuck
 open_calls AS (SELECT "group", max(seq) AS seq FROM hang_calls WHERE NOT finished GROUP BY 1),
+split AS (
+    SELECT "group" FROM fr GROUP BY 1
+    HAVING count(DISTINCT coalesce(last_entered, -1)) > 1
+       AND "group" IN (SELECT "group" FROM hang_calls WHERE source = 'flight_recorder')
+),
 stuck AS (
     SELECT t."group", t.seq, mode(c.op) AS op, mode(c.bytes) AS bytes, min(c.t_enter) AS t_first
     FROM top t
-    JOIN open_calls o ON o."group" = t."group" AND o.seq >= t.seq
     JOIN hang_calls c ON c."group" = t."group" AND c.seq = t.seq
+    WHERE t."group" IN (SELECT o."group" FROM open_calls o WHERE o.seq >= t.seq)
+       OR t."group" IN (SELECT "group" FROM split)
     GROUP BY t."group", t.seq
 ),
 last_call AS (

@@ -193,3 +193,27 @@ def test_flight_recorder_refuses_objects(tmp_path):
         flight_recorder.load_dump(d / "nccl_trace_rank_0")
     r = _nsyscomm("summarize", str(d / "nccl_trace_rank_0"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "pwned" not in r.stdout
+
+
+@pytest.mark.skipif(__import__("shutil").which("torchrun") is None, reason="torchrun is not on PATH")
+def test_real_gloo_flight_recorder_dumps_made_here(tmp_path):
+    """REAL RUN (no nsys): torch 2.13 records gloo collectives in its Flight Recorder; the dumps
+    of a job whose rank 1 stopped name rank 1 missing from seq 4 (torch counts from 1)."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "data" / "fr_gloo_job.py"
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(dumps / "rank_"))
+    for k in ("NSYSCOMM_ANNOTATE", "NSYSCOMM_RECORD_DIR"):
+        env.pop(k, None)
+    p = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "4", str(script)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert sorted(f.name for f in dumps.iterdir()) == [f"rank_{r}" for r in range(4)], p.stderr[-2000:]
+    h = load([dumps], cache=False).hang
+    assert h["status"] == "hung"
+    (b,) = h["blocked"]
+    assert (b["seq"], b["op"], b["waiting_ranks"]) == (4, "all_reduce", [0, 2, 3])
+    (m,) = b["missing_ranks"]
+    assert (m["rank"], m["last_op"], m["last_seq"]) == (1, "all_reduce", 3)
+    assert m["caller"].startswith("fr_gloo_job.py:")

@@ -128,7 +128,11 @@ def rows(path: Path, d: dict | None = None) -> list[dict]:
             continue
         pg = e.get("process_group") or ("", "")
         pg_name = str(pg[0])
-        members = _ranks((cfg.get(pg_name) or {}).get("ranks", ""))
+        conf = cfg.get(pg_name)
+        if conf is None and len(pg) > 1 and pg[1] == "default_pg":
+            # torch 2.13's gloo dumps list the default group under the name "" (its entries say "0")
+            conf = cfg.get("")
+        members = _ranks((conf or {}).get("ranks", ""))
         word, peer = _op(str(e.get("profiling_name", "")))
         op = canonical_op(word) or word.strip("_")
         p2p = bool(e.get("is_p2p")) or op in ("send", "recv")
