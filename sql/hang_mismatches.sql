@@ -4,16 +4,26 @@
 -- others), is not one here: a call that raised is recorded as finished (the wrapper closes its
 -- range either way), so the ranks of a collective that failed would differ in state without any
 -- desync. A member missing from a collective is hang_blocked's. One row per (group, seq, field, rank).
+-- The keys that differ are found in one aggregation; only their calls are unpivoted.
 -- Inputs: hang_calls.
-WITH v AS (
-    SELECT "group", seq, 'op' AS field, rank, op AS value FROM hang_calls
-    UNION ALL SELECT "group", seq, 'bytes', rank, bytes::VARCHAR FROM hang_calls
-        WHERE op <> 'all_to_all' AND bytes IS NOT NULL
-    UNION ALL SELECT "group", seq, 'dtype', rank, dtype FROM hang_calls WHERE dtype IS NOT NULL AND dtype <> ''
-    UNION ALL SELECT "group", seq, 'group_membership', rank, group_size::VARCHAR || ':' || group_ranks
-        FROM hang_calls WHERE group_size IS NOT NULL
+WITH bad AS (
+    SELECT "group", seq,
+           count(DISTINCT op) > 1 AS op_differs,
+           count(DISTINCT bytes) FILTER (WHERE op <> 'all_to_all') > 1 AS bytes_differs,
+           count(DISTINCT nullif(dtype, '')) > 1 AS dtype_differs,
+           count(DISTINCT group_size::VARCHAR || ':' || group_ranks) > 1 AS members_differ
+    FROM hang_calls GROUP BY ALL
+    HAVING op_differs OR bytes_differs OR dtype_differs OR members_differ
 ),
-bad AS (SELECT "group", seq, field FROM v GROUP BY ALL HAVING count(DISTINCT value) > 1)
-SELECT v."group", v.seq, v.field, v.rank, v.value
-FROM v JOIN bad USING ("group", seq, field)
-ORDER BY v."group", v.seq, v.field, v.rank
+c AS (SELECT h.*, b.op_differs, b.bytes_differs, b.dtype_differs, b.members_differ
+      FROM hang_calls h JOIN bad b USING ("group", seq)),
+v AS (
+    SELECT "group", seq, 'op' AS field, rank, op AS value FROM c WHERE op_differs
+    UNION ALL SELECT "group", seq, 'bytes', rank, bytes::VARCHAR FROM c
+        WHERE bytes_differs AND op <> 'all_to_all' AND bytes IS NOT NULL
+    UNION ALL SELECT "group", seq, 'dtype', rank, dtype FROM c WHERE dtype_differs AND nullif(dtype, '') IS NOT NULL
+    UNION ALL SELECT "group", seq, 'group_membership', rank, group_size::VARCHAR || ':' || group_ranks
+        FROM c WHERE members_differ AND group_size IS NOT NULL
+)
+SELECT "group", seq, field, rank, value FROM v
+ORDER BY "group", seq, field, rank
