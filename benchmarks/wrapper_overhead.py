@@ -5,7 +5,9 @@
 First the wrapper itself: the real wrapper around a no-op with all_reduce's signature (message,
 caller walk, NVTX push/pop, autograd-key guard), minus the bare no-op call; min and median over
 rounds; with the C fast path built, its Python fallback is measured in the same rounds, and a
-fixed Python loop per round shows how fast the (shared) machine ran. Then a real 16-element float32 gloo all_reduce (world size 1, TCPStore on 127.0.0.1):
+fixed Python loop per round shows how fast the (shared) machine ran. The wrapper is measured
+without and with the flight record (nsyscomm.capture.flight_record: its C ring, and its Python
+fallback), as `nsyscomm run` writes it into NSYSCOMM_RECORD_DIR. Then a real 16-element float32 gloo all_reduce (world size 1, TCPStore on 127.0.0.1):
 bare, wrapped, and a control (bare after a Python busy loop as long as the wrapper), in rounds of
 random order, so gloo's drift and its thread hand-off effects hit every arm alike.
 DeepSpeed's comms logger (prof_all) is measured too when deepspeed imports: its timed_op decorator
@@ -82,14 +84,19 @@ def main():
             return None
 
         arms["DeepSpeed comms logger"] = ds_timed(all_reduce)
-    iso = {k: [] for k in arms}
+    emitters = _ring_emitters(W)   # arm suffix -> (push, pop): no record, C ring, Python ring
+    iso = {k + (s if k == "wrapper" else ""): [] for k in arms for s in (emitters if k == "wrapper" else [""])}
     gauge = []
     for _ in range(a.rounds):
         base = _per_call(lambda: noop(t), a.calls)
         for k, fn in arms.items():
             if k.startswith("DeepSpeed"):
                 _deepspeed_reset()
-            iso[k].append(_per_call(lambda: fn(t), a.calls) - base)
+            for suffix, (push, pop) in (emitters.items() if k == "wrapper" else [("", (W._push, W._pop))]):
+                saved = W._push, W._pop
+                W._push, W._pop = push, pop
+                iso[k + suffix].append(_per_call(lambda: fn(t), a.calls) - base)
+                W._push, W._pop = saved
         # the VM's speed this round: a fixed pure-Python loop (it varies by 1.5x on a shared VM)
         gauge.append(_per_call(lambda: _spin(60), a.calls))
     W.annotate(False)
@@ -101,6 +108,7 @@ def main():
     print(f"  {'speed gauge: 60-step Python loop':32s} min {min(gauge):7.2f} us  median {statistics.median(gauge):7.2f} us  "
           f"p90 {_q(gauge, .9):7.2f} us")
     iso = iso["wrapper"]
+    _ring_alone(a)
 
     # 2. a real gloo all_reduce: bare, wrapped, and bare after a Python busy loop as long as the
     # wrapper (the control), in rounds of random order. On a 2-core VM any extra Python work between
@@ -142,6 +150,62 @@ def main():
 
     if ds_comm is None:
         print(f"  DeepSpeed comms logger: not measured ({ds_why})")
+
+
+def _ring_emitters(W) -> dict:
+    """The wrapper's NVTX push/pop as bound, and chained with the flight record's ring (a
+    temporary file): C when built, and the Python fallback."""
+    import tempfile
+    from pathlib import Path
+
+    from nsyscomm.capture import flight_record as FR
+
+    out = {"": (W._push, W._pop)}
+    d = Path(tempfile.mkdtemp(prefix="nsyscomm-bench-"))
+    if FR._flightring is not None:
+        FR._flightring.configure(FR.open_ring(d / "c.ring", rank=0), W._push, W._pop)
+        out[" + flight record (C)"] = (FR._flightring.push, FR._flightring.pop)
+    out[" + flight record (Python)"] = FR._py_chain(W._push, W._pop, FR.open_ring(d / "py.ring", rank=0))
+    return out
+
+
+def _ring_alone(a) -> None:
+    """The flight record's own cost: push(msg) + pop() chained to no-op emitters, against the
+    no-op emitters alone (the wrapper arms above carry the machine's noise; this does not)."""
+    import tempfile
+    from pathlib import Path
+
+    from nsyscomm import nvtx_format
+    from nsyscomm.capture import flight_record as FR
+
+    msg = nvtx_format.format_collective("all_reduce", api="all_reduce", bytes=64, dtype="float32", numel=16, pg=0,
+                                        gsize=4, seq=17, caller="train.py:88 train_step")
+
+    def push(m):
+        return None
+
+    def pop():
+        return None
+
+    d = Path(tempfile.mkdtemp(prefix="nsyscomm-bench-"))
+    arms = {"no record": (push, pop)}
+    if FR._flightring is not None:
+        FR._flightring.configure(FR.open_ring(d / "c.ring", rank=0), push, pop)
+        arms["C ring"] = (FR._flightring.push, FR._flightring.pop)
+    arms["Python ring"] = FR._py_chain(push, pop, FR.open_ring(d / "py.ring", rank=0))
+    per = {k: [] for k in arms}
+    for _ in range(a.rounds):
+        for k, (pu, po) in arms.items():
+            t0 = time.perf_counter_ns()
+            for _ in range(a.calls):
+                pu(msg)
+                po()
+            per[k].append((time.perf_counter_ns() - t0) / a.calls / 1000.0)
+    print(f"flight record alone (push + pop around no-op emitters), {a.rounds} rounds x {a.calls} calls")
+    for k, v in per.items():
+        extra = "" if k == "no record" else (f"  adds min {min(v) - min(per['no record']):5.2f} us, median "
+                                             f"{statistics.median(v) - statistics.median(per['no record']):5.2f} us")
+        print(f"  {k:32s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us{extra}")
 
 
 def _deepspeed_reset():

@@ -55,6 +55,9 @@ def discover(paths) -> list[Path]:
                 hits = sorted(x for x in p.rglob("trace-*.parquet") if straggler_trace.is_trace(x))
             if not hits:  # PyTorch profiler traces, one per rank (nsyscomm.ingest.kineto)
                 hits = sorted(x for x in p.rglob("*") if x.is_file() and kineto.is_trace(x))
+            if not hits:  # PyTorch Flight Recorder dumps, one per rank (issue 22)
+                from nsyscomm.ingest import flight_recorder
+                hits = flight_recorder.dumps_in(p)
             if not hits:
                 reps = sorted(p.rglob("*.nsys-rep"))
                 hint = (f"export them first: nsys export --type sqlite {reps[0]}" if reps
@@ -99,6 +102,9 @@ def extract_one(path: Path, report: str | None = None, threads: int | None = Non
                              f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
     if kineto.is_trace(path):
         return kineto.extract(path, report)
+    from nsyscomm.ingest import flight_recorder  # issue 22: a Flight Recorder dump (restricted unpickler)
+    if flight_recorder.is_dump(path):
+        return flight_recorder.extract(path, report)
     raise InputError(f"{path}: not an nsys SQLite export; make one with: nsys export --type sqlite REPORT.nsys-rep")
 
 
@@ -129,6 +135,13 @@ class Result:
     _prefetched: dict = field(default_factory=dict, init=False, repr=False)   # (name, params) -> Future
     op_trace: tuple | None = None                          # (ops, meta) of a per-op what-if trace input
     _what_if: dict | None = field(default=None, init=False, repr=False)
+    sources: list = field(default_factory=list)             # the input files (issue 22: records beside them)
+
+    @functools.cached_property
+    def hang(self) -> dict:
+        """Hang/desync diagnosis (nsyscomm.analyses.hang): status, blocked, mismatches."""
+        from nsyscomm.analyses import hang
+        return hang.diagnose(self.con, self.sources)
 
     @property
     def relation(self) -> duckdb.DuckDBPyRelation:
@@ -283,6 +296,7 @@ def load(paths=None, *, by_caller: bool = False, nccl_logs=(), jobs: int | None 
         calls = JobCalls()
         extracts = scale.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         result = combine(extracts, by_caller=by_caller, calls=calls)
+    result.sources = list(files)
     if nccl_logs:
         from nsyscomm.ingest import nccl_log
 

@@ -148,22 +148,26 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
               help="torch: torch.profiler in each process instead of nsys (one Kineto trace per rank).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--no-summary", is_flag=True, help="Only capture and export; do not print the summary.")
+@click.option("--hang-timeout", "hang_timeout", metavar="DURATION", envvar="NSYSCOMM_HANG_TIMEOUT", default=None,
+              help="End the job when ranks wait in a collective and none finishes for DURATION (90s, 5m); "
+                   "the report is kept, the diagnosis printed, exit status 124 (hung). Also NSYSCOMM_HANG_TIMEOUT.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, debug, cmd):
+def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, debug, cmd):
     """Run CMD under nsys with every torch.distributed collective annotated, then summarize.
 
     \b
       nsyscomm run -- python train.py
       nsyscomm run --steps 10:20 -- torchrun --nproc-per-node 8 train.py
 
-    Exits with CMD's exit status (2 when CMD succeeded but no report was produced)."""
+    Exits with CMD's exit status (2 when CMD succeeded but no report was produced; 124 when
+    --hang-timeout ended a hung job)."""
     from nsyscomm.api import load
     from nsyscomm.capture.launcher import run as launch
 
     res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
                                       nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv"),
-                                      profiler=profiler), debug)
+                                      profiler=profiler, hang_timeout=hang_timeout), debug)
     for w in res.warnings:
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)

@@ -1,1 +1,1 @@
-"""Analyses beyond the SQL tables: the what-if replay and its scenarios."""
+"""Analyses beyond the summary tables (one module each, SQL in sql/): the what-if replay, hangs."""

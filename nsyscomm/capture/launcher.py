@@ -224,7 +224,7 @@ _INTERRUPTED = {
 }
 
 
-def _wait(proc: subprocess.Popen, warnings_: list, profiler: str = "nsys") -> int:
+def _wait(proc: subprocess.Popen, warnings_: list, profiler: str = "nsys", on_interrupt=None) -> int:
     """Wait for the profiled command; on Ctrl-C (or SIGTERM) let it stop and finish its output.
 
     It runs in its own session (see run()), so a Ctrl-C in the terminal reaches only us and it gets
@@ -241,6 +241,8 @@ def _wait(proc: subprocess.Popen, warnings_: list, profiler: str = "nsys") -> in
             except KeyboardInterrupt:
                 if not interrupted:
                     interrupted = True
+                    if on_interrupt is not None:
+                        on_interrupt()
                     warning, message = _INTERRUPTED[profiler]
                     warnings_.append(warning)
                     print(f"nsyscomm: interrupted: {message}", file=sys.stderr, flush=True)
@@ -349,10 +351,13 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
 
 
 def run(cmd: list[str], output: str | None = None, steps: str | None = None, per_rank: bool = False,
-        nsys_args: str | None = None, stdout_to_stderr: bool = False, profiler: str = "nsys") -> RunResult:
+        nsys_args: str | None = None, stdout_to_stderr: bool = False, profiler: str = "nsys",
+        hang_timeout: str | float | None = None) -> RunResult:
     """stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
     machine-readable summary (``nsyscomm run --format json > summary.json``).
-    profiler: "nsys" (default) or "torch" (torch.profiler in each process, one Kineto trace per rank)."""
+    profiler: "nsys" (default) or "torch" (torch.profiler in each process, one Kineto trace per rank).
+    hang_timeout: seconds or "90s"/"5m": end a job hung in a collective (nsyscomm.capture.hang_watch),
+    exit status 124."""
     if not cmd:
         raise InputError("no command to run: nsyscomm run [OPTIONS] -- CMD ...")
     cmd = list(cmd)
@@ -371,6 +376,13 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     env = _env(steps_ab)
     if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
+    # ---- issue 22: flight records and --hang-timeout (nsyscomm.capture.hang_watch) ----
+    from nsyscomm.capture import flight_record, hang_watch
+    hang_s = hang_watch.parse_duration(hang_timeout) if hang_timeout not in (None, "") else None
+    records = out_dir / "records"
+    hang_watch.clear(records)
+    env[flight_record.ENV_DIR] = str(records)
+    # ---- end issue 22 ----
 
     if per_rank:
         split = _torchrun_split(cmd)
@@ -396,8 +408,17 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
                                 stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH")
-    rc = _wait(proc, warnings_)
-    if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
+    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None   # issue 22
+    try:
+        rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    if watcher is not None and watcher.fired:   # issue 22: the job hung and was stopped
+        warnings_.append(f"the job hung: no collective finished for {hang_s:g} s; its ranks were stopped "
+                         f"(exit status {hang_watch.EXIT_HUNG})")
+        rc = hang_watch.EXIT_HUNG
+    elif rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
 
     try:

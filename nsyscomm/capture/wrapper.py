@@ -950,7 +950,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
     ``ddp=False`` skips the dispatcher-level layer (DDP's reducer calls are then not annotated).
     Returns True when annotation is active after the call.
     """
-    global _enabled, _installed, _torch, _c10d, _Below, _skip_dirs, _capture, _opt_hook, _lib, _step
+    global _enabled, _installed, _torch, _c10d, _Below, _skip_dirs, _capture, _opt_hook, _lib, _step, _push, _pop
     global _prof, _rf_enter, _rf_exit, _profile_hook
     with _lock:
         if not enable:
@@ -1005,6 +1005,9 @@ def annotate(enable: bool = True, *, ddp: bool = True):
             _skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
             if _push is _noop and _emitter_kind == "none":
                 _init_emitter()
+                # issue 22: every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR)
+                from nsyscomm.capture import flight_record
+                _push, _pop = flight_record.chain(_push, _pop)
             if os.environ.get("NSYSCOMM_CAPTURE_STEPS"):
                 _capture = _parse_capture(os.environ["NSYSCOMM_CAPTURE_STEPS"])
             _patched[:] = [p for p in _patched if getattr(p[0], p[1], None) is p[3]]

@@ -30,6 +30,8 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
     settings = g.override(settings, rel=rel, abs_=abs_, ignore=ignore, min_calls=min_calls, new_keys=new_keys,
                           missing_keys=missing_keys, noise_sigma=noise_sigma, level=by)
     verdict = g.run_gate(list(baselines), list(inputs), settings)
+    from nsyscomm.analyses.hang import gate_check   # issue 22: a run that hung or desynced fails
+    hang_failure = gate_check(list(inputs))
     if fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
     elif fmt == "markdown":
@@ -58,6 +60,9 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
         except OSError as e:  # the verdict stands; a job summary we cannot write must not change it
             click.echo(f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): "
                        f"{e.strerror or e}", err=True)
+    if hang_failure:
+        click.echo(f"nsyscomm: gate FAILED: {hang_failure}", err=True)
+        return max(verdict.exit_code, EXIT_REGRESSION)
     return verdict.exit_code
 
 

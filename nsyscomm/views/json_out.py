@@ -85,6 +85,8 @@ def document(result: Result, by_caller: bool = False) -> dict:
     from nsyscomm.views import whatif_out   # what-if replay (issue 23): diagnosis.what_if / .attribution
 
     doc.setdefault("diagnosis", {}).update(whatif_out.json_section(result))
+    from nsyscomm.analyses.hang import contract   # issue 22
+    doc["hang"] = contract(result.hang)
     return doc
 
 

@@ -64,6 +64,9 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
     result.prefetch(("summary", {"by_caller": by_caller}), ("ranks", {}), ("steps", {}), ("size_histogram", {}),
                     ("link_metrics", {}), ("skew", {}), ("top_skew", {"limit": 5}))
     console.print(f"[bold]nsyscomm[/] — {n} collective calls in {escape(reports)}")
+    hang_lines = _hang_lines(result)   # issue 22: the hang diagnosis comes first
+    for line in hang_lines:
+        console.print(f"[bold red]{escape(line)}[/]" if not line.startswith(" ") else escape(line))
     for line in nccl_header(result):
         console.print(escape(line))
     console.print(summary_table(result.summarize(by_caller=by_caller), units, by_caller))
@@ -77,7 +80,7 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
     _histogram(result, console)
     _links(result, console)
     skew = result.skew
-    if skew["straggler_rank"] is not None:
+    if skew["straggler_rank"] is not None and not hang_lines:   # a hung job has no straggler to speak of
         per = {p["rank"]: p for p in skew["per_rank"]}
         s = per[skew["straggler_rank"]]
         _top_skew(result, console)
@@ -88,6 +91,12 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
     whatif_out.render(result, console)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _hang_lines(result: Result) -> list[str]:
+    from nsyscomm.analyses.hang import lines
+
+    return lines(result.hang)
 
 
 def _table(title: str, columns: list[str]) -> Table:

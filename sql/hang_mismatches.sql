@@ -1,0 +1,29 @@
+-- Calls at the same (communicator, seq) that differ across ranks, in Flight Recorder's classes:
+-- op, message size, dtype, group membership. All-to-all sizes may differ by design (uneven
+-- splits): not compared. Flight Recorder's fifth class, state (finished on some ranks, not on
+-- others), is not one here: a call that raised is recorded as finished (the wrapper closes its
+-- range either way), so the ranks of a collective that failed would differ in state without any
+-- desync. A member missing from a collective is hang_blocked's. One row per (group, seq, field, rank).
+-- The keys that differ are found in one aggregation; only their calls are unpivoted.
+-- Inputs: hang_calls.
+WITH bad AS (
+    SELECT "group", seq,
+           count(DISTINCT op) > 1 AS op_differs,
+           count(DISTINCT bytes) FILTER (WHERE op <> 'all_to_all') > 1 AS bytes_differs,
+           count(DISTINCT nullif(dtype, '')) > 1 AS dtype_differs,
+           count(DISTINCT group_size::VARCHAR || ':' || group_ranks) > 1 AS members_differ
+    FROM hang_calls GROUP BY ALL
+    HAVING op_differs OR bytes_differs OR dtype_differs OR members_differ
+),
+c AS (SELECT h.*, b.op_differs, b.bytes_differs, b.dtype_differs, b.members_differ
+      FROM hang_calls h JOIN bad b USING ("group", seq)),
+v AS (
+    SELECT "group", seq, 'op' AS field, rank, op AS value FROM c WHERE op_differs
+    UNION ALL SELECT "group", seq, 'bytes', rank, bytes::VARCHAR FROM c
+        WHERE bytes_differs AND op <> 'all_to_all' AND bytes IS NOT NULL
+    UNION ALL SELECT "group", seq, 'dtype', rank, dtype FROM c WHERE dtype_differs AND nullif(dtype, '') IS NOT NULL
+    UNION ALL SELECT "group", seq, 'group_membership', rank, group_size::VARCHAR || ':' || group_ranks
+        FROM c WHERE members_differ AND group_size IS NOT NULL
+)
+SELECT "group", seq, field, rank, value FROM v
+ORDER BY "group", seq, field, rank
