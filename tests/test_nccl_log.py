@@ -145,3 +145,14 @@ def test_real_alps_nccl_tests(name, ranks, nodes, peak, avg):
     (t,) = r.nccl_tests
     assert t["op"] == "all_reduce" and t["ranks"] == ranks and t["sizes"] == 30
     assert t["peak_busbw_GBps"] == peak and t["avg_busbw_GBps"] == avg
+
+
+def test_version_read_from_mpirun_tagged_bare_banner(tmp_path):
+    # Issue 26: mpirun tags every line; the banner line carries no host:pid:tid prefix.
+    log = tmp_path / "mpi.log"
+    log.write_text("[1,0]<stdout>:NCCL version 2.20.3+cuda12.2\n"
+                   "[1,0]<stdout>:node1:100:100 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
+    from nsyscomm.ingest import nccl_log
+    out = nccl_log.parse(log)
+    assert out.version == "2.20.3"
+    assert out.cuda == "12.2"

@@ -109,6 +109,11 @@ def parse(path) -> NcclLog:
             continue
         m = _INFO.match(s)
         if not m:
+            # NCCL's banner can reach the log without the host:pid:tid prefix (mpirun's
+            # "[1,0]<stdout>:" tag already stripped), so read the version from any line.
+            v = _VERSION.match(s) if out.version is None else None
+            if v:
+                out.version, out.cuda = v["v"], v["cuda"]
             continue
         saw_info = True
         host, msg = m["host"], m["msg"]
