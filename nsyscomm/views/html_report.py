@@ -147,6 +147,16 @@ def _tick_label(v: float) -> str:
     return f"{v:.0f}" if v >= 10 or v == 0 else f"{v:.2g}"
 
 
+def _y_grid(vmax: float, left: float, width: float, top: float, height: float) -> list[str]:
+    """Horizontal grid lines and their labels for a bar chart whose y axis runs from 0 to vmax."""
+    out = []
+    for v in _ticks(vmax):
+        y = top + height - v / vmax * height
+        out.append(f'<line x1="{left}" x2="{left + width}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+        out.append(_text(left - 6, y + 4, _tick_label(v), "end", "axis"))
+    return out
+
+
 # ---------------------------------------------------------------- bus bandwidth curve
 
 def busbw_chart(summary: pd.DataFrame, peak_busbw: float | None = None) -> str:
@@ -466,10 +476,7 @@ def _step_bars(agg: pd.DataFrame) -> str:
         out.append(_text(L + 16, 14, "communication", "start", "legend"))
         out.append(f'<rect x="{L + 140}" y="4" width="12" height="12" class="exposed"/>')
         out.append(_text(L + 156, 14, "exposed (not overlapped with compute)", "start", "legend"))
-    for v in _ticks(vmax):
-        y = T + ph - v / vmax * ph
-        out.append(f'<line x1="{L}" x2="{L + pw}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(_text(L - 6, y + 4, _tick_label(v), "end", "axis"))
+    out += _y_grid(vmax, L, pw, T, ph)
     every = max(1, math.ceil(n / 20))
     for i, s in enumerate(steps):
         x = L + i * bw

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from nsyscomm.views.html_report import _e, _nice_max, _svg_open, _table, _text, _tick_label, _ticks
+from nsyscomm.views.html_report import _e, _nice_max, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt
 
 SERIES = (("measured", "xfer"), ("no_straggler", "wait"), ("ideal", "exposed"))
@@ -32,10 +32,7 @@ def step_chart(rows: list[dict]) -> str | None:
     for i, (name, cls, _) in enumerate(series):
         out.append(f'<rect x="{L + 150 * i}" y="4" width="12" height="12" class="{cls}"/>')
         out.append(_text(L + 150 * i + 16, 14, name, "start", "legend"))
-    for v in _ticks(vmax):
-        y = T + ph - v / vmax * ph
-        out.append(f'<line x1="{L}" x2="{L + pw}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(_text(L - 6, y + 4, _tick_label(v), "end", "axis"))
+    out += _y_grid(vmax, L, pw, T, ph)
     every = max(1, math.ceil(n / 20))
     for i, s in enumerate(steps):
         x = L + i * bw
