@@ -10,7 +10,7 @@ collective finished on any rank for DURATION. Then it
 3. sends SIGTERM to the ranks (the processes that keep records), not to nsys nor to the
    launcher (torchrun): the ranks die, torchrun sees its workers fail and exits, and nsys,
    whose application has ended, writes its report as after any run. Signalling nsys itself
-   instead lost the report (nsys 2022.4); SIGKILL follows after a grace period for a rank that
+   was not tried, so it is not known to keep the report; SIGKILL follows after a grace period for a rank that
    ignores SIGTERM.
 
 The run then exits with EXIT_HUNG (124, as timeout(1)).
