@@ -5,8 +5,6 @@ Registered by nsyscomm.cli with ``main.add_command(trace)`` / ``main.add_command
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from nsyscomm.commands import guard as _guard
@@ -49,27 +47,13 @@ def trace(inputs, output, steps, per_rank, what_if, debug):
     result = _load(inputs, debug)
     if output is None and per_rank is None:
         output = "trace.json"
-    if what_if is not None:   # the measured trace plus the scenario's replayed timeline (issue 23)
-        from nsyscomm.views import whatif_trace
-
-        def doc():
-            d = tr.build(result, steps)
-            d["traceEvents"] += whatif_trace.events(result, what_if, tr._origin(tr.calls(result, steps)), steps)
-            return d
-
-        d = _guard(doc, debug)
-        if output == "-" or output is None:
-            click.echo(tr.dumps(d))
-        else:
-            _guard(lambda: Path(output).write_text(tr.dumps(d)), debug)
-            click.echo(f"wrote {output} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
-        return
     if output == "-":
-        doc = _guard(lambda: tr.build(result, steps), debug)
+        doc = _guard(lambda: tr.build(result, steps, what_if=what_if), debug)
         click.echo(tr.dumps(doc))
         _guard(lambda: tr.write(result, None, steps=steps, per_rank_dir=per_rank), debug)
         return
-    files = _guard(lambda: tr.write(result, output, steps=steps, per_rank_dir=per_rank), debug)
+    files = _guard(lambda: tr.write(result, output, steps=steps, per_rank_dir=per_rank, what_if=what_if),
+                   debug)
     if output is not None:
         click.echo(f"wrote {output} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
     if per_rank is not None:

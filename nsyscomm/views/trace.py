@@ -130,10 +130,18 @@ def _origin(rows: list[dict]) -> int:
     return int(min(times)) if times else 0
 
 
-def build(result, steps: tuple[int | None, int | None] | None = None, *, flows: bool = True) -> dict:
-    """The trace document {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}."""
+def build(result, steps: tuple[int | None, int | None] | None = None, *, flows: bool = True,
+          what_if: str | None = None) -> dict:
+    """The trace document {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
+    what_if: a scenario whose replayed timeline is added beside the measured one (issue 23)."""
     rows = calls(result, steps)
-    return build_from_rows(rows, result, steps, flows=flows, origin=_origin(rows))
+    origin = _origin(rows)
+    doc = build_from_rows(rows, result, steps, flows=flows, origin=origin)
+    if what_if is not None:
+        from nsyscomm.views import whatif_trace
+
+        doc["traceEvents"] += whatif_trace.events(result, what_if, origin, steps)
+    return doc
 
 
 def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True, origin: int = 0) -> dict:
@@ -287,12 +295,13 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
-def write(result, path: str | os.PathLike | None = None, *, steps=None, per_rank_dir=None) -> list[Path]:
+def write(result, path: str | os.PathLike | None = None, *, steps=None, per_rank_dir=None,
+          what_if: str | None = None) -> list[Path]:
     """Write the job's trace to ``path`` and/or one trace per rank to ``per_rank_dir/<rank>/comm.json``
-    (BytePS's layout; no cross-rank flows there). Returns the files written."""
+    (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build()."""
     written: list[Path] = []
     if path is not None:
-        doc = build(result, steps)
+        doc = build(result, steps, what_if=what_if)
         p = Path(path)
         if p.parent and not p.parent.exists():
             p.parent.mkdir(parents=True, exist_ok=True)
