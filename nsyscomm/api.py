@@ -134,7 +134,6 @@ class Result:
     overlap_parts: Future | None = None                    # of overlap_parts(): begun by combine()
     _prefetched: dict = field(default_factory=dict, init=False, repr=False)   # (name, params) -> Future
     op_trace: tuple | None = None                          # (ops, meta) of a per-op what-if trace input
-    _what_if: dict | None = field(default=None, init=False, repr=False)
     sources: list = field(default_factory=list)             # the input files (issue 22: records beside them)
 
     @functools.cached_property
@@ -255,14 +254,12 @@ class Result:
         return self._query("link_metrics")
 
     # --- what-if replay (nsyscomm.analyses.whatif; issue 23) ---
-    @property
+    @functools.cached_property
     def what_if_analysis(self) -> dict:
         """what_if rows, attribution rows and the model's notes (computed once)."""
-        if self._what_if is None:
-            from nsyscomm.analyses import whatif
+        from nsyscomm.analyses import whatif
 
-            self._what_if = whatif.of_result(self)
-        return self._what_if
+        return whatif.of_result(self)
 
     @property
     def what_if(self) -> list[dict]:
