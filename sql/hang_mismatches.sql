@@ -4,7 +4,9 @@
 -- others), is not one here: a call that raised is recorded as finished (the wrapper closes its
 -- range either way), so the ranks of a collective that failed would differ in state without any
 -- desync. A member missing from a collective is hang_blocked's. One row per (group, seq, field, rank).
--- The keys that differ are found in one aggregation; only their calls are unpivoted.
+-- The keys that differ are found in one aggregation; only their calls are unpivoted. A key is
+-- compared only when at least two ranks hold it, each once: a trace of one rank, or a source
+-- whose seq is not unique per call (a PyTorch profiler trace's kernels), shows no desync.
 -- Inputs: hang_calls.
 WITH bad AS (
     SELECT "group", seq,
@@ -13,7 +15,8 @@ WITH bad AS (
            count(DISTINCT nullif(dtype, '')) > 1 AS dtype_differs,
            count(DISTINCT group_size::VARCHAR || ':' || group_ranks) > 1 AS members_differ
     FROM hang_calls GROUP BY ALL
-    HAVING op_differs OR bytes_differs OR dtype_differs OR members_differ
+    HAVING count(DISTINCT rank) > 1 AND count(*) = count(DISTINCT rank)
+       AND (op_differs OR bytes_differs OR dtype_differs OR members_differ)
 ),
 c AS (SELECT h.*, b.op_differs, b.bytes_differs, b.dtype_differs, b.members_differ
       FROM hang_calls h JOIN bad b USING ("group", seq)),

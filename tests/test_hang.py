@@ -217,3 +217,13 @@ def test_real_gloo_flight_recorder_dumps_made_here(tmp_path):
     (m,) = b["missing_ranks"]
     assert (m["rank"], m["last_op"], m["last_seq"]) == (1, "all_reduce", 3)
     assert m["caller"].startswith("fr_gloo_job.py:")
+
+
+def test_one_rank_profiler_trace_is_not_a_desync():
+    """HTA's nccl_data trace is rank 0 alone, its kernels sharing Seq values: no rank to differ
+    from, so no mismatch (it was reported 'desynced', its values picked at random among a rank's
+    calls at one seq)."""
+    from nsyscomm.analyses.hang import contract
+
+    h = contract(load([real_file("kineto/nccl_data.json.gz")]).hang)
+    assert h["mismatches"] == [] and h["status"] != "desynced"
