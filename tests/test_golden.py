@@ -1,0 +1,110 @@
+"""Golden JSON: `summarize --format json` of every sample, real export and a generated report.
+
+The files in tests/golden/ were written by the code *before* the layout change of issue 25 and
+hold what that code printed. This test runs the current code on the same inputs and checks that
+every key and value in a golden file is still printed, the same: the JSON contract allows extra
+keys (a new analysis may add one), never a changed or missing one. A change meant to alter an
+existing value must say so by rewriting the golden file in the same commit:
+
+    NSYSCOMM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nsyscomm.cli import main
+
+from .conftest import REAL, SAMPLES
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("NSYSCOMM_UPDATE_GOLDEN") == "1"
+
+# name -> (inputs relative to their root, extra arguments); "real:" paths live in ../shared/real
+CASES: dict[str, tuple[list[str], list[str]]] = {
+    "ddp_4rank": (["sample:synthetic_ddp_4rank.sqlite"], []),
+    "ddp_4rank_by_caller": (["sample:synthetic_ddp_4rank.sqlite"], ["--by", "caller"]),
+    "fsdp_8rank": (["sample:synthetic_fsdp_8rank.sqlite"], []),
+    "gloo_cpu": (["sample:synthetic_gloo_cpu.sqlite"], []),
+    "nowrapper_2node": (["sample:synthetic_nowrapper_2node"], []),
+    "two_runs": (["sample:synthetic_ddp_4rank.sqlite", "sample:synthetic_gloo_cpu.sqlite"], []),
+    "ddp_4rank_nccl_log": (["sample:synthetic_ddp_4rank.sqlite"],
+                           ["--nccl-log", "real:nccl-logs/aws-p5-h100-16rank-nccl-debug-info.log"]),
+    "generated_ddp_seed11": (["generated:synthetic_ddp_4rank"], []),
+    "real_nsys2022.1": (["real:nsys/nsys2022.1_1gpu_schema2.9.sqlite"], []),
+    "real_nsys2023.3": (["real:nsys/nsys2023.3_no_cuda_no_nvtx.sqlite"], []),
+    "real_nsys2025.1": (["real:nsys/nsys2025.1_1gpu_nvtx.sqlite"], []),
+    "real_nsys2026.1": (["real:nsys/nsys2026.1_tiny.sqlite"], []),
+    "real_h100_nccl": (["real:nsys/nsys2026.2_2xH100_nccl_window.sqlite"], []),
+    "real_h100_nccl_by_caller": (["real:nsys/nsys2026.2_2xH100_nccl_window.sqlite"], ["--by", "caller"]),
+    "real_h100_nonccl": (["real:nsys/nsys2026.2_2xH100_nonccl_window.sqlite"], []),
+    "real_kineto_nccl_data": (["real:kineto/nccl_data.json.gz"], []),
+    "real_kineto_df_index": (["real:kineto/df_index_resolver.json.gz"], []),
+    "real_kineto_trace_filter": (["real:kineto/trace_filter"], []),
+    "real_straggler_analysis": (["real:straggler_analysis"], []),
+    "real_flight_recorder": (["real:flight_recorder/nvrx/gpu_error_1st"], []),
+}
+
+
+def _resolve(spec: str, tmp: Path) -> str:
+    kind, rel = spec.split(":", 1)
+    if kind == "sample":
+        p = SAMPLES / rel
+        if not p.exists():
+            pytest.skip(f"sample {rel} not present")
+        return str(p)
+    if kind == "real":
+        p = REAL / rel
+        if not p.exists():
+            pytest.skip(f"real data {rel} not present (../shared/real is only beside the project checkout)")
+        return str(p)
+    # a report generated with a seed the bundled samples do not use
+    from nsyscomm import synth
+
+    synth.generate(rel, tmp, seed=11)
+    return str(tmp / f"{rel}.sqlite")
+
+
+def _subset_diff(golden, new, where: str = "$") -> list[str]:
+    """Where `golden` is not contained in `new` (dict keys may be added, nothing else may change)."""
+    if isinstance(golden, dict):
+        if not isinstance(new, dict):
+            return [f"{where}: was an object, now {type(new).__name__}"]
+        out: list[str] = []
+        for k, v in golden.items():
+            if k not in new:
+                out.append(f"{where}.{k}: missing")
+            else:
+                out.extend(_subset_diff(v, new[k], f"{where}.{k}"))
+        return out
+    if isinstance(golden, list):
+        if not isinstance(new, list) or len(new) != len(golden):
+            return [f"{where}: list of {len(golden)} became {len(new) if isinstance(new, list) else new!r}"]
+        out = []
+        for i, (g, n) in enumerate(zip(golden, new)):
+            out.extend(_subset_diff(g, n, f"{where}[{i}]"))
+        return out
+    return [] if golden == new else [f"{where}: {golden!r} became {new!r}"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_json(name, tmp_path):
+    specs, extra = CASES[name]
+    inputs = [_resolve(s, tmp_path) for s in specs]
+    extra = [_resolve(a, tmp_path) if a.startswith(("real:", "sample:")) else a for a in extra]
+    res = CliRunner().invoke(main, ["summarize", *inputs, "--format", "json", "--no-cache", *extra])
+    assert res.exit_code == 0, res.output
+    new = json.loads(res.stdout)
+    path = GOLDEN / f"{name}.json"
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
+        return
+    if not path.exists():
+        pytest.fail(f"no golden file {path.name}: write it with NSYSCOMM_UPDATE_GOLDEN=1")
+    diffs = _subset_diff(json.loads(path.read_text()), new)
+    assert not diffs, f"{len(diffs)} differences from {path.name}:\n" + "\n".join(diffs[:40])
