@@ -67,7 +67,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
     try:
         started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
         with _interrupt_after():
-            from nsyscomm import scale  # noqa: F401 - load() imports it: here, with the rest
+            from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
             from nsyscomm.api import load, sample_jobs
 
         scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}
@@ -94,7 +94,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
         sys.exit(130)
     finally:
         if started:  # whatever ended the run: an untaken head start is stopped and closed
-            from nsyscomm.ingest.nsys_tables import drop_head_starts
+            from nsyscomm.ingest.nsys.reader import drop_head_starts
             drop_head_starts()
 
 
@@ -121,18 +121,19 @@ def _interrupt_after():
 
 def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
     """A lone nsys report is read into DuckDB while pandas and the rest of nsyscomm are imported
-    (nsyscomm.ingest.nsys_tables.head_start): 0.2-0.3 s of a 3 s summarize of 6M rows."""
+    (nsyscomm.ingest.nsys_reader.head_start): 0.2-0.3 s of a 3 s summarize of 6M rows."""
     from pathlib import Path
 
-    from nsyscomm import cache as report_cache, duck
-    from nsyscomm.ingest import nsys_tables
+    from nsyscomm import duck
+    from nsyscomm.extract import cache as report_cache
+    from nsyscomm.ingest.nsys import reader as nsys_reader
 
     p = Path(path)
     try:
-        if not p.is_file() or not nsys_tables.is_sqlite(p) or (cache and report_cache.has(p, p.name)):
+        if not p.is_file() or not nsys_reader.is_sqlite(p) or (cache and report_cache.has(p, p.name)):
             return False
         with duck.memory_limit(memory_limit):
-            nsys_tables.head_start(p)
+            nsys_reader.head_start(p)
         return True
     except Exception:  # noqa: BLE001 - only a head start: the ordinary path reports any problem
         return False

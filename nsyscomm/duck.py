@@ -71,7 +71,8 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
         from nsyscomm.errors import InputError
         raise InputError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size ({str(e).splitlines()[0]}); "
                          f"give one like 4GB, 500MB or 50%") from None
-    # IEJoin for "launch inside range" joins: measured far faster than hash join + filter (DESIGN.md)
+    # IEJoin for "launch inside range" joins: far faster than hash join + filter
+    # (docs/architecture.md, "DuckDB")
     con.execute("SET prefer_range_joins = true")
     quiet(con)
     if sqlite:
@@ -156,12 +157,19 @@ def _share_of_ram(limit: str) -> str:
 
 
 @functools.cache
-def sql(name: str) -> str:
-    """Text of sql/<name>.sql (installed as the package nsyscomm.sql)."""
+def sql_dir() -> Path:
+    """The top-level sql/ folder, one file per result table: the one place that knows where it is
+    (installed as the package nsyscomm.sql; in a source checkout, beside the nsyscomm package)."""
     try:
-        return resources.files("nsyscomm.sql").joinpath(f"{name}.sql").read_text()
+        return Path(str(resources.files("nsyscomm.sql")))
     except ModuleNotFoundError:  # running from a source checkout that was not pip-installed
-        return (Path(__file__).resolve().parent.parent / "sql" / f"{name}.sql").read_text()
+        return Path(__file__).resolve().parent.parent / "sql"
+
+
+@functools.cache
+def sql(name: str) -> str:
+    """Text of sql/<name>.sql."""
+    return (sql_dir() / f"{name}.sql").read_text()
 
 
 @functools.cache
@@ -197,7 +205,7 @@ def arrow_frame(t) -> pd.DataFrame:
     dtypes unless they hold NULLs (then pandas' nullable ones); HUGEINT (DuckDB's sum of
     BIGINTs) arrives as a 128-bit decimal and becomes float64, and an all-NULL text column holds
     None."""
-    # imported here: the reading stage (nsyscomm.ingest.nsys_tables) runs before pandas is loaded
+    # imported here: the reading stage (nsyscomm.ingest.nsys_reader) runs before pandas is loaded
     import pandas as pd
     import pyarrow as pa
 

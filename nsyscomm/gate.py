@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple
 
-from nsyscomm import __version__, ops
+from nsyscomm import __version__
+from nsyscomm import busbw as ops
 from nsyscomm.errors import InputError
 
 SCHEMA_VERSION = 1

@@ -13,7 +13,7 @@ COLLECTIVES = (
     ("host", "VARCHAR"),
     ("pid", "BIGINT"),
     ("tid", "BIGINT"),
-    ("op", "VARCHAR"),           # canonical family, see nsyscomm.ops.OPS
+    ("op", "VARCHAR"),           # canonical family, see nsyscomm.busbw.OPS
     ("api", "VARCHAR"),          # the exact call made
     ("bytes", "BIGINT"),         # nccl-tests message size S
     ("dtype", "VARCHAR"),
@@ -32,7 +32,7 @@ COLLECTIVES = (
     ("device", "INTEGER"),
     ("duration_ns", "BIGINT"),
     ("source", "VARCHAR"),       # wrapper | nccl_payload | torch_range | kernel_name
-    # extras beyond DESIGN.md's list (allowed: extra columns are fine)
+    # extras beyond the first list (docs/architecture.md, "The collectives table": extra columns are fine)
     ("kernel", "VARCHAR"),       # NCCL kernel short name, first one when several
     ("algo", "VARCHAR"),         # NCCL algorithm parsed from the kernel name (RING, TREE, ...)
     ("proto", "VARCHAR"),        # NCCL protocol (LL, LL128, SIMPLE)

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy
 
 from nsyscomm import nvtx_format
-from nsyscomm.ops import busbw_factor
+from nsyscomm.busbw import busbw_factor
 
 TRUTH_SCHEMA = 1
 GENERATOR_VERSION = 1

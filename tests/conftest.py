@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nsyscomm.ingest.nsys_tables import read_only_uri
+from nsyscomm.ingest.nsys.reader import read_only_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 # Real exports live beside the project (never copied into it): ../shared/real

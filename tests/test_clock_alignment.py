@@ -50,15 +50,16 @@ def test_offset_between_nodes_is_removed(tmp_path):
 def test_without_refinement_the_error_would_show(tmp_path):
     """The planted error is large enough to matter: alignment by session start alone gets it wrong."""
     from nsyscomm import api
+    from nsyscomm.combine import clocks
     job = _skewed_copy(tmp_path)
     extracts = [api.extract_one(p, p.name) for p in sorted(job.glob("*.sqlite"))]
     ref = nsyscomm.load(PAIR)
-    orig = api._refine_clocks
+    orig = clocks.refine
     try:
-        api._refine_clocks = lambda con, ref_report: []
+        clocks.refine = lambda con, ref_report, create_collectives: []
         naive = api.combine(extracts)
     finally:
-        api._refine_clocks = orig
+        clocks.refine = orig
     naive_delay = {p["rank"]: p["avg_arrival_delay_ms"] for p in naive.skew["per_rank"]}
     ref_delay = {p["rank"]: p["avg_arrival_delay_ms"] for p in ref.skew["per_rank"]}
     assert max(abs(naive_delay[r] - ref_delay[r]) for r in ref_delay) > 0.5

@@ -47,10 +47,10 @@ def test_calls_of_a_sample_keep_the_df_dtypes():
 
     import pyarrow as pa
 
-    from nsyscomm.ingest import nsys_sqlite
+    from nsyscomm.ingest.nsys import extract as nsys_extract
 
     path = Path(__file__).resolve().parent.parent / "sample_reports" / "synthetic_ddp_4rank.sqlite"
-    e = nsys_sqlite.extract(path)
+    e = nsys_extract.extract(path)
     assert isinstance(e.calls, pa.Table) and len(e.calls) > 0
     assert not any(pa.types.is_decimal(f.type) for f in e.calls.schema)
     assert {k: str(v) for k, v in duck.arrow_frame(e.calls).dtypes.items()} == _DDP_CALLS_DTYPES

@@ -179,7 +179,7 @@ def test_job_of_mixed_sources_stacks_their_calls(tmp_path):
     doubles, columns of nulls; an nsys report's: strings, 64- and 32-bit integers), and a cached
     extract went through Parquet: the job stacks them by column name, each report's calls as it
     alone gives them."""
-    from nsyscomm import cache
+    from nsyscomm.extract import cache
 
     trace = kineto.extract(write(tmp_path / "r0.json", make_trace(0)), "r0.json")
     report = tmp_path / "gloo.sqlite"

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from nsyscomm import duck
-from nsyscomm.ingest import busy, nsys_sqlite, nsys_tables
+from nsyscomm.ingest import busy
+from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
 from tests.conftest import real_nsys_files, ro
 from tests.test_sqlite_scan import SAMPLES, _same
 
@@ -70,29 +71,29 @@ def _reports():
 
 @pytest.mark.parametrize("path", _reports(), ids=lambda p: p.name)
 def test_same_extract_in_duckdb(path, monkeypatch):
-    in_memory = nsys_sqlite.extract(path)
+    in_memory = nsys_extract.extract(path)
     # no kernel fits: every report takes the DuckDB route
-    monkeypatch.setattr(nsys_tables, "IN_MEMORY_BYTES_PER_KERNEL", 1 << 50)
+    monkeypatch.setattr(nsys_reader, "IN_MEMORY_BYTES_PER_KERNEL", 1 << 50)
     routes = []
-    real_islands, real_open = nsys_sqlite.islands_in_duckdb, nsys_sqlite.open_report
-    monkeypatch.setattr(nsys_sqlite, "islands_in_duckdb", lambda con: routes.append("islands") or real_islands(con))
+    real_islands, real_open = nsys_extract.islands_in_duckdb, nsys_extract.open_report
+    monkeypatch.setattr(nsys_extract, "islands_in_duckdb", lambda con: routes.append("islands") or real_islands(con))
 
     def spy(path, threads=None):
         opened = real_open(path, threads)
         routes.append("copy" if opened.compute is None else "scan")
         return opened
 
-    monkeypatch.setattr(nsys_sqlite, "open_report", spy)
-    in_duckdb = nsys_sqlite.extract(path)
+    monkeypatch.setattr(nsys_extract, "open_report", spy)
+    in_duckdb = nsys_extract.extract(path)
     with closing(ro(path)) as lite:
-        has_kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in nsys_tables.table_columns(path) and \
+        has_kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in nsys_reader.table_columns(path) and \
             lite.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
     if has_kernels:   # without kernels there is nothing to hold: either route
         assert routes == ["copy", "islands"]
     _same(in_memory, in_duckdb)
 
 
-@pytest.mark.skipif(nsys_tables._sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
+@pytest.mark.skipif(nsys_reader._sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
 def test_the_route_follows_the_memory_limit(monkeypatch):
     """In memory up to a quarter of DuckDB's limit (as DuckDB states it: 64MB is 61.0 MiB)."""
     fsdp = SAMPLES / "synthetic_fsdp_8rank.sqlite"
@@ -101,7 +102,7 @@ def test_the_route_follows_the_memory_limit(monkeypatch):
     monkeypatch.setenv(duck.MEMORY_LIMIT_ENV, "64MB")
     quarter = int(61.0 * 2**20) // 4
     for per_kernel, in_memory in ((quarter // kernels, True), (quarter // kernels + 1, False)):
-        monkeypatch.setattr(nsys_tables, "IN_MEMORY_BYTES_PER_KERNEL", per_kernel)
-        opened = nsys_tables.open_report(fsdp)
+        monkeypatch.setattr(nsys_reader, "IN_MEMORY_BYTES_PER_KERNEL", per_kernel)
+        opened = nsys_reader.open_report(fsdp)
         opened.con.close()
         assert (opened.compute is not None) == in_memory, per_kernel

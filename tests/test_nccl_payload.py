@@ -17,7 +17,8 @@ import pytest
 
 from nsyscomm import api
 from nsyscomm.duck import arrow_frame
-from nsyscomm.ingest import nccl_payload, nsys_sqlite, nsys_tables
+from nsyscomm.ingest import nccl_payload
+from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "nsys" / "nsys2026.2_2xH100_nccl_window.sqlite"
 B = 1 << 24
@@ -161,7 +162,7 @@ def make_report(path: Path, encoding: str = "blob", init: bool = True, domain_cr
 
 
 def _extract(path):
-    return nsys_sqlite.extract(path)  # extract() applies the payload hook itself
+    return nsys_extract.extract(path)  # extract() applies the payload hook itself
 
 
 def _rows(e):
@@ -260,7 +261,7 @@ def test_real_export_without_blobs():
     msg = [w for w in e.warnings if "without payload values" in w]
     assert msg and "EXPORT_PARAM_INCLUDE_BLOBS=false" in msg[0] and "--include-blobs=true" in msg[0]
     assert "264 NCCL NVTX range(s)" in msg[0]        # 132 ncclSend + 132 ncclRecv
-    tables = nsys_tables.table_columns(REAL)
+    tables = nsys_reader.table_columns(REAL)
     ev, schemas = nccl_payload.read_events(REAL, tables, [], "real")
     assert ev["name"].value_counts().to_dict() == {"ncclSend": 132, "ncclRecv": 132, "ncclCommCount": 66,
                                                    "ncclGroupStart": 66, "ncclGroupEnd": 66}

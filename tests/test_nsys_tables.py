@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from nsyscomm.cli import main
 from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import nsys_sqlite, nsys_tables
+from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "synthetic_fsdp_8rank.sqlite"
@@ -26,11 +26,11 @@ def _rows(e):
 
 
 def test_head_start_gives_the_same_extract_and_is_taken_once():
-    plain = nsys_sqlite.extract(SAMPLE)
-    nsys_tables.head_start(SAMPLE)
-    assert len(nsys_tables._head_starts) == 1
-    started = nsys_sqlite.extract(SAMPLE)
-    assert not nsys_tables._head_starts
+    plain = nsys_extract.extract(SAMPLE)
+    nsys_reader.head_start(SAMPLE)
+    assert len(nsys_reader._head_starts) == 1
+    started = nsys_extract.extract(SAMPLE)
+    assert not nsys_reader._head_starts
     assert _rows(plain).equals(_rows(started))
     assert (plain.markers.sort_values("pid").reset_index(drop=True)
             .equals(started.markers.sort_values("pid").reset_index(drop=True)))
@@ -42,17 +42,17 @@ def test_head_start_failure_surfaces_when_taken(tmp_path):
     con.execute("CREATE TABLE t (x)")
     con.commit()
     con.close()
-    nsys_tables.head_start(other)
+    nsys_reader.head_start(other)
     with pytest.raises(InputError, match="without nsys tables"):
-        nsys_sqlite.extract(other)
-    assert not nsys_tables._head_starts
+        nsys_extract.extract(other)
+    assert not nsys_reader._head_starts
 
 
 def test_untaken_head_starts_are_dropped():
-    nsys_tables.head_start(SAMPLE)
-    opened = nsys_tables._head_starts[nsys_tables._identity(SAMPLE)][0].result()
-    nsys_tables.drop_head_starts()
-    assert not nsys_tables._head_starts
+    nsys_reader.head_start(SAMPLE)
+    opened = nsys_reader._head_starts[nsys_reader._identity(SAMPLE)][0].result()
+    nsys_reader.drop_head_starts()
+    assert not nsys_reader._head_starts
     with pytest.raises(Exception, match="closed"):
         opened.con.execute("SELECT 1")
 
@@ -61,23 +61,23 @@ def test_untaken_head_starts_are_dropped():
 def test_reading_stage_does_not_import_pandas(scan):
     """Not while it reads: the CLI imports pandas meanwhile. The C scan's rows go to DuckDB
     through Arrow at the end, where DuckDB's Python client imports pandas (the CLI has by then)."""
-    spy = ("real = nsys_tables._table; "   # after the scan, as its rows are handed over
-           "nsys_tables._table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; ")
-    code = ("import sys; seen = []; from nsyscomm.ingest import nsys_tables; from nsyscomm import cache, duck; "
-            + ("nsys_tables._scan = lambda *a: None; " if scan == "copy" else spy) +
-            f"o = nsys_tables.open_report(__import__('pathlib').Path({str(SAMPLE)!r})); "
+    spy = ("real = nsys_reader._table; "   # after the scan, as its rows are handed over
+           "nsys_reader._table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; ")
+    code = ("import sys; seen = []; from nsyscomm.ingest.nsys import reader as nsys_reader; from nsyscomm.extract import cache; from nsyscomm import duck; "
+            + ("nsys_reader._scan = lambda *a: None; " if scan == "copy" else spy) +
+            f"o = nsys_reader.open_report(__import__('pathlib').Path({str(SAMPLE)!r})); "
             "n = o.con.execute('SELECT count(*) FROM src_kernels').fetchone()[0]; "
             "print(n, seen[0] if seen else 'pandas' in sys.modules, o.compute is not None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) > 0 and out[1] == "False"
-    assert out[2] == str(scan == "c" and nsys_tables._sqlite_scan_module() is not None)
+    assert out[2] == str(scan == "c" and nsys_reader._sqlite_scan_module() is not None)
 
 
 def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NSYSCOMM_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
-    real = nsys_tables.head_start
-    monkeypatch.setattr(nsys_tables, "head_start", lambda p: calls.append(p) or real(p))
+    real = nsys_reader.head_start
+    monkeypatch.setattr(nsys_reader, "head_start", lambda p: calls.append(p) or real(p))
     run = CliRunner().invoke
     args = ["summarize", str(SAMPLE), "--format", "json"]
     first = run(main, args)                 # head start, then stored in the cache
@@ -85,14 +85,14 @@ def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
     fresh = run(main, args + ["--no-cache"])
     assert first.exit_code == again.exit_code == fresh.exit_code == 0
     assert json.loads(first.stdout) == json.loads(again.stdout) == json.loads(fresh.stdout)
-    assert len(calls) == 2 and not nsys_tables._head_starts
+    assert len(calls) == 2 and not nsys_reader._head_starts
 
 
 def test_dropping_a_running_head_start_stops_and_closes_it():
-    nsys_tables.head_start(SAMPLE)
-    started, con, _ = next(iter(nsys_tables._head_starts.values()))
-    nsys_tables.drop_head_starts()          # interrupts it if it still runs, then closes it
-    assert not nsys_tables._head_starts and started.done()
+    nsys_reader.head_start(SAMPLE)
+    started, con, _ = next(iter(nsys_reader._head_starts.values()))
+    nsys_reader.drop_head_starts()          # interrupts it if it still runs, then closes it
+    assert not nsys_reader._head_starts and started.done()
     with pytest.raises(Exception, match="closed"):
         con.execute("SELECT 1")
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from nsyscomm import nvtx_format as fmt
 from nsyscomm import synth
 from nsyscomm.duck import arrow_frame
-from nsyscomm.ops import OPS
+from nsyscomm.busbw import OPS
 
 # NVTX messages are C strings (no NUL) and SQLite TEXT is UTF-8 (no lone surrogates)
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
@@ -146,9 +146,9 @@ def _expected(msg: str) -> dict:
 
 
 def _extracted(path: Path) -> list[dict]:
-    from nsyscomm.ingest import nsys_sqlite
+    from nsyscomm.ingest.nsys import extract as nsys_extract
 
-    ex = nsys_sqlite.extract(path)
+    ex = nsys_extract.extract(path)
     calls = arrow_frame(ex.calls).sort_values("cpu_start")
     keys = list(_expected(_format({"op": "barrier", "api": "", "bytes": 0, "dtype": "", "numel": 0, "pg": "",
                                    "gsize": 0, "granks": [], "seq": 0, "async_op": False, "step": None,

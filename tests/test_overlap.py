@@ -1,4 +1,4 @@
-"""Exposed communication (nsyscomm/overlap.py, sql/overlap.sql) against interval arithmetic on
+"""Exposed communication (nsyscomm/analyses/overlap.py, sql/overlap.sql) against interval arithmetic on
 random jobs: calls on several streams that overlap each other, steps (some unknown), devices
 (some unknown), compute kernels that hide parts of them, CPU-only calls that must not count."""
 
@@ -7,7 +7,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from nsyscomm import duck, overlap
+from nsyscomm import duck
+from nsyscomm.analyses import overlap
 from nsyscomm.api import Result
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.synth import _minus_len

@@ -308,8 +308,8 @@ def test_no_report_string_is_formatted_into_sql():
                "like_str", "like_text", "text_id", "name_expr", "join", "bin_expr", "json_expr", "dom_filter",
                "table", "cols", "c", "p", "where",
                "like", "type_sel", "device", "partition", "on_type",
-               "values",   # nsys_tables._scan: "(?, ?, ?)" placeholders, one per span
-               "_UNPARSED"}   # nsys_tables: NULL columns named after MESSAGE_FIELDS
+               "values",   # nsys_reader._scan: "(?, ?, ?)" placeholders, one per span
+               "_UNPARSED"}   # nsys_reader: NULL columns named after MESSAGE_FIELDS
     sql_start = re.compile(r"^\s*(SELECT|CREATE|UPDATE|ATTACH|PRAGMA|INSERT|DELETE|WITH|LOAD)\b", re.I)
     bad = []
     for py in root.rglob("*.py"):

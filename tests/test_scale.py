@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsyscomm import api, cache, duck, scale
+from nsyscomm import api, discover, duck
+from nsyscomm.combine import calls as combine_calls
+from nsyscomm.extract import cache, pool
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
@@ -118,22 +120,22 @@ def test_parallel_equals_serial(per_rank):
 
 
 def test_calls_past_a_batch_go_to_the_jobs_database_with_the_same_result(per_rank, monkeypatch):
-    """A job's calls past a batch (api.BATCH_CALLS; a quarter of the memory limit) are moved into
+    """A job's calls past a batch (nsyscomm.combine.calls.BATCH_CALLS; a quarter of the memory limit) are moved into
     the job's database as the reports arrive, in the pool's order of completion, and let go of:
     the same result as in one batch, serial or parallel, and no report's calls held afterwards."""
     folder, info = per_rank
     ref = _result_json(api.load([folder], jobs=1, cache=False))
     total = info["ranks"] * info["collectives_per_rank"]
     held = []
-    real_add = api.JobCalls.add
+    real_add = combine_calls.JobCalls.add
 
     def add(self, i, e):
         out = real_add(self, i, e)
         held.append(sum(len(c) for _, _, c in self._pending))
         return out
 
-    monkeypatch.setattr(api.JobCalls, "add", add)
-    monkeypatch.setattr(api, "BATCH_CALLS", info["collectives_per_rank"] * 2)   # 2 reports a batch, 3 batches
+    monkeypatch.setattr(combine_calls.JobCalls, "add", add)
+    monkeypatch.setattr(combine_calls, "BATCH_CALLS", info["collectives_per_rank"] * 2)   # 2 reports a batch, 3 batches
     for jobs in (1, 2):
         held.clear()
         got = api.load([folder], jobs=jobs, cache=False)
@@ -141,11 +143,11 @@ def test_calls_past_a_batch_go_to_the_jobs_database_with_the_same_result(per_ran
         assert got.con.execute("SELECT count(*) FROM calls_in").fetchone()[0] == total
         assert max(held) < 2 * info["collectives_per_rank"]      # never a whole batch left in Arrow
     # under a memory limit, a quarter of it makes a batch
-    monkeypatch.setattr(api, "BATCH_CALLS", 1_000_000)
+    monkeypatch.setattr(combine_calls, "BATCH_CALLS", 1_000_000)
     monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "12MB")
-    calls = api.JobCalls()
+    calls = combine_calls.JobCalls()
     assert "con" not in vars(calls)   # no database before the first extract: the pool's workers fork first
-    assert calls.batch == duck.memory_limit_bytes(calls.con) // 4 // api.ARROW_BYTES_PER_CALL < 12_000
+    assert calls.batch == duck.memory_limit_bytes(calls.con) // 4 // combine_calls.ARROW_BYTES_PER_CALL < 12_000
 
 
 def test_generator_counts(per_rank):
@@ -159,10 +161,10 @@ def test_generator_counts(per_rank):
 
 def test_progress_flag_does_not_change_results(per_rank, capsys):
     folder, _ = per_rank
-    files = api.discover([folder])
-    names = api._report_names(files)
-    a = scale.extract_many(files, names, jobs=1, cache=False, progress=True)
-    b = scale.extract_many(files, names, jobs=1, cache=False, progress=False)
+    files = discover.discover([folder])
+    names = discover.report_names(files)
+    a = pool.extract_many(files, names, jobs=1, cache=False, progress=True)
+    b = pool.extract_many(files, names, jobs=1, cache=False, progress=False)
     for x, y in zip(a, b):
         _same(x, y)
     assert "extracting" in capsys.readouterr().err
@@ -204,13 +206,13 @@ def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
 
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform: workers are spawned and inherit no objects")
-    monkeypatch.setattr(scale, "_one", _freeze_count)
-    seen = scale._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, scale._Bar(False, 3, "test"),
-                          scale._as_is)
+    monkeypatch.setattr(pool, "_one", _freeze_count)
+    seen = pool._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, pool._Bar(False, 3, "test"),
+                          pool._as_is)
     assert all(n > 0 for n, _ in seen), seen
     assert gc.get_freeze_count() == 0
     # and the two workers share the cores: each DuckDB gets half of them
-    assert {t for _, t in seen} == {max(1, scale.usable_cores() // 2)}
+    assert {t for _, t in seen} == {max(1, pool.usable_cores() // 2)}
 
 
 # ---------------------------------------------------------------- memory limit and spilling
@@ -224,18 +226,18 @@ def mid_report(tmp_path_factory):
 
 
 def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tmp_path, monkeypatch):
-    """Under a limit its kernels do not fit in (nsys_tables.fits_in_memory), a report takes the
-    DuckDB route: DuckDB's copy of the tables (nsys_tables._copy_tables) and the busy islands in
+    """Under a limit its kernels do not fit in (nsys_reader.fits_in_memory), a report takes the
+    DuckDB route: DuckDB's copy of the tables (nsys_reader._copy_tables) and the busy islands in
     SQL (busy.islands_in_duckdb), which spill; without one, the C scan where it is built."""
-    from nsyscomm.ingest import nsys_sqlite
+    from nsyscomm.ingest.nsys import extract as nsys_extract
 
-    free = nsys_sqlite.extract(mid_report)
+    free = nsys_extract.extract(mid_report)
     spill = tmp_path / "spill"
     spill.mkdir()
     monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "40MB")
     monkeypatch.setenv("NSYSCOMM_TEMP_DIR", str(spill))
     spilled = []
-    real = nsys_sqlite.open_report
+    real = nsys_extract.open_report
 
     routes = []
 
@@ -245,10 +247,10 @@ def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tm
         routes.append(opened.compute)
         return opened
 
-    real_islands = nsys_sqlite.islands_in_duckdb
-    monkeypatch.setattr(nsys_sqlite, "open_report", spy)
-    monkeypatch.setattr(nsys_sqlite, "islands_in_duckdb", lambda con: routes.append("islands") or real_islands(con))
-    limited = nsys_sqlite.extract(mid_report)
+    real_islands = nsys_extract.islands_in_duckdb
+    monkeypatch.setattr(nsys_extract, "open_report", spy)
+    monkeypatch.setattr(nsys_extract, "islands_in_duckdb", lambda con: routes.append("islands") or real_islands(con))
+    limited = nsys_extract.extract(mid_report)
     assert routes == [None, "islands"]
     # DuckDB wrote its tables out instead of failing (3-6 MB when the tables have just been read,
     # depending on the threads' timing; under 30 MB the extraction sometimes ran out of memory)

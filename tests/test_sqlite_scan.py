@@ -1,5 +1,5 @@
 """The ingest's C scan of nsys exports (nsyscomm/ingest/_sqlite_scan.c) against DuckDB's copy of
-the tables (nsys_tables._copy_tables): the same extract from every report, whatever it holds."""
+the tables (nsys_reader._copy_tables): the same extract from every report, whatever it holds."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import real_nsys_files
-from nsyscomm.ingest import nsys_sqlite, nsys_tables
+from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_reports"
@@ -46,18 +46,18 @@ def _extract_both(path: Path, monkeypatch):
     """(extract through the C scan, extract through DuckDB's copy, the compute kernels _scan
     returned: None when it gave way to the copy)"""
     seen = []
-    real = nsys_tables._scan
+    real = nsys_reader._scan
 
     def spy(*a):
         out = real(*a)
         seen.append(out and out[0])
         return out
 
-    monkeypatch.setattr(nsys_tables, "_scan", spy)
-    scanned = nsys_sqlite.extract(path)
-    monkeypatch.setattr(nsys_tables, "_scan", lambda *a: None)
-    copied = nsys_sqlite.extract(path)
-    monkeypatch.setattr(nsys_tables, "_scan", real)
+    monkeypatch.setattr(nsys_reader, "_scan", spy)
+    scanned = nsys_extract.extract(path)
+    monkeypatch.setattr(nsys_reader, "_scan", lambda *a: None)
+    copied = nsys_extract.extract(path)
+    monkeypatch.setattr(nsys_reader, "_scan", real)
     return scanned, copied, seen
 
 
@@ -121,12 +121,12 @@ def test_wrapper_messages_inline_or_registered_give_the_same_calls(tmp_path, mon
     con = sqlite3.connect(path)
     assert con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'nsyscomm:%'").fetchone()[0] > 50
     con.close()
-    registered = nsys_sqlite.extract(FSDP, report="report.sqlite")
+    registered = nsys_extract.extract(FSDP, report="report.sqlite")
     if _sqlite_scan is not None:
         scanned, copied, _ = _extract_both(path, monkeypatch)
         _same(registered, scanned)
     else:
-        copied = nsys_sqlite.extract(path)
+        copied = nsys_extract.extract(path)
     _same(registered, copied)
 
 
@@ -239,7 +239,7 @@ def test_scan_splits_the_wrapper_layout_only(tmp_path):
     con.executemany('INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 1, NULL, ?)', [(i, i + 1, m) for i, m in enumerate(msgs)])
     con.commit()
     con.close()
-    out = _sqlite_scan.scan(nsys_tables.read_only_uri(path), None, 1, 0, None, 1, 0,
+    out = _sqlite_scan.scan(nsys_reader.read_only_uri(path), None, 1, 0, None, 1, 0,
                             'SELECT start, "end", eventType, globalTid, textId, text FROM NVTX_EVENTS '
                             'WHERE rowid BETWEEN ? AND ?', 1, len(msgs), 2, np.zeros(0, np.int64),
                             np.zeros(0, np.int64), [], bytearray(1))["nvtx"]
@@ -287,10 +287,10 @@ def test_unexpected_values_take_the_copy(tmp_path, monkeypatch):
     from nsyscomm import api
     from nsyscomm.errors import InputError
 
-    assert nsys_tables._scan(*_opened_args(path)) is None
+    assert nsys_reader._scan(*_opened_args(path)) is None
     with pytest.raises(InputError) as scanned:
         api.extract_one(path)
-    monkeypatch.setattr(nsys_tables, "_scan", lambda *a: None)
+    monkeypatch.setattr(nsys_reader, "_scan", lambda *a: None)
     with pytest.raises(InputError) as copied:
         api.extract_one(path)
     assert str(scanned.value) == str(copied.value)
@@ -299,7 +299,7 @@ def test_unexpected_values_take_the_copy(tmp_path, monkeypatch):
 @needs_scan
 def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
     """A range name that is not UTF-8: the scan steps aside; DuckDB's copy rejects it, and the
-    extract reads a copy of the report with the bad bytes replaced (nsys_sqlite.extract)."""
+    extract reads a copy of the report with the bad bytes replaced (nsys_extract.extract)."""
     path = _copy(tmp_path)
     con = sqlite3.connect(path)
     con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
@@ -307,7 +307,7 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
                 (b"ncclBad\xff\xfe",))
     con.commit()
     con.close()
-    assert nsys_tables._scan(*_opened_args(path)) is None
+    assert nsys_reader._scan(*_opened_args(path)) is None
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert seen[0] is None and seen[-1] is not None   # the copy with the bytes replaced is scanned
     _same(scanned, copied)
@@ -319,13 +319,13 @@ def _opened_args(path: Path):
 
     con = duck.connect(sqlite=True)
     con.execute(f"ATTACH '{path}' AS r (TYPE sqlite, READ_ONLY)")
-    return con, path, nsys_tables.table_columns(path), bytearray(1)
+    return con, path, nsys_reader.table_columns(path), bytearray(1)
 
 
 @needs_scan
 def test_cancel_stops_the_scan():
     with pytest.raises(ValueError, match="cancelled"):
-        _sqlite_scan.scan(nsys_tables.read_only_uri(FSDP), "SELECT start, \"end\", globalTid, correlationId "
+        _sqlite_scan.scan(nsys_reader.read_only_uri(FSDP), "SELECT start, \"end\", globalTid, correlationId "
                           "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?", 1, 10,
                           None, 1, 0, None, 1, 0, 2, np.zeros(0, np.int64), np.zeros(0, np.int64), [],
                           bytearray(b"\x01"))
@@ -353,11 +353,11 @@ def test_same_extract_over_many_chunks_and_threads(tmp_path, monkeypatch):
 
 def test_path_with_uri_characters(tmp_path, monkeypatch):
     """'?', '#', '%', spaces and non-ASCII in the report's path: every SQLite connection of the
-    ingest opens it by nsys_tables.read_only_uri, which keeps them part of the path."""
+    ingest opens it by nsys_reader.read_only_uri, which keeps them part of the path."""
     odd = tmp_path / "run #1 ?50% é"
     odd.mkdir()
     path = _copy(odd)
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert _sqlite_scan is None or seen[0] is not None
     _same(scanned, copied)
-    _same(scanned, nsys_sqlite.extract(FSDP))
+    _same(scanned, nsys_extract.extract(FSDP))

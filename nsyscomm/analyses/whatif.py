@@ -187,7 +187,7 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict:
 
 def reference_ms(m: Model, curve: pd.DataFrame | None) -> np.ndarray | None:
     """Each collective's transfer time at the reference busbw of its op and size (NaN: none)."""
-    from nsyscomm import ops as opsmod
+    from nsyscomm import busbw as opsmod
 
     if curve is None or curve.empty:
         return None

@@ -7,7 +7,7 @@ stretches are always some call's gpu_start or gpu_end, so each source evaluates 
 once per report, and ships two numbers per call (busy_at_start, busy_at_end) instead of the
 millions of compute intervals: B is a difference of durations, unchanged by clock alignment.
 
-The islands are made in numpy when the compute kernels fit in memory (nsys_tables.fits_in_memory),
+The islands are made in numpy when the compute kernels fit in memory (nsys_reader.fits_in_memory),
 else in DuckDB (sql/compute_islands.sql, sql/busy_at_edges.sql), which spills past its memory
 limit: a report larger than RAM never has its kernels held whole.
 """

@@ -4,7 +4,7 @@ nsys stores the profiled processes' environment variables and command lines in `
 and describes the target in ``TARGET_INFO_SYSTEM_ENV``, ``META_DATA_CAPTURE`` and
 ``PROCESSES``. They can hold tokens and private paths, so nothing else in nsyscomm reads
 these tables, and no output carries them unless the user passes ``--include-env``
-(DESIGN.md, privacy).
+(docs/architecture.md, "Facts about nsys exports", privacy).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def _ro(path: Path) -> sqlite3.Connection:
-    from nsyscomm.ingest.nsys_tables import read_only_uri
+    from nsyscomm.ingest.nsys.reader import read_only_uri
 
     con = sqlite3.connect(read_only_uri(path), uri=True)
     con.text_factory = lambda b: b.decode("utf-8", "replace")

@@ -168,7 +168,7 @@ def _frame(e: dict) -> str | None:
 
 def extract(path: Path, report: str | None = None):
     """One dump -> an Extract (one rank) for nsyscomm.api.combine."""
-    from nsyscomm.ingest.nsys_sqlite import Extract
+    from nsyscomm.ingest.nsys.extract import Extract
 
     path = Path(path)
     rs = rows(path)

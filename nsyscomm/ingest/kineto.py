@@ -43,7 +43,7 @@ from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import canonical_op, parse_kernel
-from nsyscomm.ingest.nsys_sqlite import Extract
+from nsyscomm.ingest.nsys.extract import Extract
 from nsyscomm.schema import COLUMN_NAMES
 
 # c10 ScalarType names (as in record_param_comms' "dtype") and record_shapes' "Input type"

@@ -7,7 +7,7 @@ transports per connection (P2P, SHM, NVLS, NET and which network plugin), channe
 
 Both tolerate the prefixes launchers add to every line: ``mpirun --tag-output`` (``[1,0]<stdout>:``,
 which can also appear in the middle of a line when outputs interleave) and ``srun -l`` (``0: ``).
-Nothing here keeps environment values, IPs or paths (logs carry them: see DESIGN.md, privacy).
+Nothing here keeps environment values, IPs or paths (logs carry them: see docs/architecture.md, "Facts about nsys exports", privacy).
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ def _meta(con, tables) -> dict:
 def _sqlite(path):
     import sqlite3
 
-    from nsyscomm.ingest.nsys_tables import read_only_uri
+    from nsyscomm.ingest.nsys.reader import read_only_uri
 
     return sqlite3.connect(read_only_uri(path), uri=True)
 

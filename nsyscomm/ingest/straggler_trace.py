@@ -138,7 +138,7 @@ def calls(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
 def extract(path: Path, report: str | None = None):
     """One trace file -> an Extract: its calls, one process per global rank."""
     from nsyscomm import duck
-    from nsyscomm.ingest.nsys_sqlite import Extract
+    from nsyscomm.ingest.nsys.extract import Extract
 
     path = Path(path)
     df, meta = read(path)

@@ -1,4 +1,4 @@
-"""The JSON output contract (DESIGN.md, "schema": 1) that scripts and CI gates read."""
+"""The JSON output contract ("schema": 1; docs/architecture.md, "JSON contract") that scripts and CI gates read."""
 
 from __future__ import annotations
 

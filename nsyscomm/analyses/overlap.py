@@ -20,10 +20,15 @@ call once per scope) took 0.2-0.25 s on both cores for 200k calls; this takes 0.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from nsyscomm import duck
 
 _CALLS = """SELECT rank, step, report, pid, device, gpu_start AS s, gpu_end AS e, busy_at_start, busy_at_end
             FROM collectives WHERE gpu_start IS NOT NULL"""
@@ -141,3 +146,21 @@ def _max_before(v: np.ndarray, null: np.ndarray, first: np.ndarray) -> tuple[np.
     before[1:] = running[:-1]
     before[first] = low
     return before, before == low
+
+
+def begin_overlap(con: duckdb.DuckDBPyConnection) -> Future:
+    """parts() of the job's final `collectives`, on a thread of its own (with a cursor
+    of its own: a DuckDB connection serves one thread at a time)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-overlap")
+    cur = duck.quiet(con.cursor())
+
+    def run():
+        try:
+            return parts(cur)
+        finally:
+            cur.close()
+
+    try:
+        return pool.submit(run)
+    finally:
+        pool.shutdown(wait=False)

@@ -1,6 +1,6 @@
 """nsys SQLite export -> rows of the normalized `collectives` table (one report).
 
-The report's tables are read into DuckDB by nsyscomm.ingest.nsys_tables; this module turns
+The report's tables are read into DuckDB by nsyscomm.ingest.nsys_reader; this module turns
 them into calls, process markers and spans (sql/nccl_kernels.sql, sql/calls_nsys.sql, ...).
 """
 
@@ -21,7 +21,7 @@ from nsyscomm import duck
 from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
-from nsyscomm.ingest.nsys_tables import fits_in_memory, open_report, read_only_uri, table_columns
+from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
 
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
@@ -44,7 +44,7 @@ ASOF JOIN (SELECT rid, globalTid, start, "end" FROM ranges WHERE kind = $kind) r
 # range holding the launch, the latest-starting wins. The same-thread containment runs as a pure
 # range join (IEJoin) on one number line: thread index * stride + (t - t0), with stride > the
 # ranges' time span, so threads never interleave (an equality on the thread plans as a slow hash
-# join, DESIGN.md). Launches outside [t0, t1] get no key: no range holds them.
+# join, docs/architecture.md, "DuckDB"). Launches outside [t0, t1] get no key: no range holds them.
 _LAUNCH_HOLDERS = """CREATE OR REPLACE TEMP TABLE held AS
 SELECT e.kid, e.kind, arg_max(e.rid, e.start) AS rid
 FROM (SELECT l.kid, r.rid, r.kind, r.start
@@ -58,7 +58,7 @@ GROUP BY e.kid, e.kind"""
 # The ranges that can own NCCL kernels, numbered once for the lookups above and sql/calls_nsys.sql
 # (rid: the range's number in src_ranges). The name only of PyTorch's ranges: calls_nsys.sql
 # reads the wrapper's messages (and the fields the C scan split from them,
-# nsys_tables.MESSAGE_FIELDS) in src_ranges.
+# nsys_reader.MESSAGE_FIELDS) in src_ranges.
 _RANGES = """CREATE TEMP TABLE ranges AS
 SELECT rid, start, "end", globalTid, CASE WHEN NOT wrapper THEN name END AS name,
        CASE WHEN wrapper THEN 'wrapper' ELSE 'torch_range' END AS kind

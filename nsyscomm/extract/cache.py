@@ -36,18 +36,12 @@ def cache_dir() -> Path:
 def code_fingerprint() -> str:
     """Hash of the code that makes an extract (ingest modules and SQL): a new version never
     reads entries an older one wrote."""
-    from nsyscomm import __version__
+    from nsyscomm import __version__, duck
 
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parent.parent   # the nsyscomm package
     h = hashlib.sha256(f"{CACHE_FORMAT}:{__version__}".encode())
-    files = sorted((root / "ingest").glob("*.py"))
-    try:
-        from importlib import resources
-
-        sql = Path(str(resources.files("nsyscomm.sql")))
-    except ModuleNotFoundError:
-        sql = root.parent / "sql"
-    files += sorted(sql.glob("*.sql"))
+    files = sorted((root / "ingest").rglob("*.py")) + sorted((root / "extract").glob("*.py"))
+    files += sorted(duck.sql_dir().glob("*.sql"))
     files += [root / "duck.py", root / "schema.py"]
     for f in files:
         try:
@@ -77,7 +71,7 @@ def load(path: Path, report: str, root: Path | None = None):
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from nsyscomm.ingest.nsys_sqlite import Extract
+    from nsyscomm.ingest.nsys.extract import Extract
 
     root = root or cache_dir()
     try:
@@ -149,14 +143,14 @@ def store(extract, path: Path, root: Path | None = None) -> Path | None:
 def cached_extract(path: Path, report: str, cache: bool = True, threads: int | None = None):
     """Extract of one report through the cache (``cache=False``: always extract, never write);
     ``threads``: DuckDB's threads for the extraction (default: every core)."""
-    from nsyscomm import api
+    from nsyscomm.extract.readers import extract_one   # imports duckdb: only on a miss
 
     path = Path(path)
     if cache:
         hit = load(path, report)
         if hit is not None:
             return hit
-    e = api.extract_one(path, report, threads)
+    e = extract_one(path, report, threads)
     if cache:
         store(e, path)
     return e

@@ -1,7 +1,7 @@
 """The map stage at scale: extract many reports in parallel (a process pool, or an existing Dask
-cluster), through the Parquet cache (nsyscomm.cache), with a progress bar.
+cluster), through the Parquet cache (nsyscomm.extract.cache), with a progress bar.
 
-The combining stage (api.combine) reads only what these return: one Extract per report.
+The combining stage (nsyscomm.combine) reads only what these return: one Extract per report.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from nsyscomm.cache import cached_extract
+from nsyscomm.extract.cache import cached_extract
 
 # show a progress bar without a terminal from this many reports on (a job's log then shows it)
 MANY_REPORTS = 64

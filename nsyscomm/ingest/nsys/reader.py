@@ -3,7 +3,7 @@
 Schema differences between nsys versions are absorbed here, once: every table the SQL needs
 gets a stand-in with fixed columns (an empty one when nsys did not create the table because
 nothing of that kind was captured). Each table is read from SQLite once; every later step
-(nsyscomm.ingest.nsys_sqlite, sql/) reads DuckDB's copy, never the report again.
+(nsyscomm.ingest.nsys_extract, sql/) reads DuckDB's copy, never the report again.
 
 Two ways in, with the same tables out. Where the C extension nsyscomm.ingest._sqlite_scan was
 built, SQLite's own C API scans the three big tables on every core and keeps only the rows the
@@ -101,7 +101,7 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
     else:
         # stand-ins are tables, not views: sql/nccl_kernels.sql keys the kernels by their rowid,
-        # and nsys_sqlite drops the tables it has read
+        # and nsys_extract drops the tables it has read
         con.execute("""CREATE TABLE src_kernels (start BIGINT, "end" BIGINT, deviceId BIGINT, streamId BIGINT,
             correlationId BIGINT, globalPid BIGINT, shortName BIGINT)""")
     rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")

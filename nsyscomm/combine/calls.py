@@ -1,0 +1,163 @@
+"""The job's calls and the combined tables: every report's calls typed as the normalized table
+(nsyscomm.schema; docs/architecture.md, "The collectives table"), held in Arrow or, past a
+batch, in the job's database; then the tables sql/collectives.sql builds the job from."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nsyscomm import duck, schema
+from nsyscomm.ingest.names import canonical_op
+from nsyscomm.ingest.nsys.extract import Extract
+
+TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end")
+# collectives columns computed for the whole job in sql/collectives.sql
+_DERIVED = ("rank", "local_rank", "host", "duration_ns", "pair", "logical_id")
+
+
+# The most calls a job holds in Arrow: past that, JobCalls moves them into the job's database a
+# batch at a time, where they spill past its memory limit (a job of a thousand ranks can make
+# tens of millions of calls). In Arrow a call takes about 290 bytes (286 measured for the 200k
+# calls of the 6M-row benchmark report).
+BATCH_CALLS = 1_000_000
+ARROW_BYTES_PER_CALL = 300
+
+
+class JobCalls:
+    """A job's calls, taken from each extract as it arrives (nsyscomm.extract.pool.extract_many's consume).
+
+    While they fit in one batch (BATCH_CALLS, or a quarter of the database's memory limit) they
+    stay in Arrow, and sql/collectives.sql reads them there through the typed view: copying them
+    into a table first cost 0.12 s for 200k calls. Past a batch, they are appended to the table
+    calls_in of the job's database, a batch at a time, and let go of."""
+
+    def __init__(self) -> None:
+        self.pids: dict[str, set[int]] = {}   # report -> the processes that made calls
+        self._pending: list[tuple[int, str, pa.Table]] = []
+        self._rows = 0
+        self._stored = False
+
+    @functools.cached_property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The job's database, with the memory limit in force when it is made: at first use, when
+        the process pool's workers have forked (a fork would not take a database's threads along)."""
+        return duck.connect()
+
+    @functools.cached_property
+    def batch(self) -> int:
+        """The most calls held in Arrow: BATCH_CALLS, or fewer under the database's memory limit."""
+        limit = duck.memory_limit_bytes(self.con)
+        return BATCH_CALLS if limit is None else max(1, min(BATCH_CALLS, limit // 4 // ARROW_BYTES_PER_CALL))
+
+    def add(self, i: int, e: Extract) -> Extract:
+        """Take the calls of extract e, the i-th report; returns e without them."""
+        self.pids[e.report] = {int(p) for p in pc.unique(e.calls["pid"]).drop_null().to_pylist()}
+        if len(e.calls):
+            self._pending.append((i, e.report, e.calls))
+            self._rows += len(e.calls)
+            if self._rows >= self.batch:
+                self._store()
+        return replace(e, calls=e.calls.schema.empty_table())   # not a slice: that would keep the buffers
+
+    def finish(self) -> None:
+        """View calls_typed: every call, typed as the normalized table."""
+        if self._stored:
+            if self._pending:
+                self._store()
+            self.con.execute("CREATE TEMP VIEW calls_typed AS SELECT * FROM calls_in")
+            return
+        calls = self._stacked()
+        if calls is not None:
+            self.con.register("calls_arrow", calls)
+        select = _typed_select(calls, "calls_arrow")   # names and types from nsyscomm.schema only
+        self.con.execute(f"CREATE TEMP VIEW calls_typed AS {select}")
+
+    def _store(self) -> None:
+        calls = self._stacked()
+        if not self._stored:
+            select = _typed_select(None, "")
+            self.con.execute(f"CREATE TEMP TABLE calls_in AS {select}")
+            self._stored = True
+        self.con.register("calls_batch", calls)
+        try:
+            select = _typed_select(calls, "calls_batch")
+            self.con.execute(f"INSERT INTO calls_in {select}")
+        finally:
+            self.con.unregister("calls_batch")
+
+    def _stacked(self) -> pa.Table | None:
+        """The pending calls, with their report, in one Arrow table, in report order (None: none)."""
+        have = sorted(self._pending, key=lambda p: p[0])
+        self._pending, self._rows = [], 0
+        if not have:
+            return None
+        t = have[0][2] if len(have) == 1 else _stack_calls([c for _, _, c in have])
+        which = np.repeat(np.arange(len(have), dtype=np.int32), [len(c) for _, _, c in have])
+        report = pa.DictionaryArray.from_arrays(which, pa.array([r for _, r, _ in have], pa.string()))
+        return fill_op(t.add_column(0, "report", report.cast(pa.string())))
+
+
+def _stack_calls(tables: list[pa.Table]) -> pa.Table:
+    """Calls of several reports in one table, by column name; a column one report lacks is NULL
+    there. A column the reports type differently (a source that left it all NULL typed it as
+    pandas could: a trace's callers as doubles) takes the normalized table's type first."""
+    types: dict[str, set] = {}
+    for t in tables:
+        for f in t.schema:
+            types.setdefault(f.name, set()).add(f.type)
+    target = schema.arrow_types()
+    mixed = {n for n, ts in types.items() if len(ts) > 1 and n in target}
+    if mixed:
+        tables = [t.cast(pa.schema([pa.field(f.name, target[f.name]) if f.name in mixed else f for f in t.schema]))
+                  for t in tables]
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _typed_select(calls: pa.Table | None, name: str) -> str:
+    """calls, registered as name, read as the normalized table's columns and types (the ones
+    collectives.sql derives excepted); a column the sources did not give is NULL."""
+    have = set(calls.column_names) if calls is not None else set()
+    cols = ", ".join(f'CAST("{n}" AS {t}) AS "{n}"' if n in have else f'NULL::{t} AS "{n}"'
+                     for n, t in schema.COLLECTIVES if n not in _DERIVED)
+    return f"SELECT {cols} FROM {name}" if calls is not None else f"SELECT {cols} WHERE false"
+
+
+def fill_op(t: pa.Table) -> pa.Table:
+    """An op the source left empty comes from the api name (nsyscomm.ingest.names.canonical_op)."""
+    if "op" not in t.column_names or not t["op"].null_count:
+        return t
+    apis = t["api"].cast(pa.large_string())
+    known = pc.unique(apis).drop_null()
+    by_api = pa.array([canonical_op(a) for a in known.to_pylist()], pa.large_string())
+    filled = pc.coalesce(t["op"].cast(pa.large_string()), pc.take(by_api, pc.index_in(apis, value_set=known)))
+    return t.set_column(t.column_names.index("op"), "op", filled)
+
+
+def stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:
+    frames = [getattr(e, attr).assign(report=e.report) for e in extracts
+              if getattr(e, attr, None) is not None and len(getattr(e, attr))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["report", *columns])
+
+
+def register(con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | pa.Table, select: str) -> None:  # df: pandas or Arrow
+    con.register(f"{name}_df", df)
+    con.execute(f"CREATE TABLE {name} AS SELECT {select} FROM {name}_df")   # not TEMP: see Result.prefetch
+    con.unregister(f"{name}_df")
+
+
+def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
+    # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
+    # table of the calls x proc_ranks join on the 200k calls instead of the few processes: 0.30 s
+    # instead of 0.16 s. Without that optimizer, a LEFT JOIN builds its right side, proc_ranks.
+    con.execute("SET disabled_optimizers = 'build_side_probe_side'")
+    try:
+        con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
+    finally:
+        con.execute("RESET disabled_optimizers")

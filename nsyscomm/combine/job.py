@@ -1,0 +1,95 @@
+"""combine(): a job's extracts -> its analyses Result, in order: calls typed, ranks assigned,
+clocks aligned, the collectives table built (sql/collectives.sql), then the tables the
+analyses read (logical collectives, rank spans, bus-bandwidth factors) and the job's warnings."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+
+from nsyscomm import busbw, duck
+from nsyscomm.analyses.overlap import begin_overlap
+from nsyscomm.analyses.result import Result
+from nsyscomm.combine import clocks
+from nsyscomm.combine.calls import TIME_COLS, JobCalls, create_collectives, fill_op, register, stack
+from nsyscomm.combine.ranks import assign_ranks
+from nsyscomm.ingest import gpu_metrics
+from nsyscomm.ingest.nsys.extract import Extract
+
+
+def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | None = None) -> Result:
+    """The extracts of a job's reports -> its Result. calls: their calls, gathered as they
+    arrived (load() does that); by default taken from the extracts."""
+    if calls is None:
+        calls = JobCalls()
+        for i, e in enumerate(extracts):
+            calls.add(i, e)
+    con = calls.con
+    warnings = [w for e in extracts for w in e.warnings]
+    offsets = clocks.session_offsets(extracts)
+    shifted = any(offsets.values())
+    proc_ranks, rank_warnings = assign_ranks(extracts, calls.pids)
+    warnings += rank_warnings
+    calls.finish()   # view calls_typed
+    # absurd timestamps (end before start) would give negative latencies: leave those calls out
+    skipped, backwards = con.execute(
+        "SELECT count(*) FILTER (WHERE op IS NULL), "
+        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed").fetchone()
+    if skipped:
+        warnings.append(f"{skipped} call(s) of unknown operation skipped")
+    if backwards:
+        warnings.append(f"{backwards} call(s) end before they start (corrupt timestamps): left out")
+    where = "op IS NOT NULL AND (cpu_end < cpu_start OR gpu_end < gpu_start) IS NOT TRUE"
+    if shifted:
+        # each report's clock offset (_shift) applies to its calls as they are read
+        con.execute("CREATE TEMP TABLE report_offsets (report VARCHAR, off BIGINT)")
+        con.executemany("INSERT INTO report_offsets VALUES (?, 0)", [[e.report] for e in extracts])
+        sets = ", ".join(f"c.{t} + o.off AS {t}" for t in TIME_COLS)
+        con.execute(f"CREATE TEMP VIEW calls AS SELECT c.* REPLACE ({sets}) FROM calls_typed c "
+                    f"JOIN report_offsets o ON o.report = c.report WHERE {where}")
+    else:
+        con.execute(f"CREATE TEMP VIEW calls AS SELECT * FROM calls_typed WHERE {where}")
+    register(con, "proc_ranks", proc_ranks,
+              "report::VARCHAR AS report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
+              "local_rank::INTEGER AS local_rank, host::VARCHAR AS host")
+    register(con, "proc_spans", stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
+              "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
+    links = fill_op(pa.Table.from_pandas(stack(extracts, "links", gpu_metrics.COLUMNS), preserve_index=False))
+    register(con, "link_usage", links,
+              "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
+              "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
+              "weighted::DOUBLE AS weighted, max_value::DOUBLE AS max_value")
+    if shifted:
+        clocks.shift(con, offsets)
+    create_collectives(con)
+    if shifted:
+        warnings += clocks.refine(con, extracts[0].report, create_collectives)
+    # each call's part of exposed communication (numpy, one core) is made meanwhile: the steps
+    # below and the first views are DuckDB queries on one core too
+    parts = begin_overlap(con)
+    # plain tables, not TEMP ones, from here on: the views' queries run on cursors too (Result.prefetch)
+    con.execute("""CREATE TABLE rank_spans AS
+        SELECT m.rank, min(m.host) AS host, min(s.first_ns) AS first_ns, max(s.last_ns) AS last_ns
+        FROM proc_ranks m JOIN proc_spans s ON s.report = m.report AND s.pid = m.pid GROUP BY m.rank""")
+    con.execute(f"CREATE TABLE logical_collectives AS {duck.sql('logical_collectives')}")
+    # what the warnings below count, in one scan of the calls
+    max_n, by_order, unsized = con.execute(
+        "SELECT coalesce(max(group_size), 1), "
+        "count(*) FILTER (WHERE source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace')), "
+        "count(*) FILTER (WHERE bytes IS NULL AND op <> 'barrier') FROM collectives").fetchone()
+    max_n = int(max_n)
+    factors = pd.DataFrame([(op, n, busbw.busbw_factor(op, n)) for op in busbw.OPS for n in range(1, max(2, max_n) + 1)],
+                           columns=["op", "group_size", "factor"])
+    register(con, "busbw_factors", factors, "op, group_size::INTEGER AS group_size, factor::DOUBLE AS factor")
+    # point-to-point calls have one participant per side by nature
+    unmatched = con.execute("SELECT count(*) FROM logical_collectives "
+                            "WHERE participants < group_size AND op NOT IN ('send', 'recv')").fetchone()[0]
+    if unmatched:
+        warnings.append(f"{unmatched} logical collective(s) were seen on fewer ranks than their group size "
+                        f"(ranks missing from the input, or calls outside the capture window)")
+    if by_order:
+        warnings.append(f"{by_order} call(s) without nsyscomm or NCCL payload metadata: matched across ranks by "
+                        f"call order, group size inferred from the matched ranks")
+    if unsized:
+        warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
+    return Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
