@@ -1,6 +1,6 @@
 """Real end to end: nsys profiles a 4-rank gloo torchrun job with the wrapper injected by the launcher.
 
-Needs the real ``nsys`` (CI installs Debian's nsight-systems, see DESIGN.md) and nvtx <= 0.2.11
+Needs the real ``nsys`` (CI installs Debian's nsight-systems) and nvtx <= 0.2.11
 (newer nvtx releases are not recorded by nsys 2022.4). Takes about 20-40 s on 2 cores.
 """
 
@@ -23,7 +23,7 @@ WORLD = 4
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not on PATH; "
-                       "CI installs Debian's nsight-systems + nsight-systems-target (DESIGN.md)"),
+                       "CI installs Debian's nsight-systems + nsight-systems-target"),
     pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH"),
 ]
 

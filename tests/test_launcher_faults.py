@@ -1,7 +1,7 @@
 """`nsyscomm run` when things go wrong: the command crashes, one rank dies, Ctrl-C, nsys missing,
 an output folder that is not writable or full. Each ends with a clear message and no lost report.
 
-Real nsys (DESIGN.md) and small 2-rank gloo jobs; about a minute in total.
+Real nsys (Debian's nsight-systems, as CI installs it) and small 2-rank gloo jobs; about a minute in total.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from nsyscomm.cli import main
 
 needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not on PATH; "
-                                "CI installs Debian's nsight-systems + nsight-systems-target (DESIGN.md)")
+                                "CI installs Debian's nsight-systems + nsight-systems-target")
 needs_torchrun = pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
 
 JOB = '''
