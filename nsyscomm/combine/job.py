@@ -68,15 +68,10 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     # below and the first views are DuckDB queries on one core too
     parts = begin_overlap(con)
     # plain tables, not TEMP ones, from here on: the views' queries run on cursors too (Result.prefetch)
-    con.execute("""CREATE TABLE rank_spans AS
-        SELECT m.rank, min(m.host) AS host, min(s.first_ns) AS first_ns, max(s.last_ns) AS last_ns
-        FROM proc_ranks m JOIN proc_spans s ON s.report = m.report AND s.pid = m.pid GROUP BY m.rank""")
+    con.execute(f"CREATE TABLE rank_spans AS {duck.sql('rank_spans')}")
     con.execute(f"CREATE TABLE logical_collectives AS {duck.sql('logical_collectives')}")
     # what the warnings below count, in one scan of the calls
-    max_n, by_order, unsized = con.execute(
-        "SELECT coalesce(max(group_size), 1), "
-        "count(*) FILTER (WHERE source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace')), "
-        "count(*) FILTER (WHERE bytes IS NULL AND op <> 'barrier') FROM collectives").fetchone()
+    max_n, by_order, unsized = con.execute(duck.sql("job_checks")).fetchone()
     max_n = int(max_n)
     factors = pd.DataFrame([(op, n, busbw.busbw_factor(op, n)) for op in busbw.OPS for n in range(1, max(2, max_n) + 1)],
                            columns=["op", "group_size", "factor"])
