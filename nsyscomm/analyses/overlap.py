@@ -45,7 +45,7 @@ _SUMS = """SELECT rank, step, count(*) AS calls, sum(comm_rank_ns) AS comm_rank_
 CHUNK_CALLS = 1_000_000
 
 
-def parts(con) -> pa.Table:
+def parts(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Per rank and step of the job's `collectives` table, over its calls that ran kernels: their
     number (calls), and for each scope (the rank's whole run, the rank's step) the sum of what
     each call adds to the union of communication (comm_*_ns) and of the part of that no compute

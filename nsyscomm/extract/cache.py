@@ -19,6 +19,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsyscomm.ingest.nsys.extract import Extract
 
 CACHE_FORMAT = 4   # 3: link-counter sums (links); 4: calls read and written as Arrow
 _FRAMES = ("calls", "markers", "spans", "links")
@@ -66,7 +70,7 @@ def has(path: Path, report: str) -> bool:
         return False
 
 
-def load(path: Path, report: str, root: Path | None = None):
+def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
     """The cached Extract of ``path`` named ``report``, or None (missing or unreadable)."""
     import pandas as pd
     import pyarrow.parquet as pq
@@ -102,7 +106,7 @@ def load(path: Path, report: str, root: Path | None = None):
         return None
 
 
-def store(extract, path: Path, root: Path | None = None) -> Path | None:
+def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None:
     """Write ``extract`` as the entry of ``path``; returns the entry, None when the cache is not
     writable (the cache is an optimization: never an error)."""
     import pyarrow as pa
@@ -140,7 +144,7 @@ def store(extract, path: Path, root: Path | None = None) -> Path | None:
         return None
 
 
-def cached_extract(path: Path, report: str, cache: bool = True, threads: int | None = None):
+def cached_extract(path: Path, report: str, cache: bool = True, threads: int | None = None) -> Extract:
     """Extract of one report through the cache (``cache=False``: always extract, never write);
     ``threads``: DuckDB's threads for the extraction (default: every core)."""
     from nsyscomm.extract.readers import extract_one   # imports duckdb: only on a miss

@@ -11,7 +11,9 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from nsyscomm.extract.cache import cached_extract
 
@@ -65,8 +67,9 @@ def default_jobs(n: int) -> int:
     return max(1, min(usable_cores(), n))
 
 
-def extract_many(files, names, *, jobs: int | None = None, cache: bool = True, dask: str | None = None,
-                 progress: bool | None = None, consume=None) -> list:
+def extract_many(files: Sequence[str | Path], names: Sequence[str], *, jobs: int | None = None, cache: bool = True,
+                 dask: str | None = None, progress: bool | None = None,
+                 consume: Callable[[int, Any], Any] | None = None) -> list:
     """Extract every report (same order as ``files``). ``jobs``: worker processes (default: the
     usable cores, at most one per report; 1 runs in this process). ``dask``: the address of a
     running Dask scheduler (``tcp://host:8786``) to run the extraction on instead. ``progress``:
