@@ -47,7 +47,7 @@ PENDING_UPWARD = {
     "nsyscomm.views.whatif_out": "views/whatif_out imports nsyscomm.api (Result) instead of nsyscomm.analyses",
     "nsyscomm.views.env_out": "views/env_out calls nsyscomm.api.discover",
     "nsyscomm.gate": "gate loads jobs through nsyscomm.api itself",
-    "nsyscomm.analyses.hang": "analyses/hang's gate helper (hang_failure) loads reports through nsyscomm.api: "
+    "nsyscomm.analyses.hang": "analyses/hang's gate helper (gate_check) loads reports through nsyscomm.api: "
                               "it belongs to the gate package (gateviews)",
 }
 # one import known to close a cycle: left out of the graph below, checked on its own
@@ -58,9 +58,12 @@ PENDING_CYCLES = {
 }
 PENDING_VIEW_READS = {
     "nsyscomm.views.env_out": "views/env_out opens the reports (nsyscomm.api.discover, ingest.environment)",
-    "nsyscomm.views.html_report": "views/html_report runs SQL of its own (duckdb)",
-    "nsyscomm.views.trace": "views/trace runs SQL of its own (duckdb)",
-    "nsyscomm.views.whatif_trace": "views/whatif_trace reads reports or runs SQL of its own",
+}
+# views that run SQL on the Result's connection themselves (what they need becomes a Result method)
+SQL_CALLS = ("execute", "executemany", "sql", "con")
+PENDING_SQL = {
+    "nsyscomm.views.html_report": "views/html_report runs SQL itself (the heatmap, the logical count)",
+    "nsyscomm.views.trace": "views/trace runs SQL itself (the calls of the timeline)",
 }
 
 
@@ -148,6 +151,19 @@ def test_views_read_only_a_result(module):
     assert not bad, f"{module} opens reports or runs SQL itself ({bad}): views read a Result"
 
 
+def _sql_uses(name: str) -> list[str]:
+    """`x.execute(...)`, `x.sql(...)`, `x.con` in a module: SQL run, or a connection reached."""
+    tree = ast.parse(MODULES[name].read_text())
+    return sorted({f"line {n.lineno}: .{n.attr}" for n in ast.walk(tree)
+                   if isinstance(n, ast.Attribute) and n.attr in SQL_CALLS})
+
+
+@pytest.mark.parametrize("module", [_mark(m, PENDING_SQL) for m in VIEWS])
+def test_views_run_no_sql(module):
+    uses = _sql_uses(module)
+    assert not uses, f"{module} runs SQL on a connection ({uses[:5]}): views read Result methods"
+
+
 @functools.cache
 def _graph() -> dict[str, set[str]]:
     graph = {m: {d for d in _own(m) if d in MODULES} for m in MODULES}
@@ -194,5 +210,7 @@ def test_the_checks_see_the_pipeline():
     assert "nsyscomm.extract.cache" in imports("nsyscomm.extract.pool")
     assert layer("nsyscomm.ingest.nsys.extract") == 6 and layer("nsyscomm.extract.readers") == 3
     assert layer("nsyscomm.duck") is None and layer("nsyscomm.capture.wrapper") is None
+    assert "nsyscomm.views.json_out" in VIEWS and _sql_uses("nsyscomm.analyses.result")
+    assert "duckdb" in imports("nsyscomm.duck")
     assert _cycle_through("a", {"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle_through("a", {"a": {"b"}, "b": set()}) is None
