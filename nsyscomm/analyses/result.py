@@ -152,6 +152,21 @@ class Result:
         captured with --gpu-metrics-devices; empty otherwise)."""
         return self._query("link_metrics")
 
+    # --- why late (nsyscomm.analyses.late; issue 21) ---
+    @functools.cached_property
+    def late(self) -> pd.DataFrame:
+        """Late arrivals and their causes: rank, group, seq, op, step, caller, delay_ms, cause,
+        detail, root_rank (nsyscomm.analyses.late)."""
+        from nsyscomm.analyses import late
+
+        return late.late_arrivals(self.con)
+
+    @functools.cached_property
+    def osrt_traced(self) -> bool:
+        """Whether every report with calls had nsys's OS-runtime trace (host causes can be named)."""
+        return bool(self.con.execute("SELECT count(*) = 0 FROM (SELECT DISTINCT report FROM collectives) c "
+                                     "WHERE report NOT IN (SELECT report FROM osrt_reports)").fetchone()[0])
+
     # --- what-if replay (nsyscomm.analyses.whatif; issue 23) ---
     @functools.cached_property
     def what_if_analysis(self) -> dict:

@@ -26,6 +26,8 @@ def shift(con: duckdb.DuckDBPyConnection, offsets: dict[str, int]) -> None:
         if not off:
             continue
         con.execute("UPDATE report_offsets SET off = off + $off WHERE report = $r", {"off": off, "r": report})
+        con.execute('UPDATE host_calls SET start = start + $off, "end" = "end" + $off WHERE report = $r',
+                    {"off": off, "r": report})
         con.execute("UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
                     {"off": off, "r": report})
 

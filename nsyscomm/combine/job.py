@@ -54,6 +54,13 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
               "local_rank::INTEGER AS local_rank, host::VARCHAR AS host")
     register(con, "proc_spans", stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
               "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
+    # OS-runtime calls, for the late-arrival diagnosis; osrt_reports: the reports that had the trace
+    register(con, "host_calls", stack(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
+             'report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, '
+             '"end"::BIGINT AS "end", name::VARCHAR AS name')
+    register(con, "osrt_reports", pd.DataFrame({"report": [e.report for e in extracts
+                                                            if getattr(e, "host_calls", None) is not None]},
+                                               dtype=object), "report::VARCHAR AS report")
     links = fill_op(pa.Table.from_pandas(stack(extracts, "links", gpu_metrics.COLUMNS), preserve_index=False))
     register(con, "link_usage", links,
               "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "

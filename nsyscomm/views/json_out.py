@@ -85,6 +85,9 @@ def document(result: Result, by_caller: bool = False) -> dict:
     from nsyscomm.views import whatif_out   # what-if replay (issue 23): diagnosis.what_if / .attribution
 
     doc.setdefault("diagnosis", {}).update(whatif_out.json_section(result))
+    from nsyscomm.views import diagnosis_out   # why late (issue 21): diagnosis.late
+
+    doc["diagnosis"].update(diagnosis_out.json_section(result))
     from nsyscomm.analyses.hang import contract   # issue 22
     doc["hang"] = contract(result.hang)
     return doc

@@ -69,6 +69,10 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
         console.print(f"[bold red]{escape(line)}[/]" if not line.startswith(" ") else escape(line))
     for line in nccl_header(result):
         console.print(escape(line))
+    if not hang_lines:   # issue 21: why a rank is late, first (a hung job's diagnosis is the hang)
+        from nsyscomm.views import diagnosis_out
+
+        diagnosis_out.render(result, console)
     console.print(summary_table(result.summarize(by_caller=by_caller), units, by_caller))
     _vs_reference(result, console, units, by_caller)
     ranks = result.ranks

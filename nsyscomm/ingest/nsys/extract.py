@@ -70,6 +70,11 @@ FROM (SELECT DISTINCT globalTid FROM src_ranges WHERE globalTid IS NOT NULL) d,
      (SELECT min(start) AS t0, max("end") AS t1, max("end") - min(start) + 1 AS stride FROM src_ranges) b"""
 
 
+# The shortest OS-runtime call kept for the late-arrival diagnosis: 100 us, below any delay the
+# diagnosis reports (nsyscomm.analyses.late's noise threshold is larger)
+HOST_CALL_MIN_NS = 100_000
+
+
 @dataclass
 class Extract:
     """What one report contributes to a job: its calls and what ranks them."""
@@ -83,6 +88,9 @@ class Extract:
     nsys_version: str | None = None
     warnings: list[str] = field(default_factory=list)
     links: pd.DataFrame | None = None   # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
+    # OS-runtime calls of HOST_CALL_MIN_NS or more (pid, tid, start, end, name); None: the report
+    # has no OS-runtime trace (nsys -t osrt), so a late arrival's host time cannot be named
+    host_calls: pd.DataFrame | None = None
 
 
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
@@ -213,11 +221,13 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
             session = int(row[0]) if row and row[0] is not None else None
         version = _version(con, tables)
+        host_calls = (duck.frame(con.execute(duck.sql("host_calls_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
+                      if "OSRT_API" in tables else None)
     finally:
         kernels_read.set()
         pool.shutdown(wait=True)   # its cursor reads con
         duck.close_soon(con)
-    return Extract(report, path, calls, markers, spans, session, version, warnings, links)
+    return Extract(report, path, calls, markers, spans, session, version, warnings, links, host_calls)
 
 
 def _look_up_held(con) -> None:

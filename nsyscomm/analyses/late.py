@@ -1,0 +1,122 @@
+"""Why a rank is late (issue 21): for each logical collective whose last rank arrived more than a
+noise threshold after the first, what the late rank did since its previous call, compared with
+the other ranks. Causes, in the order they are tried:
+
+- ``previous_comm``: most of the delay was already there when the rank left its previous call
+  (its gap since that call is not longer than the others'): it was held up in an earlier
+  collective. The chain of such holds is followed to its root, the first late arrival in it
+  that had a cause of its own.
+- ``gpu_compute``: the gap on the device is longer than the others' but the CPU came to launch
+  the collective no later than theirs (its host gap is not longer): the kernels queued ahead of
+  it on the device ran longer. The detail gives the compute busy time in the gap against the
+  others' median. (Comparing busy time alone would blame compute whenever a rank arrives late:
+  the later it arrives, the more of the same backward kernels fall inside its gap.)
+- ``host``: the CPU came late to the call (its host gap is longer by most of the extra): OS-runtime
+  calls of the calling thread in that gap (nsys -t osrt: sleep, I/O, futex...) when they cover
+  most of it; else "host time that nothing recorded explains" (the report has the OS-runtime
+  trace, nothing in it fills the gap). On CPU-only jobs (gloo) every gap is a host gap.
+- ``unknown``, with the reason: the report has no OS-runtime trace and no kernel explains the
+  gap, or the late call is the rank's first. Never a guess.
+
+"Most" is half: a cause is named when it accounts for at least half of what it must explain.
+The noise threshold is NOISE_NS (100 us), fixed rather than taken from the job's own spreads: a
+rank that is late at every collective makes the typical spread its own delay, and a threshold
+derived from it would hide the straggler it should name.
+The model is described in docs/diagnosis.md.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from nsyscomm import duck
+
+NOISE_NS = 100_000      # 100 us
+CAUSES = ("gpu_compute", "host", "previous_comm", "unknown")
+
+
+def _cause(r) -> tuple[str, str]:
+    """(cause, detail) of one late arrival, before chains are followed."""
+    delay = r.delay
+    if pd.isna(r.gap):
+        return "unknown", "the rank's first collective in the report: no earlier call to measure from"
+    others = 0 if pd.isna(r.others_gap) else r.others_gap
+    extra = r.gap - others
+    if extra < 0.5 * delay:
+        return "previous_comm", ""
+    ms = extra / 1e6
+    host_extra = extra
+    if r.on_device and not pd.isna(r.host_gap):
+        host_extra = r.host_gap - (0 if pd.isna(r.others_host_gap) else r.others_host_gap)
+        if host_extra < 0.5 * extra:
+            if pd.isna(r.busy_gap):
+                return "unknown", (f"{ms:.3f} ms longer device gap than the other ranks with the launch on time, "
+                                   f"and no compute kernels in the report to explain it")
+            others_busy = 0 if pd.isna(r.others_busy_gap) else r.others_busy_gap
+            return "gpu_compute", (f"launched on time but the device was busy {r.busy_gap / 1e6:.3f} ms with compute "
+                                   f"kernels since the previous collective, against {others_busy / 1e6:.3f} ms on the "
+                                   f"other ranks (median)")
+        ms = host_extra / 1e6
+    if r.has_osrt:
+        osrt = 0 if pd.isna(r.osrt_ns) else r.osrt_ns
+        if osrt >= 0.5 * host_extra:
+            return "host", f"OS-runtime calls on the calling thread: {r.osrt_calls}"
+        return "host", (f"{ms:.3f} ms of host time that nothing recorded explains (no OS-runtime call or "
+                        f"kernel fills it)")
+    reason = "no OS-runtime trace in the report (profile with nsys -t osrt, as nsyscomm run does)"
+    return "unknown", f"the CPU came {ms:.3f} ms later than the other ranks to launch it; {reason}"
+
+
+def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """One row per late arrival: rank, group, seq, op, step, caller, delay_ms, cause, detail,
+    root_rank (the rank a previous_comm chain starts from; the rank itself otherwise)."""
+    cols = ["logical_id", "rank", "group", "seq", "op", "step", "caller", "delay_ms", "cause", "detail", "root_rank"]
+    df = duck.frame(con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}))
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    causes = [_cause(r) for r in df.itertuples()]
+    df["cause"] = [c for c, _ in causes]
+    df["detail"] = [d for _, d in causes]
+    by_id = {int(r.logical_id): r for r in df.itertuples()}
+    roots, details = [], []
+    for r in df.itertuples():
+        if r.cause != "previous_comm":
+            roots.append(int(r.rank))
+            details.append(r.detail)
+            continue
+        # follow the holds: the previous collective of the rank, if it was itself a late arrival
+        seen, cur, chain = set(), r, []
+        while cur.cause == "previous_comm" and not pd.isna(cur.prev_logical):
+            nxt = by_id.get(int(cur.prev_logical))
+            if nxt is None or int(nxt.logical_id) in seen:
+                break
+            seen.add(int(nxt.logical_id))
+            chain.append(nxt)
+            cur = nxt
+        if chain and cur.cause != "previous_comm":
+            roots.append(int(cur.rank))
+            details.append(f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}; root: "
+                           f"rank {int(cur.rank)} late to {cur.op} seq {cur.seq} ({cur.cause}: {cur.detail})")
+        elif chain:
+            roots.append(int(cur.rank))
+            details.append(f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}")
+        else:
+            roots.append(int(r.rank))
+            details.append("left its previous collective late, and that collective had no late arrival "
+                           "above the threshold: a chain below the noise threshold, or the previous call "
+                           "itself ran long")
+    df["root_rank"] = roots
+    df["detail"] = details
+    df["delay_ms"] = df["delay"] / 1e6
+    return df[cols]
+
+
+def by_rank_and_cause(late: pd.DataFrame) -> pd.DataFrame:
+    """Late arrivals per (rank, cause, caller): count and total delay (ms), largest first."""
+    if late.empty:
+        return pd.DataFrame(columns=["rank", "cause", "caller", "count", "delay_ms"])
+    g = (late.assign(caller=late["caller"].fillna("?"))
+         .groupby(["rank", "cause", "caller"], as_index=False)
+         .agg(count=("delay_ms", "size"), delay_ms=("delay_ms", "sum")))
+    return g.sort_values(["delay_ms", "rank"], ascending=[False, True], ignore_index=True)

@@ -1,0 +1,66 @@
+"""The diagnosis in the views (issue 21): the JSON `diagnosis.late` rows and the short
+"Diagnosis" block at the top of the text summary: the straggler, why, what it costs, the best
+what-if. Reads only the Result (late, skew, what_if)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from nsyscomm.analyses.late import by_rank_and_cause
+from nsyscomm.api import Result
+from nsyscomm.views.units import json_value
+
+LATE_KEYS = ("rank", "group", "seq", "op", "caller", "delay_ms", "cause", "detail")
+
+
+def json_section(result: Result) -> dict:
+    """The keys this analysis adds to the JSON document's `diagnosis` object."""
+    late = result.late
+    rows = [{k: json_value(v) for k, v in zip(LATE_KEYS, r)} for r in late[list(LATE_KEYS)].itertuples(index=False)]
+    per = by_rank_and_cause(late)
+    return {"late": rows,
+            "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
+            "late_notes": notes(result)}
+
+
+def notes(result: Result) -> list[str]:
+    out = []
+    if not result.osrt_traced:
+        out.append("some reports have no OS-runtime trace (nsys -t osrt): host time there cannot be named")
+    return out
+
+
+def lines(result: Result) -> list[str]:
+    """At most a screen: per late rank its main cause and caller; what fixing it would save."""
+    late = result.late
+    if late.empty:
+        return []
+    per = by_rank_and_cause(late)
+    out = []
+    for rank, rows in per.groupby("rank", sort=False):
+        total = rows["delay_ms"].sum()
+        n = int(rows["count"].sum())
+        top = rows.iloc[0]
+        sample = late[(late["rank"] == rank) & (late["cause"] == top["cause"])].iloc[0]
+        out.append(f"rank {int(rank)} arrived late {n} time(s), {total:.3f} ms in all: mostly {top['cause']} "
+                   f"({top['delay_ms']:.3f} ms, {int(top['count'])} call(s)) at {top['caller']}")
+        out.append(f"  why: {sample['detail']}")
+        if len(out) >= 8:
+            break
+    best = [r for r in result.what_if if r.get("saved_ms") and r["saved_ms"] > 0]
+    if best:
+        b = max(best, key=lambda r: r["saved_ms"])
+        out.append(f"best what-if: {b['scenario']} saves {b['saved_ms']:.3f} ms per step "
+                   f"({b['step_ms_before']:.3f} -> {b['step_ms_after']:.3f} ms)")
+    out += notes(result)
+    return out
+
+
+def render(result: Result, console: Console) -> None:
+    body = lines(result)
+    if not body:
+        return
+    console.print("[bold]Diagnosis[/]")
+    for line in body:
+        console.print("  " + escape(line))

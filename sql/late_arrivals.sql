@@ -1,0 +1,58 @@
+-- Late arrivals at logical collectives, with what the late rank did before it (nsyscomm.analyses.late).
+-- A collective is late when its last rank arrives more than $noise_ns after its first. For the
+-- late rank and for every other participant: the gap since its previous call on the same rank
+-- (arrival minus the previous call's end), the host gap (cpu_start minus the previous call's
+-- cpu_end: when the CPU came to launch it), the compute-kernel busy time in the device gap (B(t) of
+-- nsyscomm/ingest/busy.py: busy_at_start minus the previous call's busy_at_end; NULL without
+-- kernels), and for the late rank the OS-runtime calls of the calling thread in the host gap
+-- (previous call's cpu_end to this call's cpu_start), clipped to it.
+-- Inputs: collectives, logical_collectives, host_calls, osrt_reports.
+WITH timeline AS (
+    SELECT rank, report, pid, tid, logical_id, caller, cpu_start,
+           coalesce(gpu_start, cpu_start)                                   AS arrive,
+           lag(coalesce(gpu_end, cpu_end)) OVER w                           AS prev_done,
+           lag(cpu_end) OVER w                                              AS prev_cpu_end,
+           lag(logical_id) OVER w                                           AS prev_logical,
+           cpu_start - lag(cpu_end) OVER w                                  AS host_gap,
+           gpu_start IS NOT NULL                                            AS on_device,
+           busy_at_start - lag(busy_at_end) OVER w                          AS busy_gap
+    FROM collectives
+    WINDOW w AS (PARTITION BY rank ORDER BY coalesce(gpu_start, cpu_start), cpu_start)
+),
+late AS (
+    SELECT * FROM logical_collectives
+    WHERE participants >= 2 AND last_arrival - first_arrival > $noise_ns
+),
+members AS (
+    SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late,
+           t.arrive - t.prev_done AS gap, t.host_gap, t.busy_gap
+    FROM late l JOIN timeline t ON t.logical_id = l.logical_id
+),
+others AS (
+    SELECT logical_id, median(gap) AS gap, median(host_gap) AS host_gap, median(busy_gap) AS busy_gap
+    FROM members WHERE NOT is_late GROUP BY logical_id
+),
+late_rank AS (
+    SELECT l.logical_id, l."group", l.seq, l.op, l.step, l.last_arrival - l.first_arrival AS delay,
+           t.rank, t.report, t.pid, t.tid, t.caller, t.cpu_start, t.prev_cpu_end, t.prev_logical,
+           t.arrive - t.prev_done AS gap, t.host_gap, t.on_device, t.busy_gap,
+           o.gap AS others_gap, o.host_gap AS others_host_gap, o.busy_gap AS others_busy_gap,
+           t.report IN (SELECT report FROM osrt_reports) AS has_osrt
+    FROM late l
+    JOIN timeline t ON t.logical_id = l.logical_id AND t.rank = l.last_rank
+    LEFT JOIN others o ON o.logical_id = l.logical_id
+),
+host AS (
+    SELECT r.logical_id, h.name,
+           sum(least(h."end", r.cpu_start) - greatest(h.start, r.prev_cpu_end)) AS ns
+    FROM late_rank r
+    JOIN host_calls h ON h.report = r.report AND h.pid = r.pid AND h.tid = r.tid
+         AND h."end" > r.prev_cpu_end AND h.start < r.cpu_start
+    GROUP BY ALL
+)
+SELECT r.*,
+       (SELECT sum(ns) FROM host h WHERE h.logical_id = r.logical_id)                       AS osrt_ns,
+       (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC)
+        FROM host h WHERE h.logical_id = r.logical_id)                                      AS osrt_calls
+FROM late_rank r
+ORDER BY r.rank, r.delay DESC
