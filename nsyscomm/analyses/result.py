@@ -161,6 +161,13 @@ class Result:
 
         return late.late_arrivals(self.con)
 
+    @property
+    def late_by_rank(self) -> pd.DataFrame:
+        """Late arrivals per (rank, cause, caller): count and total delay_ms, largest first."""
+        from nsyscomm.analyses import late
+
+        return late.by_rank_and_cause(self.late)
+
     @functools.cached_property
     def osrt_traced(self) -> bool:
         """Whether every report with calls had nsys's OS-runtime trace (host causes can be named)."""

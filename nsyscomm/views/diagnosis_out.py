@@ -7,8 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from nsyscomm.analyses.late import by_rank_and_cause
-from nsyscomm.api import Result
+from nsyscomm.analyses.result import Result
 from nsyscomm.views.units import json_value
 
 LATE_KEYS = ("rank", "group", "seq", "op", "caller", "delay_ms", "cause", "detail")
@@ -18,7 +17,7 @@ def json_section(result: Result) -> dict:
     """The keys this analysis adds to the JSON document's `diagnosis` object."""
     late = result.late
     rows = [{k: json_value(v) for k, v in zip(LATE_KEYS, r)} for r in late[list(LATE_KEYS)].itertuples(index=False)]
-    per = by_rank_and_cause(late)
+    per = result.late_by_rank
     return {"late": rows,
             "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
             "late_notes": notes(result)}
@@ -36,7 +35,7 @@ def lines(result: Result) -> list[str]:
     late = result.late
     if late.empty:
         return []
-    per = by_rank_and_cause(late)
+    per = result.late_by_rank
     out = []
     for rank, rows in per.groupby("rank", sort=False):
         total = rows["delay_ms"].sum()
