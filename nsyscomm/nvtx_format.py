@@ -33,6 +33,7 @@ from __future__ import annotations
 DOMAIN = "nsyscomm"
 COLLECTIVE_PREFIX = "nsyscomm:"
 RANK_PREFIX = "nsyscomm.rank"
+GROUP_PREFIX = "nsyscomm.group"
 STEP_PREFIX = "nsyscomm.step"
 VERSION = 1
 
@@ -86,6 +87,12 @@ def with_peer(message: str, peer) -> str:
 
 def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str:
     return f"{RANK_PREFIX}|rank={rank}|local_rank={local_rank}|world={world}|host={_clean(host)}"
+
+
+def format_group_marker(pg, desc: str) -> str:
+    """Once per process group the wrapper meets: its description (torch's group_desc; DeviceMesh
+    names its groups ``mesh_<dimension name>``), for the parallelism dimensions (issue 21)."""
+    return f"{GROUP_PREFIX}|pg={_clean(pg)}|desc={_clean(desc)}"
 
 
 def format_step_marker(step: int) -> str:

@@ -169,6 +169,14 @@ class Result:
         return late.by_rank_and_cause(self.late)
 
     @functools.cached_property
+    def dimensions(self) -> pd.DataFrame:
+        """Per communicator: its parallelism dimension (dp/tp/pp/ep/cp/world/unknown), how it was
+        told, and its comm, wait and exposed ms (nsyscomm.analyses.dimensions)."""
+        from nsyscomm.analyses import dimensions
+
+        return dimensions.dimensions(self.con)
+
+    @functools.cached_property
     def osrt_traced(self) -> bool:
         """Whether every report with calls had nsys's OS-runtime trace (host causes can be named)."""
         return bool(self.con.execute("SELECT count(*) = 0 FROM (SELECT DISTINCT report FROM collectives) c "

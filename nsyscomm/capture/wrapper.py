@@ -253,6 +253,12 @@ class _Group:
         with _lock:
             self.counter = _seq.setdefault(self.name, itertools.count())
         self.templates = {}
+        try:   # DeviceMesh's dimension names (group_desc "mesh_dp"), once per group
+            desc = str(getattr(pg, "group_desc", "") or "")
+            if desc and desc not in ("undefined", "default_pg"):
+                _mark(_fmt.format_group_marker(self.name, desc))
+        except Exception as e:
+            _warn_once("group", f"nsyscomm: could not emit the group marker ({e!r})")
 
     def template(self, op, api, dtype):
         key = (op, api, dtype)

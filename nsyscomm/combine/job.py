@@ -58,6 +58,8 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     register(con, "host_calls", stack(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
              'report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, '
              '"end"::BIGINT AS "end", name::VARCHAR AS name')
+    register(con, "group_descs", stack(extracts, "groups", ["group", "desc"]),
+             'report::VARCHAR AS report, "group"::VARCHAR AS "group", "desc"::VARCHAR AS "desc"')
     register(con, "osrt_reports", pd.DataFrame({"report": [e.report for e in extracts
                                                             if getattr(e, "host_calls", None) is not None]},
                                                dtype=object), "report::VARCHAR AS report")

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nsyscomm.ingest.nsys.extract import Extract
 
-CACHE_FORMAT = 5   # 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls
-_FRAMES = ("calls", "markers", "spans", "links", "host_calls")
+CACHE_FORMAT = 5   # 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups
+_FRAMES = ("calls", "markers", "spans", "links", "host_calls", "groups")
 
 
 def cache_dir() -> Path:
@@ -99,6 +99,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
                 frames[name] = pd.read_parquet(f)
         return Extract(report=report, path=Path(path), calls=frames["calls"], markers=frames["markers"],
                        spans=frames["spans"], links=frames["links"], host_calls=frames["host_calls"],
+                       groups=frames["groups"],
                        session_start_utc_ns=meta["session_start_utc_ns"], nsys_version=meta["nsys_version"],
                        warnings=list(meta["warnings"]))
     except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error

@@ -18,7 +18,13 @@ def json_section(result: Result) -> dict:
     late = result.late
     rows = [{k: json_value(v) for k, v in zip(LATE_KEYS, r)} for r in late[list(LATE_KEYS)].itertuples(index=False)]
     per = result.late_by_rank
-    return {"late": rows,
+    dims = result.dimensions
+    dim_rows = [{"group": r.group, "dimension": r.dimension, "source": r.source,
+                 "group_size": json_value(r.group_size),
+                 "ranks": [int(x) for x in r.ranks.split(",") if x] if isinstance(r.ranks, str) else [],
+                 "comm_ms": json_value(r.comm_ms), "wait_ms": json_value(r.wait_ms),
+                 "exposed_ms": json_value(r.exposed_ms)} for r in dims.itertuples(index=False)]
+    return {"late": rows, "dimensions": dim_rows,
             "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
             "late_notes": notes(result)}
 
@@ -52,6 +58,12 @@ def lines(result: Result) -> list[str]:
         b = max(best, key=lambda r: r["saved_ms"])
         out.append(f"best what-if: {b['scenario']} saves {b['saved_ms']:.3f} ms per step "
                    f"({b['step_ms_before']:.3f} -> {b['step_ms_after']:.3f} ms)")
+    dims = result.dimensions
+    known = dims[dims["dimension"] != "unknown"] if not dims.empty else dims
+    if len(known):
+        per = known.groupby("dimension")[["comm_ms", "wait_ms"]].sum().sort_values("comm_ms", ascending=False)
+        out.append("by dimension: " + ", ".join(f"{d} {r.comm_ms:.3f} ms comm ({r.wait_ms:.3f} waiting)"
+                                               for d, r in per.iterrows()))
     out += notes(result)
     return out
 

@@ -91,6 +91,7 @@ class Extract:
     # OS-runtime calls of HOST_CALL_MIN_NS or more (pid, tid, start, end, name); None: the report
     # has no OS-runtime trace (nsys -t osrt), so a late arrival's host time cannot be named
     host_calls: pd.DataFrame | None = None
+    groups: pd.DataFrame | None = None  # group, desc: the wrapper's group markers (DeviceMesh dimensions)
 
 
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
@@ -211,6 +212,11 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
                    nullif(regexp_extract(name, '\|host=([^|]*)', 1), '')                  AS host
             FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%' AND globalTid IS NOT NULL
         """).df()
+        groups = con.execute(r"""
+            SELECT DISTINCT regexp_extract(name, '\|pg=([^|]*)', 1) AS "group",
+                   regexp_extract(name, '\|desc=([^|]*)', 1)        AS "desc"
+            FROM src_ranges WHERE name LIKE 'nsyscomm.group|%'
+        """).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         by_device = compute.result()
@@ -227,7 +233,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         kernels_read.set()
         pool.shutdown(wait=True)   # its cursor reads con
         duck.close_soon(con)
-    return Extract(report, path, calls, markers, spans, session, version, warnings, links, host_calls)
+    return Extract(report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups)
 
 
 def _look_up_held(con) -> None:

@@ -1,0 +1,26 @@
+-- Communication per communicator, for the parallelism dimensions (nsyscomm.analyses.dimensions):
+-- its size and ranks, its calls' time (comm), the part of it spent waiting for the last rank
+-- (wait: a call's duration minus its logical collective's fastest duration), and its exposed
+-- time (a GPU call's duration minus the compute-kernel busy time on its device while it ran,
+-- summed per call: concurrent calls on several streams count each), the wrapper's description
+-- of the group (torch's group_desc: DeviceMesh's "mesh_<dim>"), and whether it carried
+-- point-to-point calls. Inputs: collectives, logical_collectives, group_descs.
+WITH calls AS (
+    SELECT c."group", c.rank, c.op, c.duration_ns, c.duration_ns - l.latency_ns AS wait_ns,
+           CASE WHEN c.gpu_start IS NOT NULL
+                THEN c.duration_ns - coalesce(c.busy_at_end - c.busy_at_start, 0) END AS exposed_ns,
+           c.group_size, c.group_ranks
+    FROM collectives c JOIN logical_collectives l USING (logical_id)
+    WHERE c."group" IS NOT NULL
+)
+SELECT "group",
+       max(group_size)                                          AS group_size,
+       string_agg(DISTINCT rank::VARCHAR, ',' ORDER BY rank::VARCHAR) AS ranks_seen,
+       any_value(group_ranks)                                   AS group_ranks,
+       bool_or(op IN ('send', 'recv'))                          AS p2p,
+       count(*) FILTER (WHERE op NOT IN ('send', 'recv'))       AS collectives,
+       sum(duration_ns) / 1e6                                   AS comm_ms,
+       sum(wait_ns) / 1e6                                       AS wait_ms,
+       sum(exposed_ns) / 1e6                                    AS exposed_ms,
+       (SELECT min("desc") FROM group_descs d WHERE d."group" = calls."group") AS "desc"
+FROM calls GROUP BY "group" ORDER BY comm_ms DESC
