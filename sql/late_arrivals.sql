@@ -34,6 +34,7 @@ others AS (
 ),
 late_rank AS (
     SELECT l.logical_id, l."group", l.seq, l.op, l.step, l.last_arrival - l.first_arrival AS delay,
+           l.first_arrival, l.last_arrival,
            t.rank, t.report, t.pid, t.tid, t.caller, t.cpu_start, t.prev_cpu_end, t.prev_logical,
            t.arrive - t.prev_done AS gap, t.host_gap, t.on_device, t.busy_gap,
            o.gap AS others_gap, o.host_gap AS others_host_gap, o.busy_gap AS others_busy_gap,

@@ -95,3 +95,37 @@ def test_dimension_names_and_patterns():
     assert [from_name(n) for n in ("mesh_dp", "mesh_tp", "mesh_pp", "mesh_ep", "mesh_cp", "mesh_dp_shard",
                                    "tensor_parallel", "mesh_foo", None)] == \
         ["dp", "tp", "pp", "ep", "cp", "dp", "tp", None, None]
+
+
+def test_trace_shows_each_late_arrival_on_the_late_ranks_track():
+    from nsyscomm.views import trace
+
+    res = load([SAMPLES / "synthetic_ddp_4rank.sqlite"], cache=False)
+    doc = trace.build(res)
+    slices = [e for e in doc["traceEvents"] if e.get("cat") == "late_arrival"]
+    late = res.late
+    assert len(slices) == len(late) > 0
+    for ev, row in zip(sorted(slices, key=lambda e: (e["pid"], e["ts"])),
+                       late.sort_values(["rank", "first_arrival"]).itertuples()):
+        assert ev["pid"] == row.rank and ev["args"]["cause"] == row.cause
+        assert ev["dur"] == pytest.approx(row.delay_ms * 1000, abs=0.002)
+
+
+def test_html_waterfall_parts_add_up_to_each_measured_step():
+    """The waterfall splits each step's measured time (the what-if's) into compute, exposed
+    transfer and waiting; the parts come from the calls' durations, not from the step time."""
+    import re
+
+    from nsyscomm.views import diagnosis_html
+
+    res = load([SAMPLES / "synthetic_ddp_4rank.sqlite"], cache=False)
+    svg = diagnosis_html.waterfall(res)
+    measured = {s["step"]: s["step_ms_before"] for s in res.what_if[0]["steps"]}
+    parts: dict[int, float] = {}
+    for step, ms in re.findall(r"<title>step (\d+): [^<]* ([0-9.]+) ms</title>", svg):
+        parts[int(step)] = parts.get(int(step), 0.0) + float(ms)
+    assert parts and set(parts) <= set(measured)
+    for step, total in parts.items():
+        assert total == pytest.approx(measured[step], abs=0.003)
+    br = res.step_breakdown
+    assert (br["wait_ms"] > 0).any() and (br["exposed_ms"] >= 0).all()

@@ -70,8 +70,10 @@ def _cause(r) -> tuple[str, str]:
 
 def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per late arrival: rank, group, seq, op, step, caller, delay_ms, cause, detail,
-    root_rank (the rank a previous_comm chain starts from; the rank itself otherwise)."""
-    cols = ["logical_id", "rank", "group", "seq", "op", "step", "caller", "delay_ms", "cause", "detail", "root_rank"]
+    root_rank (the rank a previous_comm chain starts from; the rank itself otherwise), and the
+    collective's first and last arrival (ns, the job's clock)."""
+    cols = ["logical_id", "rank", "group", "seq", "op", "step", "caller", "delay_ms", "cause", "detail", "root_rank",
+            "first_arrival", "last_arrival"]
     df = duck.frame(con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}))
     if df.empty:
         return pd.DataFrame(columns=cols)

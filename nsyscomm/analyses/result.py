@@ -176,6 +176,11 @@ class Result:
 
         return dimensions.dimensions(self.con)
 
+    @property
+    def step_breakdown(self) -> pd.DataFrame:
+        """Per step, the mean rank's waiting and exposed transfer in ms (sql/step_breakdown.sql)."""
+        return self._query("step_breakdown")
+
     @functools.cached_property
     def osrt_traced(self) -> bool:
         """Whether every report with calls had nsys's OS-runtime trace (host causes can be named)."""

@@ -654,6 +654,12 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
                           "weighed by the time they share with the calls' kernels on the same GPU.</p>")
     from nsyscomm.views import whatif_html   # what-if replay (issue 23)
 
+    from nsyscomm.views import diagnosis_html   # why late, step waterfall (issue 21)
+
+    diagnosis_section = diagnosis_html.section(result)
+    if diagnosis_section:
+        sections.append('<h2 id="diagnosis">Diagnosis: where each step goes, who is late and why</h2>'
+                        + diagnosis_section)
     whatif_section = whatif_html.section(result)
     if whatif_section:
         sections.append('<h2 id="whatif">What-if: step time measured and replayed</h2>' + whatif_section)

@@ -137,6 +137,10 @@ def build(result, steps: tuple[int | None, int | None] | None = None, *, flows: 
     rows = calls(result, steps)
     origin = _origin(rows)
     doc = build_from_rows(rows, result, steps, flows=flows, origin=origin)
+    if rows:   # issue 21: each late arrival's cause on the late rank's own track
+        from nsyscomm.views import diagnosis_trace
+
+        doc["traceEvents"] += diagnosis_trace.events(result, origin, steps)
     if what_if is not None:
         from nsyscomm.views import whatif_trace
 

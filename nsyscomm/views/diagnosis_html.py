@@ -1,0 +1,76 @@
+"""The HTML report's diagnosis section (issue 21): a per-step waterfall of the mean rank's step
+time (compute, exposed transfer, waiting) beside the what-if bars, and the late arrivals'
+causes. Reads only the Result (step_breakdown, what_if, late_by_rank)."""
+
+from __future__ import annotations
+
+import math
+
+from nsyscomm.analyses.result import Result
+from nsyscomm.views.html_report import _e, _nice_max, _svg_open, _table, _text, _y_grid
+from nsyscomm.views.units import fmt
+
+PARTS = (("compute", "compute and other host time", "#9db4c0"), ("exposed", "exposed transfer", None),
+         ("wait", "waiting for the last rank", None))
+
+
+def waterfall(result: Result) -> str | None:
+    """Stacked bars per step: the measured step time split into compute (the rest), exposed
+    transfer and waiting, for the mean rank."""
+    measured = next((r for r in result.what_if if r.get("steps")), None)
+    br = result.step_breakdown
+    if measured is None or br.empty:
+        return None
+    step_ms = {s["step"]: s["step_ms_before"] for s in measured["steps"]}
+    rows = []
+    for r in br.itertuples():
+        total = step_ms.get(int(r.step))
+        if total is None:
+            continue
+        wait, exposed = max(r.wait_ms or 0.0, 0.0), max(r.exposed_ms or 0.0, 0.0)
+        rows.append((int(r.step), max(total - wait - exposed, 0.0), exposed, wait))
+    if not rows:
+        return None
+    W, L, R, T, B, H = 900, 70, 20, 24, 46, 300
+    pw, ph = W - L - R, H - T - B
+    vmax = _nice_max(max(sum(x[1:]) for x in rows) or 1.0)
+    bw = pw / len(rows)
+    out = [_svg_open(W, H, "step time: compute, exposed transfer, waiting")]
+    for i, (cls, name, fill) in enumerate(PARTS):
+        attr = f'fill="{fill}"' if fill else f'class="{cls}"'
+        out.append(f'<rect x="{L + 230 * i}" y="4" width="12" height="12" {attr}/>')
+        out.append(_text(L + 230 * i + 16, 14, name, "start", "legend"))
+    out += _y_grid(vmax, L, pw, T, ph)
+    every = max(1, math.ceil(len(rows) / 20))
+    for i, (step, *vals) in enumerate(rows):
+        x, y = L + i * bw + bw * 0.15, T + ph
+        for (cls, name, fill), v in zip(PARTS, vals):
+            h = v / vmax * ph
+            y -= h
+            attr = f'fill="{fill}"' if fill else f'class="{cls}"'
+            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw * 0.7:.1f}" height="{h:.1f}" {attr}>'
+                       f'<title>{_e(f"step {step}: {name} {fmt(v)} ms")}</title></rect>')
+        if i % every == 0:
+            out.append(_text(L + i * bw + bw / 2, T + ph + 16, str(step), "middle", "axis"))
+    out.append(_text(L + pw / 2, H - 6, "step", "middle", "axis"))
+    out.append(_text(14, T + ph / 2, "ms", "middle", "axis", f' transform="rotate(-90 14 {T + ph / 2:.1f})"'))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def section(result: Result) -> str | None:
+    parts = []
+    chart = waterfall(result)
+    if chart:
+        parts.append(chart)
+    per = result.late_by_rank
+    if not per.empty:
+        rows = [[int(r.rank), r.cause, r.caller, int(r.count), (fmt(r.delay_ms), r.delay_ms)]
+                for r in per.head(20).itertuples()]
+        parts.append("<h3>Late arrivals by rank and cause</h3>"
+                     + _table(["rank", "cause", "caller", "late arrivals", "delay ms"], rows, numeric={0, 3, 4}))
+    if not parts:
+        return None
+    parts.append('<p class="note">Compute is the rest of the mean rank\'s step; causes and their model: '
+                 "docs/diagnosis.md.</p>")
+    return "".join(parts)

@@ -1,0 +1,18 @@
+-- Per step, a rank's time in collectives split into waiting and exposed transfer, averaged over
+-- the ranks (the HTML report's waterfall beside the what-if: compute is the rest of the step).
+-- wait: a call's duration minus its logical collective's fastest (the transfer itself);
+-- exposed transfer: that transfer minus the compute-kernel busy time on the device while the call
+-- ran (GPU calls; a CPU call's transfer is all exposed). Inputs: collectives, logical_collectives.
+WITH c AS (
+    SELECT c.rank, c.step,
+           c.duration_ns - l.latency_ns AS wait_ns,
+           CASE WHEN c.gpu_start IS NOT NULL
+                THEN greatest(l.latency_ns - coalesce(c.busy_at_end - c.busy_at_start, 0), 0)
+                ELSE l.latency_ns END AS exposed_ns
+    FROM collectives c JOIN logical_collectives l USING (logical_id)
+    WHERE c.step IS NOT NULL
+)
+SELECT step, count(DISTINCT rank) AS ranks,
+       sum(wait_ns) / count(DISTINCT rank) / 1e6    AS wait_ms,
+       sum(exposed_ns) / count(DISTINCT rank) / 1e6 AS exposed_ms
+FROM c GROUP BY step ORDER BY step
