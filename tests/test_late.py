@@ -129,3 +129,30 @@ def test_html_waterfall_parts_add_up_to_each_measured_step():
         assert total == pytest.approx(measured[step], abs=0.003)
     br = res.step_breakdown
     assert (br["wait_ms"] > 0).any() and (br["exposed_ms"] >= 0).all()
+
+
+@pytest.mark.parametrize("osrt", [False, True], ids=["no-osrt", "osrt"])
+def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt):
+    from . import late_jobs as lj
+
+    res = load([lj.write_chain_job(tmp_path, osrt=osrt)], cache=False)
+    late = res.late.set_index("group")
+    assert set(late.index) == {"1", "2", "3"}            # A, B, C; the warm-up was on time
+    a, b, c = late.loc["1"], late.loc["2"], late.loc["3"]
+    assert (a["rank"], b["rank"], c["rank"]) == (0, 1, 2)
+    # A: the host delay; B: A's end came that plus A's transfer and rank 1's gap after the warm-up's
+    # end; C: B's transfer and rank 2's gap more (construction in tests/late_jobs.py)
+    d = lj.HOST_DELAY_NS
+    assert a["delay_ms"] * 1e6 == pytest.approx(d, abs=1)
+    assert b["delay_ms"] * 1e6 == pytest.approx(d + lj.GAP + lj.XFER, abs=1)
+    assert c["delay_ms"] * 1e6 == pytest.approx(d + 2 * (lj.GAP + lj.XFER), abs=1)
+    assert b["cause"] == c["cause"] == "previous_comm"
+    assert b["root_rank"] == c["root_rank"] == 0
+    assert "held up in all_reduce seq 0 of group 1" in b["detail"]
+    assert "held up in all_reduce seq 0 of group 2" in c["detail"] and "root: rank 0" in c["detail"]
+    if osrt:
+        assert a["cause"] == "host" and "clock_nanosleep 2.0 ms" in a["detail"]
+        assert res.osrt_traced
+    else:
+        assert a["cause"] == "unknown" and "no OS-runtime trace" in a["detail"]
+    assert a["caller"] == lj.CALLERS["A"]
