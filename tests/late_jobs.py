@@ -73,3 +73,46 @@ def _add_osrt(path: Path, calls: list[tuple[int, int, int, str]]) -> None:
         next_id += 1
     con.commit()
     con.close()
+
+
+SLOW_KERNEL_NS = 2_000 * US    # how much longer rank 1's compute kernel runs before each all_reduce
+
+
+def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
+    """Two GPU ranks; in each step a compute kernel (rank 1's SLOW_KERNEL_NS longer) then an
+    all_reduce launched right after it on the CPU and queued behind it on the device: rank 1's
+    launch is on time, its NCCL kernel starts late because its compute ran longer."""
+    import random
+
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(11)
+    rep = synth.Report("report.sqlite")
+    sims = []
+    for rank in range(2):
+        proc = rep.process(6100 + rank, "python3", {6100 + rank: "python3"})
+        sim = synth.RankSim(rep, proc, rng, rank=rank, device=rank, start=T0)
+        synth._add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=2, host="gpu-host")
+        sims.append(sim)
+    # a warm-up all_reduce, on time: every later call has a previous one to measure its gap from
+    pend = [s.wrapper_collective(s.main, "broadcast", api="broadcast", nbytes=1 << 16, dtype="float32", itemsize=4,
+                                 pg=0, gsize=2, caller="gpu_train.py:40 main", kernel="ncclDevKernel_Broadcast_RING_LL",
+                                 stream=13) for s in sims]
+    synth.finish_collective(pend, 50 * US, rng)
+    for s in sims:
+        s.sync(s.main)
+    for step in range(steps):
+        pend = []
+        for s in sims:
+            s.cpu[s.main] = max(x.cpu[x.main] for x in sims)   # both CPUs in step
+            s.compute(s.main, "ampere_sgemm_128x64_nn", 7, 1_000 * US + (SLOW_KERNEL_NS if s.rank == 1 else 0),
+                      record=f"k{step}")
+            pend.append(s.wrapper_collective(
+                s.main, "all_reduce", api="all_reduce", nbytes=1 << 20, dtype="float32", itemsize=4, pg=0, gsize=2,
+                step=step, caller="gpu_train.py:50 train_step", kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                stream=13, wait=(f"k{step}",)))
+        synth.finish_collective(pend, 50 * US, rng, record=f"ar{step}")
+        for s in sims:
+            s.sync(s.main)
+    path = out / "report.sqlite"
+    synth.write_sqlite(rep, path, seed=11)
+    return path

@@ -156,3 +156,15 @@ def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt):
     else:
         assert a["cause"] == "unknown" and "no OS-runtime trace" in a["detail"]
     assert a["caller"] == lj.CALLERS["A"]
+
+
+def test_slower_kernel_on_one_rank_is_gpu_compute(tmp_path):
+    from . import late_jobs as lj
+
+    res = load([lj.write_slow_kernel_job(tmp_path)], cache=False)
+    late = res.late
+    assert len(late) == 4 and (late["rank"] == 1).all()
+    assert (late["cause"] == "gpu_compute").all(), late[["cause", "detail"]]
+    for row in late.itertuples():
+        assert row.delay_ms == pytest.approx(lj.SLOW_KERNEL_NS / 1e6, rel=0.08)   # + the kernels' < 5% jitter
+        assert "launched on time" in row.detail
