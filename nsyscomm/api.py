@@ -49,8 +49,14 @@ def discover(paths) -> list[Path]:
     found: list[Path] = []
     for p in paths:
         p = Path(p)
+        from nsyscomm.ingest import nsys_arrow   # issue 24: nsys's Arrow exports
+        if p.is_dir() and nsys_arrow.is_export(p):   # one report: a folder of per-table files
+            found.append(p)
+            continue
         if p.is_dir():
             hits = sorted(x for x in p.rglob("*.sqlite") if x.is_file())
+            if not hits:
+                hits = nsys_arrow.exports_in(p)
             if not hits:  # per-op traces of the OSDI'25 what-if artifact (trace-*.parquet + meta-*.yaml)
                 hits = sorted(x for x in p.rglob("trace-*.parquet") if straggler_trace.is_trace(x))
             if not hits:  # PyTorch profiler traces, one per rank (nsyscomm.ingest.kineto)
@@ -86,6 +92,9 @@ def extract_one(path: Path, report: str | None = None, threads: int | None = Non
     if path.suffix == ".nsys-rep":
         raise InputError(f"{path}: an .nsys-rep is not read directly; "
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
+    from nsyscomm.ingest import nsys_arrow   # issue 24: nsys's Arrow exports, read without SQLite
+    if nsys_arrow.is_export(path):
+        return nsys_arrow.extract(path, report, threads)
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty; profile again or export again with nsys export --type sqlite")
     if straggler_trace.is_trace(path):

@@ -1,0 +1,234 @@
+"""nsys's Arrow exports, read without SQLite: the same tables, the same extract as a SQLite export.
+
+Three layouts:
+
+- ``nsys export --type arrow`` (nsys 2022.4 and later): one file holding one Arrow IPC *stream*
+  per table, the streams written one after the other; each stream's schema names its table in
+  its metadata (``table_name``). Checked on reports made here with nsys 2022.4.2.
+- ``--type arrowdir`` (newer nsys): a folder of one Arrow IPC file per table, ``TABLE.arrow``.
+- ``--type parquetdir`` (newer nsys): a folder of one Parquet file per table, ``TABLE.parquet``.
+  These two are read from the documented layout (a file per table, named after it; IPC file or
+  stream format alike); no nsys version that writes them was at hand to check against.
+
+The tables nsyscomm reads (WANTED) become views of a schema ``r`` of an in-memory DuckDB
+database over the Arrow data (zero-copy where the file is memory-mapped), exactly where the
+SQLite route attaches the report as ``r``; from there nsyscomm.ingest.nsys_tables and
+nsyscomm.ingest.nsys_sqlite run unchanged, so both routes give the same rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsyscomm.errors import InputError
+
+# The tables the ingest reads (nsys_tables, nsys_sqlite, nccl_payload, gpu_metrics); the rest of
+# an export (OS runtime calls, their call chains, enums) is skipped unread.
+WANTED = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
+          "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "PROCESSES",
+          "TARGET_INFO_GPU_METRICS", "GPU_METRICS", "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
+# NCCL's extended NVTX payloads are decoded by nsyscomm.ingest.nccl_payload from the SQLite file
+# (blobs DuckDB cannot read as text); an Arrow export holding them is refused with that fix.
+_PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
+_CONTINUATION = b"\xff\xff\xff\xff"
+_DIR_SUFFIXES = (".arrow", ".parquet")
+
+
+def is_export(path: Path) -> bool:
+    """Whether path is an nsys Arrow export: a concatenated-streams file whose first schema names
+    an nsys table, or a folder of per-table .arrow / .parquet files with StringIds among them."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            return any((path / f"StringIds{s}").is_file() for s in _DIR_SUFFIXES)
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if head[:4] != _CONTINUATION:
+            return False
+        return _first_table_name(path) is not None
+    except OSError:
+        return False
+
+
+def _first_table_name(path: Path) -> str | None:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    try:
+        with pa.memory_map(str(path)) as src:
+            meta = ipc.open_stream(src).schema.metadata or {}
+    except (pa.ArrowInvalid, OSError):
+        return None
+    name = meta.get(b"table_name")
+    return name.decode() if name else None
+
+
+def read_tables(path: Path, wanted: tuple[str, ...] = WANTED) -> tuple[dict, dict[str, set[str]]]:
+    """(table -> Arrow table for the wanted ones, table -> column names for every table)."""
+    path = Path(path)
+    if path.is_dir():
+        return _read_dir(path, wanted)
+    return _read_streams(path, wanted)
+
+
+def _read_streams(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, set[str]]]:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    out: dict = {}
+    columns: dict[str, set[str]] = {}
+    src = pa.memory_map(str(path))   # kept open by the tables' buffers, which point into it
+    size = src.size()
+    try:
+        while src.tell() < size:
+            reader = ipc.open_stream(src)
+            name = (reader.schema.metadata or {}).get(b"table_name", b"").decode()
+            if not name:
+                raise InputError(f"{path}: an Arrow stream at byte {src.tell()} names no nsys table; "
+                                 f"export the report again with: nsys export --type arrow REPORT.nsys-rep")
+            columns[name] = set(reader.schema.names)
+            if name in wanted:
+                out[name] = reader.read_all()
+            else:
+                for _ in reader:   # skipped: memory-mapped, nothing is copied
+                    pass
+    except pa.ArrowInvalid as e:
+        raise InputError(f"{path}: cannot read this Arrow export ({str(e).splitlines()[0]}); it may be "
+                         f"truncated: export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
+    return out, columns
+
+
+def _read_dir(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, set[str]]]:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    out: dict = {}
+    columns: dict[str, set[str]] = {}
+    for f in sorted(path.iterdir()):
+        if f.suffix not in _DIR_SUFFIXES or not f.is_file():
+            continue
+        name = f.stem
+        try:
+            if f.suffix == ".parquet":
+                schema = pq.read_schema(f)
+                columns[name] = set(schema.names)
+                if name in wanted:
+                    out[name] = pq.read_table(f)
+                continue
+            src = pa.memory_map(str(f))
+            try:
+                reader = ipc.open_file(src)
+                columns[name] = set(reader.schema.names)
+                if name in wanted:
+                    out[name] = reader.read_all()
+            except pa.ArrowInvalid:   # the stream format in a file of its own
+                src.seek(0)
+                reader = ipc.open_stream(src)
+                columns[name] = set(reader.schema.names)
+                if name in wanted:
+                    out[name] = reader.read_all()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError(f"{f}: cannot read this table of an Arrow export ({str(e).splitlines()[0]}); "
+                             f"export the report again with nsys export") from None
+    return out, columns
+
+
+def open_export(path: Path, threads: int | None = None):
+    """The export's tables in a new in-memory DuckDB database, as nsys_tables.open_report makes
+    them of a SQLite export (schema r, then the src_* tables): a nsys_tables.Opened."""
+    from nsyscomm import duck
+    from nsyscomm.ingest import nsys_tables
+
+    path = Path(path)
+    arrow, tables = read_tables(path)
+    if "StringIds" not in tables or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
+                                          "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
+        raise InputError(f"{path}: Arrow data without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
+                         f"pass an nsys export made with: nsys export --type arrow REPORT.nsys-rep")
+    if any(t in tables for t in _PAYLOAD_TABLES):
+        raise InputError(f"{path}: this report holds NCCL's NVTX payloads, which nsyscomm decodes from the "
+                         f"SQLite export only; export it with: nsys export --type sqlite REPORT.nsys-rep")
+    warnings: list[str] = []
+    fixed = 0
+    for name in list(arrow):
+        arrow[name], bad = _as_in_sqlite(arrow[name])
+        fixed += bad
+    if fixed:
+        warnings.append(f"{path.name}: {fixed} string(s) were not valid UTF-8; read with the bad bytes replaced")
+    con = duck.connect(threads=threads)
+    try:
+        con.execute("CREATE SCHEMA r")
+        for name, table in arrow.items():   # names come from the fixed list WANTED
+            con.register(f"arrow_{name}", table)
+            con.execute(f'CREATE VIEW r."{name}" AS SELECT * FROM "arrow_{name}"')
+        nsys_tables._copy_tables(con, tables, warnings)
+        nsys_tables._check(con, tables, warnings)
+        return nsys_tables.Opened(con, tables, warnings)
+    except BaseException:
+        con.close()
+        raise
+
+
+def _as_in_sqlite(table):
+    """The table with the types its SQLite export has: nsys writes strings as Arrow binary and
+    ids as unsigned integers, where SQLite holds TEXT and (signed 64-bit) INTEGER. Unsigned
+    values are reinterpreted bit for bit, as SQLite stores them; text that is not UTF-8 gets its
+    bad bytes replaced, as nsys_sqlite does for SQLite exports. Returns (table, strings fixed)."""
+    import pyarrow as pa
+
+    fixed = 0
+    fields, cols = [], []
+    for f, col in zip(table.schema, table.columns):
+        t = f.type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            try:
+                col = col.cast(pa.large_string())
+            except pa.ArrowInvalid:   # not UTF-8: decoded value by value
+                values = []
+                for v in col.to_pylist():
+                    if v is not None:
+                        text = v.decode("utf-8", "replace")
+                        fixed += "\ufffd" in text
+                        v = text
+                    values.append(v)
+                col = pa.chunked_array([pa.array(values, pa.large_string())])
+            t = pa.large_string()
+        elif pa.types.is_unsigned_integer(t) or (pa.types.is_integer(t) and t.bit_width < 64):
+            col = col.cast(pa.int64(), safe=False)
+            t = pa.int64()
+        elif pa.types.is_float32(t):
+            col = col.cast(pa.float64())
+            t = pa.float64()
+        fields.append(pa.field(f.name, t))
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields)), fixed
+
+
+def extract(path: Path, report: str | None = None, threads: int | None = None):
+    """An Arrow export -> nsys_sqlite.Extract, the same as of the SQLite export of that report."""
+    import duckdb
+
+    from nsyscomm import duck
+    from nsyscomm.ingest import nsys_sqlite
+
+    path = Path(path)
+    try:
+        return nsys_sqlite._extract(path, report or path.name, threads)
+    except duckdb.Error as e:
+        if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: cannot read this Arrow export ({first}); "
+                         f"export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
+
+
+def exports_in(folder: Path) -> list[Path]:
+    """The Arrow exports below folder: concatenated-streams files (*.arrow) and per-table folders."""
+    found = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_dir() and is_export(p):
+            found.append(p)
+        elif p.is_file() and p.suffix == ".arrow" and p.parent not in found and is_export(p):
+            found.append(p)
+    return found
