@@ -196,9 +196,14 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
 @click.option("--hang-timeout", "hang_timeout", metavar="DURATION", envvar="NSYSCOMM_HANG_TIMEOUT", default=None,
               help="End the job when ranks wait in a collective and none finishes for DURATION (90s, 5m); "
                    "the report is kept, the diagnosis printed, exit status 124 (hung). Also NSYSCOMM_HANG_TIMEOUT.")
+@click.option("--export", "export", type=click.Choice(["sqlite", "arrow"]), default="sqlite", show_default=True,
+              help="Format nsys exports each report to (report.sqlite or report.arrow); both summarize alike.")
+@click.option("--preset", type=click.Choice(["default", "light"]), default="default", show_default=True,
+              help="What nsys traces. light: NVTX (and CUDA) only, no OS runtime calls: less overhead, "
+                   "no late-arrival causes (docs/performance.md).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, debug, cmd):
+def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, export, preset, debug, cmd):
     """Run CMD under nsys with every torch.distributed collective annotated, then summarize.
 
     \b
@@ -212,12 +217,16 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
 
     res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
                                       nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv"),
-                                      profiler=profiler, hang_timeout=hang_timeout), debug)
+                                      profiler=profiler, hang_timeout=hang_timeout, export=export,
+                                      preset=preset), debug)
     for w in res.warnings:
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)
     if res.reports and not no_summary:
-        result = _run_guarded(lambda: load(list(res.reports)), debug)
+        from nsyscomm.capture.post import StageLog   # issue 24: the summarize stage shown and logged
+
+        with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
+            result = _run_guarded(lambda: load(list(res.reports)), debug)
         _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)
