@@ -27,8 +27,9 @@ from nsyscomm.errors import InputError
 WANTED = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
           "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "PROCESSES",
           "TARGET_INFO_GPU_METRICS", "GPU_METRICS", "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
-# NCCL's extended NVTX payloads are decoded by nsyscomm.ingest.nccl_payload from the SQLite file
-# (blobs DuckDB cannot read as text); an Arrow export holding them is refused with that fix.
+# NCCL's extended NVTX payloads are decoded by nsyscomm.ingest.nccl_payload from a SQLite file
+# (with Python's sqlite3: blobs DuckDB cannot read as text). An Arrow export holding them is
+# written, its WANTED tables only, to a temporary SQLite file that takes the SQLite route.
 _PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
 _CONTINUATION = b"\xff\xff\xff\xff"
 _DIR_SUFFIXES = (".arrow", ".parquet")
@@ -92,7 +93,7 @@ def _read_streams(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, 
             else:
                 for _ in reader:   # skipped: memory-mapped, nothing is copied
                     pass
-    except pa.ArrowInvalid as e:
+    except (pa.ArrowInvalid, OSError) as e:   # a truncated stream is an OSError (ArrowIOError)
         raise InputError(f"{path}: cannot read this Arrow export ({str(e).splitlines()[0]}); it may be "
                          f"truncated: export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
     return out, columns
@@ -146,9 +147,6 @@ def open_export(path: Path, threads: int | None = None):
                                           "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
         raise InputError(f"{path}: Arrow data without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
                          f"pass an nsys export made with: nsys export --type arrow REPORT.nsys-rep")
-    if any(t in tables for t in _PAYLOAD_TABLES):
-        raise InputError(f"{path}: this report holds NCCL's NVTX payloads, which nsyscomm decodes from the "
-                         f"SQLite export only; export it with: nsys export --type sqlite REPORT.nsys-rep")
     warnings: list[str] = []
     fixed = 0
     for name in list(arrow):
@@ -170,11 +168,12 @@ def open_export(path: Path, threads: int | None = None):
         raise
 
 
-def _as_in_sqlite(table):
+def _as_in_sqlite(table, keep_binary: bool = False):
     """The table with the types its SQLite export has: nsys writes strings as Arrow binary and
     ids as unsigned integers, where SQLite holds TEXT and (signed 64-bit) INTEGER. Unsigned
     values are reinterpreted bit for bit, as SQLite stores them; text that is not UTF-8 gets its
-    bad bytes replaced, as nsys_sqlite does for SQLite exports. Returns (table, strings fixed)."""
+    bad bytes replaced, as nsys_sqlite does for SQLite exports (keep_binary: left binary, as a
+    blob: NCCL's payloads in binaryData). Returns (table, strings fixed)."""
     import pyarrow as pa
 
     fixed = 0
@@ -185,6 +184,10 @@ def _as_in_sqlite(table):
             try:
                 col = col.cast(pa.large_string())
             except pa.ArrowInvalid:   # not UTF-8: decoded value by value
+                if keep_binary:
+                    fields.append(f)
+                    cols.append(col)
+                    continue
                 values = []
                 for v in col.to_pylist():
                     if v is not None:
@@ -214,13 +217,65 @@ def extract(path: Path, report: str | None = None, threads: int | None = None):
 
     path = Path(path)
     try:
-        return nsys_sqlite._extract(path, report or path.name, threads)
+        if not _has_payloads(path):
+            return nsys_sqlite._extract(path, report or path.name, threads)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="nsyscomm-") as tmp:
+            e = nsys_sqlite.extract(to_sqlite(path, Path(tmp) / "report.sqlite"), report or path.name, threads)
+        e.path = path
+        return e
     except duckdb.Error as e:
         if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: cannot read this Arrow export ({first}); "
                          f"export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
+
+
+def _has_payloads(path: Path) -> bool:
+    """Whether nccl_payload will read NCCL's own NVTX ranges (names nccl..., not PyTorch's
+    nccl:...), the condition of nccl_payload.apply, on the NVTX text or its registered strings."""
+    import pyarrow.compute as pc
+
+    arrow, _ = read_tables(path, wanted=("NVTX_EVENTS", "StringIds"))
+    nv = arrow.get("NVTX_EVENTS")
+    if nv is None or not nv.num_rows:
+        return False
+
+    def ncclish(values) -> bool:
+        return bool(pc.any(pc.and_(pc.starts_with(values, "nccl"), pc.invert(pc.starts_with(values, "nccl:"))))
+                    .as_py())
+
+    if "text" in nv.column_names and ncclish(nv["text"]):
+        return True
+    strings = arrow.get("StringIds")
+    if strings is None or "textId" not in nv.column_names:
+        return False
+    used = pc.is_in(strings["id"].cast("int64"), value_set=pc.unique(nv["textId"].cast("int64", safe=False)).drop_null())
+    return ncclish(strings.filter(used)["value"])
+
+
+def to_sqlite(path: Path, dst: Path) -> Path:
+    """The export's WANTED tables as a SQLite file at dst, typed as nsys's SQLite export types them."""
+    import sqlite3
+
+    arrow, _ = read_tables(path)
+    con = sqlite3.connect(dst)
+    try:
+        for name, table in arrow.items():   # names from the fixed list WANTED
+            table, _ = _as_in_sqlite(table, keep_binary=True)
+            decl = ", ".join(f'"{f.name}" ' + ("TEXT" if str(f.type) in ("large_string", "binary") else
+                                               "REAL" if str(f.type) == "double" else "INTEGER")
+                             for f in table.schema)
+            con.execute(f'CREATE TABLE "{name}" ({decl})')
+            marks = ", ".join("?" * table.num_columns)
+            con.executemany(f'INSERT INTO "{name}" VALUES ({marks})',
+                            zip(*(c.to_pylist() for c in table.columns)) if table.num_columns else [])
+        con.commit()
+    finally:
+        con.close()
+    return dst
 
 
 def exports_in(folder: Path) -> list[Path]:
