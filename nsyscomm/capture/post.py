@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 LOG_NAME = "nsyscomm-run.log"
@@ -71,7 +72,8 @@ class StageLog:
 
     def line(self, text: str) -> None:
         """A line in the log (and above the live display on a terminal)."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        # UTC to the millisecond: benchmarks/bench_capture.py takes the job's exit from it
+        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         with self._lock:
             try:
                 with open(self.path, "a") as f:
