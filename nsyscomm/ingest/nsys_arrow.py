@@ -10,9 +10,9 @@ Three layouts:
   These two are read from the documented layout (a file per table, named after it; IPC file or
   stream format alike); no nsys version that writes them was at hand to check against.
 
-The tables nsyscomm reads (WANTED) become views of a schema ``r`` of an in-memory DuckDB
-database over the Arrow data (zero-copy where the file is memory-mapped), exactly where the
-SQLite route attaches the report as ``r``; from there nsyscomm.ingest.nsys_tables and
+Every table becomes a view of a schema ``r`` of an in-memory DuckDB database over the Arrow
+data (memory-mapped: a table nobody queries, such as the OS runtime calls, costs nothing), exactly
+where the SQLite route attaches the report as ``r``; from there nsyscomm.ingest.nsys_tables and
 nsyscomm.ingest.nsys_sqlite run unchanged, so both routes give the same rows.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from nsyscomm.errors import InputError
 
-# The tables the ingest reads (nsys_tables, nsys_sqlite, nccl_payload, gpu_metrics); the rest of
-# an export (OS runtime calls, their call chains, enums) is skipped unread.
+# The tables the ingest reads (nsys_tables, nsys_sqlite, nccl_payload, gpu_metrics): those the
+# temporary SQLite file of a report with NCCL payloads holds.
 WANTED = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
           "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "PROCESSES",
           "TARGET_INFO_GPU_METRICS", "GPU_METRICS", "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
@@ -32,6 +32,7 @@ WANTED = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIV
 # written, its WANTED tables only, to a temporary SQLite file that takes the SQLite route.
 _PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
 _CONTINUATION = b"\xff\xff\xff\xff"
+_COUNTED_TEXT = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}   # nsys_sqlite._TEXT_COLUMNS
 _DIR_SUFFIXES = (".arrow", ".parquet")
 
 
@@ -64,15 +65,15 @@ def _first_table_name(path: Path) -> str | None:
     return name.decode() if name else None
 
 
-def read_tables(path: Path, wanted: tuple[str, ...] = WANTED) -> tuple[dict, dict[str, set[str]]]:
-    """(table -> Arrow table for the wanted ones, table -> column names for every table)."""
+def read_tables(path: Path, wanted: tuple[str, ...] | None = WANTED) -> tuple[dict, dict[str, set[str]]]:
+    """(table -> Arrow table for the wanted ones (None: all), table -> column names for every table)."""
     path = Path(path)
     if path.is_dir():
         return _read_dir(path, wanted)
     return _read_streams(path, wanted)
 
 
-def _read_streams(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, set[str]]]:
+def _read_streams(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[str, set[str]]]:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
@@ -88,7 +89,7 @@ def _read_streams(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, 
                 raise InputError(f"{path}: an Arrow stream at byte {src.tell()} names no nsys table; "
                                  f"export the report again with: nsys export --type arrow REPORT.nsys-rep")
             columns[name] = set(reader.schema.names)
-            if name in wanted:
+            if wanted is None or name in wanted:
                 out[name] = reader.read_all()
             else:
                 for _ in reader:   # skipped: memory-mapped, nothing is copied
@@ -99,7 +100,7 @@ def _read_streams(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, 
     return out, columns
 
 
-def _read_dir(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, set[str]]]:
+def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[str, set[str]]]:
     import pyarrow as pa
     import pyarrow.ipc as ipc
     import pyarrow.parquet as pq
@@ -114,20 +115,20 @@ def _read_dir(path: Path, wanted: tuple[str, ...]) -> tuple[dict, dict[str, set[
             if f.suffix == ".parquet":
                 schema = pq.read_schema(f)
                 columns[name] = set(schema.names)
-                if name in wanted:
+                if wanted is None or name in wanted:
                     out[name] = pq.read_table(f)
                 continue
             src = pa.memory_map(str(f))
             try:
                 reader = ipc.open_file(src)
                 columns[name] = set(reader.schema.names)
-                if name in wanted:
+                if wanted is None or name in wanted:
                     out[name] = reader.read_all()
             except pa.ArrowInvalid:   # the stream format in a file of its own
                 src.seek(0)
                 reader = ipc.open_stream(src)
                 columns[name] = set(reader.schema.names)
-                if name in wanted:
+                if wanted is None or name in wanted:
                     out[name] = reader.read_all()
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{f}: cannot read this table of an Arrow export ({str(e).splitlines()[0]}); "
@@ -142,7 +143,7 @@ def open_export(path: Path, threads: int | None = None):
     from nsyscomm.ingest import nsys_tables
 
     path = Path(path)
-    arrow, tables = read_tables(path)
+    arrow, tables = read_tables(path, wanted=None)
     if "StringIds" not in tables or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
                                           "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
         raise InputError(f"{path}: Arrow data without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
@@ -150,16 +151,18 @@ def open_export(path: Path, threads: int | None = None):
     warnings: list[str] = []
     fixed = 0
     for name in list(arrow):
-        arrow[name], bad = _as_in_sqlite(arrow[name])
-        fixed += bad
+        arrow[name], bad = _as_in_sqlite(arrow[name], cast_numbers=False)
+        # counted where the SQLite route counts them (the text it reads); elsewhere replaced silently
+        fixed += sum(n for col, n in bad.items() if col in _COUNTED_TEXT.get(name, ()))
     if fixed:
         warnings.append(f"{path.name}: {fixed} string(s) were not valid UTF-8; read with the bad bytes replaced")
     con = duck.connect(threads=threads)
     try:
         con.execute("CREATE SCHEMA r")
-        for name, table in arrow.items():   # names come from the fixed list WANTED
+        for name, table in arrow.items():   # names from the export: quoted, double quotes doubled
+            q = name.replace('"', '""')
             con.register(f"arrow_{name}", table)
-            con.execute(f'CREATE VIEW r."{name}" AS SELECT * FROM "arrow_{name}"')
+            con.execute(f'CREATE VIEW r."{q}" AS SELECT {_sqlite_columns(table.schema)} FROM "arrow_{q}"')
         nsys_tables._copy_tables(con, tables, warnings)
         nsys_tables._check(con, tables, warnings)
         return nsys_tables.Opened(con, tables, warnings)
@@ -168,15 +171,37 @@ def open_export(path: Path, threads: int | None = None):
         raise
 
 
-def _as_in_sqlite(table, keep_binary: bool = False):
+def _sqlite_columns(schema) -> str:
+    """The view's columns, typed as in SQLite, cast only when read: integers as BIGINT (unsigned
+    64-bit values past 2^63 wrapped, as SQLite stores them), floats as DOUBLE."""
+    import pyarrow as pa
+
+    cols = []
+    for f in schema:
+        c = '"' + f.name.replace('"', '""') + '"'
+        t = f.type
+        if pa.types.is_uint64(t):
+            cols.append(f"CASE WHEN {c} >= 9223372036854775808 THEN CAST({c}::HUGEINT - 18446744073709551616 "
+                        f"AS BIGINT) ELSE CAST({c} AS BIGINT) END AS {c}")
+        elif pa.types.is_integer(t) and t != pa.int64():
+            cols.append(f"CAST({c} AS BIGINT) AS {c}")
+        elif pa.types.is_floating(t) and t != pa.float64():
+            cols.append(f"CAST({c} AS DOUBLE) AS {c}")
+        else:
+            cols.append(c)
+    return ", ".join(cols) or "*"
+
+
+def _as_in_sqlite(table, keep_binary: bool = False, cast_numbers: bool = True):
     """The table with the types its SQLite export has: nsys writes strings as Arrow binary and
     ids as unsigned integers, where SQLite holds TEXT and (signed 64-bit) INTEGER. Unsigned
     values are reinterpreted bit for bit, as SQLite stores them; text that is not UTF-8 gets its
     bad bytes replaced, as nsys_sqlite does for SQLite exports (keep_binary: left binary, as a
-    blob: NCCL's payloads in binaryData). Returns (table, strings fixed)."""
+    blob: NCCL's payloads in binaryData). cast_numbers=False: numbers left as they are (the
+    DuckDB view casts them when read, _sqlite_columns). Returns (table, {column: strings fixed})."""
     import pyarrow as pa
 
-    fixed = 0
+    fixed: dict[str, int] = {}
     fields, cols = [], []
     for f, col in zip(table.schema, table.columns):
         t = f.type
@@ -192,11 +217,13 @@ def _as_in_sqlite(table, keep_binary: bool = False):
                 for v in col.to_pylist():
                     if v is not None:
                         text = v.decode("utf-8", "replace")
-                        fixed += "\ufffd" in text
+                        fixed[f.name] = fixed.get(f.name, 0) + ("\ufffd" in text)
                         v = text
                     values.append(v)
                 col = pa.chunked_array([pa.array(values, pa.large_string())])
             t = pa.large_string()
+        elif not cast_numbers:
+            pass
         elif pa.types.is_unsigned_integer(t) or (pa.types.is_integer(t) and t.bit_width < 64):
             col = col.cast(pa.int64(), safe=False)
             t = pa.int64()
