@@ -18,7 +18,8 @@ that a shared machine's load falls on all of them alike:
 Job times: wall time of the bare job; of nsys profile (its own start and its writing of the
 .qdstrm included); of nsyscomm run's job (its log's "job exited ... after S" line). Overheads as
 ratios to the bare job: nsys's = nsys / bare; the wrapper's = run job / nsys job (same flags).
-After the job: nsyscomm run's log (nsyscomm-run.log) gives each stage's seconds, and the wait is
+After the job: nsyscomm run's log (nsyscomm-run.log) gives each stage's seconds (summ.: reading the
+reports; shown: the analyses, which run as the summary is printed, and the printing), and the wait is
 from the job's exit (the log line's UTC stamp, written as the job exits) to the end of nsyscomm
 run, i.e. the printed summary. Prints medians over the repeats, and the load average.
 """
@@ -80,6 +81,7 @@ def nsys_alone(a, tmp: Path, trace: str, post: bool) -> dict:
 
 JOB_LINE = re.compile(r"^(\S+) job exited with status \d+ after ([\d.]+) s")
 STAGE = re.compile(r"^\S+ (import|export \(\w+\)|summarize) .* ([\d.]+) s ok$")
+SHOWN = re.compile(r"^\S+ analyses and summary printed ([\d.]+) s$")
 
 
 def nsyscomm_run(a, tmp: Path, export: str, preset: str) -> dict:
@@ -90,7 +92,7 @@ def nsyscomm_run(a, tmp: Path, export: str, preset: str) -> dict:
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     end = time.time()
-    r = {"total": time.perf_counter() - t0, "import": 0.0, "export": 0.0, "summarize": 0.0}
+    r = {"total": time.perf_counter() - t0, "import": 0.0, "export": 0.0, "summarize": 0.0, "shown": 0.0}
     for line in (out / "nsyscomm-run.log").read_text().splitlines():
         m = JOB_LINE.match(line)
         if m:
@@ -99,6 +101,9 @@ def nsyscomm_run(a, tmp: Path, export: str, preset: str) -> dict:
         m = STAGE.match(line)
         if m:
             r[m.group(1).split()[0]] += float(m.group(2))
+        m = SHOWN.match(line)
+        if m:
+            r["shown"] = float(m.group(1))
     return r
 
 
@@ -143,12 +148,12 @@ def main() -> None:
           f"load average {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cores")
     bare = med("bare", "job")
     print(f"{'variant':12s} {'job s':>7s} {'x bare':>7s} {'import':>7s} {'export':>7s} {'summ.':>7s} "
-          f"{'wait s':>7s} {'total s':>8s}")
+          f"{'shown':>7s} {'wait s':>7s} {'total s':>8s}")
     for v in variants:
         job = med(v, "job")
         cells = [f"{job:7.2f}" if job is not None else f"{'-':>7s}",
                  f"{job / bare:7.3f}" if job is not None and bare else f"{'-':>7s}"]
-        for k in ("import", "export", "summarize", "wait", "total"):
+        for k in ("import", "export", "summarize", "shown", "wait", "total"):
             x = med(v, k)
             width = 8 if k == "total" else 7
             cells.append(f"{x:{width}.2f}" if x is not None else f"{'-':>{width}s}")

@@ -8,6 +8,7 @@ import importlib
 import signal
 import sys
 import threading
+import time
 
 import click
 from click.utils import make_default_short_help
@@ -227,7 +228,9 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
 
         with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
             result = _run_guarded(lambda: load(list(res.reports)), debug)
-        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)
+        shown = time.perf_counter()
+        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)   # the analyses run as they are shown
+        log.line(f"analyses and summary printed {time.perf_counter() - shown:.2f} s", echo=False)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)
         # the command's own failure comes first; a clean run that left no report is ours to flag

@@ -70,8 +70,8 @@ class StageLog:
         if self._progress is not None:
             self._progress.stop()
 
-    def line(self, text: str) -> None:
-        """A line in the log (and above the live display on a terminal)."""
+    def line(self, text: str, echo: bool = True) -> None:
+        """A line in the log (and, echo, above the live display on a terminal)."""
         # UTC to the millisecond: benchmarks/bench_capture.py takes the job's exit from it
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         with self._lock:
@@ -80,7 +80,7 @@ class StageLog:
                     f.write(f"{stamp} {text}\n")
             except OSError:
                 pass   # the log is a convenience: a full disk is reported by the stage itself
-            if self._progress is not None:
+            if self._progress is not None and echo:
                 self._progress.console.print(f"nsyscomm: {text}", highlight=False, markup=False)
 
     @contextlib.contextmanager
