@@ -15,7 +15,9 @@ that a shared machine's load falls on all of them alike:
   run-arrow    the same with --export arrow
   run-light    nsyscomm run --preset light --export arrow
 
-Job times: wall time of the bare job; of nsys profile (its own start and its writing of the
+Job times: the loop of the job (gloo_job.py --timing: from after init to the last call, the
+slowest rank; wall and CPU), which leaves out torchrun's and the interpreters' start, and the
+wall time of the bare job; of nsys profile (its own start and its writing of the
 .qdstrm included); of nsyscomm run's job (its log's "job exited ... after S" line). Overheads as
 ratios to the bare job: nsys's = nsys / bare; the wrapper's = run job / nsys job (same flags).
 After the job: nsyscomm run's log (nsyscomm-run.log) gives each stage's seconds (summ.: reading the
@@ -44,9 +46,22 @@ NSYS_FLAGS = ["-s", "none", "--cpuctxsw=none", "-f", "true"]
 ALL = ("bare", "nsys", "nsys-light", "run-sqlite", "run-arrow", "run-light")
 
 
+TIMING = Path(tempfile.gettempdir()) / f"nsyscomm-bench-loop-{os.getpid()}.txt"
+
+
 def job_cmd(a) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.ranks),
-            str(JOB), "--calls", str(a.calls), "--bytes", str(a.bytes), "--compute-ms", str(a.compute_ms)]
+            str(JOB), "--calls", str(a.calls), "--bytes", str(a.bytes), "--compute-ms", str(a.compute_ms),
+            "--timing", str(TIMING)]
+
+
+def loop_times() -> dict:
+    """The job's own loop (after init, before teardown), slowest rank: wall and CPU seconds."""
+    rows = [line.split() for line in TIMING.read_text().splitlines()] if TIMING.exists() else []
+    TIMING.unlink(missing_ok=True)
+    if not rows:
+        return {}
+    return {"loop": max(float(r[1]) for r in rows), "loop cpu": max(float(r[2]) for r in rows)}
 
 
 def wall(cmd: list[str], **kw) -> float:
@@ -126,6 +141,7 @@ def main() -> None:
         tmp = Path(tmp)
         for i in range(a.repeats):
             for v in variants:
+                TIMING.unlink(missing_ok=True)
                 if v == "bare":
                     res[v].append({"job": wall(job_cmd(a))})
                 elif v == "nsys":
@@ -136,6 +152,7 @@ def main() -> None:
                     export, preset = {"run-sqlite": ("sqlite", "default"), "run-arrow": ("arrow", "default"),
                                       "run-light": ("arrow", "light")}[v]
                     res[v].append(nsyscomm_run(a, tmp, export, preset))
+                res[v][-1].update(loop_times())
                 loads.append(os.getloadavg()[0])
             print(f"# repeat {i + 1}/{a.repeats} done, load {loads[-1]:.2f}", file=sys.stderr, flush=True)
 
@@ -147,12 +164,16 @@ def main() -> None:
           f"{a.compute_ms} ms compute before each; medians of {a.repeats} alternated repeats; "
           f"load average {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cores")
     bare = med("bare", "job")
-    print(f"{'variant':12s} {'job s':>7s} {'x bare':>7s} {'import':>7s} {'export':>7s} {'summ.':>7s} "
-          f"{'shown':>7s} {'wait s':>7s} {'total s':>8s}")
+    bare_loop = med("bare", "loop")
+    print(f"{'variant':12s} {'job s':>7s} {'x bare':>7s} {'loop s':>7s} {'x bare':>7s} {'loopCPU':>7s} "
+          f"{'import':>7s} {'export':>7s} {'summ.':>7s} {'shown':>7s} {'wait s':>7s} {'total s':>8s}")
     for v in variants:
-        job = med(v, "job")
+        job, loop = med(v, "job"), med(v, "loop")
         cells = [f"{job:7.2f}" if job is not None else f"{'-':>7s}",
-                 f"{job / bare:7.3f}" if job is not None and bare else f"{'-':>7s}"]
+                 f"{job / bare:7.3f}" if job is not None and bare else f"{'-':>7s}",
+                 f"{loop:7.2f}" if loop is not None else f"{'-':>7s}",
+                 f"{loop / bare_loop:7.3f}" if loop is not None and bare_loop else f"{'-':>7s}",
+                 f"{med(v, 'loop cpu'):7.2f}" if loop is not None else f"{'-':>7s}"]
         for k in ("import", "export", "summarize", "shown", "wait", "total"):
             x = med(v, k)
             width = 8 if k == "total" else 7
@@ -170,9 +191,17 @@ def main() -> None:
     if bare and light_job:
         print(f"nsys's overhead, --trace=nvtx only (light preset): x{light_job / bare:.3f}; "
               f"the OS-runtime trace costs x{nsys_job / light_job:.3f}" if nsys_job else "")
-    for v, ref in (("run-sqlite", nsys_job), ("run-arrow", nsys_job), ("run-light", light_job)):
-        if v in res and ref:
-            print(f"wrapper's overhead ({v}): job x{med(v, 'job') / ref:.3f} the job under nsys alone with the same flags")
+    for v, ref in (("run-sqlite", "nsys"), ("run-arrow", "nsys"), ("run-light", "nsys-light")):
+        if v in res and med(ref, "job"):
+            print(f"wrapper's overhead ({v}): job x{med(v, 'job') / med(ref, 'job'):.3f}, its loop "
+                  f"x{med(v, 'loop') / med(ref, 'loop'):.3f} (CPU x{med(v, 'loop cpu') / med(ref, 'loop cpu'):.3f}) "
+                  f"the same under {ref} (same flags)")
+    for v in ("run-sqlite", "run-arrow", "run-light"):   # paired within each repeat: the load of those minutes
+        ref = "nsys-light" if v == "run-light" else "nsys"
+        if v in res and ref in res:
+            pairs = [x["loop"] / y["loop"] for x, y in zip(res[v], res[ref]) if "loop" in x and "loop" in y]
+            if pairs:
+                print(f"  {v} / {ref} loop, per repeat: " + ", ".join(f"x{p:.3f}" for p in pairs))
     base = (med("nsys", "import") or 0) + (med("nsys", "export sqlite") or 0) if "nsys" in res else None
     for v in ("run-sqlite", "run-arrow", "run-light"):
         if v in res and base:

@@ -22,10 +22,13 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--bytes", type=int, default=1024)
     ap.add_argument("--compute-ms", type=float, default=0.0)
+    ap.add_argument("--timing", help="append 'rank wall_s cpu_s' of the loop to this file (benchmarks)")
     a = ap.parse_args()
     dist.init_process_group("gloo")
     t = torch.ones(max(1, a.bytes // 4))
     spin = a.compute_ms / 1000.0
+    dist.barrier()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(a.calls):
         if spin:
             end = time.perf_counter() + spin
@@ -35,6 +38,9 @@ def main() -> None:
         if i % 10 == 0:
             dist.broadcast(t, 0)
     dist.barrier()
+    if a.timing:
+        with open(a.timing, "a") as f:
+            f.write(f"{dist.get_rank()} {time.perf_counter() - t0:.6f} {time.process_time() - c0:.6f}\n")
     dist.destroy_process_group()
 
 
