@@ -197,8 +197,9 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
 @click.option("--hang-timeout", "hang_timeout", metavar="DURATION", envvar="NSYSCOMM_HANG_TIMEOUT", default=None,
               help="End the job when ranks wait in a collective and none finishes for DURATION (90s, 5m); "
                    "the report is kept, the diagnosis printed, exit status 124 (hung). Also NSYSCOMM_HANG_TIMEOUT.")
-@click.option("--export", "export", type=click.Choice(["sqlite", "arrow"]), default="sqlite", show_default=True,
-              help="Format nsys exports each report to (report.sqlite or report.arrow); both summarize alike.")
+@click.option("--export", "export", type=click.Choice(["arrow", "sqlite"]), default="arrow", show_default=True,
+              help="Format nsys exports each report to: report.arrow (read directly, the shorter wait: "
+                   "docs/performance.md) or report.sqlite (for nsys stats and your own SQL); both summarize alike.")
 @click.option("--preset", type=click.Choice(["default", "light"]), default="default", show_default=True,
               help="What nsys traces. light: NVTX (and CUDA) only, no OS runtime calls: less overhead, "
                    "no late-arrival causes (docs/performance.md).")

@@ -214,3 +214,11 @@ def test_light_preset_completes_and_summarizes(tmp_path):
     assert code == 0, out
     calls = {r["op"]: r["calls"] for r in json.loads(out)["summary"]}
     assert calls == {"all_reduce": 2 * CALLS, "broadcast": 2 * math.ceil(CALLS / 10), "barrier": 2}
+
+
+@pytest.mark.parametrize("src", [p for p in _cases() if p.values[0] != "generated" and not Path(p.values[0]).is_dir()])
+def test_include_env_reads_arrow_exports_alike(src, tmp_path):
+    from nsyscomm.ingest import environment
+
+    arrow = convert(src, tmp_path / "r.arrow")
+    assert environment.read(arrow) == environment.read(src)

@@ -283,14 +283,14 @@ def _has_payloads(path: Path) -> bool:
     return ncclish(strings.filter(used)["value"])
 
 
-def to_sqlite(path: Path, dst: Path) -> Path:
-    """The export's WANTED tables as a SQLite file at dst, typed as nsys's SQLite export types them."""
+def to_sqlite(path: Path, dst: Path, wanted: tuple[str, ...] = WANTED) -> Path:
+    """The export's wanted tables as a SQLite file at dst, typed as nsys's SQLite export types them."""
     import sqlite3
 
-    arrow, _ = read_tables(path)
+    arrow, _ = read_tables(path, wanted)
     con = sqlite3.connect(dst)
     try:
-        for name, table in arrow.items():   # names from the fixed list WANTED
+        for name, table in arrow.items():   # names from the caller's fixed list
             table, _ = _as_in_sqlite(table, keep_binary=True)
             decl = ", ".join(f'"{f.name}" ' + ("TEXT" if str(f.type) in ("large_string", "binary") else
                                                "REAL" if str(f.type) == "double" else "INTEGER")
