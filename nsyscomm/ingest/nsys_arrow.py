@@ -296,7 +296,8 @@ def to_sqlite(path: Path, dst: Path, wanted: tuple[str, ...] = WANTED) -> Path:
                                                "REAL" if str(f.type) == "double" else "INTEGER")
                              for f in table.schema)
             con.execute(f'CREATE TABLE "{name}" ({decl})')
-            marks = ", ".join("?" * table.num_columns)
+            # bytes that are not UTF-8 stored as TEXT, as nsys stores them (a bare bytes value is a BLOB)
+            marks = ", ".join("CAST(? AS TEXT)" if str(f.type) == "binary" else "?" for f in table.schema)
             con.executemany(f'INSERT INTO "{name}" VALUES ({marks})',
                             zip(*(c.to_pylist() for c in table.columns)) if table.num_columns else [])
         con.commit()
