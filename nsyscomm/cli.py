@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import signal
 import sys
 import threading
+import time
 
 import click
+from click.utils import make_default_short_help
 
 from nsyscomm import __version__
 from nsyscomm.commands import console, guard as _run_guarded
@@ -33,7 +36,50 @@ def emit(result, fmt: str, units: str, by_caller: bool) -> None:
         render(result, console(), units, by_caller)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """The commands beyond summarize/run, imported only when one of them runs: `nsyscomm --help`
+    lists them from _LAZY's short help without importing their modules (gate's alone took 13 ms,
+    measured by benchmarks/bench_startup.py)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _LAZY and name not in self.commands:
+            module, attr, _ = _LAZY[name]
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in _LAZY and name not in self.commands:
+                rows.append((name, make_default_short_help(_LAZY[name][2], limit)))
+            elif not self.commands[name].hidden:
+                rows.append((name, self.commands[name].get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+# name -> (module, attribute, the first line of its docstring: tests/test_startup.py checks they agree)
+_LAZY = {
+    "gate": ("nsyscomm.commands.gate", "gate", "Fail CI when communication got slower than the baseline."),
+    "baseline": ("nsyscomm.commands.gate", "baseline",
+                 "Write or update a gate baseline from reports or JSON summaries."),
+    "trace": ("nsyscomm.commands.views", "trace",
+              "Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing)."),
+    "report": ("nsyscomm.commands.views", "report",
+               "Write a self-contained HTML report (works offline: no CDN, no network)."),
+    "export": ("nsyscomm.commands.export", "export",
+               "Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format."),
+}
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nsyscomm")
 def main():
     """nsyscomm: where the communication time of distributed training goes (Nsight Systems)."""
@@ -152,9 +198,15 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
 @click.option("--hang-timeout", "hang_timeout", metavar="DURATION", envvar="NSYSCOMM_HANG_TIMEOUT", default=None,
               help="End the job when ranks wait in a collective and none finishes for DURATION (90s, 5m); "
                    "the report is kept, the diagnosis printed, exit status 124 (hung). Also NSYSCOMM_HANG_TIMEOUT.")
+@click.option("--export", "export", type=click.Choice(["arrow", "sqlite"]), default="arrow", show_default=True,
+              help="Format nsys exports each report to: report.arrow (read directly, the shorter wait: "
+                   "docs/performance.md) or report.sqlite (for nsys stats and your own SQL); both summarize alike.")
+@click.option("--preset", type=click.Choice(["default", "light"]), default="default", show_default=True,
+              help="What nsys traces. light: NVTX (and CUDA) only, no OS runtime calls: less overhead, "
+                   "no late-arrival causes (docs/performance.md).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, debug, cmd):
+def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, export, preset, debug, cmd):
     """Run CMD under nsys with every torch.distributed collective annotated, then summarize.
 
     \b
@@ -168,30 +220,24 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
 
     res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
                                       nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv"),
-                                      profiler=profiler, hang_timeout=hang_timeout), debug)
+                                      profiler=profiler, hang_timeout=hang_timeout, export=export,
+                                      preset=preset), debug)
     for w in res.warnings:
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)
     if res.reports and not no_summary:
-        result = _run_guarded(lambda: load(list(res.reports)), debug)
-        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)
+        from nsyscomm.capture.post import StageLog   # issue 24: the summarize stage shown and logged
+
+        with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
+            result = _run_guarded(lambda: load(list(res.reports)), debug)
+        shown = time.perf_counter()
+        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)   # the analyses run as they are shown
+        log.line(f"analyses and summary printed {time.perf_counter() - shown:.2f} s", echo=False)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)
         # the command's own failure comes first; a clean run that left no report is ours to flag
         sys.exit(res.exit_code or 2)
     sys.exit(res.exit_code)
-
-
-def _register_commands() -> None:
-    from nsyscomm.commands.gate import baseline, gate
-    from nsyscomm.commands.export import export
-    from nsyscomm.commands.views import report, trace
-
-    for command in (gate, baseline, trace, report, export):
-        main.add_command(command)
-
-
-_register_commands()
 
 
 def entry(args=None) -> None:

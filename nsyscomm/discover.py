@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import kineto, straggler_trace
+from nsyscomm.ingest.nsys import arrow as nsys_arrow
 
 
 def sample_reports_dir() -> Path:
@@ -36,8 +37,13 @@ def discover(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> l
     found: list[Path] = []
     for p in paths:
         p = Path(p)
+        if p.is_dir() and nsys_arrow.is_export(p):   # one report: a folder of per-table files (issue 24)
+            found.append(p)
+            continue
         if p.is_dir():
             hits = sorted(x for x in p.rglob("*.sqlite") if x.is_file())
+            if not hits:   # nsys's Arrow exports (issue 24)
+                hits = nsys_arrow.exports_in(p)
             if not hits:  # per-op traces of the OSDI'25 what-if artifact (trace-*.parquet + meta-*.yaml)
                 hits = sorted(x for x in p.rglob("trace-*.parquet") if straggler_trace.is_trace(x))
             if not hits:  # PyTorch profiler traces, one per rank (nsyscomm.ingest.kineto)

@@ -55,7 +55,7 @@ def test_real_rank_stops_before_collective(tmp_path):
     r, took, out = _run(tmp_path, "stop", "--hang-timeout", f"{HANG_TIMEOUT_S}s")
     assert r.returncode == 124, r.stderr[-3000:]
     assert took < HANG_TIMEOUT_S + MARGIN_S
-    assert list(out.glob("report*.sqlite")), "nsys's report was not kept"
+    assert list(out.glob("report*.sqlite")) + list(out.glob("report*.arrow")), "nsys's report was not kept"
     # the diagnosis is printed when the hang is found, before nsys's output
     assert "HUNG: no collective finished" in r.stderr
     assert r.stderr.index("missing rank 1") < r.stderr.index("report(s) in")
@@ -118,7 +118,7 @@ def test_real_ctrl_c_keeps_report_and_diagnoses(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    assert list(out.glob("report*.sqlite")), stderr[-3000:]
+    assert list(out.glob("report*.sqlite")) + list(out.glob("report*.arrow")), stderr[-3000:]
     h = json.loads(stdout)["hang"]
     assert h["status"] == "hung"
     b = h["blocked"][0]

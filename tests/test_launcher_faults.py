@@ -75,7 +75,7 @@ def test_training_crash_keeps_and_summarizes_the_report(job, tmp_path):
                   env=dict(os.environ, JOB_MODE="crash"))
     assert r.returncode == 1, r.stderr[-3000:]              # torchrun's status for a failed worker
     assert "the command exited with status 1" in r.stderr
-    assert list(out.glob("*.sqlite")), r.stderr[-2000:]
+    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), r.stderr[-2000:]
     import json
 
     doc = json.loads(r.stdout)
@@ -96,7 +96,7 @@ def test_one_rank_dies(job, tmp_path):
 
     doc = json.loads(r.stdout)
     assert {x["rank"] for x in doc["ranks"]} == {0, 1}
-    assert list(out.glob("*.sqlite"))
+    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow"))
 
 
 @needs_nsys
@@ -122,7 +122,7 @@ def test_ctrl_c_stops_the_job_and_keeps_the_report(job, tmp_path):
             p.communicate()
     assert p.returncode != 0, stderr[-2000:]
     assert "interrupted" in stderr
-    assert list(out.glob("*.sqlite")), stderr[-3000:]          # the report was written and exported
+    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), stderr[-3000:]          # the report was written and exported
     assert "Comm. Op" in stdout and "all_reduce" in stdout     # and summarized
 
 

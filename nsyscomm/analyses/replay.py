@@ -82,6 +82,13 @@ def _levels(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     level = np.zeros(n_nodes, np.int64)
     if n_nodes == 0:
         return level
+    fast = _replay_module()
+    if fast is not None:   # the same frontiers in C (nsyscomm/analyses/_replay.c)
+        done = fast.levels(n_nodes, np.ascontiguousarray(src, dtype=np.int64),
+                           np.ascontiguousarray(dst, dtype=np.int64), level)
+        if done < n_nodes:
+            raise CycleError(f"{n_nodes - done} operation(s) wait on each other in a cycle")
+        return level
     indeg = np.bincount(dst, minlength=n_nodes)
     eo = np.argsort(src, kind="stable")
     s_sorted, d_sorted = src[eo], dst[eo]
@@ -130,6 +137,12 @@ def replay(g: Graph, dur, delay=None, reduce="max") -> tuple[np.ndarray, np.ndar
     start = np.empty(g.n)
     end = np.empty(g.n)
     gstart = fill.astype(np.float64).copy()
+    fast = _replay_module()
+    if fast is not None:   # the same loop in C (nsyscomm/analyses/_replay.c): one level costs no array calls
+        i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (g.order, g.level_ptr, g.edge_ptr, g.src, g.dst, g.group)]
+        fast.replay(*i64, np.ascontiguousarray(dur), np.ascontiguousarray(delay), ready,
+                    np.ascontiguousarray(use_min, dtype=np.uint8), any_min, start, end, gstart)
+        return start, end
     for L in range(g.levels):
         e0, e1 = g.edge_ptr[L], g.edge_ptr[L + 1]
         if e1 > e0:
@@ -154,6 +167,19 @@ def replay(g: Graph, dur, delay=None, reduce="max") -> tuple[np.ndarray, np.ndar
                 start[sync_ops] = np.minimum(sync_st, gstart[sync_grp])
             end[sync_ops] = gstart[sync_grp] + dur[sync_ops]
     return start, end
+
+
+def _replay_module():
+    """nsyscomm.analyses._replay, or None where it was not built (no C compiler) or NSYSCOMM_REPLAY_PY is set."""
+    import os
+
+    if os.environ.get("NSYSCOMM_REPLAY_PY"):
+        return None
+    try:
+        from nsyscomm.analyses import _replay
+    except ImportError:
+        return None
+    return _replay
 
 
 def transfer_times(g: Graph, start, end) -> np.ndarray:

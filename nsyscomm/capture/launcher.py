@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsyscomm.capture.post import EXPORTS, StageLog, import_and_export  # noqa: F401 - issue 24
 from nsyscomm.errors import InputError
 
 MIN_NSYS = (2021, 3)
@@ -173,6 +174,19 @@ def _env(steps_ab) -> dict:
     return env
 
 
+# issue 24: what nsys traces. default: what the analyses need (the OS runtime calls give the
+# causes of late arrivals); light: NVTX (and CUDA) only, for jobs where the capture overhead
+# matters (docs/performance.md measures both).
+PRESETS = {"default": ("nvtx", "osrt"), "light": ("nvtx",)}
+
+
+def trace_for(preset: str, gpu: bool) -> str:
+    """The --trace value of a preset: cuda first when a GPU is visible."""
+    if preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}")
+    return ",".join((("cuda",) if gpu else ()) + PRESETS[preset])
+
+
 def _nsys_profile_args(nsys, out_base: str, steps_ab, nsys_args: str | None, trace: str) -> list[str]:
     args = [nsys, "profile", f"--trace={trace}", "-s", "none",
             "--cpuctxsw=none", "-o", out_base, "-f", "true"]
@@ -279,43 +293,6 @@ def _temp_reports() -> set[Path]:
     return found
 
 
-def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float = 1800) -> list[Path]:
-    """Turn every .qdstrm / .nsys-rep in out_dir into .sqlite; return the .sqlite files."""
-    reps = {}
-    for q in sorted(out_dir.glob("*.qdstrm")):
-        rep = q.with_suffix(".nsys-rep")
-        if not rep.exists():
-            importer = find_importer(nsys)
-            if importer is None:
-                warnings_.append(f"{q.name}: nsys left only the .qdstrm and QdstrmImporter was not found "
-                                 "(set NSYSCOMM_QDSTRM_IMPORTER to its path)")
-                continue
-            r = subprocess.run([importer, "-i", str(q)], capture_output=True, text=True, timeout=timeout)
-            if r.returncode != 0 or not rep.exists():
-                warnings_.append(f"{q.name}: QdstrmImporter failed ({(r.stderr or r.stdout).strip()[-300:]})")
-                continue
-        if rep.exists():
-            try:
-                q.unlink()
-            except OSError:
-                pass
-    for rep in sorted(out_dir.glob("*.nsys-rep")):
-        reps[rep.stem] = rep
-    outs = []
-    for stem, rep in sorted(reps.items()):
-        sq = rep.with_suffix(".sqlite")
-        if not sq.exists() or sq.stat().st_mtime < rep.stat().st_mtime:
-            r = subprocess.run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(sq), str(rep)],
-                               capture_output=True, text=True, timeout=timeout)
-            if r.returncode != 0 or not sq.exists():
-                warnings_.append(f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
-                                 f"the report is kept: export it later with: "
-                                 f"nsys export --type sqlite -o {shlex.quote(str(sq))} {shlex.quote(str(rep))}")
-                continue
-        outs.append(sq)
-    return outs
-
-
 PROFILERS = ("nsys", "torch")
 
 
@@ -352,12 +329,13 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
 
 def run(cmd: list[str], output: str | None = None, steps: str | None = None, per_rank: bool = False,
         nsys_args: str | None = None, stdout_to_stderr: bool = False, profiler: str = "nsys",
-        hang_timeout: str | float | None = None) -> RunResult:
+        hang_timeout: str | float | None = None, export: str = "sqlite", preset: str = "default") -> RunResult:
     """stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
     machine-readable summary (``nsyscomm run --format json > summary.json``).
     profiler: "nsys" (default) or "torch" (torch.profiler in each process, one Kineto trace per rank).
     hang_timeout: seconds or "90s"/"5m": end a job hung in a collective (nsyscomm.capture.hang_watch),
-    exit status 124."""
+    exit status 124. export: the format nsys exports each report to ("sqlite", "arrow");
+    preset: what nsys traces (PRESETS)."""
     if not cmd:
         raise InputError("no command to run: nsyscomm run [OPTIONS] -- CMD ...")
     cmd = list(cmd)
@@ -372,7 +350,9 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     steps_ab = _parse_steps(steps) if steps else None
     out_dir = _check_output(output)
     warnings_: list[str] = []
-    trace = "cuda,nvtx,osrt" if _has_gpu() else "nvtx,osrt"
+    if export not in EXPORTS:
+        raise InputError(f"unknown export {export!r}: use one of {', '.join(EXPORTS)}")
+    trace = trace_for(preset, _has_gpu())
     env = _env(steps_ab)
     if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
@@ -409,6 +389,7 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     except OSError as e:
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH")
     watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None   # issue 22
+    started = time.perf_counter()
     try:
         rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
     finally:
@@ -421,8 +402,11 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     elif rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
 
+    log = StageLog(out_dir)   # issue 24: each stage after the job shown and logged
+    log.line(f"job exited with status {rc} after {time.perf_counter() - started:.2f} s (nsys profile --trace={trace})")
     try:
-        reports = import_and_export(out_dir, nsys, warnings_)
+        with log:
+            reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log)
     except OSError as e:
         warnings_.append(f"cannot import/export the report in {out_dir} ({e.strerror or e}): "
                          f"free space there, then run: nsys export --type sqlite REPORT.nsys-rep")

@@ -8,7 +8,6 @@ internal error of nsyscomm's (never confused with the others), 130 interrupted.
 from __future__ import annotations
 
 import sys
-import traceback
 
 import click
 
@@ -22,18 +21,24 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _traceback() -> None:
+    import traceback  # here, not at the top: only --debug failures need it, every startup paid 2 ms
+
+    traceback.print_exc()
+
+
 def guard(fn, debug: bool = False):
     """Run fn(); turn every failure into one line on stderr and the right exit status."""
     try:
         return fn()
     except InputError as e:
         if debug:
-            traceback.print_exc()
+            _traceback()
         click.echo(f"nsyscomm: error: {_first_line(e)}", err=True)
         sys.exit(EXIT_INPUT)
     except OSError as e:  # unreadable input, unwritable output: the user's to fix
         if debug:
-            traceback.print_exc()
+            _traceback()
         where = f"{e.filename}: " if e.filename else ""
         click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
         sys.exit(EXIT_INPUT)
@@ -42,7 +47,7 @@ def guard(fn, debug: bool = False):
         sys.exit(130)
     except Exception as e:  # a bug of ours, unless memory ran out or Ctrl-C stopped DuckDB
         if debug:
-            traceback.print_exc()
+            _traceback()
         from nsyscomm.duck import interrupted  # imported once something failed: duckdb is loaded by then
 
         if interrupted(e):

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 _ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_TABLES = ("TARGET_INFO_SYSTEM_ENV", "META_DATA_CAPTURE", "PROCESSES", "StringIds")
 
 
 def _ro(path: Path) -> sqlite3.Connection:
@@ -29,6 +30,13 @@ def read(path: str | Path) -> dict:
     "processes": [{"pid", "name"}], "variables": ["NAME=value", ...]}. Empty parts when the
     tables are absent; a Kineto trace or an unreadable file gives {}."""
     path = Path(path)
+    from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: an Arrow export, read through a temporary SQLite copy
+    if nsys_arrow.is_export(path):
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="nsyscomm-") as tmp:
+            copy = nsys_arrow.to_sqlite(path, Path(tmp) / "env.sqlite", wanted=_TABLES)
+            return read(copy)
     try:
         with open(path, "rb") as f:
             if f.read(16) != b"SQLite format 3\x00":

@@ -21,7 +21,7 @@ Bytes are converted to nccl-tests S: AllGather's payload is the per-rank send si
 (S = n x that), ReduceScatter's the per-rank receive size (S = n x that), the rest as is;
 a group of sends/receives to every peer is an all_to_all with S = the bytes one rank sends.
 
-Hook into ``nsys_sqlite.extract`` (while its DuckDB connection is open, after ``calls`` and
+Hook into ``nsyscomm.ingest.nsys.extract.extract`` (while its DuckDB connection is open, after ``calls`` and
 ``markers`` are built)::
 
     calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
@@ -435,7 +435,7 @@ def rank_markers(events: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 
 def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
     """Attach to each unit the NCCL kernels launched inside it on the same thread (needs the
-    temp table nccl_kernels of nsys_sqlite.extract): k_first, k_last, kernels."""
+    temp table nccl_kernels of nsyscomm.ingest.nsys.extract.extract): k_first, k_last, kernels."""
     if not len(units):
         return units.assign(k_first=pd.Series(dtype="Int64"), k_last=pd.Series(dtype="Int64"),
                             kernels=pd.Series(dtype="Int64"))
@@ -457,7 +457,7 @@ def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
 
 def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
           report: str, path) -> tuple:
-    """The hook for nsys_sqlite.extract: decode NCCL's payloads, fill the calls they describe,
+    """The hook for nsyscomm.ingest.nsys.extract.extract: decode NCCL's payloads, fill the calls they describe,
     and add ranks from ncclCommInitRank for processes without a wrapper marker.
 
     - A call row (torch_range or kernel_name) whose first kernel is the first kernel of a unit on
@@ -467,7 +467,7 @@ def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
     - Units without any kernel become rows of their own (source 'nccl_payload', CPU times only)
       when the report has no CUDA kernels at all (captured with --trace=nvtx); otherwise they
       are kernels outside the capture window and are only counted in a warning."""
-    # NCCL's API ranges are among the ranges nsys_sqlite already picked out: without any, the
+    # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
     if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'"
                        ).fetchone()[0]:

@@ -1,0 +1,191 @@
+"""After the job of ``nsyscomm run``: nsys's import and export of each report, shown and logged.
+
+Each stage (QdstrmImporter's import of a .qdstrm into a .nsys-rep, ``nsys export`` into SQLite
+or Arrow, nsyscomm's summarize) shows on stderr what it is doing, for which report, its elapsed
+time and the file sizes, when stderr is a terminal (a rich progress display; nothing otherwise),
+and writes one line to ``nsyscomm-run.log`` in the output folder, so that a long export is
+never a silent terminal and a slow one can be told apart afterwards. Per-rank reports are
+imported and exported in parallel, as many at a time as there are usable cores (each nsys tool
+runs on about one core).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+LOG_NAME = "nsyscomm-run.log"
+EXPORTS = ("sqlite", "arrow")
+_SUFFIX = {"sqlite": ".sqlite", "arrow": ".arrow"}
+
+
+def size_text(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{n} B"
+
+
+def _size(p: Path) -> int | None:
+    try:
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return p.stat().st_size
+    except OSError:
+        return None
+
+
+class StageLog:
+    """One line per stage in out_dir/nsyscomm-run.log, and a live line per report on a terminal."""
+
+    def __init__(self, out_dir: Path, show: bool | None = None):
+        self.path = Path(out_dir) / LOG_NAME
+        self._lock = threading.Lock()
+        self._progress = None
+        if show is None:
+            show = _stderr_is_terminal()
+        if show:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=True)
+
+    def __enter__(self) -> StageLog:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def line(self, text: str, echo: bool = True) -> None:
+        """A line in the log (and, echo, above the live display on a terminal)."""
+        # UTC to the millisecond: benchmarks/bench_capture.py takes the job's exit from it
+        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        with self._lock:
+            try:
+                with open(self.path, "a") as f:
+                    f.write(f"{stamp} {text}\n")
+            except OSError:
+                pass   # the log is a convenience: a full disk is reported by the stage itself
+            if self._progress is not None and echo:
+                self._progress.console.print(f"nsyscomm: {text}", highlight=False, markup=False)
+
+    @contextlib.contextmanager
+    def stage(self, name: str, src: Path | list, dst: Path | None = None):
+        """Time one stage; its line says name, input(s) and sizes, elapsed time, output and size."""
+        srcs = src if isinstance(src, list) else [src]
+        what = ", ".join(Path(s).name for s in srcs[:3]) + (f" (+{len(srcs) - 3})" if len(srcs) > 3 else "")
+        in_size = sum(_size(Path(s)) or 0 for s in srcs)
+        task = None
+        if self._progress is not None:
+            task = self._progress.add_task(f"{name} {what} ({size_text(in_size)})", total=None)
+        t0 = time.perf_counter()
+        status = "ok"
+        try:
+            yield
+        except BaseException as e:
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed ({type(e).__name__})"
+            raise
+        finally:
+            dt = time.perf_counter() - t0
+            out = f" -> {dst.name} {size_text(_size(dst))}" if dst is not None and dst.exists() else ""
+            if task is not None:
+                self._progress.remove_task(task)
+            self.line(f"{name} {what} {size_text(in_size)}{out} {dt:.2f} s {status}")
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return os.isatty(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float = 1800, export: str = "sqlite",
+                      log: StageLog | None = None, jobs: int | None = None) -> list[Path]:
+    """Turn every .qdstrm / .nsys-rep in out_dir into an export (export: "sqlite" or "arrow");
+    return the exports, in report order. Reports are worked on in parallel (jobs, default: the
+    usable cores), each one's import before its export."""
+    if export not in EXPORTS:
+        raise ValueError(f"export must be one of {EXPORTS}, not {export!r}")
+    log = log or StageLog(out_dir, show=False)
+    stems = sorted({p.stem for p in out_dir.glob("*.qdstrm")} | {p.stem for p in out_dir.glob("*.nsys-rep")})
+    if not stems:
+        return []
+    jobs = max(1, min(len(stems), jobs or usable_cores()))
+    lock = threading.Lock()
+    found: list[str] = []
+
+    def one(stem: str) -> Path | None:
+        mine: list[str] = []
+        try:
+            rep = _import(out_dir / f"{stem}.qdstrm", out_dir / f"{stem}.nsys-rep", nsys, mine, timeout, log)
+            return None if rep is None else _export(rep, export, nsys, mine, timeout, log)
+        finally:
+            with lock:
+                found.extend(mine)
+
+    if jobs == 1:
+        outs = [one(s) for s in stems]
+    else:
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="nsyscomm-export") as pool:
+            outs = list(pool.map(one, stems))
+    warnings_.extend(found)
+    return [o for o in outs if o is not None]
+
+
+def _import(q: Path, rep: Path, nsys: str, warnings_: list, timeout: float, log: StageLog) -> Path | None:
+    if q.exists() and not rep.exists():
+        from nsyscomm.capture.launcher import find_importer
+
+        importer = find_importer(nsys)
+        if importer is None:
+            warnings_.append(f"{q.name}: nsys left only the .qdstrm and QdstrmImporter was not found "
+                             "(set NSYSCOMM_QDSTRM_IMPORTER to its path)")
+            return None
+        with log.stage("import", q, rep):
+            r = subprocess.run([importer, "-i", str(q)], capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0 or not rep.exists():
+            warnings_.append(f"{q.name}: QdstrmImporter failed ({(r.stderr or r.stdout).strip()[-300:]})")
+            return None
+    if rep.exists() and q.exists():
+        try:
+            q.unlink()
+        except OSError:
+            pass
+    return rep if rep.exists() else None
+
+
+def _export(rep: Path, export: str, nsys: str, warnings_: list, timeout: float, log: StageLog) -> Path | None:
+    out = rep.with_suffix(_SUFFIX[export])
+    if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
+        return out
+    with log.stage(f"export ({export})", rep, out):
+        r = subprocess.run([nsys, "export", "--type", export, "-f", "true", "-o", str(out), str(rep)],
+                           capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0 or not out.exists():
+        warnings_.append(f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
+                         f"the report is kept: export it later with: "
+                         f"nsys export --type {export} -o {shlex.quote(str(out))} {shlex.quote(str(rep))}")
+        return None
+    return out
