@@ -303,13 +303,13 @@ def test_no_report_string_is_formatted_into_sql():
     root = Path(__file__).resolve().parents[1] / "nsyscomm"
     # placeholders known to hold constants / code-built SQL (each checked when it was added)
     allowed = {"_col(k, 'globalPid')", "duck.sql('nccl_kernels')", "duck.sql('collectives')",
-               "duck.sql('logical_collectives')", "duck.sql('compute_kernels')", "duck.sql('compute_islands')",
+               "duck.sql('logical_collectives')", "duck.sql('rank_spans')", "duck.sql('compute_kernels')", "duck.sql('compute_islands')",
                "_sqlite_extension()", "quoted", "name", "select", "sets", "t",
                "like_str", "like_text", "text_id", "name_expr", "join", "bin_expr", "json_expr", "dom_filter",
                "table", "cols", "c", "p", "where",
                "like", "type_sel", "device", "partition", "on_type",
-               "values",   # nsys_reader._scan: "(?, ?, ?)" placeholders, one per span
-               "_UNPARSED"}   # nsys_reader: NULL columns named after MESSAGE_FIELDS
+               "values",   # ingest/nsys/reader._scan: "(?, ?, ?)" placeholders, one per span
+               "_UNPARSED"}   # ingest/nsys/reader: NULL columns named after MESSAGE_FIELDS
     sql_start = re.compile(r"^\s*(SELECT|CREATE|UPDATE|ATTACH|PRAGMA|INSERT|DELETE|WITH|LOAD)\b", re.I)
     bad = []
     for py in root.rglob("*.py"):
