@@ -1,11 +1,11 @@
 """A parameterized gloo job for the capture benchmarks and tests: each rank makes CALLS
 all-reduces of BYTES (float32), a broadcast every 10th call, spins COMPUTE_MS of pure-Python
-work before each call, then one barrier. Run under torchrun (or python -m torch.distributed.run).
+work before each call, a barrier before and one after. Run under torchrun (or python -m torch.distributed.run).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/gloo_job.py \\
         --calls 2000 --bytes 4096 --compute-ms 0.5
 
-So rank r makes exactly calls all_reduce, ceil(calls / 10) broadcast and 1 barrier calls.
+So rank r makes exactly calls all_reduce, ceil(calls / 10) broadcast and 2 barrier calls.
 """
 
 from __future__ import annotations

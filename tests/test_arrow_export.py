@@ -192,7 +192,7 @@ def test_real_report_arrow_equals_sqlite(real_job, tmp_path):
     assert got == want
     doc = json.loads(got[1])
     calls = {r["op"]: r["calls"] for r in doc["summary"]}
-    assert calls == {"all_reduce": 2 * CALLS, "broadcast": 2 * math.ceil(CALLS / 10), "barrier": 2}
+    assert calls == {"all_reduce": 2 * CALLS, "broadcast": 2 * math.ceil(CALLS / 10), "barrier": 4}
 
 
 @needs_nsys
@@ -213,7 +213,7 @@ def test_light_preset_completes_and_summarizes(tmp_path):
     code, out = _json(*res.reports)
     assert code == 0, out
     calls = {r["op"]: r["calls"] for r in json.loads(out)["summary"]}
-    assert calls == {"all_reduce": 2 * CALLS, "broadcast": 2 * math.ceil(CALLS / 10), "barrier": 2}
+    assert calls == {"all_reduce": 2 * CALLS, "broadcast": 2 * math.ceil(CALLS / 10), "barrier": 4}
 
 
 @pytest.mark.parametrize("src", [p for p in _cases() if p.values[0] != "generated" and not Path(p.values[0]).is_dir()])

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsyscomm.capture.post import EXPORTS, StageLog, import_and_export  # noqa: F401 - issue 24
+from nsyscomm.capture.post import EXPORTS, StageLog, find_importer, import_and_export  # noqa: F401 - issue 24
 from nsyscomm.errors import InputError
 
 MIN_NSYS = (2021, 3)
@@ -68,20 +68,6 @@ def find_nsys() -> tuple[str, tuple]:
         raise InputError(f"nsys {'.'.join(map(str, ver))} is too old (need >= "
                          f"{'.'.join(map(str, MIN_NSYS))}): {INSTALL_HINT}")
     return nsys, ver
-
-
-def find_importer(nsys: str) -> str | None:
-    real = Path(os.path.realpath(nsys))
-    cands = [os.environ.get("NSYSCOMM_QDSTRM_IMPORTER", "")]
-    for up in (real.parent, real.parent.parent, real.parent.parent.parent):
-        cands += glob.glob(str(up / "host-linux-*" / "QdstrmImporter"))
-    cands += glob.glob("/usr/lib/nsight-systems/host-linux-*/QdstrmImporter")
-    cands += sorted(glob.glob("/opt/nvidia/nsight-systems/*/host-linux-*/QdstrmImporter"), reverse=True)
-    cands += [shutil.which("QdstrmImporter") or ""]
-    for c in cands:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
 
 
 def _has_gpu() -> bool:

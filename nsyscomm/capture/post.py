@@ -12,8 +12,10 @@ runs on about one core).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -156,7 +158,6 @@ def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float 
 
 def _import(q: Path, rep: Path, nsys: str, warnings_: list, timeout: float, log: StageLog) -> Path | None:
     if q.exists() and not rep.exists():
-        from nsyscomm.capture.launcher import find_importer
 
         importer = find_importer(nsys)
         if importer is None:
@@ -189,3 +190,17 @@ def _export(rep: Path, export: str, nsys: str, warnings_: list, timeout: float, 
                          f"nsys export --type {export} -o {shlex.quote(str(out))} {shlex.quote(str(rep))}")
         return None
     return out
+
+
+def find_importer(nsys: str) -> str | None:
+    real = Path(os.path.realpath(nsys))
+    cands = [os.environ.get("NSYSCOMM_QDSTRM_IMPORTER", "")]
+    for up in (real.parent, real.parent.parent, real.parent.parent.parent):
+        cands += glob.glob(str(up / "host-linux-*" / "QdstrmImporter"))
+    cands += glob.glob("/usr/lib/nsight-systems/host-linux-*/QdstrmImporter")
+    cands += sorted(glob.glob("/opt/nvidia/nsight-systems/*/host-linux-*/QdstrmImporter"), reverse=True)
+    cands += [shutil.which("QdstrmImporter") or ""]
+    for c in cands:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None

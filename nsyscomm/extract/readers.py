@@ -22,7 +22,7 @@ def extract_one(path: Path, report: str | None = None, threads: int | None = Non
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
     from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: nsys's Arrow exports, read without SQLite
     if nsys_arrow.is_export(path):
-        return nsys_arrow.extract(path, report, threads)
+        return nsys_extract.extract_arrow(path, report, threads)
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty; profile again or export again with nsys export --type sqlite")
     if straggler_trace.is_trace(path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from nsyscomm.analyses.result import Result
-from nsyscomm.views.html_report import _e, _nice_max, _svg_open, _table, _text, _y_grid
+from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt
 
 PARTS = (("compute", "compute and other host time", "#9db4c0"), ("exposed", "exposed transfer", None),

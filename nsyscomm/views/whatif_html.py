@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from nsyscomm.views.html_report import _e, _nice_max, _svg_open, _table, _text, _y_grid
+from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt
 
 SERIES = (("measured", "xfer"), ("no_straggler", "wait"), ("ideal", "exposed"))

@@ -235,30 +235,6 @@ def _as_in_sqlite(table, keep_binary: bool = False, cast_numbers: bool = True):
     return pa.Table.from_arrays(cols, schema=pa.schema(fields)), fixed
 
 
-def extract(path: Path, report: str | None = None, threads: int | None = None):
-    """An Arrow export -> nsys_extract.Extract, the same as of the SQLite export of that report."""
-    import duckdb
-
-    from nsyscomm import duck
-    from nsyscomm.ingest.nsys import extract as nsys_extract
-
-    path = Path(path)
-    try:
-        if not _has_payloads(path):
-            return nsys_extract._extract(path, report or path.name, threads)
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="nsyscomm-") as tmp:
-            e = nsys_extract.extract(to_sqlite(path, Path(tmp) / "report.sqlite"), report or path.name, threads)
-        e.path = path
-        return e
-    except duckdb.Error as e:
-        if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
-            raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{path}: cannot read this Arrow export ({first}); "
-                         f"export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
-
 
 def _has_payloads(path: Path) -> bool:
     """Whether nccl_payload will read NCCL's own NVTX ranges (names nccl..., not PyTorch's

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from nsyscomm import duck
+from nsyscomm.errors import InputError
 from nsyscomm.ingest import gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
@@ -144,7 +145,9 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
 
 
 def _extract(path: Path, report: str, threads: int | None) -> Extract:
-    opened = open_report(path, threads)
+    from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: an Arrow export, read without SQLite
+
+    opened = nsys_arrow.open_export(path, threads) if nsys_arrow.is_export(path) else open_report(path, threads)
     con, tables, warnings = opened.con, opened.tables, opened.warnings
     pool = ThreadPoolExecutor(max_workers=1)
     kernels_read = threading.Event()   # set once nothing but the busy islands reads src_kernels
@@ -273,3 +276,26 @@ def _version(con, tables) -> str | None:
             if row:
                 return row[0]
     return None
+
+
+def extract_arrow(path: Path, report: str | None = None, threads: int | None = None) -> Extract:
+    """An Arrow export (nsyscomm.ingest.nsys.arrow) -> its Extract, the same as of the SQLite export
+    of that report (issue 24)."""
+    from nsyscomm.ingest.nsys import arrow as nsys_arrow
+
+    path = Path(path)
+    try:
+        if not nsys_arrow._has_payloads(path):
+            return _extract(path, report or path.name, threads)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="nsyscomm-") as tmp:
+            e = extract(nsys_arrow.to_sqlite(path, Path(tmp) / "report.sqlite"), report or path.name, threads)
+        e.path = path
+        return e
+    except duckdb.Error as e:
+        if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: cannot read this Arrow export ({first}); "
+                         f"export the report again with: nsys export --type arrow REPORT.nsys-rep") from None

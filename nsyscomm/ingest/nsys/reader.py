@@ -328,10 +328,6 @@ class Opened:
 
 def open_report(path: Path, threads: int | None = None) -> Opened:
     """Read the report at path, or take what head_start() read of it."""
-    from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: an Arrow export, read without SQLite
-
-    if nsys_arrow.is_export(path):
-        return nsys_arrow.open_export(path, threads)
     started = _head_starts.pop(_identity(path), None)
     if started is not None:
         try:
