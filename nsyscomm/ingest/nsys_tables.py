@@ -30,6 +30,7 @@ import duckdb
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import sqlite_guard
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -75,6 +76,7 @@ def table_columns(path: Path) -> dict[str, set[str]]:
     try:
         con = sqlite3.connect(read_only_uri(path), uri=True)
         try:
+            sqlite_guard.check_tables(con, path)   # before any route reads a row (issue 26)
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             # table names come from the report: a parameter, never SQL text
             return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
