@@ -83,6 +83,13 @@ def discover(paths) -> list[Path]:
 
 
 def extract_one(path: Path, report: str | None = None, threads: int | None = None) -> nsys_sqlite.Extract:
+    """One source's extract, its names bounded and its values checked (ingest.limits, issue 26)."""
+    from nsyscomm.ingest import limits
+
+    return limits.checked(_extract_source(path, report, threads), path)
+
+
+def _extract_source(path: Path, report: str | None, threads: int | None) -> nsys_sqlite.Extract:
     if path.suffix == ".nsys-rep":
         raise InputError(f"{path}: an .nsys-rep is not read directly; "
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")

@@ -99,12 +99,16 @@ def test_a_valid_profiler_trace_still_reads(tmp_path):
 # ---------------------------------------------------------------------------- 3. long names
 
 def test_a_10mb_name_is_cut_with_a_marker_and_one_warning(tmp_path):
+    """Cut when read (in SQL for an SQLite report), so that memory follows the number of calls:
+    10 MB caller, summarize peak RSS 733 MB -> about 200 MB (README, Reliability)."""
     from nsyscomm.ingest.limits import CUT_MARK, MAX_NAME
 
     p = H.huge_name(tmp_path / "r.sqlite")
     doc = json.loads(run("summarize", p, "--format", "json", "--by", "caller").stdout)
     callers = [s["caller"] for s in doc["summary"] if s["op"] == "broadcast"]
-    assert callers and all(c == "x" * MAX_NAME + CUT_MARK for c in callers), [len(c) for c in callers]
+    # cut where the report is read (the message holds the caller): the first characters kept
+    assert callers and all(c.endswith("x" * 1000 + CUT_MARK) and len(c) <= MAX_NAME + len(CUT_MARK)
+                           for c in callers), [len(c) for c in callers]
     assert sum("cut" in w for w in doc["warnings"]) == 1, doc["warnings"]
 
 

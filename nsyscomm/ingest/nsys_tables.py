@@ -30,7 +30,7 @@ import duckdb
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import sqlite_guard
+from nsyscomm.ingest import limits, sqlite_guard
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -120,10 +120,11 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         text_id = "e.textId" if "textId" in nv else "NULL"
         # Registered strings (textId) are resolved only for the few names that can matter; every
         # other range keeps only its times (for the process's elapsed time), not its text
-        con.execute(f"CREATE TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
+        con.execute(f"CREATE TABLE rel_strings AS SELECT id, {limits.cut_sql('value')} AS value "
+                    f"FROM r.StringIds WHERE {like_str}")
         scans.append(f"""CREATE TABLE src_nvtx AS
             SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid,
-                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
+                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN {limits.cut_sql('e.text')} END AS name
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
             WHERE e.eventType IN (34, 59, 60)""")
     # One table after the other, each scan on every core (the SQLite scanner splits a table by
@@ -190,7 +191,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     # the names that matter, through DuckDB as the copy's statements read them (LIKE is
     # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
     like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
-    rel = con.execute(f"SELECT id, value FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
+    rel = con.execute(f"SELECT id, {limits.cut_sql('value')} FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
     nccl_names = nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))
     nccl_ids = np.array([n[0] for n in nccl_names], np.int64)
 
