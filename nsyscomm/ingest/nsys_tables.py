@@ -359,8 +359,9 @@ def _read(path: Path, con, cancel: bytearray) -> Opened:
                                                       "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
             raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
                              f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
-        # ATTACH takes no parameters; the path is quoted as a SQL string literal
-        quoted = str(path.resolve()).replace("'", "''")
+        # ATTACH takes no parameters; the path is quoted as a SQL string literal. DuckDB's scanner
+        # takes no immutable URI: a WAL-mode report is read from a private copy (sqlite_guard)
+        quoted = str(sqlite_guard.duckdb_path(path).resolve()).replace("'", "''")
         con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
         warnings: list[str] = []
         scanned = _scan(con, path, tables, cancel)
