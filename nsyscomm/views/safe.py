@@ -74,3 +74,11 @@ def xml_text(text: str) -> str:
     if not isinstance(text, str):
         return text
     return _NOT_XML.sub(_escape, text) if _NOT_XML.search(text) else text
+
+
+def xml_tree(root) -> None:
+    """xml_text() over every attribute and text of an ElementTree, in place, before it is written."""
+    for el in root.iter():
+        for k, v in el.attrib.items():
+            el.attrib[k] = xml_text(v)
+        el.text, el.tail = xml_text(el.text), xml_text(el.tail)
