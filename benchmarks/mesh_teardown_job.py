@@ -3,13 +3,18 @@ the way many training scripts do: destroy_process_group() right after the last o
 Used by benchmarks/teardown_abort.py (issue 26: one rank sometimes aborted at teardown under
 `nsyscomm run`)."""
 
+import sys
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 
-def job() -> None:
-    dist.init_process_group("gloo")
+def job(rank: int | None = None, store: str | None = None) -> None:
+    if store is None:   # under torchrun
+        dist.init_process_group("gloo")
+    else:               # under mp.spawn
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     tp = mesh.get_group("tp")
@@ -31,4 +36,9 @@ def job() -> None:
 
 
 if __name__ == "__main__":
-    job()   # torchrun --standalone --nproc-per-node 4 benchmarks/mesh_teardown_job.py
+    if len(sys.argv) > 1:   # python mesh_teardown_job.py STORE_FILE: 4 processes by mp.spawn
+        import torch.multiprocessing as mp
+
+        mp.spawn(job, args=(sys.argv[1],), nprocs=4, join=True)
+    else:                   # torchrun --standalone --nproc-per-node 4 benchmarks/mesh_teardown_job.py
+        job()

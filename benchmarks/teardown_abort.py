@@ -2,7 +2,7 @@
 bare, with only the wrapper (the `nsyscomm run` startup hook on PYTHONPATH, no nsys) and under
 `nsyscomm run`. Issue 26.
 
-    python benchmarks/teardown_abort.py --runs 20 --modes bare,hook,run
+    python benchmarks/teardown_abort.py --runs 20 --modes bare,hook,run [--launcher spawn]
 
 Prints, per mode: runs, failures (nonzero exit), and how many printed "terminate called".
 """
@@ -20,11 +20,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "mesh_teardown_job.py"
 HOOK = HERE.parent / "nsyscomm" / "capture" / "_hook"
+LAUNCHER = "torchrun"
 
 
 def one(mode: str, tmp: Path, i: int) -> tuple[int, bool, float]:
     env = dict(os.environ)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB)]
+    if LAUNCHER == "spawn":
+        cmd = [sys.executable, str(JOB), str(tmp / f"store-{mode}-{i}")]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB)]
     if mode == "hook":
         env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(HERE.parent), env.get("PYTHONPATH", "")])
     elif mode == "run":
@@ -41,7 +45,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--modes", default="bare,hook,run")
+    ap.add_argument("--launcher", choices=["torchrun", "spawn"], default="torchrun")
     a = ap.parse_args()
+    global LAUNCHER
+    LAUNCHER = a.launcher
     modes = a.modes.split(",")
     counts = {m: [0, 0, 0, 0.0] for m in modes}
     with tempfile.TemporaryDirectory() as d:

@@ -215,3 +215,39 @@ def test_two_runs_keep_each_ranks_host(tmp_path):
     hosts = {r["rank"]: r["host"] for r in doc["ranks"]}
     assert hosts == {**{r: "node-a" for r in range(4)}, **{r: "node-b" for r in range(4, 8)}}, hosts
     assert any("renumbered" in w for w in doc["warnings"])
+
+
+# ---------------------------------------------------------------------------- 9. teardown
+
+_GROUPS_DIE = r"""
+import gc, os, tempfile, weakref
+import torch
+import torch.distributed as dist
+from nsyscomm.capture import wrapper as W
+W.annotate(True)
+W._push = lambda m: None
+W._pop = lambda: None
+fd, path = tempfile.mkstemp(); os.close(fd); os.unlink(path)
+dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+sub = dist.new_group([0])
+x = torch.ones(4)
+dist.all_reduce(x)
+dist.all_reduce(x, group=sub)
+w = dist.all_reduce(x, group=sub, async_op=True); w.wait(); del w
+out = torch.empty(4); dist.all_to_all_single(out, x, group=sub)
+refs = [weakref.ref(dist.group.WORLD), weakref.ref(sub)]
+del sub
+dist.destroy_process_group()
+gc.collect()
+print("alive", sum(r() is not None for r in refs))
+"""
+
+
+def test_no_process_group_outlives_destroy_process_group():
+    """The annotated job's process groups die when torch destroys them, as without nsyscomm:
+    held by the wrapper's cache, a gloo group was destroyed at interpreter exit instead, where
+    a rank could abort ("terminate called without an active exception")."""
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-c", _GROUPS_DIE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "0", out.stdout
