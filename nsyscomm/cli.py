@@ -20,17 +20,21 @@ FORMATS = ("text", "markdown", "csv", "json")
 
 
 def emit(result, fmt: str, units: str, by_caller: bool) -> None:
+    # report text is shown with its control characters visible (views/safe.py, issue 26); JSON
+    # escapes them itself
+    from nsyscomm.views.safe import visible, visible_line
+
     if fmt == "json":
         from nsyscomm.views.json_out import dumps
         click.echo(dumps(result, by_caller))
     elif fmt == "markdown":
         from nsyscomm.views.tables import markdown
-        click.echo(markdown(result, units, by_caller), nl=False)
+        click.echo(visible(markdown(result, units, by_caller)), nl=False)
     elif fmt == "csv":
         from nsyscomm.views.tables import csv
         click.echo(csv(result, by_caller), nl=False)
         for w in result.warnings:   # CSV has no place for them: stderr, like the other formats' notes
-            click.echo(f"nsyscomm: warning: {w}", err=True)
+            click.echo(f"nsyscomm: warning: {visible_line(w)}", err=True)
     else:
         from nsyscomm.views.text import render
         render(result, console(), units, by_caller)

@@ -234,11 +234,12 @@ def _dtype_name(dt) -> str:
 
 
 class _Group:
-    __slots__ = ("name", "size", "granks", "counter", "templates", "pg", "ranks")
+    # no reference to the ProcessGroup itself: the per-call caches hold _Groups, and a group
+    # must die when torch destroys it (issue 26, _forget_groups)
+    __slots__ = ("name", "size", "granks", "counter", "templates", "ranks")
 
     def __init__(self, pg):
         c10d = _c10d
-        self.pg = pg
         try:
             self.name = str(pg.group_name)
         except Exception:
@@ -290,6 +291,19 @@ def _group_or_none(pg):
     if pg is None:
         _groups[None] = g   # dropped by the init/destroy_process_group wrappers
     return g
+
+
+def _forget_groups(pg) -> None:
+    """Drop the cache entries of the groups destroy_process_group(pg) destroyed (all of them for
+    the default group), so that nsyscomm holds no ProcessGroup past its destruction. Held, a
+    gloo group outlived the job's teardown and was destroyed at interpreter exit instead, where
+    it could abort the rank (issue 26: "terminate called without an active exception")."""
+    with _lock:
+        if pg is None or pg is _c10d.GroupMember.WORLD or _c10d.GroupMember.WORLD is None:
+            _groups.clear()
+        else:
+            _groups.pop(pg, None)
+            _groups.pop(None, None)
 
 
 def _group(pg):
@@ -712,7 +726,7 @@ def _install_layer1():
             try:
                 return orig_destroy(*args, **kwargs)
             finally:
-                _groups.pop(None, None)
+                _forget_groups(grp)
 
         destroy_process_group.__wrapped__ = orig_destroy
         destroy_process_group._nsyscomm = True

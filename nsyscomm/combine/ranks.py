@@ -28,7 +28,7 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
             if pid in marked:
                 rows.append((e.report, pid, *marked[pid]))
             elif pid in called:
-                unmarked.append((e.report, pid))
+                unmarked.append((e.report, pid, None, None))
     # a rank claimed twice (two jobs' reports mixed, a restarted process) would merge two processes'
     # calls into one rank: the first claimant keeps it, the others get free numbers, loudly
     seen: set[int] = set()
@@ -40,15 +40,16 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
         who = ", ".join(f"{r[0]}:{r[1]}" for r in clashes)
         warnings.append(f"rank(s) {sorted({r[2] for r in clashes})} claimed by several processes; "
                         f"renumbered: {who} (are these reports from one job?)")
-        unmarked += [(r[0], r[1]) for r in clashes]
+        # a renumbered process keeps its host and local rank: only its rank clashed (issue 26)
+        unmarked += [(r[0], r[1], r[3], r[4]) for r in clashes]
         rows = kept
     taken = {r[2] for r in rows}
     if unmarked:
         nxt = 0
-        for report, pid in unmarked:  # already in (report order, pid) order
+        for report, pid, local_rank, host in unmarked:  # already in (report order, pid) order
             while nxt in taken:
                 nxt += 1
-            rows.append((report, pid, nxt, None, None))
+            rows.append((report, pid, nxt, local_rank, host))
             taken.add(nxt)
         if len(unmarked) > len(clashes):
             warnings.append(f"{len(unmarked) - len(clashes)} process(es) carry no nsyscomm rank marker: "

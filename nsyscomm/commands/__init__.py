@@ -17,8 +17,10 @@ EXIT_INPUT, EXIT_INTERNAL = 2, 3
 
 
 def _first_line(e: BaseException) -> str:
+    from nsyscomm.views.safe import visible_line   # messages quote report text (issue 26)
+
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    return visible_line(text.splitlines()[0]) if text else type(e).__name__
 
 
 def _traceback() -> None:
@@ -63,7 +65,8 @@ def guard(fn, debug: bool = False):
 
 
 def console():
-    from rich.console import Console
+    # report text with its control characters shown, never executed by the terminal (issue 26)
+    from nsyscomm.views.safe import SafeConsole as Console
 
     c = Console(highlight=False)
     if not c.is_terminal:  # CI logs and files: wide tables instead of rich's 80 columns

@@ -17,6 +17,7 @@ import click
 
 from nsyscomm.commands import console as _console, guard as _guard
 from nsyscomm.errors import InputError
+from nsyscomm.views.safe import visible
 
 EXIT_PASS, EXIT_REGRESSION = 0, 1
 
@@ -35,12 +36,12 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
     if fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
     elif fmt == "markdown":
-        text = gate_out.render_markdown(verdict, show)
+        text = visible(gate_out.render_markdown(verdict, show))
     else:
         text = None
     if output:
         if text is None:
-            from rich.console import Console
+            from nsyscomm.views.safe import SafeConsole as Console
 
             with open(output, "w", encoding="utf-8") as f:
                 gate_out.render_text(verdict, Console(file=f, width=200, no_color=True, highlight=False), show)

@@ -16,6 +16,13 @@ from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
 
 
 def extract_one(path: Path, report: str | None = None, threads: int | None = None) -> nsys_extract.Extract:
+    """One source's extract, its names bounded and its values checked (ingest.limits, issue 26)."""
+    from nsyscomm.ingest import limits
+
+    return limits.checked(_extract_source(path, report, threads), path)
+
+
+def _extract_source(path: Path, report: str | None = None, threads: int | None = None) -> nsys_extract.Extract:
     """One report -> its Extract, by the reader its content calls for."""
     if path.suffix == ".nsys-rep":
         raise InputError(f"{path}: an .nsys-rep is not read directly; "

@@ -41,6 +41,7 @@ import pandas as pd
 
 from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.names import canonical_op, parse_kernel
 from nsyscomm.ingest.nsys.extract import Extract
@@ -315,7 +316,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     cpu_pids: dict[int, int] = {}  # pid -> number of CPU events
     n_events = 0
     try:
-        for kind, item in iter_trace(path):
+        for kind, item in limits.checked_events(iter_trace(path), path):   # types checked once (issue 26)
             if kind == "meta":
                 if item[0] in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "schemaVersion"):
                     meta[item[0]] = item[1]

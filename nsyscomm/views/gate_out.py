@@ -186,5 +186,8 @@ def render_junit(verdict: Verdict) -> str:
         else:
             if it.note or detail:
                 ET.SubElement(case, "system-out").text = (it.note + "\n" + text).strip()
+    from nsyscomm.views.safe import xml_tree   # names may hold what XML 1.0 forbids (issue 26)
+
+    xml_tree(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -52,6 +52,12 @@ def markdown(result: Result, units: str = "Gbps", by_caller: bool = False) -> st
 
 
 def csv(result: Result, by_caller: bool = False) -> str:
+    """The summary as CSV, its text cells spreadsheet-safe (safe.csv_cell: a cell that would start
+    a formula gets a leading ', control characters are shown; numbers stay numbers; issue 26)."""
+    from nsyscomm.views.safe import csv_cell
+
+    s = result.summarize(by_caller=by_caller)
+    s = s.apply(lambda c: c.map(csv_cell) if c.dtype == object or pd.api.types.is_string_dtype(c) else c)
     buf = io.StringIO()
-    result.summarize(by_caller=by_caller).to_csv(buf, index=False)
+    s.to_csv(buf, index=False)
     return buf.getvalue()

@@ -30,6 +30,8 @@ import duckdb
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import limits
+from nsyscomm.ingest.nsys import sqlite_guard
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -75,6 +77,7 @@ def table_columns(path: Path) -> dict[str, set[str]]:
     try:
         con = sqlite3.connect(read_only_uri(path), uri=True)
         try:
+            sqlite_guard.check_tables(con, path)   # before any route reads a row (issue 26)
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             # table names come from the report: a parameter, never SQL text
             return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
@@ -118,10 +121,11 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         text_id = "e.textId" if "textId" in nv else "NULL"
         # Registered strings (textId) are resolved only for the few names that can matter; every
         # other range keeps only its times (for the process's elapsed time), not its text
-        con.execute(f"CREATE TABLE rel_strings AS SELECT id, value FROM r.StringIds WHERE {like_str}")
+        con.execute(f"CREATE TABLE rel_strings AS SELECT id, {limits.cut_sql('value')} AS value "
+                    f"FROM r.StringIds WHERE {like_str}")
         scans.append(f"""CREATE TABLE src_nvtx AS
             SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid,
-                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN e.text END AS name
+                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN {limits.cut_sql('e.text')} END AS name
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
             WHERE e.eventType IN (34, 59, 60)""")
     # One table after the other, each scan on every core (the SQLite scanner splits a table by
@@ -188,7 +192,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     # the names that matter, through DuckDB as the copy's statements read them (LIKE is
     # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
     like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
-    rel = con.execute(f"SELECT id, value FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
+    rel = con.execute(f"SELECT id, {limits.cut_sql('value')} FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
     nccl_names = nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))
     nccl_ids = np.array([n[0] for n in nccl_names], np.int64)
 
@@ -356,8 +360,9 @@ def _read(path: Path, con, cancel: bytearray) -> Opened:
                                                       "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
             raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
                              f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
-        # ATTACH takes no parameters; the path is quoted as a SQL string literal
-        quoted = str(path.resolve()).replace("'", "''")
+        # ATTACH takes no parameters; the path is quoted as a SQL string literal. DuckDB's scanner
+        # takes no immutable URI: a WAL-mode report is read from a private copy (sqlite_guard)
+        quoted = str(sqlite_guard.duckdb_path(path).resolve()).replace("'", "''")
         con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
         warnings: list[str] = []
         scanned = _scan(con, path, tables, cancel)

@@ -1,0 +1,155 @@
+"""Bounds and checks on what a source hands to the rest of nsyscomm, applied once at the boundary
+(issue 26): every reader's extract passes through ``checked``, every PyTorch profiler event
+through ``checked_events``.
+
+* Names taken from a report (NVTX text, kernel names, callers, groups, host names) are cut at
+  MAX_NAME characters with a visible marker and one warning, so that memory follows the number
+  of calls, not the longest string a program wrote.
+* Values the analyses compute with (message sizes, element counts, group sizes, timestamps) are
+  checked for their type and range: a bad one is an InputError naming the file, the field and
+  the fix (exit 2), never an internal error further down (a logarithm of a negative size).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from nsyscomm.errors import InputError
+
+MAX_NAME = 4096            # characters kept of a name; a templated C++ kernel name fits
+CUT_MARK = "…[cut]"        # what replaces the rest
+MAX_BYTES = 1 << 50        # 1 PiB: no single message of a training job comes near it
+MAX_GROUP = 1 << 24        # ranks in a group (globalTid holds 24-bit pids; no job has more ranks)
+# Kineto timestamps are µs since the epoch (about 1.8e15 today), or since process start: a
+# value past 2**53 µs is no time (and its ns would not fit in 64 bits)
+MAX_TS_US = float(1 << 53)
+
+_NAME_COLUMNS = ("op", "api", "dtype", "group", "group_ranks", "caller", "source", "kernel", "algo", "proto")
+_CHECKED_VALUES = (("bytes", 0, MAX_BYTES, "message size (bytes=)"),
+                   ("numel", 0, 1 << 52, "element count (numel=)"),
+                   ("group_size", 1, MAX_GROUP, "group size (gsize=)"))
+
+
+def cut_name(name: str) -> str:
+    """name, or its first MAX_NAME characters and CUT_MARK."""
+    return name if len(name) <= MAX_NAME else name[:MAX_NAME] + CUT_MARK
+
+
+def cut_sql(expr: str) -> str:
+    """SQL (DuckDB or SQLite) for cut_name(expr): for readers that take names in SQL."""
+    return (f"CASE WHEN length({expr}) > {MAX_NAME} THEN substr({expr}, 1, {MAX_NAME}) || '{CUT_MARK}' "
+            f"ELSE {expr} END")
+
+
+def checked(extract, path: Path, fix: str | None = None):
+    """The extract of the source at path with its names bounded (one warning when some were cut)
+    and its values checked; raises InputError on a value no real source holds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    calls = extract.calls
+    fix = fix or ("record the job again (nsyscomm run), or leave this file out; a report nsys "
+                  "wrote holds no such value")
+    for col, lo, hi, what in _CHECKED_VALUES:
+        if col not in calls.column_names:
+            continue
+        c = calls.column(col)
+        if c.null_count == len(c):
+            continue
+        bad = pc.or_(pc.less(c, lo), pc.greater(c, hi))
+        n = pc.sum(pc.cast(pc.fill_null(bad, False), pa.int64())).as_py() or 0
+        if n:
+            first = pc.filter(c, pc.fill_null(bad, False))[0].as_py()
+            raise InputError(f"{path}: {n} call(s) with an impossible {what} (e.g. {first}; "
+                             f"allowed {lo} to {hi}); {fix}")
+    cut = 0
+    for col in _NAME_COLUMNS:
+        if col not in calls.column_names:
+            continue
+        c = calls.column(col)
+        if not pa.types.is_string(c.type) and not pa.types.is_large_string(c.type):
+            continue
+        long = pc.fill_null(pc.greater(pc.utf8_length(c), MAX_NAME), False)
+        n = pc.sum(pc.cast(long, pa.int64())).as_py() or 0
+        # names the reader cut already, in SQL (cut_sql), count for the warning too
+        cut += pc.sum(pc.cast(pc.fill_null(pc.ends_with(c, CUT_MARK), False), pa.int64())).as_py() or 0
+        if n:
+            short = pc.binary_join_element_wise(pc.utf8_slice_codeunits(c, 0, MAX_NAME), CUT_MARK, "")
+            calls = calls.set_column(calls.column_names.index(col), col, pc.if_else(long, short, c))
+    markers = extract.markers
+    if "host" in getattr(markers, "columns", ()):
+        long = markers["host"].map(lambda h: isinstance(h, str) and len(h) > MAX_NAME)
+        if long.any():
+            cut += int(long.sum())
+            markers = markers.copy()
+            markers.loc[long, "host"] = markers.loc[long, "host"].map(cut_name)
+    extract.calls, extract.markers = calls, markers
+    if cut:
+        extract.warnings.append(f"{extract.report}: {cut} name(s) longer than {MAX_NAME} characters were cut "
+                                f"(marked {CUT_MARK})")
+    return extract
+
+
+# --------------------------------------------------------------------------- PyTorch profiler events
+
+_STR_FIELDS = ("name", "cat", "ph")
+_TIME_FIELDS = ("ts", "dur")
+
+
+def _event_error(path: Path, i: int, field: str, value, want: str) -> InputError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:40] + "…"
+    return InputError(f"{path}: trace event {i} has {field} = {shown}, not {want}; pass the trace as the "
+                      f"PyTorch profiler wrote it (prof.export_chrome_trace) or leave this file out")
+
+
+def checked_events(items: Iterable[tuple[str, object]], path: Path) -> Iterator[tuple[str, object]]:
+    """The ("event", dict) / ("meta", (key, value)) items of kineto.iter_trace with every event's
+    fields of the right type: name, cat and ph strings, args an object, ts and dur finite numbers
+    within MAX_TS_US. A parse the JSON decoder cannot finish (arrays nested past Python's
+    recursion limit, an integer of thousands of digits) is an InputError too."""
+    i = -1
+    it = iter(items)
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except RecursionError:
+            raise InputError(f"{path}: JSON nested too deeply to read (event {i + 1}); pass the trace as the "
+                             f"PyTorch profiler wrote it (prof.export_chrome_trace)") from None
+        except ValueError as e:   # int(): more digits than Python converts (4300)
+            if isinstance(e, json.JSONDecodeError) or "digits" not in str(e):
+                raise
+            raise InputError(f"{path}: a number of thousands of digits (event {i + 1}); pass the trace as the "
+                             f"PyTorch profiler wrote it (prof.export_chrome_trace)") from None
+        kind, e = item
+        if kind == "event":
+            i += 1
+            if isinstance(e, dict):
+                _check_event(e, i, path)
+        yield item
+
+
+def _check_event(e: dict, i: int, path: Path) -> None:
+    for f in _STR_FIELDS:
+        v = e.get(f)
+        if v is not None and not isinstance(v, str):
+            raise _event_error(path, i, f, v, "a string")
+    args = e.get("args")
+    if args is not None and not isinstance(args, dict):
+        raise _event_error(path, i, "args", args, "an object")
+    for f in _TIME_FIELDS:
+        v = e.get(f)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _event_error(path, i, f, v, "a number of µs")
+        if not (math.isfinite(v) and abs(v) <= MAX_TS_US):
+            raise _event_error(path, i, f, v, f"a finite number of µs below {MAX_TS_US:.0e}")
+    name = e.get("name")
+    if name is not None and len(name) > MAX_NAME:
+        e["name"] = cut_name(name)
