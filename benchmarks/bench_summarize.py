@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 
-from nsyscomm.ingest.nsys.reader import read_only_uri
 from nsyscomm.extract.pool import usable_cores  # the cores this process may use, as summarize counts them
+from nsyscomm.ingest.nsys.reader import read_only_uri
 
 FLOOR = {
     "CUPTI_ACTIVITY_KIND_KERNEL": 'total(start), total("end"), total(deviceId), total(streamId), '

@@ -95,7 +95,7 @@ def main():
             for suffix, (push, pop) in (emitters.items() if k == "wrapper" else [("", (W._push, W._pop))]):
                 saved = W._push, W._pop
                 W._push, W._pop = push, pop
-                iso[k + suffix].append(_per_call(lambda: fn(t), a.calls) - base)
+                iso[k + suffix].append(_per_call(lambda fn=fn: fn(t), a.calls) - base)
                 W._push, W._pop = saved
         # the VM's speed this round: a fixed pure-Python loop (it varies by 1.5x on a shared VM)
         gauge.append(_per_call(lambda: _spin(60), a.calls))

@@ -14,7 +14,8 @@ import click
 from click.utils import make_default_short_help
 
 from nsyscomm import __version__
-from nsyscomm.commands import console, guard as _run_guarded
+from nsyscomm.commands import console
+from nsyscomm.commands import guard as _run_guarded
 
 FORMATS = ("text", "markdown", "csv", "json")
 
@@ -117,8 +118,8 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
     try:
         started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
         with _interrupt_after():
-            from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
             from nsyscomm.api import load, sample_jobs
+            from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
 
         scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}
         if inputs:
@@ -127,7 +128,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
                 from nsyscomm.views.env_out import emit_with_env
                 _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
                 return
-            _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+            _run_guarded(lambda result=result: emit(result, fmt, units, by == "caller"), debug)
             return
         # no input: a tour of the bundled synthetic samples, each its own job
         jobs = sample_jobs()
@@ -137,8 +138,8 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
         for job in jobs:
             if fmt in ("text", "markdown"):
                 click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
-            result = _run_guarded(lambda: load([job], nccl_logs=nccl_logs, **scale_opts), debug)
-            _run_guarded(lambda: emit(result, fmt, units, by == "caller"), debug)
+            result = _run_guarded(lambda job=job: load([job], nccl_logs=nccl_logs, **scale_opts), debug)
+            _run_guarded(lambda result=result: emit(result, fmt, units, by == "caller"), debug)
     except KeyboardInterrupt:  # during the imports, before any guard: the same line and status
         click.echo("nsyscomm: interrupted", err=True)
         sys.exit(130)
@@ -230,7 +231,7 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)
     if res.reports and not no_summary:
-        from nsyscomm.capture.post import StageLog   # issue 24: the summarize stage shown and logged
+        from nsyscomm.capture.post import StageLog  # issue 24: the summarize stage shown and logged
 
         with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
             result = _run_guarded(lambda: load(list(res.reports)), debug)

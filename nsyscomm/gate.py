@@ -21,10 +21,12 @@ import json
 import math
 import os
 import statistics
-import tomllib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
+
+import tomllib
 
 from nsyscomm import __version__
 from nsyscomm import busbw as ops

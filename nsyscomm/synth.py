@@ -624,7 +624,7 @@ def gen_ddp_4rank(seed: int = 1) -> list[Report]:
             finish_collective(pend, _xfer(nbytes, 60.0), rng, record=f"ar{b}")
         for s in sims:
             s.cpu[s.main] = max(s.cpu[s.main], s.cpu[s.proc.pid + 3]) + 5000
-            for k in range(3):
+            for _ in range(3):
                 s.compute(s.main, "vectorized_elementwise_kernel", 7, 30_000, wait=("ar2",))
             end = s.sync(s.main)
             rep.range(s.proc, s.main, s.step_start, end + 1000, registered=nvtx_format.format_step_marker(step),
@@ -740,7 +740,7 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
             rep.range(procs[r], procs[r].pid, starts[r], end, registered=msgs[r], domain=1)
             cpu[r] = end
 
-    for it in range(3):
+    for _ in range(3):
         for r in (0, 1):  # unrelated user range in the default domain (must be ignored)
             s0 = cpu[r] + 1000
             cpu[r] = s0 + rng.randint(200_000, 600_000)
@@ -1038,7 +1038,7 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
     per = {rr["rank"]: {"rank": rr["rank"], "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0,
                         "instances": 0} for rr in rank_rows}
     instances = 0
-    for key, lst in logical.items():
+    for lst in logical.values():
         if len(lst) < 2:
             continue
         instances += 1

@@ -154,8 +154,9 @@ CALLS = 60
 
 def _torch_ok() -> bool:
     try:
-        import torch  # noqa: F401
         from importlib.metadata import version
+
+        import torch  # noqa: F401
 
         return tuple(int(x) for x in version("nvtx").split(".")[:3]) <= (0, 2, 11)
     except Exception:

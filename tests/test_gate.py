@@ -5,15 +5,18 @@ from __future__ import annotations
 import copy
 import json
 import xml.etree.ElementTree as ET
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from nsyscomm import gate as g
-from nsyscomm.commands.gate import baseline as baseline_cmd, gate as gate_cmd
+from nsyscomm.commands.gate import baseline as baseline_cmd
+from nsyscomm.commands.gate import gate as gate_cmd
 from nsyscomm.errors import InputError
 from nsyscomm.views import gate_out
 from tests.conftest import SAMPLES, real_nsys_files
@@ -25,7 +28,7 @@ H100 = next((p for p in REAL if "nccl_window" in p.name and "nonccl" not in p.na
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _doc_of(path: str) -> str:
     return json.dumps(g.load_runs([path])[0].doc)
 

@@ -13,7 +13,8 @@ import pytest
 
 from nsyscomm import duck
 from nsyscomm.ingest import busy
-from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
+from nsyscomm.ingest.nsys import extract as nsys_extract
+from nsyscomm.ingest.nsys import reader as nsys_reader
 from tests.conftest import real_nsys_files, ro
 from tests.test_sqlite_scan import SAMPLES, _same
 

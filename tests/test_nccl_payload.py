@@ -18,7 +18,8 @@ import pytest
 from nsyscomm import api
 from nsyscomm.duck import arrow_frame
 from nsyscomm.ingest import nccl_payload
-from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
+from nsyscomm.ingest.nsys import extract as nsys_extract
+from nsyscomm.ingest.nsys import reader as nsys_reader
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "nsys" / "nsys2026.2_2xH100_nccl_window.sqlite"
 B = 1 << 24

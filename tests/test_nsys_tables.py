@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from nsyscomm.cli import main
 from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
-from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
+from nsyscomm.ingest.nsys import extract as nsys_extract
+from nsyscomm.ingest.nsys import reader as nsys_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "synthetic_fsdp_8rank.sqlite"

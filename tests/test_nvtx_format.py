@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from nsyscomm import nvtx_format as fmt
 from nsyscomm import synth
-from nsyscomm.duck import arrow_frame
 from nsyscomm.busbw import OPS
+from nsyscomm.duck import arrow_frame
 
 # NVTX messages are C strings (no NUL) and SQLite TEXT is UTF-8 (no lone surrogates)
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)

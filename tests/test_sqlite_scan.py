@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nsyscomm.ingest.nsys import extract as nsys_extract
+from nsyscomm.ingest.nsys import reader as nsys_reader
 from tests.conftest import real_nsys_files
-from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_reports"

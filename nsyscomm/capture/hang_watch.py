@@ -76,7 +76,7 @@ class Watcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nsyscomm-hang-watch", daemon=True)
 
-    def start(self) -> "Watcher":
+    def start(self) -> Watcher:
         self._thread.start()
         return self
 

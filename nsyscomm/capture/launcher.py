@@ -59,7 +59,7 @@ def find_nsys() -> tuple[str, tuple]:
     try:
         out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
     except Exception as e:
-        raise InputError(f"nsys at {nsys} does not run ({e}): {INSTALL_HINT}")
+        raise InputError(f"nsys at {nsys} does not run ({e}): {INSTALL_HINT}") from None
     m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?", out or "")
     if not m:
         raise InputError(f"cannot read the version of {nsys} ({out.strip()!r}): {INSTALL_HINT}")
@@ -199,7 +199,7 @@ def _check_output(output: str | None) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise InputError(f"output folder {out} is not writable ({e.strerror}): pass --output with a writable folder")
+        raise InputError(f"output folder {out} is not writable ({e.strerror}): pass --output with a writable folder") from None
     return out.resolve()
 
 
@@ -301,7 +301,7 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                                 stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
-        raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH")
+        raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH") from None
     rc = _wait(proc, warnings_, profiler="torch")
     if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the traces cover the run until then")
@@ -373,7 +373,7 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
         proc = subprocess.Popen(full, env=env, start_new_session=True,
                                 stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
-        raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH")
+        raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
     watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None   # issue 22
     started = time.perf_counter()
     try:

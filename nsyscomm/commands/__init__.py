@@ -17,7 +17,7 @@ EXIT_INPUT, EXIT_INTERNAL = 2, 3
 
 
 def _first_line(e: BaseException) -> str:
-    from nsyscomm.views.safe import visible_line   # messages quote report text (issue 26)
+    from nsyscomm.views.safe import visible_line  # messages quote report text (issue 26)
 
     text = str(e).strip()
     return visible_line(text.splitlines()[0]) if text else type(e).__name__

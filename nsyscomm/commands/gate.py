@@ -15,7 +15,8 @@ from pathlib import Path
 
 import click
 
-from nsyscomm.commands import console as _console, guard as _guard
+from nsyscomm.commands import console as _console
+from nsyscomm.commands import guard as _guard
 from nsyscomm.errors import InputError
 from nsyscomm.views.safe import visible
 
@@ -31,7 +32,7 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
     settings = g.override(settings, rel=rel, abs_=abs_, ignore=ignore, min_calls=min_calls, new_keys=new_keys,
                           missing_keys=missing_keys, noise_sigma=noise_sigma, level=by)
     verdict = g.run_gate(list(baselines), list(inputs), settings)
-    from nsyscomm.analyses.hang import gate_check   # issue 22: a run that hung or desynced fails
+    from nsyscomm.analyses.hang import gate_check  # issue 22: a run that hung or desynced fails
     hang_failure = gate_check(list(inputs))
     if fmt == "json":
         text = gate_out.render_json(verdict) + "\n"

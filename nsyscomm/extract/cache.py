@@ -148,7 +148,7 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
 def cached_extract(path: Path, report: str, cache: bool = True, threads: int | None = None) -> Extract:
     """Extract of one report through the cache (``cache=False``: always extract, never write);
     ``threads``: DuckDB's threads for the extraction (default: every core)."""
-    from nsyscomm.extract.readers import extract_one   # imports duckdb: only on a miss
+    from nsyscomm.extract.readers import extract_one  # imports duckdb: only on a miss
 
     path = Path(path)
     if cache:

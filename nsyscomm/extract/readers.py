@@ -12,7 +12,8 @@ import duckdb
 from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import kineto, straggler_trace
-from nsyscomm.ingest.nsys import extract as nsys_extract, reader as nsys_reader
+from nsyscomm.ingest.nsys import extract as nsys_extract
+from nsyscomm.ingest.nsys import reader as nsys_reader
 
 
 def extract_one(path: Path, report: str | None = None, threads: int | None = None) -> nsys_extract.Extract:
@@ -27,7 +28,7 @@ def _extract_source(path: Path, report: str | None = None, threads: int | None =
     if path.suffix == ".nsys-rep":
         raise InputError(f"{path}: an .nsys-rep is not read directly; "
                          f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
-    from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: nsys's Arrow exports, read without SQLite
+    from nsyscomm.ingest.nsys import arrow as nsys_arrow  # issue 24: nsys's Arrow exports, read without SQLite
     if nsys_arrow.is_export(path):
         return nsys_extract.extract_arrow(path, report, threads)
     if path.stat().st_size == 0:

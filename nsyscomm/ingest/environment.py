@@ -30,7 +30,9 @@ def read(path: str | Path) -> dict:
     "processes": [{"pid", "name"}], "variables": ["NAME=value", ...]}. Empty parts when the
     tables are absent; a Kineto trace or an unreadable file gives {}."""
     path = Path(path)
-    from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: an Arrow export, read through a temporary SQLite copy
+    from nsyscomm.ingest.nsys import (
+        arrow as nsys_arrow,  # issue 24: an Arrow export, read through a temporary SQLite copy
+    )
     if nsys_arrow.is_export(path):
         import tempfile
 

@@ -109,7 +109,7 @@ def to_ns(us) -> int | None:
 def _open_text(path: Path):
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, "r", encoding="utf-8")
+    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
 
 
 def iter_trace(path: Path, chunk: int = 1 << 20):

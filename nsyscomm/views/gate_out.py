@@ -12,8 +12,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nsyscomm.gate import (FEW_CALLS, IMPROVEMENT, MISSING, NEW, NOISE, OK, REGRESSION, SKIPPED, WARN,
-                           Comparison, Item, Verdict)
+from nsyscomm.gate import (
+    FEW_CALLS,
+    IMPROVEMENT,
+    MISSING,
+    NEW,
+    NOISE,
+    OK,
+    REGRESSION,
+    SKIPPED,
+    WARN,
+    Comparison,
+    Item,
+    Verdict,
+)
 
 _STYLE = {REGRESSION: "bold red", NEW: "red", MISSING: "yellow", WARN: "yellow", NOISE: "cyan",
           IMPROVEMENT: "green", OK: "", FEW_CALLS: "dim", SKIPPED: "dim"}
@@ -186,7 +198,7 @@ def render_junit(verdict: Verdict) -> str:
         else:
             if it.note or detail:
                 ET.SubElement(case, "system-out").text = (it.note + "\n" + text).strip()
-    from nsyscomm.views.safe import xml_tree   # names may hold what XML 1.0 forbids (issue 26)
+    from nsyscomm.views.safe import xml_tree  # names may hold what XML 1.0 forbids (issue 26)
 
     xml_tree(root)
     ET.indent(root)

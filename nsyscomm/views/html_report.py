@@ -17,8 +17,24 @@ import math
 import pandas as pd
 
 from nsyscomm import __version__
-from nsyscomm.views.html_parts import (TABLE_MAX_ROWS, _e, _i, _n, _na, _nice_max, _num, _s, _size, _svg_open,
-                                       _table, _text, _tick_label, _ticks, _y_grid, json_for_script)
+from nsyscomm.views.html_parts import (
+    TABLE_MAX_ROWS,
+    _e,
+    _i,
+    _n,
+    _na,
+    _nice_max,
+    _num,
+    _s,
+    _size,
+    _svg_open,
+    _table,
+    _text,
+    _tick_label,
+    _ticks,
+    _y_grid,
+    json_for_script,
+)
 from nsyscomm.views.units import fmt, human_bytes
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -176,7 +192,7 @@ def _heat_color(t: float) -> str:
     for (a, ca), (b, cb) in zip(stops, stops[1:]):
         if t <= b:
             u = (t - a) / (b - a) if b > a else 0
-            return "#%02x%02x%02x" % tuple(round(x + (y - x) * u) for x, y in zip(ca, cb))
+            return "#" + "".join(f"{round(x + (y - x) * u):02x}" for x, y in zip(ca, cb))
     return "#7f2704"
 
 
@@ -536,9 +552,10 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
                         + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
                         + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
                           "weighed by the time they share with the calls' kernels on the same GPU.</p>")
-    from nsyscomm.views import whatif_html   # what-if replay (issue 23)
-
-    from nsyscomm.views import diagnosis_html   # why late, step waterfall (issue 21)
+    from nsyscomm.views import (
+        diagnosis_html,  # why late, step waterfall (issue 21)
+        whatif_html,  # what-if replay (issue 23)
+    )
 
     diagnosis_section = diagnosis_html.section(result)
     if diagnosis_section:

@@ -82,13 +82,13 @@ def document(result: Result, by_caller: bool = False) -> dict:
                                               "avg_value", "max_value"))
     if result.nccl_logs:
         doc["nccl"] = nccl_section(result, by_caller)
-    from nsyscomm.views import whatif_out   # what-if replay (issue 23): diagnosis.what_if / .attribution
+    from nsyscomm.views import whatif_out  # what-if replay (issue 23): diagnosis.what_if / .attribution
 
     doc.setdefault("diagnosis", {}).update(whatif_out.json_section(result))
-    from nsyscomm.views import diagnosis_out   # why late (issue 21): diagnosis.late
+    from nsyscomm.views import diagnosis_out  # why late (issue 21): diagnosis.late
 
     doc["diagnosis"].update(diagnosis_out.json_section(result))
-    from nsyscomm.analyses.hang import contract   # issue 22
+    from nsyscomm.analyses.hang import contract  # issue 22
     doc["hang"] = contract(result.hang)
     return doc
 

@@ -35,7 +35,7 @@ def markdown(result: Result, units: str = "Gbps", by_caller: bool = False) -> st
     ranks = result.ranks
     rrows = [[int(r.rank), r.host if isinstance(r.host, str) else "-", int(r.calls), human_bytes(r.bytes),
               fmt(r.comm_ms), fmt(r.wait_ms), fmt(r.elapsed_ms), fmt(r.comm_pct, 2)] for r in ranks.itertuples()]
-    from nsyscomm.analyses.hang import lines as hang_lines   # issue 22: the diagnosis first
+    from nsyscomm.analyses.hang import lines as hang_lines  # issue 22: the diagnosis first
 
     hang = hang_lines(result.hang)
     parts = (["## Hang diagnosis", "", "```", *hang, "```", ""] if hang else []) + ["## Communication summary", "", _md_table(header, rows), "", "## Per rank", "",

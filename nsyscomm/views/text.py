@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich import box
 
 from nsyscomm.api import Result
 from nsyscomm.views.units import bandwidth, fmt, human_bytes
@@ -90,7 +90,7 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
         _top_skew(result, console)
         console.print(f"straggler: rank {skew['straggler_rank']} arrived last in {s['late_count']} of "
                       f"{skew['instances']} shared collectives (mean arrival delay {s['avg_arrival_delay_ms']:.3f} ms)")
-    from nsyscomm.views import whatif_out   # what-if replay (issue 23)
+    from nsyscomm.views import whatif_out  # what-if replay (issue 23)
 
     whatif_out.render(result, console)
     for w in result.warnings:

@@ -227,7 +227,7 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
             events.append({"ph": "M", "name": "process_labels", "ts": 0, "pid": rank, "tid": 0,
                            "args": {"labels": str(report)}})
     by_rank: dict[int, list] = defaultdict(list)
-    for r, rank, tid, start, end in primary:
+    for r, rank, _tid, start, end in primary:
         b = r.get("bytes") or 0
         by_rank[rank].append((start, b, 1))
         by_rank[rank].append((end, -b, -1))

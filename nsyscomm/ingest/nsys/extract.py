@@ -24,7 +24,6 @@ from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands
 from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
 
-
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
 # kind containing its launch on the same thread; a wrapper range first, and a PyTorch range only
 # for the kernels no wrapper range holds (calls_nsys.sql would not use it: with the wrapper on,
@@ -145,7 +144,7 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
 
 
 def _extract(path: Path, report: str, threads: int | None) -> Extract:
-    from nsyscomm.ingest.nsys import arrow as nsys_arrow   # issue 24: an Arrow export, read without SQLite
+    from nsyscomm.ingest.nsys import arrow as nsys_arrow  # issue 24: an Arrow export, read without SQLite
 
     opened = nsys_arrow.open_export(path, threads) if nsys_arrow.is_export(path) else open_report(path, threads)
     con, tables, warnings = opened.con, opened.tables, opened.warnings

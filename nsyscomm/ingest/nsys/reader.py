@@ -182,7 +182,6 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     if _sqlite_scan is None:
         return None
     import numpy as np
-    import pyarrow as pa
 
     from nsyscomm.ingest.names import nccl_kernel_names
 
@@ -263,7 +262,6 @@ def _sqlite_scan_module():
 def _table(out: dict, names: list[str]):
     """Columns of _sqlite_scan's (values, valid) buffers as an Arrow table, without a copy
     (from_buffers: pa.array() and pa.table() would import pandas)."""
-    import numpy as np
     import pyarrow as pa
 
     cols = []
