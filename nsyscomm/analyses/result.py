@@ -205,6 +205,27 @@ class Result:
         """{by, key, slowdown}: the slowdown each rank / op (/ dp_rank, stage, optype) causes."""
         return self.what_if_analysis["attribution"]
 
+    # --- what the views draw (the views run no SQL of their own) ---
+    @property
+    def arrival_matrix(self) -> pd.DataFrame:
+        """Every rank's arrival delay and wait at every shared logical collective (sql/arrival_matrix.sql)."""
+        return self._query("arrival_matrix")
+
+    @property
+    def n_logical(self) -> int:
+        return int(self.con.execute("SELECT count(*) FROM logical_collectives").fetchone()[0])
+
+    @property
+    def has_steps(self) -> bool:
+        return bool(self.con.execute("SELECT count(*) FROM collectives WHERE step IS NOT NULL").fetchone()[0])
+
+    def timeline_calls(self, steps: tuple[int | None, int | None] | None = None) -> pd.DataFrame:
+        """The calls with their logical collective's figures, in each rank's time order; only
+        steps [lo, hi) when given (sql/timeline_calls.sql)."""
+        lo, hi = steps if steps is not None else (None, None)
+        return duck.frame(self.con.execute(duck.sql("timeline_calls"),
+                                           {"by_step": steps is not None, "lo": lo, "hi": hi}))
+
     @property
     def n_calls(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])

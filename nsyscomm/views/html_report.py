@@ -172,18 +172,6 @@ def ranks_table(ranks: pd.DataFrame) -> str:
 
 # ---------------------------------------------------------------- skew heatmap
 
-_HEAT_SQL = """
-SELECT c.rank, l."group", l.op, l.seq, l.step, l.first_arrival,
-       (coalesce(c.gpu_start, c.cpu_start) - l.first_arrival) / 1e6 AS delay_ms,
-       (c.duration_ns - l.latency_ns) / 1e6                       AS wait_ms
-FROM collectives c
-JOIN logical_collectives l
-  ON l.logical_id = c.logical_id
-WHERE l.participants >= 2
-ORDER BY l.first_arrival, l.op, l.seq, c.rank
-"""
-
-
 def _heat_color(t: float) -> str:
     """0 -> pale yellow, 1 -> dark red (a sequential scale readable in print)."""
     t = min(max(t, 0.0), 1.0)
@@ -196,8 +184,8 @@ def _heat_color(t: float) -> str:
     return "#7f2704"
 
 
-def skew_heatmap(con) -> str:
-    df = con.execute(_HEAT_SQL).df()
+def skew_heatmap(matrix: pd.DataFrame) -> str:
+    df = matrix
     if df.empty:
         return '<p class="note">No collective was seen on two ranks or more: no arrival skew to show.</p>'
     keys = list(dict.fromkeys(zip(df["group"].astype(object).where(df["group"].notna(), None), df["op"], df["seq"])))
@@ -515,7 +503,7 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
     title = title or ("nsyscomm report: " + (", ".join(reports) if len(reports) <= 3 else f"{len(reports)} reports"))
     total_comm = _num(pd.to_numeric(ranks["comm_ms"], errors="coerce").sum()) if len(ranks) else None
     total_wait = _num(pd.to_numeric(ranks["wait_ms"], errors="coerce").sum()) if len(ranks) else None
-    logical = int(result.con.execute("SELECT count(*) FROM logical_collectives").fetchone()[0])
+    logical = result.n_logical
     cards = [("collective calls", str(n_calls)), ("logical collectives", str(logical)),
              ("ranks", str(len(ranks))), ("communication (ms, all ranks)", fmt(total_comm)),
              ("waiting (ms, all ranks)", fmt(total_wait)),
@@ -538,7 +526,7 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
                     + '<p class="note">wait: the part of a call beyond its logical collective\'s latency (the '
                       "fastest rank's duration), i.e. time spent waiting for the other ranks to arrive. "
                       "* marks the straggler.</p>")
-    sections.append('<h2 id="skew">Arrival skew: rank x collective</h2>' + skew_text(skew) + skew_heatmap(result.con)
+    sections.append('<h2 id="skew">Arrival skew: rank x collective</h2>' + skew_text(skew) + skew_heatmap(result.arrival_matrix)
                     + '<p class="note">Each cell: how long after the first rank this rank started the collective. '
                       "A row that stays dark is a late rank; a dark column is one slow step.</p>")
     if overlap_html is not None:

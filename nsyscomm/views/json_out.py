@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from nsyscomm import __version__
-from nsyscomm.api import SCHEMA_VERSION, Result
+from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 from nsyscomm.views.units import json_value
 
 SUMMARY_KEYS = ("op", "bytes", "count", "calls", "ranks", "total_ms", "avg_ms", "p50_ms", "max_ms",

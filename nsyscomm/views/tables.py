@@ -7,7 +7,7 @@ import io
 
 import pandas as pd
 
-from nsyscomm.api import Result
+from nsyscomm.analyses.result import Result
 from nsyscomm.views.units import bandwidth, fmt, human_bytes
 
 

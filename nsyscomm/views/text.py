@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nsyscomm.api import Result
+from nsyscomm.analyses.result import Result
 from nsyscomm.views.units import bandwidth, fmt, human_bytes
 
 

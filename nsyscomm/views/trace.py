@@ -26,19 +26,6 @@ from nsyscomm.errors import InputError
 from nsyscomm.views.units import human_bytes, json_value
 
 # the SQL the trace reads: every call with its logical collective's figures
-_CALLS_SQL = """
-SELECT c.*,
-       l.participants,
-       l.latency_ns,
-       c.duration_ns - l.latency_ns                          AS wait_ns,
-       coalesce(c.gpu_start, c.cpu_start) - l.first_arrival  AS arrival_delay_ns
-FROM collectives c
-LEFT JOIN logical_collectives l
-  ON l.logical_id = c.logical_id
-{where}
-ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq
-"""
-
 # args shown first in the UI's details pane (the rest follow in table order)
 _FIRST_ARGS = ("op", "api", "bytes", "dtype", "numel", "group", "group_size", "group_ranks", "seq",
                "caller", "step", "source")
@@ -67,20 +54,12 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None] | None:
 
 def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
     """The calls to draw (optionally only steps [lo, hi)), as plain dicts."""
-    where = ""
     if steps is not None:
-        has_step = result.con.execute("SELECT count(*) FROM collectives WHERE step IS NOT NULL").fetchone()[0]
-        if not has_step:
+        if not result.has_steps:
             raise InputError("--steps: these reports carry no training step (record steps with the nsyscomm "
                              "wrapper's step marker), so no call can be selected by step")
-        lo, hi = steps
-        conds = ["c.step IS NOT NULL"]
-        if lo is not None:
-            conds.append(f"c.step >= {int(lo)}")
-        if hi is not None:
-            conds.append(f"c.step < {int(hi)}")
-        where = "WHERE " + " AND ".join(conds)
-    df = result.con.execute(_CALLS_SQL.format(where=where)).df()
+        steps = (None if steps[0] is None else int(steps[0]), None if steps[1] is None else int(steps[1]))
+    df = result.timeline_calls(steps)
     cols = list(df.columns)
     return [{k: json_value(v) for k, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
 

@@ -8,7 +8,7 @@ import math
 from rich.console import Console
 from rich.markup import escape
 
-from nsyscomm.api import Result
+from nsyscomm.analyses.result import Result
 
 
 def _finite(v):

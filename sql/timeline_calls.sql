@@ -1,0 +1,14 @@
+-- The calls of the trace's timeline (nsyscomm.views.trace) with their logical collective's
+-- participants and fastest duration, the time waited and the arrival delay; steps [$lo, $hi)
+-- when given (NULL: unbounded; $by_step false: every call, with or without a step).
+-- Inputs: collectives, logical_collectives.
+SELECT c.*,
+       l.participants,
+       l.latency_ns,
+       c.duration_ns - l.latency_ns                          AS wait_ns,
+       coalesce(c.gpu_start, c.cpu_start) - l.first_arrival  AS arrival_delay_ns
+FROM collectives c
+LEFT JOIN logical_collectives l
+  ON l.logical_id = c.logical_id
+WHERE NOT $by_step OR (c.step IS NOT NULL AND ($lo IS NULL OR c.step >= $lo) AND ($hi IS NULL OR c.step < $hi))
+ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq
