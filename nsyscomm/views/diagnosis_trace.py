@@ -36,7 +36,7 @@ def events(result: Result, origin: int, steps: tuple[int | None, int | None] | N
         out.append({"ph": "X", "cat": "late_arrival", "name": f"late: {r.cause}",
                     "ts": round((start - origin) / 1000.0, 3), "dur": round((end - start) / 1000.0, 3),
                     "pid": rank, "tid": TID + lane,
-                    "args": {"op": r.op, "group": r.group, "seq": int(r.seq), "step": step,
+                    "args": {"op": r.op, "group": None if pd.isna(r.group) else r.group, "seq": int(r.seq), "step": step,
                              "caller": None if pd.isna(r.caller) else r.caller,
                              "delay_ms": float(r.delay_ms), "cause": r.cause, "detail": r.detail,
                              "root_rank": int(r.root_rank)}})

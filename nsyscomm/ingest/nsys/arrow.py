@@ -268,10 +268,11 @@ def to_sqlite(path: Path, dst: Path, wanted: tuple[str, ...] = WANTED) -> Path:
     try:
         for name, table in arrow.items():   # names from the caller's fixed list
             table, _ = _as_in_sqlite(table, keep_binary=True)
-            decl = ", ".join(f'"{f.name}" ' + ("TEXT" if str(f.type) in ("large_string", "binary") else
+            # column names come from the export: quoted, double quotes doubled
+            decl = ", ".join('"' + f.name.replace('"', '""') + '" ' + ("TEXT" if str(f.type) in ("large_string", "binary") else
                                                "REAL" if str(f.type) == "double" else "INTEGER")
                              for f in table.schema)
-            con.execute(f'CREATE TABLE "{name}" ({decl})')
+            con.execute(f'CREATE TABLE "{name}" ({decl})')   # name: from the caller's fixed list
             # bytes that are not UTF-8 stored as TEXT, as nsys stores them (a bare bytes value is a BLOB)
             marks = ", ".join("CAST(? AS TEXT)" if str(f.type) == "binary" else "?" for f in table.schema)
             con.executemany(f'INSERT INTO "{name}" VALUES ({marks})',
