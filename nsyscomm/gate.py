@@ -7,7 +7,7 @@
     verdict.exit_code                                        # 0 pass, 1 regression
 
 Everything compared is a *metric*: an entry of ``METRICS`` that reads one number per item from a
-schema-1 JSON document (DESIGN.md). Items are summary keys (op, bytes, group size[, caller]),
+schema-1 JSON document (docs/architecture.md, "JSON contract"). Items are summary keys (op, bytes, group size[, caller]),
 ranks, or the whole job. A metric is compared only when both sides carry it, so a new section
 of the JSON (e.g. ``overlap`` with ``exposed_ms`` per rank) is one ``METRICS`` entry away.
 

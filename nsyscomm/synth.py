@@ -19,7 +19,7 @@ nsyscomm's SQL), following the rules below (the spec the ingest implements):
 * rank from the ``nsyscomm.rank`` marker, else process order (report file name, pid) over the
   processes that have collectives.
 * logical collective = rows with the same (group, op, seq); latency = min duration.
-* summary / by_caller / ranks / skew / exposed_ns as in DESIGN.md (see ``compute_truth``).
+* summary / by_caller / ranks / skew / exposed_ns as in docs/architecture.md (see ``compute_truth``).
 
 Use ``python -m nsyscomm.synth OUTDIR`` to regenerate the samples.
 """

@@ -20,7 +20,7 @@ One trace file is one rank (``distributedInfo.rank``); a job is a folder of them
   the same calls seen again (gloo's run on its worker threads) and are not counted.
 
 A range owns a kernel when it contains the kernel's launch on the same thread (as for nsys).
-Message size S follows nccl-tests (DESIGN.md): all_gather = output = n x per-rank input,
+Message size S follows nccl-tests (docs/architecture.md, "Message size and bus bandwidth"): all_gather = output = n x per-rank input,
 reduce_scatter = input = n x per-rank output, everything else the input.
 
 The file is read as a stream (``traceEvents`` one event at a time), so memory grows with the

@@ -41,7 +41,7 @@ import pandas as pd
 from nsyscomm import duck
 
 SCHEMA_BASE = 1 << 24
-# stable since 2.19 (DESIGN.md); used only when a range's name is not an NCCL API name
+# stable since 2.19 (docs/architecture.md, "Facts about NCCL"); used only when a range's name is not an NCCL API name
 SCHEMA_OPS = {4: "AllGather", 5: "AllReduce", 6: "Broadcast", 7: "ReduceScatter", 8: "Reduce", 9: "Send", 10: "Recv"}
 SCHEMA_OPS_228 = {16: "AlltoAll", 17: "Gather", 18: "Scatter"}
 
@@ -212,7 +212,7 @@ def api_op(name: str | None, schema_id: int | None = None) -> str | None:
 
 
 def nccl_tests_bytes(op: str | None, msg_bytes, nranks) -> int | None:
-    """NCCL's payload size -> nccl-tests S (DESIGN.md): all_gather / reduce_scatter / gather / scatter
+    """NCCL's payload size -> nccl-tests S (docs/architecture.md, "Message size and bus bandwidth"): all_gather / reduce_scatter / gather / scatter
     carry the per-rank size: S = n x that (None when n is unknown); the others are S already."""
     if msg_bytes is None or op is None:
         return None
