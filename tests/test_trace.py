@@ -147,13 +147,17 @@ def test_lanes_keep_partly_overlapping_calls_apart():
 @pytest.mark.parametrize("text,expect", [("2:5", (2, 5)), ("3:", (3, None)), (":4", (None, 4)), ("7", (7, 8)),
                                          (None, None)])
 def test_parse_steps(text, expect):
-    assert tr.parse_steps(text) == expect
+    from nsyscomm.steps import parse_step_range
+
+    assert parse_step_range(text) == expect
 
 
 @pytest.mark.parametrize("text", ["5:2", "3:3", "a:b", "1:2:3", ""])
 def test_parse_steps_rejects(text):
+    from nsyscomm.steps import parse_step_range
+
     with pytest.raises(ValueError):
-        tr.parse_steps(text)
+        parse_step_range(text)
 
 
 def test_cli_trace_steps_filter(tmp_path):

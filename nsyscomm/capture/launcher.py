@@ -85,14 +85,16 @@ def _has_gpu() -> bool:
 
 
 def _parse_steps(steps: str) -> tuple[int, int]:
-    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", steps or "")
-    if not m or not (m.group(1) or m.group(2)):
-        raise InputError(f"--steps {steps!r} is not A:B (for example --steps 10:20 captures steps 10..19)")
-    a = int(m.group(1) or 0)
-    b = int(m.group(2)) if m.group(2) else 1 << 62
-    if b <= a:
-        raise InputError(f"--steps {steps!r}: the end step must be after the start step (A:B captures A..B-1)")
-    return a, b
+    """--steps by nsyscomm.steps' rule, bounded for the capture range (from step 0, to no end)."""
+    from nsyscomm.steps import parse_step_range
+
+    try:
+        lo, hi = parse_step_range(steps) or (None, None)
+    except ValueError as e:
+        raise InputError(f"--steps {e} (for example --steps 10:20 captures steps 10..19)") from None
+    if lo is not None and lo < 0:
+        raise InputError(f"--steps {steps!r}: steps are numbered from 0 (A:B captures A..B-1)")
+    return (lo or 0), (1 << 62 if hi is None else hi)
 
 
 # ---------------------------------------------------------------- torchrun rewriting (--per-rank)

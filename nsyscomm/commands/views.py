@@ -11,10 +11,10 @@ from nsyscomm.commands import guard as _guard
 
 
 def _steps(ctx, param, value):
-    from nsyscomm.views.trace import parse_steps
+    from nsyscomm.steps import parse_step_range
 
     try:
-        return parse_steps(value)
+        return parse_step_range(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 

@@ -32,26 +32,6 @@ _FIRST_ARGS = ("op", "api", "bytes", "dtype", "numel", "group", "group_size", "g
 _DERIVED_ARGS = ("participants", "latency_ns", "wait_ns", "arrival_delay_ns")
 
 
-def parse_steps(text: str | None) -> tuple[int | None, int | None] | None:
-    """'A:B' (half-open, like a Python slice), 'A:', ':B' or 'A' (one step) -> (lo, hi)."""
-    if text is None:
-        return None
-    t = text.strip()
-    try:
-        if ":" in t:
-            a, b = t.split(":", 1)
-            lo = int(a) if a.strip() else None
-            hi = int(b) if b.strip() else None
-        else:
-            lo = int(t)
-            hi = lo + 1
-    except ValueError:
-        raise ValueError(f"{text!r}: expected A:B (steps A to B-1), A:, :B or a single step") from None
-    if lo is not None and hi is not None and hi <= lo:
-        raise ValueError(f"{text!r}: the range is empty (B must be greater than A)")
-    return lo, hi
-
-
 def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
     """The calls to draw (optionally only steps [lo, hi)), as plain dicts."""
     if steps is not None:
