@@ -50,9 +50,23 @@ TIMING = Path(tempfile.gettempdir()) / f"nsyscomm-bench-loop-{os.getpid()}.txt"
 
 
 def job_cmd(a) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.ranks),
-            str(JOB), "--calls", str(a.calls), "--bytes", str(a.bytes), "--compute-ms", str(a.compute_ms),
-            "--timing", str(TIMING)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(a.ranks),
+        str(JOB),
+        "--calls",
+        str(a.calls),
+        "--bytes",
+        str(a.bytes),
+        "--compute-ms",
+        str(a.compute_ms),
+        "--timing",
+        str(TIMING),
+    ]
 
 
 def loop_times() -> dict:
@@ -83,12 +97,13 @@ def nsys_alone(a, tmp: Path, trace: str, post: bool) -> dict:
     r = {"job": wall(["nsys", "profile", f"--trace={trace}", *NSYS_FLAGS, "-o", str(out / "report"), *job_cmd(a)])}
     if post:
         q = out / "report.qdstrm"
-        if q.exists():   # nsys's own import failed (Debian's packages): the launcher's way
+        if q.exists():  # nsys's own import failed (Debian's packages): the launcher's way
             r["import"] = wall([importer(), "-i", str(q)])
         rep = out / "report.nsys-rep"
         for kind in ("sqlite", "arrow"):
-            r[f"export {kind}"] = wall(["nsys", "export", "--type", kind, "-f", "true",
-                                        "-o", str(out / f"report.{kind}"), str(rep)])
+            r[f"export {kind}"] = wall(
+                ["nsys", "export", "--type", kind, "-f", "true", "-o", str(out / f"report.{kind}"), str(rep)]
+            )
             r[f"size {kind}"] = (out / f"report.{kind}").stat().st_size
         r["size nsys-rep"] = rep.stat().st_size
     return r
@@ -102,8 +117,20 @@ SHOWN = re.compile(r"^\S+ analyses and summary printed ([\d.]+) s$")
 def nsyscomm_run(a, tmp: Path, export: str, preset: str) -> dict:
     out = tmp / f"run-{export}-{preset}"
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-c", "import sys; from nsyscomm.cli import entry; sys.argv[0] = 'nsyscomm'; entry()",
-           "run", "-o", str(out), "--export", export, "--preset", preset, "--", *job_cmd(a)]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from nsyscomm.cli import entry; sys.argv[0] = 'nsyscomm'; entry()",
+        "run",
+        "-o",
+        str(out),
+        "--export",
+        export,
+        "--preset",
+        preset,
+        "--",
+        *job_cmd(a),
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     end = time.time()
@@ -149,8 +176,11 @@ def main() -> None:
                 elif v == "nsys-light":
                     res[v].append(nsys_alone(a, tmp, "nvtx", post=False))
                 else:
-                    export, preset = {"run-sqlite": ("sqlite", "default"), "run-arrow": ("arrow", "default"),
-                                      "run-light": ("arrow", "light")}[v]
+                    export, preset = {
+                        "run-sqlite": ("sqlite", "default"),
+                        "run-arrow": ("arrow", "default"),
+                        "run-light": ("arrow", "light"),
+                    }[v]
                     res[v].append(nsyscomm_run(a, tmp, export, preset))
                 res[v][-1].update(loop_times())
                 loads.append(os.getloadavg()[0])
@@ -160,20 +190,26 @@ def main() -> None:
         xs = [r[k] for r in res.get(v, []) if k in r]
         return statistics.median(xs) if xs else None
 
-    print(f"# gloo job: {a.ranks} ranks x {a.calls} all_reduce of {a.bytes} B (+ a broadcast every 10th), "
-          f"{a.compute_ms} ms compute before each; medians of {a.repeats} alternated repeats; "
-          f"load average {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cores")
+    print(
+        f"# gloo job: {a.ranks} ranks x {a.calls} all_reduce of {a.bytes} B (+ a broadcast every 10th), "
+        f"{a.compute_ms} ms compute before each; medians of {a.repeats} alternated repeats; "
+        f"load average {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cores"
+    )
     bare = med("bare", "job")
     bare_loop = med("bare", "loop")
-    print(f"{'variant':12s} {'job s':>7s} {'x bare':>7s} {'loop s':>7s} {'x bare':>7s} {'loopCPU':>7s} "
-          f"{'import':>7s} {'export':>7s} {'summ.':>7s} {'shown':>7s} {'wait s':>7s} {'total s':>8s}")
+    print(
+        f"{'variant':12s} {'job s':>7s} {'x bare':>7s} {'loop s':>7s} {'x bare':>7s} {'loopCPU':>7s} "
+        f"{'import':>7s} {'export':>7s} {'summ.':>7s} {'shown':>7s} {'wait s':>7s} {'total s':>8s}"
+    )
     for v in variants:
         job, loop = med(v, "job"), med(v, "loop")
-        cells = [f"{job:7.2f}" if job is not None else f"{'-':>7s}",
-                 f"{job / bare:7.3f}" if job is not None and bare else f"{'-':>7s}",
-                 f"{loop:7.2f}" if loop is not None else f"{'-':>7s}",
-                 f"{loop / bare_loop:7.3f}" if loop is not None and bare_loop else f"{'-':>7s}",
-                 f"{med(v, 'loop cpu'):7.2f}" if loop is not None else f"{'-':>7s}"]
+        cells = [
+            f"{job:7.2f}" if job is not None else f"{'-':>7s}",
+            f"{job / bare:7.3f}" if job is not None and bare else f"{'-':>7s}",
+            f"{loop:7.2f}" if loop is not None else f"{'-':>7s}",
+            f"{loop / bare_loop:7.3f}" if loop is not None and bare_loop else f"{'-':>7s}",
+            f"{med(v, 'loop cpu'):7.2f}" if loop is not None else f"{'-':>7s}",
+        ]
         for k in ("import", "export", "summarize", "shown", "wait", "total"):
             x = med(v, k)
             width = 8 if k == "total" else 7
@@ -181,22 +217,30 @@ def main() -> None:
         print(f"{v:12s} " + " ".join(cells))
     if "nsys" in res:
         n = res["nsys"]
-        print(f"\nnsys alone's report, after the job: import (QdstrmImporter) {med('nsys', 'import') or 0:.2f} s; "
-              f"export sqlite {med('nsys', 'export sqlite'):.2f} s ({med('nsys', 'size sqlite') / 1e6:.1f} MB), "
-              f"arrow {med('nsys', 'export arrow'):.2f} s ({med('nsys', 'size arrow') / 1e6:.1f} MB); "
-              f".nsys-rep {n[0]['size nsys-rep'] / 1e6:.1f} MB")
+        print(
+            f"\nnsys alone's report, after the job: import (QdstrmImporter) {med('nsys', 'import') or 0:.2f} s; "
+            f"export sqlite {med('nsys', 'export sqlite'):.2f} s ({med('nsys', 'size sqlite') / 1e6:.1f} MB), "
+            f"arrow {med('nsys', 'export arrow'):.2f} s ({med('nsys', 'size arrow') / 1e6:.1f} MB); "
+            f".nsys-rep {n[0]['size nsys-rep'] / 1e6:.1f} MB"
+        )
     nsys_job, light_job = med("nsys", "job"), med("nsys-light", "job")
     if bare and nsys_job:
         print(f"nsys's overhead (flags of the default preset): x{nsys_job / bare:.3f} the bare job")
     if bare and light_job:
-        print(f"nsys's overhead, --trace=nvtx only (light preset): x{light_job / bare:.3f}; "
-              f"the OS-runtime trace costs x{nsys_job / light_job:.3f}" if nsys_job else "")
+        print(
+            f"nsys's overhead, --trace=nvtx only (light preset): x{light_job / bare:.3f}; "
+            f"the OS-runtime trace costs x{nsys_job / light_job:.3f}"
+            if nsys_job
+            else ""
+        )
     for v, ref in (("run-sqlite", "nsys"), ("run-arrow", "nsys"), ("run-light", "nsys-light")):
         if v in res and med(ref, "job"):
-            print(f"wrapper's overhead ({v}): job x{med(v, 'job') / med(ref, 'job'):.3f}, its loop "
-                  f"x{med(v, 'loop') / med(ref, 'loop'):.3f} (CPU x{med(v, 'loop cpu') / med(ref, 'loop cpu'):.3f}) "
-                  f"the same under {ref} (same flags)")
-    for v in ("run-sqlite", "run-arrow", "run-light"):   # paired within each repeat: the load of those minutes
+            print(
+                f"wrapper's overhead ({v}): job x{med(v, 'job') / med(ref, 'job'):.3f}, its loop "
+                f"x{med(v, 'loop') / med(ref, 'loop'):.3f} (CPU x{med(v, 'loop cpu') / med(ref, 'loop cpu'):.3f}) "
+                f"the same under {ref} (same flags)"
+            )
+    for v in ("run-sqlite", "run-arrow", "run-light"):  # paired within each repeat: the load of those minutes
         ref = "nsys-light" if v == "run-light" else "nsys"
         if v in res and ref in res:
             pairs = [x["loop"] / y["loop"] for x, y in zip(res[v], res[ref]) if "loop" in x and "loop" in y]
@@ -205,8 +249,10 @@ def main() -> None:
     base = (med("nsys", "import") or 0) + (med("nsys", "export sqlite") or 0) if "nsys" in res else None
     for v in ("run-sqlite", "run-arrow", "run-light"):
         if v in res and base:
-            print(f"wait after the job ({v}): {med(v, 'wait'):.2f} s = x{med(v, 'wait') / base:.2f} "
-                  f"of import + SQLite export ({base:.2f} s)")
+            print(
+                f"wait after the job ({v}): {med(v, 'wait'):.2f} s = x{med(v, 'wait') / base:.2f} "
+                f"of import + SQLite export ({base:.2f} s)"
+            )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,12 @@ RUN_CLI = "import sys; from nsyscomm.cli import entry; sys.argv[0] = 'nsyscomm';
 
 def summarize(path: Path) -> tuple[float, str]:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", RUN_CLI, "summarize", "--no-cache", "--format", "json", str(path)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_CLI, "summarize", "--no-cache", "--format", "json", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return time.perf_counter() - t0, out
 
 
@@ -43,18 +47,20 @@ def main() -> None:
             from tests.arrow_convert import convert
 
             t0 = time.perf_counter()
-            arrow = convert(a.sqlite, Path(tmp) / a.sqlite.name)   # the same name: the same JSON
+            arrow = convert(a.sqlite, Path(tmp) / a.sqlite.name)  # the same name: the same JSON
             print(f"# converted to Arrow streams in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         times: dict[str, list[float]] = {"sqlite": [], "arrow": []}
         outs = {}
-        for _ in range(a.runs + 1):   # the first round warms the page cache and is dropped
+        for _ in range(a.runs + 1):  # the first round warms the page cache and is dropped
             for kind, p in (("sqlite", a.sqlite), ("arrow", arrow)):
                 dt, outs[kind] = summarize(p)
                 times[kind].append(dt)
         same = outs["sqlite"] == outs["arrow"]
-        print(f"# {a.sqlite.name}: SQLite {a.sqlite.stat().st_size / 1e6:.1f} MB, Arrow "
-              f"{arrow.stat().st_size / 1e6:.1f} MB; {a.runs} runs each, alternated; identical JSON: {same}; "
-              f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+        print(
+            f"# {a.sqlite.name}: SQLite {a.sqlite.stat().st_size / 1e6:.1f} MB, Arrow "
+            f"{arrow.stat().st_size / 1e6:.1f} MB; {a.runs} runs each, alternated; identical JSON: {same}; "
+            f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+        )
         for kind, ts in times.items():
             ts = ts[1:]
             print(f"summarize from {kind:6s}  median {statistics.median(ts):6.2f} s  min {min(ts):6.2f} s")

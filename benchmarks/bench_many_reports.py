@@ -33,13 +33,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--counts", type=int, nargs="+", default=[128, 256, 512, 1024])
     ap.add_argument("--jobs", type=int, default=None)
-    ap.add_argument("--calls-per-report", type=int, default=None,
-                    help="collective calls per report (a multiple of 20; default: small reports of 16)")
+    ap.add_argument(
+        "--calls-per-report",
+        type=int,
+        default=None,
+        help="collective calls per report (a multiple of 20; default: small reports of 16)",
+    )
     ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
     a = ap.parse_args(argv)
     gen, bench = _load("gen_large_report"), _load("bench_summarize")
     shape = dict(steps=2, layers=4, kernels_per_layer=10, nccl_share=0.2)
-    if a.calls_per_report:   # 2 NCCL kernels in a layer of 4, 10 steps
+    if a.calls_per_report:  # 2 NCCL kernels in a layer of 4, 10 steps
         shape = dict(steps=10, layers=max(1, a.calls_per_report // 20), kernels_per_layer=4, nccl_share=0.5)
     tmp = Path(tempfile.mkdtemp(prefix="nsyscomm-many-"))
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=str(tmp / "cache"))
@@ -47,15 +51,20 @@ def main(argv=None) -> int:
     for n in a.counts:
         folder = tmp / f"n{n}"
         info = gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
-        extra = [*(["--jobs", str(a.jobs)] if a.jobs else []),
-                 *(["--memory-limit", a.memory_limit] if a.memory_limit else [])]
+        extra = [
+            *(["--jobs", str(a.jobs)] if a.jobs else []),
+            *(["--memory-limit", a.memory_limit] if a.memory_limit else []),
+        ]
         cold, rss, _ = bench.run(str(folder), "--no-cache", *extra, env=env)
-        bench.run(str(folder), *extra, env=env)   # fill the cache
+        bench.run(str(folder), *extra, env=env)  # fill the cache
         hit, _, _ = bench.run(str(folder), *extra, env=env)
         calls = info["ranks"] * info["collectives_per_rank"]
-        print(f"{n:5d} reports ({info['rows']:,} rows, {calls:,} calls): no cache {cold:.1f} s "
-              f"({1000 * cold / n:.1f} ms/report), peak RSS of the combining process {rss:.0f} MB; "
-              f"cache hit {hit:.1f} s ({1000 * hit / n:.1f} ms/report)", flush=True)
+        print(
+            f"{n:5d} reports ({info['rows']:,} rows, {calls:,} calls): no cache {cold:.1f} s "
+            f"({1000 * cold / n:.1f} ms/report), peak RSS of the combining process {rss:.0f} MB; "
+            f"cache hit {hit:.1f} s ({1000 * hit / n:.1f} ms/report)",
+            flush=True,
+        )
     return 0
 
 

@@ -25,22 +25,38 @@ def job(ranks: int, steps: int, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     clock = np.zeros(ranks)
     r = np.arange(ranks)
-    pattern = [("all_reduce", r // 8, 2_000_000, "tp")] * 4 + [("all_gather", r % 8, 64_000_000, "dp")] * 2 \
+    pattern = (
+        [("all_reduce", r // 8, 2_000_000, "tp")] * 4
+        + [("all_gather", r % 8, 64_000_000, "dp")] * 2
         + [("all_reduce", np.zeros(ranks, np.int64), 4_000, "world")]
+    )
     rows = []
     seq = 0
     for step in range(steps):
         for op, grp, nbytes, name in pattern:
-            compute = rng.gamma(4.0, 0.25, ranks) * 1e6            # ns, about 1 ms
+            compute = rng.gamma(4.0, 0.25, ranks) * 1e6  # ns, about 1 ms
             late = rng.random(ranks) < 0.002
             compute[late] += 5e6
             arrive = clock + compute
             last = pd.Series(arrive).groupby(grp).transform("max").to_numpy()
             end = last + 50_000 + nbytes / 100.0
             ids = seq * 1_000_000 + grp
-            rows.append(pd.DataFrame({"rank": r, "step": step, "op": op, "bytes": nbytes, "caller": f"model.py {name}",
-                                      "group_size": 1, "sync_id": ids, "start_ns": arrive.astype(np.int64),
-                                      "end_ns": end.astype(np.int64), "exposed_ns": (end - arrive) * 0.5}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "rank": r,
+                        "step": step,
+                        "op": op,
+                        "bytes": nbytes,
+                        "caller": f"model.py {name}",
+                        "group_size": 1,
+                        "sync_id": ids,
+                        "start_ns": arrive.astype(np.int64),
+                        "end_ns": end.astype(np.int64),
+                        "exposed_ns": (end - arrive) * 0.5,
+                    }
+                )
+            )
             clock = end
             seq += 1
     df = pd.concat(rows, ignore_index=True)

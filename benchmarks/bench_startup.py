@@ -35,8 +35,16 @@ def variants(sample: Path) -> dict[str, list[str]]:
         "nsyscomm --help": [py, "-c", RUN_CLI, "--help"],
         "summarize sample (text, --no-cache)": [py, "-c", RUN_CLI, "summarize", "--no-cache", str(sample)],
         "summarize sample (text, cache warm)": [py, "-c", RUN_CLI, "summarize", str(sample)],
-        "summarize sample (json, --no-cache)": [py, "-c", RUN_CLI, "summarize", "--no-cache",
-                                                "--format", "json", str(sample)],
+        "summarize sample (json, --no-cache)": [
+            py,
+            "-c",
+            RUN_CLI,
+            "summarize",
+            "--no-cache",
+            "--format",
+            "json",
+            str(sample),
+        ],
     }
 
 
@@ -53,7 +61,7 @@ def importtime(cmd: list[str], env: dict, top: int) -> list[tuple[int, str]]:
     for line in out.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
-        _, cum, name = line[len("import time:"):].split("|")
+        _, cum, name = line[len("import time:") :].split("|")
         depth = (len(name) - len(name.lstrip())) // 2
         if depth <= 1:
             rows.append((int(cum), name.strip()))
@@ -70,23 +78,30 @@ def main() -> None:
     envs = {"this": dict(os.environ)}
     if args.baseline:
         envs["baseline"] = dict(os.environ, PYTHONPATH=str(args.baseline.resolve()))
-    cases = [(f"{name} [{which}]" if args.baseline else name, cmd, env)
-             for name, cmd in variants(SAMPLE).items()
-             for which, env in envs.items() if not (which == "baseline" and name == "python -c pass")]
-    for _, cmd, env in cases:   # warm: .pyc files, the page cache, the report cache
+    cases = [
+        (f"{name} [{which}]" if args.baseline else name, cmd, env)
+        for name, cmd in variants(SAMPLE).items()
+        for which, env in envs.items()
+        if not (which == "baseline" and name == "python -c pass")
+    ]
+    for _, cmd, env in cases:  # warm: .pyc files, the page cache, the report cache
         timed(cmd, env)
     times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
     for _ in range(args.runs):
         for name, cmd, env in cases:
             times[name].append(timed(cmd, env))
-    print(f"# {args.runs} runs each, alternated; load average {os.getloadavg()[0]:.2f} "
-          f"(1 min) at the end; {os.cpu_count()} cores")
+    print(
+        f"# {args.runs} runs each, alternated; load average {os.getloadavg()[0]:.2f} "
+        f"(1 min) at the end; {os.cpu_count()} cores"
+    )
     print(f"{'variant':48s} {'median s':>9s} {'min s':>7s} {'max s':>7s}")
     for name, ts in times.items():
         print(f"{name:48s} {statistics.median(ts):9.3f} {min(ts):7.3f} {max(ts):7.3f}")
     v = variants(SAMPLE)
-    for label, key in (("import nsyscomm.cli (nsyscomm --help)", "nsyscomm --help"),
-                       ("summarize sample", "summarize sample (text, --no-cache)")):
+    for label, key in (
+        ("import nsyscomm.cli (nsyscomm --help)", "nsyscomm --help"),
+        ("summarize sample", "summarize sample (text, --no-cache)"),
+    ):
         print(f"\n# -X importtime, {label}: cumulative ms of the top-level imports")
         for us, name in importtime(v[key], envs["this"], args.top):
             print(f"{us / 1000:8.1f}  {name}")

@@ -28,10 +28,10 @@ from nsyscomm.ingest.nsys.reader import read_only_uri
 
 FLOOR = {
     "CUPTI_ACTIVITY_KIND_KERNEL": 'total(start), total("end"), total(deviceId), total(streamId), '
-                                  'total(correlationId), total(globalPid), total(shortName)',
+    "total(correlationId), total(globalPid), total(shortName)",
     "CUPTI_ACTIVITY_KIND_RUNTIME": 'total(start), total("end"), total(globalTid), total(correlationId)',
     "NVTX_EVENTS": 'total(start), total("end"), total(eventType), total(globalTid), total(length(text)), '
-                   'total(textId), total(domainId)',
+    "total(textId), total(domainId)",
     "StringIds": "total(id), total(length(value))",
 }
 
@@ -65,19 +65,27 @@ def run(path: str, *extra: str, env=None) -> tuple[float, float, float]:
     """(wall s, peak RSS MB, CPU s) of one summarize in a child process (and its workers)."""
     # the peak as VmHWM, where Linux has it: ru_maxrss counts what the child held between fork and
     # exec, a copy of this process (4 GB after bench_many_reports generated 13M rows)
-    code = ("import sys, resource; from nsyscomm.cli import entry\n"   # what the nsyscomm command runs
-            "try:\n    entry(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "try:\n    kb = [x for x in open('/proc/self/status') if x.startswith('VmHWM')][0].split()[1]\n"
-            "except (OSError, IndexError):\n    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "print(kb, file=sys.stderr)")
+    code = (
+        "import sys, resource; from nsyscomm.cli import entry\n"  # what the nsyscomm command runs
+        "try:\n    entry(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "try:\n    kb = [x for x in open('/proc/self/status') if x.startswith('VmHWM')][0].split()[1]\n"
+        "except (OSError, IndexError):\n    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(kb, file=sys.stderr)"
+    )
     t0, c0 = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([sys.executable, "-c", code, "summarize", path, "--format", "json", *extra],
-                       capture_output=True, text=True, env=env)
+    p = subprocess.run(
+        [sys.executable, "-c", code, "summarize", path, "--format", "json", *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     wall, cpu = time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0
     if p.returncode:
         raise SystemExit(p.stderr)
-    rss_kb = max(int(p.stderr.strip().splitlines()[-1]),
-                 resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "--jobs" in extra else 0)
+    rss_kb = max(
+        int(p.stderr.strip().splitlines()[-1]),
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "--jobs" in extra else 0,
+    )
     return wall, rss_kb / 1024, cpu
 
 
@@ -105,23 +113,35 @@ def main(argv=None) -> int:
     hits = [run(a.report, *limit, env=env)[0] for _ in range(a.runs)]
     size = os.path.getsize(a.report) / 1e6
     f_best, w_best = min(floors), min(walls)
-    print(f"report {a.report} ({size:.0f} MB), load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores"
-          + (f", --memory-limit {a.memory_limit}" if a.memory_limit else ""))
+    print(
+        f"report {a.report} ({size:.0f} MB), load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores"
+        + (f", --memory-limit {a.memory_limit}" if a.memory_limit else "")
+    )
     print(f"floor (SQLite scan of the used columns): best {f_best:.2f} s, median {statistics.median(floors):.2f} s")
-    print(f"summarize --no-cache: best {w_best:.2f} s, median {statistics.median(walls):.2f} s; "
-          f"peak RSS max {max(rsss):.0f} MB")
-    print(f"ratio to floor: best {w_best / f_best:.2f}x, median {statistics.median(walls) / statistics.median(floors):.2f}x")
+    print(
+        f"summarize --no-cache: best {w_best:.2f} s, median {statistics.median(walls):.2f} s; "
+        f"peak RSS max {max(rsss):.0f} MB"
+    )
+    print(
+        f"ratio to floor: best {w_best / f_best:.2f}x, median {statistics.median(walls) / statistics.median(floors):.2f}x"
+    )
     # each run against the floor measured just before it: the VM's speed drifts over minutes, and
     # a pair taken seconds apart shares its phase
     paired = sorted(w / f for w, f in zip(walls, floors))
-    print(f"ratio per run (each against the floor just before it): median {statistics.median(paired):.2f}x, "
-          f"{paired[0]:.2f}x-{paired[-1]:.2f}x")
+    print(
+        f"ratio per run (each against the floor just before it): median {statistics.median(paired):.2f}x, "
+        f"{paired[0]:.2f}x-{paired[-1]:.2f}x"
+    )
     cpu_ratio = statistics.median(c / f for c, f in zip(cpus, floor_cpus))
-    print(f"CPU time: floor median {statistics.median(floor_cpus):.2f} s, summarize median "
-          f"{statistics.median(cpus):.2f} s (user + system, all threads): {cpu_ratio:.2f}x the floor's per run, "
-          f"so at least {cpu_ratio / usable_cores():.2f}x in wall time on {usable_cores()} cores")
-    print(f"summarize, cache hit: best {min(hits):.2f} s, median {statistics.median(hits):.2f} s "
-          f"({min(hits) / w_best:.0%} of the first)")
+    print(
+        f"CPU time: floor median {statistics.median(floor_cpus):.2f} s, summarize median "
+        f"{statistics.median(cpus):.2f} s (user + system, all threads): {cpu_ratio:.2f}x the floor's per run, "
+        f"so at least {cpu_ratio / usable_cores():.2f}x in wall time on {usable_cores()} cores"
+    )
+    print(
+        f"summarize, cache hit: best {min(hits):.2f} s, median {statistics.median(hits):.2f} s "
+        f"({min(hits) / w_best:.0%} of the first)"
+    )
     return 0
 
 

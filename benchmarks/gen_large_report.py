@@ -33,8 +33,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nsyscomm import nvtx_format, synth  # noqa: E402
 
-COMPUTE = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "vectorized_elementwise_kernel",
-           "reduce_kernel", "layer_norm_kernel", "softmax_warp_forward")
+COMPUTE = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+    "vectorized_elementwise_kernel",
+    "reduce_kernel",
+    "layer_norm_kernel",
+    "softmax_warp_forward",
+)
 TORCH_OPS = ("aten::mm", "aten::add", "aten::sum", "aten::layer_norm", "aten::softmax")
 COLLECTIVES = (  # (op, api, kernel, dtype, itemsize, bytes)
     ("all_gather", "all_gather_single", "ncclDevKernel_AllGather_RING_LL", "bfloat16", 2, 8 << 20),
@@ -97,23 +102,105 @@ def _kernel_row(w: _Writer, name: str, start, end, device, stream, corr, gpid, g
     if shape is None:
         s = synth._kernel_shape(name)
         shape = w.shapes[name] = (
-            w.sid(synth._demangled(name)), w.sid(name), w.sid(synth._mangled(name)),
-            s["launchType"], s["cacheConfig"], s["registersPerThread"], s["gridX"], s["gridY"], s["gridZ"],
-            s["blockX"], s["blockY"], s["blockZ"], s["staticSharedMemory"], s["dynamicSharedMemory"],
-            s["localMemoryPerThread"], s["localMemoryTotal"], s["sharedMemoryExecuted"], s["sharedMemoryLimitConfig"],
-            s["clusterX"], s["clusterY"], s["clusterZ"], s["clusterSchedulingPolicy"], s["maxPotentialClusterSize"],
-            s["maxActiveClusters"])
-    (dem, short, mang, lt, cc, reg, gx, gy, gz, bx, by, bz, ssm, dsm, lmt, lmtot, sme, smlc, cx, cy, cz, csp,
-     mpcs, mac) = shape
+            w.sid(synth._demangled(name)),
+            w.sid(name),
+            w.sid(synth._mangled(name)),
+            s["launchType"],
+            s["cacheConfig"],
+            s["registersPerThread"],
+            s["gridX"],
+            s["gridY"],
+            s["gridZ"],
+            s["blockX"],
+            s["blockY"],
+            s["blockZ"],
+            s["staticSharedMemory"],
+            s["dynamicSharedMemory"],
+            s["localMemoryPerThread"],
+            s["localMemoryTotal"],
+            s["sharedMemoryExecuted"],
+            s["sharedMemoryLimitConfig"],
+            s["clusterX"],
+            s["clusterY"],
+            s["clusterZ"],
+            s["clusterSchedulingPolicy"],
+            s["maxPotentialClusterSize"],
+            s["maxActiveClusters"],
+        )
+    (
+        dem,
+        short,
+        mang,
+        lt,
+        cc,
+        reg,
+        gx,
+        gy,
+        gz,
+        bx,
+        by,
+        bz,
+        ssm,
+        dsm,
+        lmt,
+        lmtot,
+        sme,
+        smlc,
+        cx,
+        cy,
+        cz,
+        csp,
+        mpcs,
+        mac,
+    ) = shape
     # column order of synth.TABLES["CUPTI_ACTIVITY_KIND_KERNEL"]
-    return (start, end, device, device + 1, 0, stream, corr, gpid, dem, short, mang, lt, cc, reg, gx, gy, gz, bx, by,
-            bz, ssm, dsm, lmt, lmtot, grid, sme, None, smlc, None, None, None, None, cx, cy, cz, csp, mpcs, mac, None,
-            "[]")
+    return (
+        start,
+        end,
+        device,
+        device + 1,
+        0,
+        stream,
+        corr,
+        gpid,
+        dem,
+        short,
+        mang,
+        lt,
+        cc,
+        reg,
+        gx,
+        gy,
+        gz,
+        bx,
+        by,
+        bz,
+        ssm,
+        dsm,
+        lmt,
+        lmtot,
+        grid,
+        sme,
+        None,
+        smlc,
+        None,
+        None,
+        None,
+        None,
+        cx,
+        cy,
+        cz,
+        csp,
+        mpcs,
+        mac,
+        None,
+        "[]",
+    )
 
 
-
-def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_share=0.1, seed=0,
-             per_rank=False, quiet=False) -> dict:
+def generate(
+    out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_share=0.1, seed=0, per_rank=False, quiet=False
+) -> dict:
     """Write the report(s); returns the expected counts."""
     out = Path(out)
     rng = random.Random(seed)
@@ -146,11 +233,17 @@ def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_s
     for r, pid in enumerate(pids):
         w = W(r)
         gtid = synth.global_tid(pid, pid)
-        w.add("NVTX_EVENTS", (cpu[r], None, synth.NVTX_DOMAIN_CREATE, None, None, None, nvtx_format.DOMAIN, gtid,
-                              None, None, 1) + (None,) * 9)
+        w.add(
+            "NVTX_EVENTS",
+            (cpu[r], None, synth.NVTX_DOMAIN_CREATE, None, None, None, nvtx_format.DOMAIN, gtid, None, None, 1)
+            + (None,) * 9,
+        )
         msg = nvtx_format.format_rank_marker(r, r % 8, ranks, f"node-{r // 8}")
-        w.add("NVTX_EVENTS", (cpu[r] + 3000, cpu[r] + 4500, synth.NVTX_PUSHPOP, None, None, None, None, gtid, None,
-                              w.sid(msg), 1) + (None,) * 9)
+        w.add(
+            "NVTX_EVENTS",
+            (cpu[r] + 3000, cpu[r] + 4500, synth.NVTX_PUSHPOP, None, None, None, None, gtid, None, w.sid(msg), 1)
+            + (None,) * 9,
+        )
         cpu[r] += 40_000
     nvtx_pad = (None,) * 9
     t_names = [(w.sid(launch_rt), w.sid(launch_drv)) for w in writers]
@@ -172,11 +265,16 @@ def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_s
                         ks = max(le + 1500, stream_free[r])
                         ke = ks + 20_000 + (t & 4095) * 8
                         stream_free[r] = ke
-                        w.add("NVTX_EVENTS", (t, le + 1500, synth.NVTX_PUSHPOP, None, None, None, TORCH_OPS[j], gtid,
-                                              None, None, 0) + nvtx_pad)
+                        w.add(
+                            "NVTX_EVENTS",
+                            (t, le + 1500, synth.NVTX_PUSHPOP, None, None, None, TORCH_OPS[j], gtid, None, None, 0)
+                            + nvtx_pad,
+                        )
                         w.add("CUPTI_ACTIVITY_KIND_RUNTIME", (ls, le, 0, gtid, corr[r], nid_rt, 0, None))
-                        w.add("CUPTI_ACTIVITY_KIND_KERNEL",
-                              _kernel_row(w, COMPUTE[j], ks, ke, r % 8, 7, corr[r], synth.global_pid(pid), grid[r]))
+                        w.add(
+                            "CUPTI_ACTIVITY_KIND_KERNEL",
+                            _kernel_row(w, COMPUTE[j], ks, ke, r % 8, 7, corr[r], synth.global_pid(pid), grid[r]),
+                        )
                         cpu[r] = le + 1500 + 6000 + rng.randrange(4000)
                     continue
                 op, api, kname, dtype, isz, nbytes = COLLECTIVES[(layer * per_layer_colls + ci) % len(COLLECTIVES)]
@@ -186,17 +284,30 @@ def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_s
                     w = W(r)
                     gtid = synth.global_tid(pid, pid)
                     t = cpu[r]
-                    msg = nvtx_format.format_collective(op, api=api, bytes=nbytes, dtype=dtype, numel=nbytes // isz,
-                                                        pg=0, gsize=ranks, seq=seq, step=step,
-                                                        caller=f"train.py:{100 + layer % 7} layer_{layer % 7}")
+                    msg = nvtx_format.format_collective(
+                        op,
+                        api=api,
+                        bytes=nbytes,
+                        dtype=dtype,
+                        numel=nbytes // isz,
+                        pg=0,
+                        gsize=ranks,
+                        seq=seq,
+                        step=step,
+                        caller=f"train.py:{100 + layer % 7} layer_{layer % 7}",
+                    )
                     ls = t + 5000
                     le = ls + 6000
                     re_ = le + 3000
                     corr[r] += 1
-                    w.add("NVTX_EVENTS", (t, re_, synth.NVTX_PUSHPOP, None, None, None, None, gtid, None, w.sid(msg),
-                                          1) + nvtx_pad)
-                    w.add("CUPTI_ACTIVITY_KIND_RUNTIME",
-                          (ls, le, 1, gtid, corr[r], t_names[r if per_rank else 0][1], 0, None))
+                    w.add(
+                        "NVTX_EVENTS",
+                        (t, re_, synth.NVTX_PUSHPOP, None, None, None, None, gtid, None, w.sid(msg), 1) + nvtx_pad,
+                    )
+                    w.add(
+                        "CUPTI_ACTIVITY_KIND_RUNTIME",
+                        (ls, le, 1, gtid, corr[r], t_names[r if per_rank else 0][1], 0, None),
+                    )
                     starts.append((max(le + 2000, stream_free[r]), corr[r]))
                     cpu[r] = re_ + 8000 + rng.randrange(4000)
                 end = max(s for s, _ in starts) + 12_000 + nbytes // 100
@@ -205,25 +316,38 @@ def generate(out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_s
                     ks, c = starts[r]
                     ke = end + rng.randrange(900)
                     stream_free[r] = ke
-                    W(r).add("CUPTI_ACTIVITY_KIND_KERNEL",
-                             _kernel_row(W(r), kname, ks, ke, r % 8, 13, c, synth.global_pid(pid), grid[r]))
+                    W(r).add(
+                        "CUPTI_ACTIVITY_KIND_KERNEL",
+                        _kernel_row(W(r), kname, ks, ke, r % 8, 13, c, synth.global_pid(pid), grid[r]),
+                    )
                 seq += 1
     for w in writers:
-        w.add("TARGET_INFO_SESSION_START_TIME", (synth.SESSION_UTC_EPOCH_NS, "2026-05-28T20:26:40",
-                                                 "2026-05-28T20:26:40", synth.SESSION_SYSTEM_CLOCK_NS))
-        for k, v in (("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_PRODUCT_VERSION", "2026.2.1.210"),
-                     ("EXPORT_SCHEMA_VERSION", "3.25.0"), ("EXPORT_PARAM_INCLUDE_BLOBS", "false"),
-                     ("EXPORT_PARAM_INCLUDE_JSON", "false"),
-                     ("DERIVED_BY", "benchmarks/gen_large_report.py (synthetic, no real capture)")):
+        w.add(
+            "TARGET_INFO_SESSION_START_TIME",
+            (synth.SESSION_UTC_EPOCH_NS, "2026-05-28T20:26:40", "2026-05-28T20:26:40", synth.SESSION_SYSTEM_CLOCK_NS),
+        )
+        for k, v in (
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+            ("EXPORT_PRODUCT_VERSION", "2026.2.1.210"),
+            ("EXPORT_SCHEMA_VERSION", "3.25.0"),
+            ("EXPORT_PARAM_INCLUDE_BLOBS", "false"),
+            ("EXPORT_PARAM_INCLUDE_JSON", "false"),
+            ("DERIVED_BY", "benchmarks/gen_large_report.py (synthetic, no real capture)"),
+        ):
             w.add("META_DATA_EXPORT", (k, v))
     rows = 0
     for w in writers:
         w.close()
         rows += w.rows
-    return {"reports": len(paths), "ranks": ranks, "rows": rows, "kernels": ranks * steps * layers * kernels_per_layer,
-            "collectives_per_rank": steps * layers * per_layer_colls,
-            "logical_collectives": steps * layers * per_layer_colls,
-            "bytes": sum(p.stat().st_size for p in paths)}
+    return {
+        "reports": len(paths),
+        "ranks": ranks,
+        "rows": rows,
+        "kernels": ranks * steps * layers * kernels_per_layer,
+        "collectives_per_rank": steps * layers * per_layer_colls,
+        "logical_collectives": steps * layers * per_layer_colls,
+        "bytes": sum(p.stat().st_size for p in paths),
+    }
 
 
 def main(argv=None) -> int:
@@ -238,11 +362,22 @@ def main(argv=None) -> int:
     ap.add_argument("--per-rank", action="store_true", help="one report per rank in the folder OUT")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    info = generate(a.out, ranks=a.ranks, steps=a.steps, layers=a.layers, kernels_per_layer=a.kernels_per_layer,
-                    nccl_share=a.nccl_share, seed=a.seed, per_rank=a.per_rank)
-    print(f"{a.out}: {info['reports']} report(s), {info['rows']:,} rows, {info['kernels']:,} kernels, "
-          f"{info['collectives_per_rank']:,} collectives per rank, {info['bytes'] / 1e6:.0f} MB "
-          f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    info = generate(
+        a.out,
+        ranks=a.ranks,
+        steps=a.steps,
+        layers=a.layers,
+        kernels_per_layer=a.kernels_per_layer,
+        nccl_share=a.nccl_share,
+        seed=a.seed,
+        per_rank=a.per_rank,
+    )
+    print(
+        f"{a.out}: {info['reports']} report(s), {info['rows']:,} rows, {info['kernels']:,} kernels, "
+        f"{info['collectives_per_rank']:,} collectives per rank, {info['bytes'] / 1e6:.0f} MB "
+        f"in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

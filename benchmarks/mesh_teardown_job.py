@@ -11,9 +11,9 @@ from torch.distributed.device_mesh import init_device_mesh
 
 
 def job(rank: int | None = None, store: str | None = None) -> None:
-    if store is None:   # under torchrun
+    if store is None:  # under torchrun
         dist.init_process_group("gloo")
-    else:               # under mp.spawn
+    else:  # under mp.spawn
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
@@ -24,7 +24,7 @@ def job(rank: int | None = None, store: str | None = None) -> None:
         dist.all_reduce(x, group=dp)
         out = torch.empty(1024)
         dist.all_to_all_single(out, x, group=tp)
-        peer = rank ^ 1   # the other rank of this tp pair
+        peer = rank ^ 1  # the other rank of this tp pair
         buf = torch.empty(256)
         if rank % 2 == 0:
             reqs = [dist.isend(x[:256].contiguous(), peer), dist.irecv(buf, peer)]
@@ -36,9 +36,9 @@ def job(rank: int | None = None, store: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:   # python mesh_teardown_job.py STORE_FILE: 4 processes by mp.spawn
+    if len(sys.argv) > 1:  # python mesh_teardown_job.py STORE_FILE: 4 processes by mp.spawn
         import torch.multiprocessing as mp
 
         mp.spawn(job, args=(sys.argv[1],), nprocs=4, join=True)
-    else:                   # torchrun --standalone --nproc-per-node 4 benchmarks/mesh_teardown_job.py
+    else:  # torchrun --standalone --nproc-per-node 4 benchmarks/mesh_teardown_job.py
         job()

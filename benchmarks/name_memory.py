@@ -24,10 +24,17 @@ from tests import hostile_corpus as H  # noqa: E402
 
 def peak_mb(args: list[str], tmp: Path) -> float:
     cache = Path(tempfile.mkdtemp(dir=tmp))
-    env = {**os.environ, "NSYSCOMM_CACHE_DIR": str(cache),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", "from nsyscomm.cli import main; main()", *args],
-                       env=env, capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "NSYSCOMM_CACHE_DIR": str(cache),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    p = subprocess.run(
+        ["/usr/bin/time", "-v", sys.executable, "-c", "from nsyscomm.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     kb = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
     shutil.rmtree(cache)
     return int(kb.group(1)) / 1024 if kb else float("nan")

@@ -34,7 +34,17 @@ def one(mode: str, tmp: Path, i: int) -> tuple[int, bool, float]:
     elif mode == "run":
         # this checkout's nsyscomm, whatever is installed
         env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
-        cmd = [sys.executable, "-c", "from nsyscomm.cli import main; main()", "run", "--no-summary", "-o", str(tmp / f"out-{i}"), "--", *cmd]
+        cmd = [
+            sys.executable,
+            "-c",
+            "from nsyscomm.cli import main; main()",
+            "run",
+            "--no-summary",
+            "-o",
+            str(tmp / f"out-{i}"),
+            "--",
+            *cmd,
+        ]
     t = time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr
@@ -52,7 +62,7 @@ def main() -> None:
     modes = a.modes.split(",")
     counts = {m: [0, 0, 0, 0.0] for m in modes}
     with tempfile.TemporaryDirectory() as d:
-        for i in range(a.runs):          # interleaved, so that load affects every mode alike
+        for i in range(a.runs):  # interleaved, so that load affects every mode alike
             for m in modes:
                 rc, term, s = one(m, Path(d), i)
                 c = counts[m]

@@ -63,9 +63,11 @@ def main():
     W.annotate(True)
     wrapped_fn = dist.all_reduce
     assert wrapped_fn is not bare_fn
-    W.annotate(False)   # bare rounds run with annotation off (else the dispatcher layer sees bare calls)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; torch {torch.__version__}, emitter {W._emitter_kind}, profiler attached: "
-          f"{bool(os.environ.get('NVTX_INJECTION64_PATH'))}")
+    W.annotate(False)  # bare rounds run with annotation off (else the dispatcher layer sees bare calls)
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; torch {torch.__version__}, emitter {W._emitter_kind}, profiler attached: "
+        f"{bool(os.environ.get('NVTX_INJECTION64_PATH'))}"
+    )
 
     # 1. the wrapper itself, around a no-op with all_reduce's signature (caller walk, message,
     # push/pop and autograd-key guard included; no gloo noise). min over rounds = the cost on a
@@ -77,14 +79,15 @@ def main():
     W.annotate(True)
     wn = W._make_wrapper(noop, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
     arms = {"wrapper": wn}
-    if getattr(wn, "_slow", None) is not None:   # the C fast path is built: its Python fallback too
+    if getattr(wn, "_slow", None) is not None:  # the C fast path is built: its Python fallback too
         arms["Python wrapper (no C fast path)"] = wn._slow
-    if ds_timed is not None:   # DeepSpeed's comms logger decorator around the same no-op
-        def all_reduce(tensor, op=None, group=None, async_op=False):   # the logger keys on __name__
+    if ds_timed is not None:  # DeepSpeed's comms logger decorator around the same no-op
+
+        def all_reduce(tensor, op=None, group=None, async_op=False):  # the logger keys on __name__
             return None
 
         arms["DeepSpeed comms logger"] = ds_timed(all_reduce)
-    emitters = _ring_emitters(W)   # arm suffix -> (push, pop): no record, C ring, Python ring
+    emitters = _ring_emitters(W)  # arm suffix -> (push, pop): no record, C ring, Python ring
     iso = {k + (s if k == "wrapper" else ""): [] for k in arms for s in (emitters if k == "wrapper" else [""])}
     gauge = []
     for _ in range(a.rounds):
@@ -92,7 +95,7 @@ def main():
         for k, fn in arms.items():
             if k.startswith("DeepSpeed"):
                 _deepspeed_reset()
-            for suffix, (push, pop) in (emitters.items() if k == "wrapper" else [("", (W._push, W._pop))]):
+            for suffix, (push, pop) in emitters.items() if k == "wrapper" else [("", (W._push, W._pop))]:
                 saved = W._push, W._pop
                 W._push, W._pop = push, pop
                 iso[k + suffix].append(_per_call(lambda fn=fn: fn(t), a.calls) - base)
@@ -100,13 +103,20 @@ def main():
         # the VM's speed this round: a fixed pure-Python loop (it varies by 1.5x on a shared VM)
         gauge.append(_per_call(lambda: _spin(60), a.calls))
     W.annotate(False)
-    path = "C fast path, guard in C" if W._fast_guard else "C fast path, Python guard" if "Python wrapper (no C fast path)" in arms \
+    path = (
+        "C fast path, guard in C"
+        if W._fast_guard
+        else "C fast path, Python guard"
+        if "Python wrapper (no C fast path)" in arms
         else "Python (nsyscomm.capture._fastpath not built)"
+    )
     print(f"wrapper alone (around a no-op), {a.rounds} rounds x {a.calls} calls; {path}")
     for k, v in iso.items():
-        print(f"  {k:32s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, .9):7.2f} us")
-    print(f"  {'speed gauge: 60-step Python loop':32s} min {min(gauge):7.2f} us  median {statistics.median(gauge):7.2f} us  "
-          f"p90 {_q(gauge, .9):7.2f} us")
+        print(f"  {k:32s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, 0.9):7.2f} us")
+    print(
+        f"  {'speed gauge: 60-step Python loop':32s} min {min(gauge):7.2f} us  median {statistics.median(gauge):7.2f} us  "
+        f"p90 {_q(gauge, 0.9):7.2f} us"
+    )
     iso = iso["wrapper"]
     _ring_alone(a)
 
@@ -122,8 +132,11 @@ def main():
         _spin(spins)
         dist.all_reduce(t)
 
-    arms = {"bare": (False, lambda: dist.all_reduce(t)), "wrapped": (True, lambda: dist.all_reduce(t)),
-            "control": (False, control)}
+    arms = {
+        "bare": (False, lambda: dist.all_reduce(t)),
+        "wrapped": (True, lambda: dist.all_reduce(t)),
+        "control": (False, control),
+    }
     if ds_comm is not None:
         arms["deepspeed"] = (False, lambda: ds_comm.all_reduce(t))
     per = {k: [] for k in arms}
@@ -138,15 +151,21 @@ def main():
             per[k].append(_per_call(arms[k][1], a.calls))
         W.annotate(False)
     print(f"gloo all_reduce 16 x float32, world size 1, {a.rounds} rounds x {a.calls} calls")
-    for k, label in (("bare", "bare call"), ("wrapped", "wrapped call"),
-                     ("control", f"bare + {min(iso):.1f} us busy loop"), ("deepspeed", "DeepSpeed comms logger")):
+    for k, label in (
+        ("bare", "bare call"),
+        ("wrapped", "wrapped call"),
+        ("control", f"bare + {min(iso):.1f} us busy loop"),
+        ("deepspeed", "DeepSpeed comms logger"),
+    ):
         if k not in per:
             continue
         v = per[k]
-        print(f"  {label:28s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, .9):7.2f} us")
-    print(f"  wrapped - bare: min {min(per['wrapped']) - min(per['bare']):5.2f} us, median "
-          f"{statistics.median(per['wrapped']) - statistics.median(per['bare']):5.2f} us; "
-          f"control - bare: median {statistics.median(per['control']) - statistics.median(per['bare']):5.2f} us")
+        print(f"  {label:28s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, 0.9):7.2f} us")
+    print(
+        f"  wrapped - bare: min {min(per['wrapped']) - min(per['bare']):5.2f} us, median "
+        f"{statistics.median(per['wrapped']) - statistics.median(per['bare']):5.2f} us; "
+        f"control - bare: median {statistics.median(per['control']) - statistics.median(per['bare']):5.2f} us"
+    )
 
     if ds_comm is None:
         print(f"  DeepSpeed comms logger: not measured ({ds_why})")
@@ -178,8 +197,17 @@ def _ring_alone(a) -> None:
     from nsyscomm import nvtx_format
     from nsyscomm.capture import flight_record as FR
 
-    msg = nvtx_format.format_collective("all_reduce", api="all_reduce", bytes=64, dtype="float32", numel=16, pg=0,
-                                        gsize=4, seq=17, caller="train.py:88 train_step")
+    msg = nvtx_format.format_collective(
+        "all_reduce",
+        api="all_reduce",
+        bytes=64,
+        dtype="float32",
+        numel=16,
+        pg=0,
+        gsize=4,
+        seq=17,
+        caller="train.py:88 train_step",
+    )
 
     def push(m):
         return None
@@ -203,8 +231,14 @@ def _ring_alone(a) -> None:
             per[k].append((time.perf_counter_ns() - t0) / a.calls / 1000.0)
     print(f"flight record alone (push + pop around no-op emitters), {a.rounds} rounds x {a.calls} calls")
     for k, v in per.items():
-        extra = "" if k == "no record" else (f"  adds min {min(v) - min(per['no record']):5.2f} us, median "
-                                             f"{statistics.median(v) - statistics.median(per['no record']):5.2f} us")
+        extra = (
+            ""
+            if k == "no record"
+            else (
+                f"  adds min {min(v) - min(per['no record']):5.2f} us, median "
+                f"{statistics.median(v) - statistics.median(per['no record']):5.2f} us"
+            )
+        )
         print(f"  {k:32s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us{extra}")
 
 

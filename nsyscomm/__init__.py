@@ -1,11 +1,11 @@
 """nsyscomm: where the communication time of distributed training goes, from Nsight Systems reports.
 
-    import nsyscomm
-    res = nsyscomm.load(["report.sqlite"])      # or a folder of per-rank reports
-    res.collectives                             # pandas DataFrame, one row per call per rank
-    res.summary, res.ranks, res.skew            # the analyses (sql/*.sql)
+import nsyscomm
+res = nsyscomm.load(["report.sqlite"])      # or a folder of per-rank reports
+res.collectives                             # pandas DataFrame, one row per call per rank
+res.summary, res.ranks, res.skew            # the analyses (sql/*.sql)
 
-    nsyscomm.annotate()                         # inside a training process: NVTX ranges per collective
+nsyscomm.annotate()                         # inside a training process: NVTX ranges per collective
 """
 
 from __future__ import annotations

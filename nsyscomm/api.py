@@ -17,13 +17,28 @@ from nsyscomm.discover import discover, report_names, sample_jobs, sample_report
 from nsyscomm.extract.readers import extract_one
 from nsyscomm.ingest import straggler_trace
 
-__all__ = ["SCHEMA_VERSION", "Result", "combine", "discover", "extract_one", "load", "sample_jobs",
-           "sample_reports_dir"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Result",
+    "combine",
+    "discover",
+    "extract_one",
+    "load",
+    "sample_jobs",
+    "sample_reports_dir",
+]
 
 
-def load(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None, *, by_caller: bool = False,
-         nccl_logs: Iterable[str | os.PathLike] = (), jobs: int | None = None, cache: bool = True,
-         dask: str | None = None, memory_limit: str | None = None) -> Result:
+def load(
+    paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
+    *,
+    by_caller: bool = False,
+    nccl_logs: Iterable[str | os.PathLike] = (),
+    jobs: int | None = None,
+    cache: bool = True,
+    dask: str | None = None,
+    memory_limit: str | None = None,
+) -> Result:
     """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
     job's NCCL context and a reference bandwidth curve. memory_limit: DuckDB's memory per process
     ("4GB", "50%"; else NSYSCOMM_MEMORY_LIMIT, else DuckDB's default); past it, it spills to disk."""
@@ -43,5 +58,5 @@ def load(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None, *
         curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
-    result.op_trace = straggler_trace.job_trace(files)   # compute ops too, for the what-if replay
+    result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
     return result

@@ -7,14 +7,32 @@ never the world size. The SQL reads the same factors from the
 
 from __future__ import annotations
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-       "send", "recv", "gather", "scatter", "barrier")
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send",
+    "recv",
+    "gather",
+    "scatter",
+    "barrier",
+)
 
 # op -> kind of busbw factor: "allreduce" 2(n-1)/n, "nm1" (n-1)/n, "one" 1, None no bandwidth
 _FACTOR_KIND = {
     "all_reduce": "allreduce",
-    "all_gather": "nm1", "reduce_scatter": "nm1", "all_to_all": "nm1", "gather": "nm1", "scatter": "nm1",
-    "broadcast": "one", "reduce": "one", "send": "one", "recv": "one",
+    "all_gather": "nm1",
+    "reduce_scatter": "nm1",
+    "all_to_all": "nm1",
+    "gather": "nm1",
+    "scatter": "nm1",
+    "broadcast": "one",
+    "reduce": "one",
+    "send": "one",
+    "recv": "one",
     "barrier": None,
 }
 

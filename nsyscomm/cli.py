@@ -27,17 +27,21 @@ def emit(result, fmt: str, units: str, by_caller: bool) -> None:
 
     if fmt == "json":
         from nsyscomm.views.json_out import dumps
+
         click.echo(dumps(result, by_caller))
     elif fmt == "markdown":
         from nsyscomm.views.tables import markdown
+
         click.echo(visible(markdown(result, units, by_caller)), nl=False)
     elif fmt == "csv":
         from nsyscomm.views.tables import csv
+
         click.echo(csv(result, by_caller), nl=False)
-        for w in result.warnings:   # CSV has no place for them: stderr, like the other formats' notes
+        for w in result.warnings:  # CSV has no place for them: stderr, like the other formats' notes
             click.echo(f"nsyscomm: warning: {visible_line(w)}", err=True)
     else:
         from nsyscomm.views.text import render
+
         render(result, console(), units, by_caller)
 
 
@@ -73,14 +77,26 @@ class _LazyGroup(click.Group):
 # name -> (module, attribute, the first line of its docstring: tests/test_startup.py checks they agree)
 _LAZY = {
     "gate": ("nsyscomm.commands.gate", "gate", "Fail CI when communication got slower than the baseline."),
-    "baseline": ("nsyscomm.commands.gate", "baseline",
-                 "Write or update a gate baseline from reports or JSON summaries."),
-    "trace": ("nsyscomm.commands.views", "trace",
-              "Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing)."),
-    "report": ("nsyscomm.commands.views", "report",
-               "Write a self-contained HTML report (works offline: no CDN, no network)."),
-    "export": ("nsyscomm.commands.export", "export",
-               "Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format."),
+    "baseline": (
+        "nsyscomm.commands.gate",
+        "baseline",
+        "Write or update a gate baseline from reports or JSON summaries.",
+    ),
+    "trace": (
+        "nsyscomm.commands.views",
+        "trace",
+        "Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing).",
+    ),
+    "report": (
+        "nsyscomm.commands.views",
+        "report",
+        "Write a self-contained HTML report (works offline: no CDN, no network).",
+    ),
+    "export": (
+        "nsyscomm.commands.export",
+        "export",
+        "Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.",
+    ),
 }
 
 
@@ -92,23 +108,56 @@ def main():
 
 @main.command()
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
-@click.option("--by", "by", type=click.Choice(["op", "caller"]), default="op", show_default=True,
-              help="caller: split each op by the call site (DeepSpeed's debug view).")
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(["op", "caller"]),
+    default="op",
+    show_default=True,
+    help="caller: split each op by the call site (DeepSpeed's debug view).",
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--units", type=click.Choice(["Gbps", "GBps"]), default="Gbps", show_default=True,
-              help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).")
-@click.option("--nccl-log", "nccl_logs", multiple=True, type=click.Path(path_type=str),
-              help="NCCL_DEBUG=INFO log or nccl-tests output: NCCL context and a reference busbw curve (repeatable).")
-@click.option("--include-env", is_flag=True,
-              help="Also output the profiled environment and command lines the reports hold (may contain secrets).")
+@click.option(
+    "--units",
+    type=click.Choice(["Gbps", "GBps"]),
+    default="Gbps",
+    show_default=True,
+    help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).",
+)
+@click.option(
+    "--nccl-log",
+    "nccl_logs",
+    multiple=True,
+    type=click.Path(path_type=str),
+    help="NCCL_DEBUG=INFO log or nccl-tests output: NCCL context and a reference busbw curve (repeatable).",
+)
+@click.option(
+    "--include-env",
+    is_flag=True,
+    help="Also output the profiled environment and command lines the reports hold (may contain secrets).",
+)
 @click.option("--no-cache", is_flag=True, help="Extract every report again; neither read nor write the cache.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Reports extracted in parallel (default: the usable cores).")
-@click.option("--dask", "dask_address", metavar="ADDRESS", default=None,
-              help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786).")
-@click.option("--memory-limit", metavar="SIZE", default=None,
-              help="Memory of each process's DuckDB (e.g. 4GB, 50%); past it, it spills to "
-                   "NSYSCOMM_TEMP_DIR (default: the system's temporary folder). Also NSYSCOMM_MEMORY_LIMIT.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Reports extracted in parallel (default: the usable cores).",
+)
+@click.option(
+    "--dask",
+    "dask_address",
+    metavar="ADDRESS",
+    default=None,
+    help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786).",
+)
+@click.option(
+    "--memory-limit",
+    metavar="SIZE",
+    default=None,
+    help="Memory of each process's DuckDB (e.g. 4GB, 50%); past it, it spills to "
+    "NSYSCOMM_TEMP_DIR (default: the system's temporary folder). Also NSYSCOMM_MEMORY_LIMIT.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, dask_address, memory_limit, debug):
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
@@ -126,6 +175,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
             result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
             if include_env:
                 from nsyscomm.views.env_out import emit_with_env
+
                 _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
                 return
             _run_guarded(lambda result=result: emit(result, fmt, units, by == "caller"), debug)
@@ -146,6 +196,7 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
     finally:
         if started:  # whatever ended the run: an untaken head start is stopped and closed
             from nsyscomm.ingest.nsys.reader import drop_head_starts
+
             drop_head_starts()
 
 
@@ -191,24 +242,50 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=str),
-              help="Folder for the reports (default: a new nsyscomm-YYYYmmdd-HHMMSS folder).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=str),
+    help="Folder for the reports (default: a new nsyscomm-YYYYmmdd-HHMMSS folder).",
+)
 @click.option("--steps", metavar="A:B", help="Capture only training steps A to B-1 (nsys capture range).")
 @click.option("--per-rank", is_flag=True, help="One nsys and one report per torchrun worker (multi-node layout).")
 @click.option("--nsys-args", metavar='"..."', help="Extra arguments for nsys profile.")
-@click.option("--profiler", type=click.Choice(["nsys", "torch"]), default="nsys", show_default=True,
-              help="torch: torch.profiler in each process instead of nsys (one Kineto trace per rank).")
+@click.option(
+    "--profiler",
+    type=click.Choice(["nsys", "torch"]),
+    default="nsys",
+    show_default=True,
+    help="torch: torch.profiler in each process instead of nsys (one Kineto trace per rank).",
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--no-summary", is_flag=True, help="Only capture and export; do not print the summary.")
-@click.option("--hang-timeout", "hang_timeout", metavar="DURATION", envvar="NSYSCOMM_HANG_TIMEOUT", default=None,
-              help="End the job when ranks wait in a collective and none finishes for DURATION (90s, 5m); "
-                   "the report is kept, the diagnosis printed, exit status 124 (hung). Also NSYSCOMM_HANG_TIMEOUT.")
-@click.option("--export", "export", type=click.Choice(["arrow", "sqlite"]), default="arrow", show_default=True,
-              help="Format nsys exports each report to: report.arrow (read directly, the shorter wait: "
-                   "docs/performance.md) or report.sqlite (for nsys stats and your own SQL); both summarize alike.")
-@click.option("--preset", type=click.Choice(["default", "light"]), default="default", show_default=True,
-              help="What nsys traces. light: NVTX (and CUDA) only, no OS runtime calls: less overhead, "
-                   "no late-arrival causes (docs/performance.md).")
+@click.option(
+    "--hang-timeout",
+    "hang_timeout",
+    metavar="DURATION",
+    envvar="NSYSCOMM_HANG_TIMEOUT",
+    default=None,
+    help="End the job when ranks wait in a collective and none finishes for DURATION (90s, 5m); "
+    "the report is kept, the diagnosis printed, exit status 124 (hung). Also NSYSCOMM_HANG_TIMEOUT.",
+)
+@click.option(
+    "--export",
+    "export",
+    type=click.Choice(["arrow", "sqlite"]),
+    default="arrow",
+    show_default=True,
+    help="Format nsys exports each report to: report.arrow (read directly, the shorter wait: "
+    "docs/performance.md) or report.sqlite (for nsys stats and your own SQL); both summarize alike.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(["default", "light"]),
+    default="default",
+    show_default=True,
+    help="What nsys traces. light: NVTX (and CUDA) only, no OS runtime calls: less overhead, "
+    "no late-arrival causes (docs/performance.md).",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, export, preset, debug, cmd):
@@ -223,10 +300,21 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
     from nsyscomm.api import load
     from nsyscomm.capture.launcher import run as launch
 
-    res = _run_guarded(lambda: launch(list(cmd), output=output, steps=steps, per_rank=per_rank,
-                                      nsys_args=nsys_args, stdout_to_stderr=fmt in ("json", "csv"),
-                                      profiler=profiler, hang_timeout=hang_timeout, export=export,
-                                      preset=preset), debug)
+    res = _run_guarded(
+        lambda: launch(
+            list(cmd),
+            output=output,
+            steps=steps,
+            per_rank=per_rank,
+            nsys_args=nsys_args,
+            stdout_to_stderr=fmt in ("json", "csv"),
+            profiler=profiler,
+            hang_timeout=hang_timeout,
+            export=export,
+            preset=preset,
+        ),
+        debug,
+    )
     for w in res.warnings:
         click.echo(f"nsyscomm: warning: {w}", err=True)
     click.echo(f"nsyscomm: report(s) in {res.output_dir}", err=True)
@@ -236,7 +324,7 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
         with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
             result = _run_guarded(lambda: load(list(res.reports)), debug)
         shown = time.perf_counter()
-        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)   # the analyses run as they are shown
+        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)  # the analyses run as they are shown
         log.line(f"analyses and summary printed {time.perf_counter() - shown:.2f} s", echo=False)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)

@@ -37,12 +37,12 @@ def discover(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> l
     found: list[Path] = []
     for p in paths:
         p = Path(p)
-        if p.is_dir() and nsys_arrow.is_export(p):   # one report: a folder of per-table files (issue 24)
+        if p.is_dir() and nsys_arrow.is_export(p):  # one report: a folder of per-table files (issue 24)
             found.append(p)
             continue
         if p.is_dir():
             hits = sorted(x for x in p.rglob("*.sqlite") if x.is_file())
-            if not hits:   # nsys's Arrow exports (issue 24)
+            if not hits:  # nsys's Arrow exports (issue 24)
                 hits = nsys_arrow.exports_in(p)
             if not hits:  # per-op traces of the OSDI'25 what-if artifact (trace-*.parquet + meta-*.yaml)
                 hits = sorted(x for x in p.rglob("trace-*.parquet") if straggler_trace.is_trace(x))
@@ -50,13 +50,18 @@ def discover(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> l
                 hits = sorted(x for x in p.rglob("*") if x.is_file() and kineto.is_trace(x))
             if not hits:  # PyTorch Flight Recorder dumps, one per rank (issue 22)
                 from nsyscomm.ingest import flight_recorder
+
                 hits = flight_recorder.dumps_in(p)
             if not hits:
                 reps = sorted(p.rglob("*.nsys-rep"))
-                hint = (f"export them first: nsys export --type sqlite {reps[0]}" if reps
-                        else "point to a folder of nsys SQLite exports (*.sqlite)")
-                raise InputError(f"{p}: no report (*.sqlite, or PyTorch profiler *.json/*.json.gz) "
-                                 f"in this folder; {hint}")
+                hint = (
+                    f"export them first: nsys export --type sqlite {reps[0]}"
+                    if reps
+                    else "point to a folder of nsys SQLite exports (*.sqlite)"
+                )
+                raise InputError(
+                    f"{p}: no report (*.sqlite, or PyTorch profiler *.json/*.json.gz) in this folder; {hint}"
+                )
             found.extend(hits)
         elif p.is_file():
             found.append(p)

@@ -24,8 +24,10 @@ def _sqlite_extension() -> str:
 
     found = sorted(Path(ext.__file__).parent.glob("extensions/*/sqlite_scanner.duckdb_extension"))
     if not found:
-        raise RuntimeError("duckdb-extension-sqlite-scanner is installed without its extension file; "
-                           "reinstall it: pip install --force-reinstall duckdb-extension-sqlite-scanner==1.5.5")
+        raise RuntimeError(
+            "duckdb-extension-sqlite-scanner is installed without its extension file; "
+            "reinstall it: pip install --force-reinstall duckdb-extension-sqlite-scanner==1.5.5"
+        )
     return str(found[-1])
 
 
@@ -69,8 +71,11 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
         if not limit:
             raise
         from nsyscomm.errors import InputError
-        raise InputError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size ({str(e).splitlines()[0]}); "
-                         f"give one like 4GB, 500MB or 50%") from None
+
+        raise InputError(
+            f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size ({str(e).splitlines()[0]}); "
+            f"give one like 4GB, 500MB or 50%"
+        ) from None
     # IEJoin for "launch inside range" joins: far faster than hash join + filter
     # (docs/architecture.md, "DuckDB")
     con.execute("SET prefer_range_joins = true")
@@ -93,9 +98,11 @@ def interrupted(e: BaseException) -> bool:
     raises instead when another thread's query took the signal; or the duckdb.Error that wraps a
     KeyboardInterrupt raised in Python code DuckDB was calling (scanning a registered pandas or
     Arrow table)."""
-    return (isinstance(e, duckdb.InterruptException)
-            or (isinstance(e, RuntimeError) and str(e).startswith("Query interrupted"))
-            or (isinstance(e, duckdb.Error) and "KeyboardInterrupt" in str(e)))
+    return (
+        isinstance(e, duckdb.InterruptException)
+        or (isinstance(e, RuntimeError) and str(e).startswith("Query interrupted"))
+        or (isinstance(e, duckdb.Error) and "KeyboardInterrupt" in str(e))
+    )
 
 
 def close_soon(con: duckdb.DuckDBPyConnection) -> None:
@@ -127,8 +134,19 @@ def memory_limit(limit: str | None):
             os.environ[MEMORY_LIMIT_ENV] = old
 
 
-_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
+_UNITS = {
+    "bytes": 1,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+    "PiB": 2**50,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "PB": 10**15,
+}
 
 
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -177,9 +195,16 @@ def _nullable_int() -> dict:
     import pandas as pd
     import pyarrow as pa
 
-    return {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-            pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
-            pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
+    return {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.uint8(): pd.UInt8Dtype(),
+        pa.uint16(): pd.UInt16Dtype(),
+        pa.uint32(): pd.UInt32Dtype(),
+        pa.uint64(): pd.UInt64Dtype(),
+    }
 
 
 def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -217,9 +242,10 @@ def arrow_frame(t) -> pd.DataFrame:
             cols[name] = col.cast(pa.float64()).to_pandas()
         elif typ in nullable_int and col.null_count:
             cols[name] = col.to_pandas(types_mapper=nullable_int.get)
-        elif (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_null(typ)) \
-                and col.null_count == len(col):
-            cols[name] = pd.Series([None] * len(col), dtype=object)   # as .df(): all-NULL text is None
+        elif (
+            pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_null(typ)
+        ) and col.null_count == len(col):
+            cols[name] = pd.Series([None] * len(col), dtype=object)  # as .df(): all-NULL text is None
         else:
             cols[name] = col.to_pandas()
     # copy=False: the columns stay blocks of their own; pandas would otherwise stack the integer

@@ -41,6 +41,7 @@ FIX_BASELINE = "regenerate it with: nsyscomm baseline --output BASELINE.json REP
 
 # --------------------------------------------------------------------------------------- keys
 
+
 class Key(NamedTuple):
     """A summary row's identity: what a change is reported against."""
 
@@ -64,11 +65,13 @@ class Key(NamedTuple):
 
 
 def _key(row: dict, with_caller: bool) -> Key:
-    return Key(row["op"], _int(row.get("bytes")), _int(row.get("group_size")),
-               row.get("caller") if with_caller else None)
+    return Key(
+        row["op"], _int(row.get("bytes")), _int(row.get("group_size")), row.get("caller") if with_caller else None
+    )
 
 
 # ------------------------------------------------------------------------------------ metrics
+
 
 def _num(v) -> float | None:
     if isinstance(v, bool) or v is None:
@@ -138,14 +141,14 @@ def summary_total(fld: str) -> Callable[[dict], float | None]:
 class Metric:
     """One comparable number. scope: key (a summary row's field), rank ({rank: value}) or job (one value)."""
 
-    id: str                     # "<scope>.<name>", the name used in options and TOML
+    id: str  # "<scope>.<name>", the name used in options and TOML
     label: str
     unit: str
-    better: str                 # "higher" or "lower"
-    rel: float                  # default threshold, percent of the baseline value
-    abs: float                  # default absolute floor, in unit
-    fail: bool = True           # False: reported, never fails the gate
-    extract: Callable[[dict], Any] | None = None   # rank/job scope: doc -> {rank: v} / v
+    better: str  # "higher" or "lower"
+    rel: float  # default threshold, percent of the baseline value
+    abs: float  # default absolute floor, in unit
+    fail: bool = True  # False: reported, never fails the gate
+    extract: Callable[[dict], Any] | None = None  # rank/job scope: doc -> {rank: v} / v
 
     @property
     def scope(self) -> str:
@@ -169,26 +172,42 @@ METRICS: tuple[Metric, ...] = (
     Metric("key.arrival_delay_ms", "arrival skew", "ms", "lower", 25.0, 0.05),
     Metric("rank.comm_ms", "comm time", "ms", "lower", 20.0, 0.1, extract=per_rank("ranks", "comm_ms")),
     Metric("rank.wait_ms", "wait time", "ms", "lower", 25.0, 0.1, extract=per_rank("ranks", "wait_ms")),
-    Metric("rank.arrival_delay_ms", "arrival delay", "ms", "lower", 25.0, 0.05,
-           extract=per_rank("skew", "avg_arrival_delay_ms")),
+    Metric(
+        "rank.arrival_delay_ms",
+        "arrival delay",
+        "ms",
+        "lower",
+        25.0,
+        0.05,
+        extract=per_rank("skew", "avg_arrival_delay_ms"),
+    ),
     Metric("rank.exposed_ms", "exposed comm", "ms", "lower", 20.0, 0.1, extract=per_rank("overlap", "exposed_ms")),
     Metric("job.total_ms", "collective latency", "ms", "lower", 10.0, 0.1, extract=summary_total("total_ms")),
     Metric("job.calls", "calls", "", "lower", 10.0, 0.0, extract=summary_total("calls")),
     Metric("job.comm_ms", "comm time (max rank)", "ms", "lower", 10.0, 0.1, extract=job_max("ranks", "comm_ms")),
     Metric("job.wait_ms", "wait time (max rank)", "ms", "lower", 20.0, 0.1, extract=job_max("ranks", "wait_ms")),
-    Metric("job.arrival_delay_ms", "arrival delay (max rank)", "ms", "lower", 25.0, 0.05,
-           extract=job_max("skew", "avg_arrival_delay_ms")),
-    Metric("job.exposed_ms", "exposed comm (max rank)", "ms", "lower", 10.0, 0.1,
-           extract=job_max("overlap", "exposed_ms")),
+    Metric(
+        "job.arrival_delay_ms",
+        "arrival delay (max rank)",
+        "ms",
+        "lower",
+        25.0,
+        0.05,
+        extract=job_max("skew", "avg_arrival_delay_ms"),
+    ),
+    Metric(
+        "job.exposed_ms", "exposed comm (max rank)", "ms", "lower", 10.0, 0.1, extract=job_max("overlap", "exposed_ms")
+    ),
 )
 METRIC_BY_ID = {m.id: m for m in METRICS}
 
 
 # ----------------------------------------------------------------------------------- settings
 
+
 @dataclass(frozen=True)
 class Threshold:
-    rel: float          # percent
+    rel: float  # percent
     abs: float
     fail: bool = True
     enabled: bool = True
@@ -197,19 +216,28 @@ class Threshold:
 @dataclass
 class Settings:
     thresholds: dict[str, Threshold] = field(
-        default_factory=lambda: {m.id: Threshold(m.rel, m.abs, m.fail) for m in METRICS})
-    min_calls: int = 10         # a key counts only when both sides have at least this many calls
-    new_keys: str = "fail"      # a key absent from every baseline run: fail | warn | ignore
+        default_factory=lambda: {m.id: Threshold(m.rel, m.abs, m.fail) for m in METRICS}
+    )
+    min_calls: int = 10  # a key counts only when both sides have at least this many calls
+    new_keys: str = "fail"  # a key absent from every baseline run: fail | warn | ignore
     missing_keys: str = "warn"  # a baseline key absent from the current run
-    noise_sigma: float = 0.0    # widen the baseline runs' [min, max] band by this many standard deviations
-    level: str = "auto"         # compare per op (op, bytes, n) or per caller too; auto: caller when both sides have it
+    noise_sigma: float = 0.0  # widen the baseline runs' [min, max] band by this many standard deviations
+    level: str = "auto"  # compare per op (op, bytes, n) or per caller too; auto: caller when both sides have it
     source: list[str] = field(default_factory=list)  # where the settings came from
 
     def to_dict(self) -> dict:
-        return {"min_calls": self.min_calls, "new_keys": self.new_keys, "missing_keys": self.missing_keys,
-                "noise_sigma": self.noise_sigma, "level": self.level, "source": self.source,
-                "thresholds": {k: {"rel_pct": t.rel, "abs": t.abs, "fail": t.fail, "enabled": t.enabled}
-                               for k, t in self.thresholds.items()}}
+        return {
+            "min_calls": self.min_calls,
+            "new_keys": self.new_keys,
+            "missing_keys": self.missing_keys,
+            "noise_sigma": self.noise_sigma,
+            "level": self.level,
+            "source": self.source,
+            "thresholds": {
+                k: {"rel_pct": t.rel, "abs": t.abs, "fail": t.fail, "enabled": t.enabled}
+                for k, t in self.thresholds.items()
+            },
+        }
 
 
 _TOP_KEYS = {"min_calls", "new_keys", "missing_keys", "noise_sigma", "by", "rel", "abs", "ignore"}
@@ -280,7 +308,9 @@ def apply_config(settings: Settings, cfg: dict, where: str) -> Settings:
                 for mid in _metric_ids(str(name), where):
                     s.thresholds[mid] = replace(s.thresholds[mid], enabled=False)
         else:
-            raise InputError(f"{where}: unknown gate setting {k!r}; known: {', '.join(sorted(_TOP_KEYS | {'key', 'rank', 'job'}))}")
+            raise InputError(
+                f"{where}: unknown gate setting {k!r}; known: {', '.join(sorted(_TOP_KEYS | {'key', 'rank', 'job'}))}"
+            )
     return s
 
 
@@ -338,8 +368,9 @@ def config_table(data: dict) -> dict | None:
     return None
 
 
-def settings_from(config: str | os.PathLike | None = None, *, pyproject: bool = True,
-                  search_from: str | os.PathLike | None = None) -> Settings:
+def settings_from(
+    config: str | os.PathLike | None = None, *, pyproject: bool = True, search_from: str | os.PathLike | None = None
+) -> Settings:
     """Defaults, then [tool.nsyscomm.gate] of the nearest pyproject.toml, then the config file.
 
     A config file may hold [tool.nsyscomm.gate], [gate], or the settings at its top level."""
@@ -366,9 +397,18 @@ def parse_metric_value(spec: str, what: str) -> tuple[list[str] | None, float]:
     return None, _as_float(spec, what, where)
 
 
-def override(settings: Settings, *, rel: Iterable[str] = (), abs_: Iterable[str] = (), ignore: Iterable[str] = (),
-             min_calls: int | None = None, new_keys: str | None = None, missing_keys: str | None = None,
-             noise_sigma: float | None = None, level: str | None = None) -> Settings:
+def override(
+    settings: Settings,
+    *,
+    rel: Iterable[str] = (),
+    abs_: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    min_calls: int | None = None,
+    new_keys: str | None = None,
+    missing_keys: str | None = None,
+    noise_sigma: float | None = None,
+    level: str | None = None,
+) -> Settings:
     """Command-line options on top of settings."""
     s = replace(settings, thresholds=dict(settings.thresholds))
     for spec in rel:
@@ -399,6 +439,7 @@ def override(settings: Settings, *, rel: Iterable[str] = (), abs_: Iterable[str]
 
 # --------------------------------------------------------------------------------------- runs
 
+
 @dataclass
 class Run:
     """One profiled run of the job, as comparable rows: a schema-1 document plus its keyed summary."""
@@ -406,7 +447,7 @@ class Run:
     source: str
     doc: dict
     op_rows: dict[Key, dict]
-    caller_rows: dict[Key, dict] | None     # None when the run carries no caller information
+    caller_rows: dict[Key, dict] | None  # None when the run carries no caller information
 
     @property
     def empty(self) -> bool:
@@ -430,9 +471,18 @@ def _aggregate(rows: list[dict]) -> dict:
     algbw = nbytes / (avg * 1e6) if nbytes is not None and avg else None
     factor = ops.busbw_factor(first["op"], n)
     maxes = [_num(r.get("max_ms")) for r in rows if _num(r.get("max_ms")) is not None]
-    out = {**first, "caller": None, "count": int(count), "calls": int(calls), "total_ms": total, "avg_ms": avg,
-           "p50_ms": None, "max_ms": max(maxes) if maxes else None, "algbw_GBps": algbw,
-           "busbw_GBps": algbw * factor if algbw is not None and factor is not None else None}
+    out = {
+        **first,
+        "caller": None,
+        "count": int(count),
+        "calls": int(calls),
+        "total_ms": total,
+        "avg_ms": avg,
+        "p50_ms": None,
+        "max_ms": max(maxes) if maxes else None,
+        "algbw_GBps": algbw,
+        "busbw_GBps": algbw * factor if algbw is not None and factor is not None else None,
+    }
     # any other numeric field (a future per-key metric): summed when additive is unknown -> dropped
     for k in set().union(*rows) - set(out):
         out[k] = None
@@ -450,17 +500,22 @@ def run_from_doc(doc: dict, where: str) -> Run:
     if not isinstance(doc, dict):
         raise InputError(f"{where}: a run must be a JSON object; {FIX_BASELINE}")
     if "summary" not in doc:
-        raise InputError(f"{where}: no 'summary' list; make it with nsyscomm summarize --format json, or {FIX_BASELINE}")
+        raise InputError(
+            f"{where}: no 'summary' list; make it with nsyscomm summarize --format json, or {FIX_BASELINE}"
+        )
     summary = _validate_rows(doc["summary"], where, "summary")
     by_caller = [r for r in summary if r.get("caller") is not None]
-    extra = _validate_rows(doc.get("summary_by_caller"), where, "summary_by_caller") \
-        if doc.get("summary_by_caller") is not None else None
+    extra = (
+        _validate_rows(doc.get("summary_by_caller"), where, "summary_by_caller")
+        if doc.get("summary_by_caller") is not None
+        else None
+    )
     for k in ("ranks",):
         if k in doc and not isinstance(doc[k], list):
             raise InputError(f"{where}: '{k}' must be a list; {FIX_BASELINE}")
     if "skew" in doc and doc["skew"] is not None and not isinstance(doc["skew"], dict):
         raise InputError(f"{where}: 'skew' must be an object; {FIX_BASELINE}")
-    if by_caller:   # made with --by caller: aggregate to op level
+    if by_caller:  # made with --by caller: aggregate to op level
         caller_rows = _merge_rows(summary, True)
         groups: dict[Key, list[dict]] = {}
         for r in summary:
@@ -516,7 +571,9 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{p}: no such file; check the path, or create it with: nsyscomm baseline --output {p} REPORT.sqlite") from None
+        raise InputError(
+            f"{p}: no such file; check the path, or create it with: nsyscomm baseline --output {p} REPORT.sqlite"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: cannot read ({getattr(e, 'strerror', None) or e}); {FIX_BASELINE}") from None
     if not text.strip():
@@ -530,19 +587,25 @@ def read_json(path: str | os.PathLike) -> Any:
 def runs_from_json(data: Any, where: str) -> list[Run]:
     """A summary document (one run) or a baseline document ({"runs": [...]}: several) -> runs."""
     if not isinstance(data, dict):
-        raise InputError(f"{where}: expected a JSON object with \"schema\": 1; {FIX_BASELINE}")
+        raise InputError(f'{where}: expected a JSON object with "schema": 1; {FIX_BASELINE}')
     schema = data.get("schema")
     if type(schema) is not int or schema != SCHEMA_VERSION:
-        got = "no \"schema\"" if "schema" not in data else f"\"schema\": {json.dumps(schema)}"
-        raise InputError(f"{where}: {got}, this nsyscomm reads \"schema\": {SCHEMA_VERSION}; {FIX_BASELINE}")
+        got = 'no "schema"' if "schema" not in data else f'"schema": {json.dumps(schema)}'
+        raise InputError(f'{where}: {got}, this nsyscomm reads "schema": {SCHEMA_VERSION}; {FIX_BASELINE}')
     if "runs" in data:
         runs = data["runs"]
         if not isinstance(runs, list) or not runs:
             raise InputError(f"{where}: 'runs' must be a non-empty list of summaries; {FIX_BASELINE}")
         out = []
         for i, r in enumerate(runs):
-            if isinstance(r, dict) and "schema" in r and (type(r["schema"]) is not int or r["schema"] != SCHEMA_VERSION):
-                raise InputError(f"{where}: run {i} has \"schema\": {json.dumps(r['schema'])}, expected {SCHEMA_VERSION}; {FIX_BASELINE}")
+            if (
+                isinstance(r, dict)
+                and "schema" in r
+                and (type(r["schema"]) is not int or r["schema"] != SCHEMA_VERSION)
+            ):
+                raise InputError(
+                    f'{where}: run {i} has "schema": {json.dumps(r["schema"])}, expected {SCHEMA_VERSION}; {FIX_BASELINE}'
+                )
             out.append(run_from_doc(r, f"{where}#run{i}" if len(runs) > 1 else where))
         return out
     return [run_from_doc(data, where)]
@@ -585,8 +648,10 @@ def load_run(sources: Iterable) -> Run:
     runs.extend(load_runs(others))
     if len(runs) != 1:
         names = ", ".join(r.source for r in runs)
-        raise InputError(f"the current side must be one run, got {len(runs)} ({names}); "
-                         f"pass one JSON summary or the reports of one job")
+        raise InputError(
+            f"the current side must be one run, got {len(runs)} ({names}); "
+            f"pass one JSON summary or the reports of one job"
+        )
     return runs[0]
 
 
@@ -595,8 +660,13 @@ def baseline_document(runs: list[Run], keep: int | None = None) -> dict:
     docs = [r.doc for r in runs]
     if keep:
         docs = docs[-keep:]
-    return {"schema": SCHEMA_VERSION, "tool": "nsyscomm", "version": __version__, "kind": BASELINE_KIND,
-            "runs": [{"schema": SCHEMA_VERSION, **{k: v for k, v in d.items() if k != "schema"}} for d in docs]}
+    return {
+        "schema": SCHEMA_VERSION,
+        "tool": "nsyscomm",
+        "version": __version__,
+        "kind": BASELINE_KIND,
+        "runs": [{"schema": SCHEMA_VERSION, **{k: v for k, v in d.items() if k != "schema"}} for d in docs],
+    }
 
 
 # --------------------------------------------------------------------------------- comparison
@@ -611,9 +681,9 @@ class Comparison:
     label: str
     unit: str
     better: str
-    baseline: float | None       # the reference: median over the baseline runs
+    baseline: float | None  # the reference: median over the baseline runs
     band: tuple[float, float] | None
-    runs: int                    # baseline runs that carry the value
+    runs: int  # baseline runs that carry the value
     current: float | None
     delta: float | None
     rel_pct: float | None
@@ -626,22 +696,32 @@ class Comparison:
         return self.status == REGRESSION
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "label": self.label, "unit": self.unit, "better": self.better,
-                "baseline": self.baseline, "band": list(self.band) if self.band else None, "runs": self.runs,
-                "current": self.current, "delta": self.delta, "change_pct": self.rel_pct,
-                "threshold": {"rel_pct": self.threshold.rel, "abs": self.threshold.abs},
-                "status": self.status, "reason": self.reason}
+        return {
+            "metric": self.metric,
+            "label": self.label,
+            "unit": self.unit,
+            "better": self.better,
+            "baseline": self.baseline,
+            "band": list(self.band) if self.band else None,
+            "runs": self.runs,
+            "current": self.current,
+            "delta": self.delta,
+            "change_pct": self.rel_pct,
+            "threshold": {"rel_pct": self.threshold.rel, "abs": self.threshold.abs},
+            "status": self.status,
+            "reason": self.reason,
+        }
 
 
 @dataclass
 class Item:
     """One gated thing: a summary key, a rank, or the job; fails when a comparison does, or by policy."""
 
-    scope: str                   # key | rank | job
-    name: str                    # human label: "all_reduce 25.0 MB n=4", "rank 3", "job"
+    scope: str  # key | rank | job
+    name: str  # human label: "all_reduce 25.0 MB n=4", "rank 3", "job"
     key: Key | None = None
     rank: int | None = None
-    status: str = OK             # regression | improvement | ok | new | missing | few_calls | noise
+    status: str = OK  # regression | improvement | ok | new | missing | few_calls | noise
     fails: bool = False
     baseline_calls: float | None = None
     current_calls: float | None = None
@@ -653,10 +733,18 @@ class Item:
         return self.status != OK or any(c.status not in (OK, SKIPPED) for c in self.comparisons)
 
     def to_dict(self) -> dict:
-        return {"scope": self.scope, "name": self.name, "key": self.key.as_dict() if self.key else None,
-                "rank": self.rank, "status": self.status, "fails": self.fails,
-                "baseline_calls": self.baseline_calls, "current_calls": self.current_calls, "note": self.note,
-                "comparisons": [c.to_dict() for c in self.comparisons]}
+        return {
+            "scope": self.scope,
+            "name": self.name,
+            "key": self.key.as_dict() if self.key else None,
+            "rank": self.rank,
+            "status": self.status,
+            "fails": self.fails,
+            "baseline_calls": self.baseline_calls,
+            "current_calls": self.current_calls,
+            "note": self.note,
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        }
 
 
 @dataclass
@@ -684,8 +772,10 @@ class Verdict:
         f = self.failing
         if not f:
             n = sum(1 for i in self.items if i.scope == "key")
-            return (f"PASS: no communication regression ({n} key(s) compared per {self._level_name()}, "
-                    f"{len(self.baselines)} baseline run(s))")
+            return (
+                f"PASS: no communication regression ({n} key(s) compared per {self._level_name()}, "
+                f"{len(self.baselines)} baseline run(s))"
+            )
         parts = []
         for i in f[:3]:
             if i.status in (NEW, MISSING):
@@ -696,19 +786,36 @@ class Verdict:
         more = f" and {len(f) - 3} more" if len(f) > 3 else ""
         n_keys = sum(1 for i in f if i.scope == "key")
         n_ranks = sum(1 for i in f if i.scope == "rank")
-        what = ", ".join(x for x in (f"{n_keys} key(s)" if n_keys else "", f"{n_ranks} rank(s)" if n_ranks else "",
-                                     "job totals" if any(i.scope == "job" for i in f) else "") if x)
+        what = ", ".join(
+            x
+            for x in (
+                f"{n_keys} key(s)" if n_keys else "",
+                f"{n_ranks} rank(s)" if n_ranks else "",
+                "job totals" if any(i.scope == "job" for i in f) else "",
+            )
+            if x
+        )
         return f"FAIL: regression in {what}: " + "; ".join(parts) + more
 
     def _level_name(self) -> str:
         return "op, size, group size, caller" if self.level == "caller" else "op, size, group size"
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA_VERSION, "tool": "nsyscomm", "version": __version__, "kind": "gate",
-                "status": "fail" if self.failed else "pass", "exit_code": self.exit_code,
-                "headline": self.headline(), "level": self.level, "baselines": self.baselines,
-                "current": self.current, "notes": self.notes, "settings": self.settings.to_dict(),
-                "items": [i.to_dict() for i in self.items]}
+        return {
+            "schema": SCHEMA_VERSION,
+            "tool": "nsyscomm",
+            "version": __version__,
+            "kind": "gate",
+            "status": "fail" if self.failed else "pass",
+            "exit_code": self.exit_code,
+            "headline": self.headline(),
+            "level": self.level,
+            "baselines": self.baselines,
+            "current": self.current,
+            "notes": self.notes,
+            "settings": self.settings.to_dict(),
+            "items": [i.to_dict() for i in self.items],
+        }
 
 
 def _pct(x: float | None) -> str:
@@ -719,16 +826,34 @@ def _pct(x: float | None) -> str:
     return f"{x:+.1f}%"
 
 
-def compare_values(metric: Metric, thr: Threshold, base: list[float], cur: float | None,
-                   noise_sigma: float = 0.0) -> Comparison:
+def compare_values(
+    metric: Metric, thr: Threshold, base: list[float], cur: float | None, noise_sigma: float = 0.0
+) -> Comparison:
     """One metric of one item: baseline values (one per run that has it) against the current value."""
+
     def comp(status, reason="", **kw):
-        return Comparison(metric.id, metric.label, metric.unit, metric.better, kw.get("ref"), kw.get("band"),
-                          len(base), cur, kw.get("delta"), kw.get("rel"), thr, status, reason)
+        return Comparison(
+            metric.id,
+            metric.label,
+            metric.unit,
+            metric.better,
+            kw.get("ref"),
+            kw.get("band"),
+            len(base),
+            cur,
+            kw.get("delta"),
+            kw.get("rel"),
+            thr,
+            status,
+            reason,
+        )
 
     if not base or cur is None:
-        return comp(SKIPPED, "not in the current run" if base else "not in the baseline",
-                    ref=statistics.median(base) if base else None)
+        return comp(
+            SKIPPED,
+            "not in the current run" if base else "not in the baseline",
+            ref=statistics.median(base) if base else None,
+        )
     ref = statistics.median(base)
     spread = statistics.stdev(base) if len(base) > 1 else 0.0
     lo, hi = min(base) - noise_sigma * spread, max(base) + noise_sigma * spread
@@ -777,8 +902,10 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         raise InputError("no baseline run given: pass --baseline BASELINE.json (make it with nsyscomm baseline)")
     notes: list[str] = []
     if current.empty and any(not b.empty for b in baselines):
-        raise InputError(f"{current.source}: no collective calls found, while the baseline has some; "
-                         f"the capture likely failed (profile with nsys --trace=cuda,nvtx and nsyscomm.annotate())")
+        raise InputError(
+            f"{current.source}: no collective calls found, while the baseline has some; "
+            f"the capture likely failed (profile with nsys --trace=cuda,nvtx and nsyscomm.annotate())"
+        )
     level, level_notes = _level(baselines, current, s.level)
     notes += level_notes
     items: list[Item] = []
@@ -814,7 +941,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
             base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
             cv = _num(cur.get(m.name))
             if not base_vals and cv is None:
-                continue        # neither side has this metric (e.g. busbw without bytes)
+                continue  # neither side has this metric (e.g. busbw without bytes)
             c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma)
             if c.status == REGRESSION and not gated:
                 c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
@@ -828,7 +955,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         base_maps = [m.extract(b.doc) for b in baselines]
         cur_map = m.extract(current.doc)
         if cur_map is None or all(bm is None for bm in base_maps):
-            continue            # the section is not on both sides: nothing to compare
+            continue  # the section is not on both sides: nothing to compare
         for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
             vals = [bm[rank] for bm in base_maps if bm and rank in bm]
             it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))

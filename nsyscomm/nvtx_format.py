@@ -38,8 +38,20 @@ STEP_PREFIX = "nsyscomm.step"
 VERSION = 1
 
 # Order matters only for readability; caller must stay last.
-COLLECTIVE_FIELDS = ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks", "seq", "async", "step", "peer",
-                     "caller")
+COLLECTIVE_FIELDS = (
+    "api",
+    "bytes",
+    "dtype",
+    "numel",
+    "pg",
+    "gsize",
+    "granks",
+    "seq",
+    "async",
+    "step",
+    "peer",
+    "caller",
+)
 
 
 def _clean(value) -> str:
@@ -52,11 +64,33 @@ def _clean(value) -> str:
     return str(value).replace("|", "/")
 
 
-def format_collective(op: str, *, api: str, bytes: int, dtype, numel, pg, gsize, granks=(), seq: int,
-                      async_op: bool = False, step=None, caller: str = "", peer=None) -> str:
+def format_collective(
+    op: str,
+    *,
+    api: str,
+    bytes: int,
+    dtype,
+    numel,
+    pg,
+    gsize,
+    granks=(),
+    seq: int,
+    async_op: bool = False,
+    step=None,
+    caller: str = "",
+    peer=None,
+) -> str:
     fields = {
-        "api": api, "bytes": bytes, "dtype": dtype, "numel": numel, "pg": pg, "gsize": gsize,
-        "granks": granks, "seq": seq, "async": async_op, "step": step,
+        "api": api,
+        "bytes": bytes,
+        "dtype": dtype,
+        "numel": numel,
+        "pg": pg,
+        "gsize": gsize,
+        "granks": granks,
+        "seq": seq,
+        "async": async_op,
+        "step": step,
     }
     body = "|".join(f"{k}={_clean(v)}" for k, v in fields.items())
     if peer is not None:
@@ -73,11 +107,15 @@ def collective_template(op: str, *, api: str, dtype, pg, gsize, granks=()) -> st
     async_op=..., step=step, caller=c)``; the wrapper caches one template per (op, api, dtype, group)
     so a call costs one ``%`` instead of ten field conversions.
     """
-    static = {k: _clean(v).replace("%", "%%") for k, v in
-              (("api", api), ("dtype", dtype), ("pg", pg), ("gsize", gsize), ("granks", granks))}
-    return (f"{COLLECTIVE_PREFIX}{op.replace('%', '%%')}|api={static['api']}|bytes=%s|dtype={static['dtype']}"
-            f"|numel=%s|pg={static['pg']}|gsize={static['gsize']}|granks={static['granks']}"
-            "|seq=%s|async=%s|step=%s|caller=%s")
+    static = {
+        k: _clean(v).replace("%", "%%")
+        for k, v in (("api", api), ("dtype", dtype), ("pg", pg), ("gsize", gsize), ("granks", granks))
+    }
+    return (
+        f"{COLLECTIVE_PREFIX}{op.replace('%', '%%')}|api={static['api']}|bytes=%s|dtype={static['dtype']}"
+        f"|numel=%s|pg={static['pg']}|gsize={static['gsize']}|granks={static['granks']}"
+        "|seq=%s|async=%s|step=%s|caller=%s"
+    )
 
 
 def with_peer(message: str, peer) -> str:

@@ -7,15 +7,15 @@ produces exactly these columns, in this order; every analysis in sql/ reads only
 from __future__ import annotations
 
 COLLECTIVES = (
-    ("report", "VARCHAR"),       # file name of the report the row came from
-    ("rank", "INTEGER"),         # wrapper marker > NCCL payload > process order
+    ("report", "VARCHAR"),  # file name of the report the row came from
+    ("rank", "INTEGER"),  # wrapper marker > NCCL payload > process order
     ("local_rank", "INTEGER"),
     ("host", "VARCHAR"),
     ("pid", "BIGINT"),
     ("tid", "BIGINT"),
-    ("op", "VARCHAR"),           # canonical family, see nsyscomm.busbw.OPS
-    ("api", "VARCHAR"),          # the exact call made
-    ("bytes", "BIGINT"),         # nccl-tests message size S
+    ("op", "VARCHAR"),  # canonical family, see nsyscomm.busbw.OPS
+    ("api", "VARCHAR"),  # the exact call made
+    ("bytes", "BIGINT"),  # nccl-tests message size S
     ("dtype", "VARCHAR"),
     ("numel", "BIGINT"),
     ("group", "VARCHAR"),
@@ -31,18 +31,18 @@ COLLECTIVES = (
     ("stream", "BIGINT"),
     ("device", "INTEGER"),
     ("duration_ns", "BIGINT"),
-    ("source", "VARCHAR"),       # wrapper | nccl_payload | torch_range | kernel_name
+    ("source", "VARCHAR"),  # wrapper | nccl_payload | torch_range | kernel_name
     # extras beyond the first list (docs/architecture.md, "The collectives table": extra columns are fine)
-    ("kernel", "VARCHAR"),       # NCCL kernel short name, first one when several
-    ("algo", "VARCHAR"),         # NCCL algorithm parsed from the kernel name (RING, TREE, ...)
-    ("proto", "VARCHAR"),        # NCCL protocol (LL, LL128, SIMPLE)
-    ("kernels", "INTEGER"),      # number of NCCL kernels matched to the call
-    ("kernel_ns", "BIGINT"),     # sum of the matched kernels' durations
-    ("peer", "INTEGER"),         # point-to-point: the other side's global rank
-    ("pair", "VARCHAR"),         # point-to-point: 'a-b', the two ranks (a < b)
-    ("logical_id", "BIGINT"),    # one logical collective: same (group, pair, op, seq) on its ranks
-    ("busy_at_start", "BIGINT"), # compute busy time on the call's GPU before gpu_start (nsyscomm.ingest.busy)
-    ("busy_at_end", "BIGINT"),   # ... and before gpu_end: their difference is compute under the call
+    ("kernel", "VARCHAR"),  # NCCL kernel short name, first one when several
+    ("algo", "VARCHAR"),  # NCCL algorithm parsed from the kernel name (RING, TREE, ...)
+    ("proto", "VARCHAR"),  # NCCL protocol (LL, LL128, SIMPLE)
+    ("kernels", "INTEGER"),  # number of NCCL kernels matched to the call
+    ("kernel_ns", "BIGINT"),  # sum of the matched kernels' durations
+    ("peer", "INTEGER"),  # point-to-point: the other side's global rank
+    ("pair", "VARCHAR"),  # point-to-point: 'a-b', the two ranks (a < b)
+    ("logical_id", "BIGINT"),  # one logical collective: same (group, pair, op, seq) on its ranks
+    ("busy_at_start", "BIGINT"),  # compute busy time on the call's GPU before gpu_start (nsyscomm.ingest.busy)
+    ("busy_at_end", "BIGINT"),  # ... and before gpu_end: their difference is compute under the call
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

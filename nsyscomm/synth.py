@@ -155,8 +155,14 @@ NVTX_DOMAIN_CREATE = 75
 # Launch APIs as nsys 2026.2 names them (runtime class 0, driver class 1).
 LAUNCH_RUNTIME = "cudaLaunchKernel_v7000"
 LAUNCH_DRIVER = "cuLaunchKernelEx"
-_EVENT_CLASS = {LAUNCH_RUNTIME: 0, LAUNCH_DRIVER: 1, "cudaStreamSynchronize_v3020": 0, "cudaSetDevice_v3020": 0,
-                "cudaStreamIsCapturing_v10000": 0, "cudaEventRecord_v3020": 0}
+_EVENT_CLASS = {
+    LAUNCH_RUNTIME: 0,
+    LAUNCH_DRIVER: 1,
+    "cudaStreamSynchronize_v3020": 0,
+    "cudaSetDevice_v3020": 0,
+    "cudaStreamIsCapturing_v10000": 0,
+    "cudaEventRecord_v3020": 0,
+}
 
 NCCL_DOMAIN_ID = 1  # NCCL's NVTX domain id (as in the real 2xH100 file)
 HOST_ID = 1  # top bits of globalTid (real files: 0x1000000000000 + ...)
@@ -186,6 +192,7 @@ def tid_of(gtid: int) -> int:
 # ---------------------------------------------------------------------------------------
 # The in-memory report
 # ---------------------------------------------------------------------------------------
+
 
 class Proc:
     def __init__(self, pid: int, name: str, threads: dict[int, str], host: int = HOST_ID):
@@ -233,12 +240,21 @@ class Report:
         return p
 
     # NVTX ----------------------------------------------------------------------------
-    def range(self, proc: Proc, tid, start, end, *, text=None, registered=None, domain=0,
-              event_type=NVTX_PUSHPOP, uint64=None):
+    def range(
+        self, proc: Proc, tid, start, end, *, text=None, registered=None, domain=0, event_type=NVTX_PUSHPOP, uint64=None
+    ):
         assert (text is None) != (registered is None)
         assert end is None or end >= start
-        row = {"start": start, "end": end, "eventType": event_type, "text": text, "registered": registered,
-               "globalTid": proc.gtid(tid), "domainId": domain, "uint64Value": uint64}
+        row = {
+            "start": start,
+            "end": end,
+            "eventType": event_type,
+            "text": text,
+            "registered": registered,
+            "globalTid": proc.gtid(tid),
+            "domainId": domain,
+            "uint64Value": uint64,
+        }
         self.nvtx.append(row)
         return row
 
@@ -251,16 +267,32 @@ class Report:
     # CUDA ----------------------------------------------------------------------------
     def api_call(self, proc: Proc, tid, start, end, name, corr=None):
         corr = proc.next_corr() if corr is None else corr
-        row = {"start": start, "end": end, "eventClass": _EVENT_CLASS.get(name, 0), "globalTid": proc.gtid(tid),
-               "correlationId": corr, "name": name}
+        row = {
+            "start": start,
+            "end": end,
+            "eventClass": _EVENT_CLASS.get(name, 0),
+            "globalTid": proc.gtid(tid),
+            "correlationId": corr,
+            "name": name,
+        }
         self.runtime.append(row)
         return row
 
     def kernel(self, proc: Proc, corr, *, device, stream, start, end, name):
         nccl = name.startswith("nccl")
-        row = {"start": start, "end": end, "deviceId": device, "contextId": device + 1, "greenContextId": 0,
-               "streamId": stream, "correlationId": corr, "globalPid": proc.gpid, "name": name,
-               "gridId": proc.next_grid(), "nccl": nccl}
+        row = {
+            "start": start,
+            "end": end,
+            "deviceId": device,
+            "contextId": device + 1,
+            "greenContextId": 0,
+            "streamId": stream,
+            "correlationId": corr,
+            "globalPid": proc.gpid,
+            "name": name,
+            "gridId": proc.next_grid(),
+            "nccl": nccl,
+        }
         self.kernels.append(row)
         return row
 
@@ -268,6 +300,7 @@ class Report:
 # ---------------------------------------------------------------------------------------
 # Writing SQLite
 # ---------------------------------------------------------------------------------------
+
 
 def _demangled(name: str) -> str:
     if name.startswith("nccl"):
@@ -281,16 +314,52 @@ def _mangled(name: str) -> str:
 
 def _kernel_shape(name: str) -> dict:
     if name.startswith("nccl"):
-        return dict(launchType=1, cacheConfig=1, registersPerThread=96, gridX=16, gridY=1, gridZ=1, blockX=640,
-                    blockY=1, blockZ=1, staticSharedMemory=21568, dynamicSharedMemory=82240, localMemoryPerThread=0,
-                    localMemoryTotal=787218432, sharedMemoryExecuted=135168, sharedMemoryLimitConfig=1,
-                    clusterX=4, clusterY=1, clusterZ=1, clusterSchedulingPolicy=1, maxPotentialClusterSize=8,
-                    maxActiveClusters=30)
-    return dict(launchType=0, cacheConfig=1, registersPerThread=128, gridX=1024, gridY=2, gridZ=1, blockX=256,
-                blockY=1, blockZ=1, staticSharedMemory=0, dynamicSharedMemory=49152, localMemoryPerThread=0,
-                localMemoryTotal=250871808, sharedMemoryExecuted=65536, sharedMemoryLimitConfig=0,
-                clusterX=0, clusterY=0, clusterZ=0, clusterSchedulingPolicy=1, maxPotentialClusterSize=0,
-                maxActiveClusters=0)
+        return dict(
+            launchType=1,
+            cacheConfig=1,
+            registersPerThread=96,
+            gridX=16,
+            gridY=1,
+            gridZ=1,
+            blockX=640,
+            blockY=1,
+            blockZ=1,
+            staticSharedMemory=21568,
+            dynamicSharedMemory=82240,
+            localMemoryPerThread=0,
+            localMemoryTotal=787218432,
+            sharedMemoryExecuted=135168,
+            sharedMemoryLimitConfig=1,
+            clusterX=4,
+            clusterY=1,
+            clusterZ=1,
+            clusterSchedulingPolicy=1,
+            maxPotentialClusterSize=8,
+            maxActiveClusters=30,
+        )
+    return dict(
+        launchType=0,
+        cacheConfig=1,
+        registersPerThread=128,
+        gridX=1024,
+        gridY=2,
+        gridZ=1,
+        blockX=256,
+        blockY=1,
+        blockZ=1,
+        staticSharedMemory=0,
+        dynamicSharedMemory=49152,
+        localMemoryPerThread=0,
+        localMemoryTotal=250871808,
+        sharedMemoryExecuted=65536,
+        sharedMemoryLimitConfig=0,
+        clusterX=0,
+        clusterY=0,
+        clusterZ=0,
+        clusterSchedulingPolicy=1,
+        maxPotentialClusterSize=0,
+        maxActiveClusters=0,
+    )
 
 
 def _cols(table):
@@ -328,8 +397,15 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
     nv = []
     for e in rep.nvtx:
         row = dict.fromkeys(nvtx_cols)
-        row.update(start=e["start"], end=e["end"], eventType=e["eventType"], text=e["text"],
-                   globalTid=e["globalTid"], domainId=e["domainId"], uint64Value=e["uint64Value"])
+        row.update(
+            start=e["start"],
+            end=e["end"],
+            eventType=e["eventType"],
+            text=e["text"],
+            globalTid=e["globalTid"],
+            domainId=e["domainId"],
+            uint64Value=e["uint64Value"],
+        )
         if e["registered"] is not None:
             row["textId"] = sid(e["registered"])
         nv.append(tuple(row[c] for c in nvtx_cols))
@@ -340,18 +416,36 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
         rt = []
         for r in rep.runtime:
             row = dict.fromkeys(rt_cols)
-            row.update(start=r["start"], end=r["end"], eventClass=r["eventClass"], globalTid=r["globalTid"],
-                       correlationId=r["correlationId"], nameId=sid(r["name"]), returnValue=0)
+            row.update(
+                start=r["start"],
+                end=r["end"],
+                eventClass=r["eventClass"],
+                globalTid=r["globalTid"],
+                correlationId=r["correlationId"],
+                nameId=sid(r["name"]),
+                returnValue=0,
+            )
             rt.append(tuple(row[c] for c in rt_cols))
         tables["CUPTI_ACTIVITY_KIND_RUNTIME"] = rt
         k_cols = _cols("CUPTI_ACTIVITY_KIND_KERNEL")
         ks = []
         for k in rep.kernels:
             row = dict.fromkeys(k_cols)
-            row.update(start=k["start"], end=k["end"], deviceId=k["deviceId"], contextId=k["contextId"],
-                       greenContextId=k["greenContextId"], streamId=k["streamId"], correlationId=k["correlationId"],
-                       globalPid=k["globalPid"], demangledName=sid(_demangled(k["name"])), shortName=sid(k["name"]),
-                       mangledName=sid(_mangled(k["name"])), gridId=k["gridId"], tensorSizeMinusOneElements="[]")
+            row.update(
+                start=k["start"],
+                end=k["end"],
+                deviceId=k["deviceId"],
+                contextId=k["contextId"],
+                greenContextId=k["greenContextId"],
+                streamId=k["streamId"],
+                correlationId=k["correlationId"],
+                globalPid=k["globalPid"],
+                demangledName=sid(_demangled(k["name"])),
+                shortName=sid(k["name"]),
+                mangledName=sid(_mangled(k["name"])),
+                gridId=k["gridId"],
+                tensorSizeMinusOneElements="[]",
+            )
             row.update(_kernel_shape(k["name"]))
             ks.append(tuple(row[c] for c in k_cols))
         tables["CUPTI_ACTIVITY_KIND_KERNEL"] = ks
@@ -359,8 +453,9 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
         assert not rep.runtime and not rep.kernels
 
     utc = SESSION_UTC_EPOCH_NS + rep.session_offset_ns
-    tables["TARGET_INFO_SESSION_START_TIME"] = [(utc, "2026-05-28T20:26:40", "2026-05-28T20:26:40",
-                                                 SESSION_SYSTEM_CLOCK_NS + rep.session_offset_ns)]
+    tables["TARGET_INFO_SESSION_START_TIME"] = [
+        (utc, "2026-05-28T20:26:40", "2026-05-28T20:26:40", SESSION_SYSTEM_CLOCK_NS + rep.session_offset_ns)
+    ]
     base = rep.name.rsplit(".", 1)[0]
     tables["META_DATA_EXPORT"] = [
         ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
@@ -388,8 +483,14 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
 
     con = sqlite3.connect(str(path))
     try:
-        order = ["StringIds", "ThreadNames", "PROCESSES", "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT",
-                 "NVTX_EVENTS"] + (list(CUPTI_TABLES) if rep.cuda else [])
+        order = [
+            "StringIds",
+            "ThreadNames",
+            "PROCESSES",
+            "TARGET_INFO_SESSION_START_TIME",
+            "META_DATA_EXPORT",
+            "NVTX_EVENTS",
+        ] + (list(CUPTI_TABLES) if rep.cuda else [])
         for t in order:
             con.execute(create_statement(t))
             rows = list(tables[t])
@@ -406,6 +507,7 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A small per-rank simulator for GPU jobs
 # ---------------------------------------------------------------------------------------
+
 
 class RankSim:
     """CPU threads issue launches; GPU streams run kernels in order; collectives are coupled
@@ -438,8 +540,9 @@ class RankSim:
         call = self.rep.api_call(self.proc, tid, t, t + ldur, LAUNCH_RUNTIME)
         start = max(t + ldur + r.randint(1500, 4000), self.stream_free[stream], *[self.events[e] for e in wait])
         end = start + dur + r.randint(0, dur // 20 + 1)
-        self.rep.kernel(self.proc, call["correlationId"], device=self.device, stream=stream, start=start, end=end,
-                        name=name)
+        self.rep.kernel(
+            self.proc, call["correlationId"], device=self.device, stream=stream, start=start, end=end, name=name
+        )
         self.stream_free[stream] = end
         if record:
             self.events[record] = end
@@ -471,8 +574,26 @@ class RankSim:
             t = max([t] + [self.events[e] for e in wait]) + late_ns
         return t
 
-    def wrapper_collective(self, tid, op, *, api, nbytes, dtype, itemsize, pg, gsize, granks=(), step=None,
-                           caller, kernel, stream, wait=(), late_ns=0, numel=None):
+    def wrapper_collective(
+        self,
+        tid,
+        op,
+        *,
+        api,
+        nbytes,
+        dtype,
+        itemsize,
+        pg,
+        gsize,
+        granks=(),
+        step=None,
+        caller,
+        kernel,
+        stream,
+        wait=(),
+        late_ns=0,
+        numel=None,
+    ):
         """A wrapper range enclosing a cuLaunchKernelEx of one NCCL kernel (end set later)."""
         r = self.rng
         rs = self._late_start(tid, wait, late_ns)
@@ -480,8 +601,19 @@ class RankSim:
         self.seq[str(pg)] += 1
         if numel is None:
             numel = nbytes // itemsize if itemsize else None
-        msg = nvtx_format.format_collective(op, api=api, bytes=nbytes, dtype=dtype, numel=numel, pg=pg, gsize=gsize,
-                                            granks=granks, seq=seq, step=step, caller=caller)
+        msg = nvtx_format.format_collective(
+            op,
+            api=api,
+            bytes=nbytes,
+            dtype=dtype,
+            numel=numel,
+            pg=pg,
+            gsize=gsize,
+            granks=granks,
+            seq=seq,
+            step=step,
+            caller=caller,
+        )
         ls = rs + r.randint(3000, 9000)
         if r.random() < 0.5:  # a non-launch runtime call inside the range, as torch does
             self.rep.api_call(self.proc, tid, ls - 2500, ls - 1500, "cudaStreamIsCapturing_v10000")
@@ -492,8 +624,20 @@ class RankSim:
         self.cpu[tid] = re_ + r.randint(5000, 15000)
         return self._kernel_pending(call["correlationId"], kernel, stream, le, wait)
 
-    def torch_collective(self, tid, op, *, kernel, stream, wait=(), late_ns=0, launch=LAUNCH_RUNTIME,
-                         op_id_suffix=False, drop_launch=False, nccl_p2p_peers=None):
+    def torch_collective(
+        self,
+        tid,
+        op,
+        *,
+        kernel,
+        stream,
+        wait=(),
+        late_ns=0,
+        launch=LAUNCH_RUNTIME,
+        op_id_suffix=False,
+        drop_launch=False,
+        nccl_p2p_peers=None,
+    ):
         """PyTorch's ranges (c10d::*, record_param_comms, nccl:<op>) enclosing the launch.
         With ``nccl_p2p_peers`` NCCL's own ranges (domain 1, registered strings) are nested
         inside and the launch lies inside ncclGroupEnd, not inside ncclSend/ncclRecv."""
@@ -583,9 +727,22 @@ def gen_ddp_4rank(seed: int = 1) -> list[Report]:
         _add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=4, host="node-a")
         sims.append(sim)
     # broadcast of the initial parameters (nobody deliberately late)
-    pend = [s.wrapper_collective(s.main, "broadcast", api="broadcast", nbytes=1048576, dtype="float32", itemsize=4,
-                                 pg=0, gsize=4, caller="train.py:40 main", kernel="ncclDevKernel_Broadcast_RING_LL",
-                                 stream=13) for s in sims]
+    pend = [
+        s.wrapper_collective(
+            s.main,
+            "broadcast",
+            api="broadcast",
+            nbytes=1048576,
+            dtype="float32",
+            itemsize=4,
+            pg=0,
+            gsize=4,
+            caller="train.py:40 main",
+            kernel="ncclDevKernel_Broadcast_RING_LL",
+            stream=13,
+        )
+        for s in sims
+    ]
     finish_collective(pend, _xfer(1048576, 40.0), rng)
     for s in sims:
         s.sync(s.main)
@@ -617,18 +774,33 @@ def gen_ddp_4rank(seed: int = 1) -> list[Report]:
                 # DDP's hook fires on the CPU once the bucket's last gradient kernel was launched
                 s.cpu[s.main] = max(s.cpu[s.main], s.launch_cpu[f"grad{2 * b + 1}"] + rng.randint(15_000, 40_000))
                 late = rng.randint(250_000, 900_000) if (s.rank == late_rank and (step, b) not in on_time) else 0
-                pend.append(s.wrapper_collective(
-                    s.main, "all_reduce", api="DDP bucket", nbytes=nbytes, dtype="float32", itemsize=4, pg=0,
-                    gsize=4, step=step, caller="train.py:88 train_step", kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                    stream=13, wait=(f"grad{2 * b + 1}",), late_ns=late))
+                pend.append(
+                    s.wrapper_collective(
+                        s.main,
+                        "all_reduce",
+                        api="DDP bucket",
+                        nbytes=nbytes,
+                        dtype="float32",
+                        itemsize=4,
+                        pg=0,
+                        gsize=4,
+                        step=step,
+                        caller="train.py:88 train_step",
+                        kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                        stream=13,
+                        wait=(f"grad{2 * b + 1}",),
+                        late_ns=late,
+                    )
+                )
             finish_collective(pend, _xfer(nbytes, 60.0), rng, record=f"ar{b}")
         for s in sims:
             s.cpu[s.main] = max(s.cpu[s.main], s.cpu[s.proc.pid + 3]) + 5000
             for _ in range(3):
                 s.compute(s.main, "vectorized_elementwise_kernel", 7, 30_000, wait=("ar2",))
             end = s.sync(s.main)
-            rep.range(s.proc, s.main, s.step_start, end + 1000, registered=nvtx_format.format_step_marker(step),
-                      domain=1)
+            rep.range(
+                s.proc, s.main, s.step_start, end + 1000, registered=nvtx_format.format_step_marker(step), domain=1
+            )
             s.cpu[s.main] = max(s.cpu[s.main], end + 2000)
     return [rep]
 
@@ -636,6 +808,7 @@ def gen_ddp_4rank(seed: int = 1) -> list[Report]:
 # ---------------------------------------------------------------------------------------
 # Sample 2: FSDP, 8 ranks, two shard groups of 4 + a world all-reduce
 # ---------------------------------------------------------------------------------------
+
 
 def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
     rng = random.Random(seed)
@@ -661,20 +834,49 @@ def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
 
     def all_gather(step, layer, caller):
         for pg, members in groups.items():
-            pend = [s.wrapper_collective(s.main, "all_gather", api="all_gather_single", nbytes=S, dtype="bfloat16",
-                                         itemsize=2, pg=pg, gsize=4, granks=granks[pg], step=step, caller=caller,
-                                         kernel="ncclDevKernel_AllGather_RING_LL", stream=13, late_ns=late(s))
-                    for s in members]
+            pend = [
+                s.wrapper_collective(
+                    s.main,
+                    "all_gather",
+                    api="all_gather_single",
+                    nbytes=S,
+                    dtype="bfloat16",
+                    itemsize=2,
+                    pg=pg,
+                    gsize=4,
+                    granks=granks[pg],
+                    step=step,
+                    caller=caller,
+                    kernel="ncclDevKernel_AllGather_RING_LL",
+                    stream=13,
+                    late_ns=late(s),
+                )
+                for s in members
+            ]
             finish_collective(pend, _xfer(S, 90.0), rng, record=f"ag{layer}")
 
     def reduce_scatter(step, layer):
         for pg, members in groups.items():
-            pend = [s.wrapper_collective(s.main, "reduce_scatter", api="reduce_scatter_single", nbytes=S,
-                                         dtype="bfloat16", itemsize=2, pg=pg, gsize=4, granks=granks[pg], step=step,
-                                         caller="fsdp_train.py:66 train_step",
-                                         kernel="ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", stream=17,
-                                         wait=(f"bwd{layer}",), late_ns=late(s))
-                    for s in members]
+            pend = [
+                s.wrapper_collective(
+                    s.main,
+                    "reduce_scatter",
+                    api="reduce_scatter_single",
+                    nbytes=S,
+                    dtype="bfloat16",
+                    itemsize=2,
+                    pg=pg,
+                    gsize=4,
+                    granks=granks[pg],
+                    step=step,
+                    caller="fsdp_train.py:66 train_step",
+                    kernel="ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
+                    stream=17,
+                    wait=(f"bwd{layer}",),
+                    late_ns=late(s),
+                )
+                for s in members
+            ]
             finish_collective(pend, _xfer(S, 85.0), rng, record=f"rs{layer}")
 
     for step in range(3):
@@ -689,19 +891,41 @@ def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
         for layer in (1, 0):
             all_gather(step, layer, "fsdp_train.py:66 train_step")
             for s in sims:
-                s.compute(s.main, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 7, 550_000, wait=(f"ag{layer}",),
-                          record=f"bwd{layer}")
+                s.compute(
+                    s.main,
+                    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+                    7,
+                    550_000,
+                    wait=(f"ag{layer}",),
+                    record=f"bwd{layer}",
+                )
             reduce_scatter(step, layer)
-        pend = [s.wrapper_collective(s.main, "all_reduce", api="all_reduce", nbytes=4096, dtype="float32", itemsize=4,
-                                     pg=0, gsize=8, step=step, caller="fsdp_train.py:71 clip_grad_norm_",
-                                     kernel="ncclDevKernel_AllReduce_Sum_f32_TREE_LL128", stream=21,
-                                     wait=("rs0",), late_ns=late(s)) for s in sims]
+        pend = [
+            s.wrapper_collective(
+                s.main,
+                "all_reduce",
+                api="all_reduce",
+                nbytes=4096,
+                dtype="float32",
+                itemsize=4,
+                pg=0,
+                gsize=8,
+                step=step,
+                caller="fsdp_train.py:71 clip_grad_norm_",
+                kernel="ncclDevKernel_AllReduce_Sum_f32_TREE_LL128",
+                stream=21,
+                wait=("rs0",),
+                late_ns=late(s),
+            )
+            for s in sims
+        ]
         finish_collective(pend, _xfer(4096, 2.0), rng, record="norm")
         for s in sims:
             s.compute(s.main, "vectorized_elementwise_kernel", 7, 60_000, wait=("norm",))
             end = s.sync(s.main)
-            rep.range(s.proc, s.main, s.step_start, end + 1000, registered=nvtx_format.format_step_marker(step),
-                      domain=1)
+            rep.range(
+                s.proc, s.main, s.step_start, end + 1000, registered=nvtx_format.format_step_marker(step), domain=1
+            )
             s.cpu[s.main] = max(s.cpu[s.main], end + 2000)
     return [rep]
 
@@ -710,12 +934,15 @@ def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
 # Sample 3: gloo on CPU, 2 ranks, NVTX only
 # ---------------------------------------------------------------------------------------
 
+
 def gen_gloo_cpu(seed: int = 3) -> list[Report]:
     rng = random.Random(seed)
     rep = Report("synthetic_gloo_cpu.sqlite", cuda=False)
     rep.process(7001, "torchrun", {7001: "torchrun"})
-    procs = [rep.process(7020, "python3", {7020: "python3", 7023: "python3"}),
-             rep.process(7014, "python3", {7014: "python3"})]
+    procs = [
+        rep.process(7020, "python3", {7020: "python3", 7023: "python3"}),
+        rep.process(7014, "python3", {7014: "python3"}),
+    ]
     cpu = {}
     seq = [defaultdict(int), defaultdict(int)]
     for rank, p in enumerate(procs):
@@ -732,8 +959,17 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
             starts[r] = cpu[r]
             s = seq[r][str(pg)]
             seq[r][str(pg)] += 1
-            msgs[r] = nvtx_format.format_collective(op[r] if isinstance(op, dict) else op, api=api[r] if isinstance(
-                api, dict) else api, bytes=nbytes, dtype=dtype, numel=numel, pg=pg, gsize=gsize, seq=s, caller=caller)
+            msgs[r] = nvtx_format.format_collective(
+                op[r] if isinstance(op, dict) else op,
+                api=api[r] if isinstance(api, dict) else api,
+                bytes=nbytes,
+                dtype=dtype,
+                numel=numel,
+                pg=pg,
+                gsize=gsize,
+                seq=s,
+                caller=caller,
+            )
         last = max(starts.values())
         for r in ranks:
             end = last + xfer + rng.randint(0, 3000)
@@ -745,14 +981,38 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
             s0 = cpu[r] + 1000
             cpu[r] = s0 + rng.randint(200_000, 600_000)
             rep.range(procs[r], procs[r].pid, s0, cpu[r], text="forward")
-        coll((0, 1), "all_reduce", "all_reduce", 4194304, "float32", 1048576, _xfer(4194304, 1.5),
-             "cpu_train.py:31 train_step")
+        coll(
+            (0, 1),
+            "all_reduce",
+            "all_reduce",
+            4194304,
+            "float32",
+            1048576,
+            _xfer(4194304, 1.5),
+            "cpu_train.py:31 train_step",
+        )
     coll((0, 1), "broadcast", "broadcast", 1048576, "float32", 262144, _xfer(1048576, 1.2), "cpu_train.py:20 main")
-    coll((0, 1), "all_gather", "all_gather", 2 * 524288, "float32", 262144, _xfer(1048576, 1.0),
-         "cpu_train.py:44 evaluate")
+    coll(
+        (0, 1),
+        "all_gather",
+        "all_gather",
+        2 * 524288,
+        "float32",
+        262144,
+        _xfer(1048576, 1.0),
+        "cpu_train.py:44 evaluate",
+    )
     coll((0, 1), "barrier", "barrier", 0, None, None, 40_000, "cpu_train.py:47 evaluate")
-    coll((0, 1), {0: "send", 1: "recv"}, {0: "send", 1: "recv"}, 524288, "float32", 131072, _xfer(524288, 1.0),
-         "cpu_train.py:52 exchange")
+    coll(
+        (0, 1),
+        {0: "send", 1: "recv"},
+        {0: "send", 1: "recv"},
+        524288,
+        "float32",
+        131072,
+        _xfer(524288, 1.0),
+        "cpu_train.py:52 exchange",
+    )
     coll((0, 1), "barrier", "barrier", 0, None, None, 35_000, "cpu_train.py:55 main")
     return [rep]
 
@@ -760,6 +1020,7 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
 # ---------------------------------------------------------------------------------------
 # Sample 4: no wrapper, 2 nodes x 2 ranks, one report per node on one clock
 # ---------------------------------------------------------------------------------------
+
 
 def gen_nowrapper_2node(seed: int = 4) -> list[Report]:
     rng = random.Random(seed)
@@ -778,8 +1039,14 @@ def gen_nowrapper_2node(seed: int = 4) -> list[Report]:
         for s in sims:
             s.advance(s.main, rng.randint(50_000, 120_000))
             for k in range(3):
-                s.compute(s.main, "ampere_sgemm_128x64_nn" if k != 1 else "vectorized_elementwise_kernel", 7,
-                          350_000 if k != 1 else 50_000, record=f"c{k}", torch_range="aten::mm" if k != 1 else "aten::add")
+                s.compute(
+                    s.main,
+                    "ampere_sgemm_128x64_nn" if k != 1 else "vectorized_elementwise_kernel",
+                    7,
+                    350_000 if k != 1 else 50_000,
+                    record=f"c{k}",
+                    torch_range="aten::mm" if k != 1 else "aten::add",
+                )
         for i in range(2):
             pend = []
             for s in sims:
@@ -788,12 +1055,31 @@ def gen_nowrapper_2node(seed: int = 4) -> list[Report]:
                     s.advance(s.main, 5000)
                     s.domain_done = True
                 late = rng.randint(20_000, 120_000) if s.rank >= 2 else 0  # the other node arrives later
-                pend.append(s.torch_collective(s.main, "all_reduce", kernel="ncclKernel_AllReduce_RING_LL_Sum_float",
-                                               stream=13, wait=(f"c{2 * i}",), late_ns=late,
-                                               drop_launch=(s.rank, step, i) == drop))
+                pend.append(
+                    s.torch_collective(
+                        s.main,
+                        "all_reduce",
+                        kernel="ncclKernel_AllReduce_RING_LL_Sum_float",
+                        stream=13,
+                        wait=(f"c{2 * i}",),
+                        late_ns=late,
+                        drop_launch=(s.rank, step, i) == drop,
+                    )
+                )
             finish_collective(pend, _xfer(8388608, 40.0), rng, record=f"ar{i}")
-        pend = [s.torch_collective(s.main, "all_to_all", kernel="ncclDevKernel_SendRecv", stream=13, wait=("ar1",),
-                                   launch=LAUNCH_DRIVER, op_id_suffix=True, nccl_p2p_peers=4) for s in sims]
+        pend = [
+            s.torch_collective(
+                s.main,
+                "all_to_all",
+                kernel="ncclDevKernel_SendRecv",
+                stream=13,
+                wait=("ar1",),
+                launch=LAUNCH_DRIVER,
+                op_id_suffix=True,
+                nccl_p2p_peers=4,
+            )
+            for s in sims
+        ]
         finish_collective(pend, _xfer(4194304, 20.0), rng, record="a2a")
         for s in sims:
             s.compute(s.main, "vectorized_elementwise_kernel", 7, 40_000, wait=("a2a",), torch_range="aten::add_")
@@ -805,25 +1091,54 @@ def gen_nowrapper_2node(seed: int = 4) -> list[Report]:
 # Ground truth (plain Python, from the generated events)
 # ---------------------------------------------------------------------------------------
 
-_FAMILY = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-           "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send", "AllToAll": "all_to_all",
-           "Gather": "gather", "Scatter": "scatter"}
+_FAMILY = {
+    "AllReduce": "all_reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "SendRecv": "send",
+    "AllToAll": "all_to_all",
+    "Gather": "gather",
+    "Scatter": "scatter",
+}
 _ALGOS = ("RING", "TREE", "COLLNET", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT")
 _PROTOS = ("LL", "LL128", "SIMPLE")
-_DTYPES = {"float": "float32", "f32": "float32", "half": "float16", "f16": "float16", "bf16": "bfloat16",
-           "double": "float64", "f64": "float64", "int8_t": "int8", "i8": "int8", "uint8_t": "uint8", "u8": "uint8",
-           "int32_t": "int32", "i32": "int32", "uint32_t": "uint32", "u32": "uint32", "int64_t": "int64",
-           "i64": "int64", "uint64_t": "uint64", "u64": "uint64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+_DTYPES = {
+    "float": "float32",
+    "f32": "float32",
+    "half": "float16",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "f64": "float64",
+    "int8_t": "int8",
+    "i8": "int8",
+    "uint8_t": "uint8",
+    "u8": "uint8",
+    "int32_t": "int32",
+    "i32": "int32",
+    "uint32_t": "uint32",
+    "u32": "uint32",
+    "int64_t": "int64",
+    "i64": "int64",
+    "uint64_t": "uint64",
+    "u64": "uint64",
+    "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
 
 
 def parse_kernel_name(name: str) -> dict:
     """op family, algo, proto, dtype (torch spelling) from an NCCL kernel name (all three families)."""
     tokens = name.split("_")
     fam = tokens[1] if len(tokens) > 1 else ""
-    return {"op": _FAMILY.get(fam),
-            "algo": next((t for t in tokens[2:] if t in _ALGOS), None),
-            "proto": next((t for t in tokens[2:] if t in _PROTOS), None),
-            "dtype": next((_DTYPES[t] for t in tokens[2:] if t in _DTYPES), None)}
+    return {
+        "op": _FAMILY.get(fam),
+        "algo": next((t for t in tokens[2:] if t in _ALGOS), None),
+        "proto": next((t for t in tokens[2:] if t in _PROTOS), None),
+        "dtype": next((_DTYPES[t] for t in tokens[2:] if t in _DTYPES), None),
+    }
 
 
 _TORCH_RANGE = re.compile(r"^nccl:([a-z_]+)(,|$)")
@@ -887,28 +1202,44 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
             nccl = [k for k in ks if k["name"].startswith("nccl")]
             for e in nv:
                 name = e["text"] if e["text"] is not None else e["registered"]
-                if e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND, NVTX_MARK) and \
-                        name.startswith(nvtx_format.RANK_PREFIX + "|"):
+                if e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND, NVTX_MARK) and name.startswith(
+                    nvtx_format.RANK_PREFIX + "|"
+                ):
                     marker = nvtx_format.parse(name)
-                if e["eventType"] not in (NVTX_PUSHPOP, NVTX_STARTEND) or \
-                        not name.startswith(nvtx_format.COLLECTIVE_PREFIX):
+                if e["eventType"] not in (NVTX_PUSHPOP, NVTX_STARTEND) or not name.startswith(
+                    nvtx_format.COLLECTIVE_PREFIX
+                ):
                     continue
                 f = nvtx_format.parse(name)
                 mine = []
                 for k in nccl:
                     call = by_corr.get(k["correlationId"])
-                    if call and call["globalTid"] == e["globalTid"] and e["start"] <= call["start"] \
-                            and call["end"] <= e["end"]:
+                    if (
+                        call
+                        and call["globalTid"] == e["globalTid"]
+                        and e["start"] <= call["start"]
+                        and call["end"] <= e["end"]
+                    ):
                         mine.append(k)
                         claimed.add(id(k))
                 mine.sort(key=lambda k: (k["start"], k["end"]))
-                row = {"op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX):], "api": _none_if_empty(f["api"]),
-                       "bytes": _int_or_none(f["bytes"]), "dtype": _none_if_empty(f["dtype"]),
-                       "numel": _int_or_none(f["numel"]), "group": _none_if_empty(f["pg"]),
-                       "group_size": _int_or_none(f["gsize"]), "group_ranks": _none_if_empty(f["granks"]),
-                       "seq": _int_or_none(f["seq"]), "caller": _none_if_empty(f.get("caller")),
-                       "step": _int_or_none(f["step"]), "cpu_start": e["start"], "cpu_end": e["end"],
-                       "tid": tid_of(e["globalTid"]), "source": "wrapper"}
+                row = {
+                    "op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX) :],
+                    "api": _none_if_empty(f["api"]),
+                    "bytes": _int_or_none(f["bytes"]),
+                    "dtype": _none_if_empty(f["dtype"]),
+                    "numel": _int_or_none(f["numel"]),
+                    "group": _none_if_empty(f["pg"]),
+                    "group_size": _int_or_none(f["gsize"]),
+                    "group_ranks": _none_if_empty(f["granks"]),
+                    "seq": _int_or_none(f["seq"]),
+                    "caller": _none_if_empty(f.get("caller")),
+                    "step": _int_or_none(f["step"]),
+                    "cpu_start": e["start"],
+                    "cpu_end": e["end"],
+                    "tid": tid_of(e["globalTid"]),
+                    "source": "wrapper",
+                }
                 _fill_gpu(row, mine)
                 wrapper_rows.append(row)
             kernel_rows = []
@@ -922,33 +1253,63 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
                 if call is not None:
                     tid = tid_of(call["globalTid"])
                     cpu = (call["start"], call["end"])
-                    enclosing = [e for e in nv if e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND)
-                                 and e["globalTid"] == call["globalTid"] and e["text"] is not None
-                                 and _TORCH_RANGE.match(e["text"])
-                                 and e["start"] <= call["start"] and call["end"] <= e["end"]]
+                    enclosing = [
+                        e
+                        for e in nv
+                        if e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND)
+                        and e["globalTid"] == call["globalTid"]
+                        and e["text"] is not None
+                        and _TORCH_RANGE.match(e["text"])
+                        and e["start"] <= call["start"]
+                        and call["end"] <= e["end"]
+                    ]
                     if enclosing:
                         inner = max(enclosing, key=lambda e: (e["start"], -e["end"]))
                         source = "torch_range"
                         cpu = (inner["start"], inner["end"])
                         if info["op"] == "send":  # SendRecv takes the PyTorch op
                             op = _TORCH_RANGE.match(inner["text"]).group(1)
-                row = {"op": op, "api": None, "bytes": None, "dtype": info["dtype"], "numel": None, "group": None,
-                       "group_size": None, "group_ranks": None, "seq": None, "caller": None, "step": None,
-                       "cpu_start": cpu[0] if cpu else None, "cpu_end": cpu[1] if cpu else None, "tid": tid,
-                       "source": source}
+                row = {
+                    "op": op,
+                    "api": None,
+                    "bytes": None,
+                    "dtype": info["dtype"],
+                    "numel": None,
+                    "group": None,
+                    "group_size": None,
+                    "group_ranks": None,
+                    "seq": None,
+                    "caller": None,
+                    "step": None,
+                    "cpu_start": cpu[0] if cpu else None,
+                    "cpu_end": cpu[1] if cpu else None,
+                    "tid": tid,
+                    "source": source,
+                }
                 _fill_gpu(row, [k])
                 kernel_rows.append(row)
             for row in wrapper_rows + kernel_rows:
                 row.update(report=rep.name, pid=proc.pid)
-            ends = [e["end"] if e["end"] is not None else e["start"] for e in nv] + [r["end"] for r in rt] + \
-                   [k["end"] for k in ks]
+            ends = (
+                [e["end"] if e["end"] is not None else e["start"] for e in nv]
+                + [r["end"] for r in rt]
+                + [k["end"] for k in ks]
+            )
             starts = [e["start"] for e in nv] + [r["start"] for r in rt] + [k["start"] for k in ks]
             elapsed = (max(ends) - min(starts)) if starts else 0
             comp = [(k["start"], k["end"]) for k in ks if not k["name"].startswith("nccl")]
             comm = [(k["start"], k["end"]) for k in nccl]
             exposed_ns = _minus_len(comm, comp) if (ks and exposed) else None
-            proc_info.append({"report": rep.name, "proc": proc, "marker": marker, "rows": wrapper_rows + kernel_rows,
-                              "elapsed_ns": elapsed, "exposed_ns": exposed_ns})
+            proc_info.append(
+                {
+                    "report": rep.name,
+                    "proc": proc,
+                    "marker": marker,
+                    "rows": wrapper_rows + kernel_rows,
+                    "elapsed_ns": elapsed,
+                    "exposed_ns": exposed_ns,
+                }
+            )
 
     # ranks
     with_coll = [pi for pi in proc_info if pi["rows"]]
@@ -1013,11 +1374,21 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
             avg = total / count
             algbw = (nbytes / avg) if (nbytes is not None and avg > 0) else None
             factor = busbw_factor(op, gsize)
-            row = {"op": op, "bytes": nbytes, "group_size": gsize, "count": count, "calls": a["calls"],
-                   "ranks": len(a["ranks"]), "total_ns": total, "p50_ns": _num(numpy.median(a["lat"])),
-                   "max_ns": max(a["lat"]), "avg_ns": avg, "algbw_GBps": algbw,
-                   "busbw_GBps": (algbw * factor) if (algbw is not None and factor is not None) else None,
-                   "dtype": next(iter(a["dtypes"])) if len(a["dtypes"]) == 1 else None}
+            row = {
+                "op": op,
+                "bytes": nbytes,
+                "group_size": gsize,
+                "count": count,
+                "calls": a["calls"],
+                "ranks": len(a["ranks"]),
+                "total_ns": total,
+                "p50_ns": _num(numpy.median(a["lat"])),
+                "max_ns": max(a["lat"]),
+                "avg_ns": avg,
+                "algbw_GBps": algbw,
+                "busbw_GBps": (algbw * factor) if (algbw is not None and factor is not None) else None,
+                "dtype": next(iter(a["dtypes"])) if len(a["dtypes"]) == 1 else None,
+            }
             if with_caller:
                 row["caller"] = sk[3]
             out.append(row)
@@ -1028,15 +1399,27 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
     rank_rows = []
     for pi in sorted(with_coll, key=lambda pi: pi["rank"]):
         rs = pi["rows"]
-        rank_rows.append({"rank": pi["rank"], "local_rank": pi["local_rank"], "host": pi["host"],
-                          "report": pi["report"], "pid": pi["proc"].pid, "calls": len(rs),
-                          "bytes": sum(r["bytes"] or 0 for r in rs), "comm_ns": sum(r["duration_ns"] for r in rs),
-                          "wait_ns": sum(r["wait_ns"] for r in rs), "elapsed_ns": pi["elapsed_ns"],
-                          **({"exposed_ns": pi["exposed_ns"]} if pi["exposed_ns"] is not None else {})})
+        rank_rows.append(
+            {
+                "rank": pi["rank"],
+                "local_rank": pi["local_rank"],
+                "host": pi["host"],
+                "report": pi["report"],
+                "pid": pi["proc"].pid,
+                "calls": len(rs),
+                "bytes": sum(r["bytes"] or 0 for r in rs),
+                "comm_ns": sum(r["duration_ns"] for r in rs),
+                "wait_ns": sum(r["wait_ns"] for r in rs),
+                "elapsed_ns": pi["elapsed_ns"],
+                **({"exposed_ns": pi["exposed_ns"]} if pi["exposed_ns"] is not None else {}),
+            }
+        )
 
     # skew
-    per = {rr["rank"]: {"rank": rr["rank"], "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0,
-                        "instances": 0} for rr in rank_rows}
+    per = {
+        rr["rank"]: {"rank": rr["rank"], "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0, "instances": 0}
+        for rr in rank_rows
+    }
     instances = 0
     for lst in logical.values():
         if len(lst) < 2:
@@ -1059,8 +1442,9 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         straggler = min(per.values(), key=lambda p: (-p["late_count"], p["rank"]))["rank"]
 
     out_rows = []
-    for r in sorted(rows, key=lambda r: (r["rank"], r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"],
-                                         r["op"])):
+    for r in sorted(
+        rows, key=lambda r: (r["rank"], r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"], r["op"])
+    ):
         out_rows.append({c: r.get(c) for c in _ROW_KEYS})
     return {
         "schema": TRUTH_SCHEMA,
@@ -1074,34 +1458,81 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         "summary": summarize(False),
         "by_caller": summarize(True),
         "ranks": rank_rows,
-        "skew": {"straggler_rank": straggler, "instances": instances,
-                 "per_rank": [per[k] for k in sorted(per)]},
+        "skew": {"straggler_rank": straggler, "instances": instances, "per_rank": [per[k] for k in sorted(per)]},
     }
 
 
-_ROW_KEYS = ("report", "rank", "local_rank", "host", "pid", "tid", "op", "api", "bytes", "dtype", "numel", "group",
-             "group_size", "group_ranks", "seq", "caller", "step", "cpu_start", "cpu_end", "gpu_start", "gpu_end",
-             "stream", "device", "duration_ns", "source", "kernel", "algo", "proto", "kernels", "kernel_ns",
-             "latency_ns", "wait_ns")
+_ROW_KEYS = (
+    "report",
+    "rank",
+    "local_rank",
+    "host",
+    "pid",
+    "tid",
+    "op",
+    "api",
+    "bytes",
+    "dtype",
+    "numel",
+    "group",
+    "group_size",
+    "group_ranks",
+    "seq",
+    "caller",
+    "step",
+    "cpu_start",
+    "cpu_end",
+    "gpu_start",
+    "gpu_end",
+    "stream",
+    "device",
+    "duration_ns",
+    "source",
+    "kernel",
+    "algo",
+    "proto",
+    "kernels",
+    "kernel_ns",
+    "latency_ns",
+    "wait_ns",
+)
 
 
 def _fill_gpu(row, ks):
     if ks:
         k0 = ks[0]
         info = parse_kernel_name(k0["name"])
-        row.update(gpu_start=min(k["start"] for k in ks), gpu_end=max(k["end"] for k in ks), stream=k0["streamId"],
-                   device=k0["deviceId"], kernel=k0["name"], algo=info["algo"], proto=info["proto"], kernels=len(ks),
-                   kernel_ns=sum(k["end"] - k["start"] for k in ks))
+        row.update(
+            gpu_start=min(k["start"] for k in ks),
+            gpu_end=max(k["end"] for k in ks),
+            stream=k0["streamId"],
+            device=k0["deviceId"],
+            kernel=k0["name"],
+            algo=info["algo"],
+            proto=info["proto"],
+            kernels=len(ks),
+            kernel_ns=sum(k["end"] - k["start"] for k in ks),
+        )
         row["duration_ns"] = row["gpu_end"] - row["gpu_start"]
     else:
-        row.update(gpu_start=None, gpu_end=None, stream=None, device=None, kernel=None, algo=None, proto=None,
-                   kernels=0, kernel_ns=0)
+        row.update(
+            gpu_start=None,
+            gpu_end=None,
+            stream=None,
+            device=None,
+            kernel=None,
+            algo=None,
+            proto=None,
+            kernels=0,
+            kernel_ns=0,
+        )
         row["duration_ns"] = row["cpu_end"] - row["cpu_start"]
 
 
 def _summary_key(r):
     def k(v):
         return (0, "") if v is None else (1, v)
+
     return (r["op"], k(r["bytes"]), k(r["group_size"]), k(r.get("caller")))
 
 
@@ -1150,8 +1581,10 @@ def main(argv=None) -> int:
         print("usage: python -m nsyscomm.synth OUTDIR", file=sys.stderr)
         return 2
     for name, truth in generate_all(argv[0]).items():
-        print(f"{name}: {truth['collectives_count']} rows, {truth['logical_count']} logical collectives, "
-              f"straggler {truth['skew']['straggler_rank']}")
+        print(
+            f"{name}: {truth['collectives_count']} rows, {truth['logical_count']} logical collectives, "
+            f"straggler {truth['skew']['straggler_rank']}"
+        )
     return 0
 
 

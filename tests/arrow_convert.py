@@ -27,12 +27,18 @@ def _tables(src: Path):
         for name in names:
             con.text_factory = str
             info = con.execute("SELECT name, type FROM pragma_table_info(?)", (name,)).fetchall()
-            con.text_factory = bytes   # the values: text as nsys's Arrow export has it, binary
+            con.text_factory = bytes  # the values: text as nsys's Arrow export has it, binary
             rows = con.execute(f'SELECT * FROM "{name}" ORDER BY rowid').fetchall()
             fields, cols = [], []
             for i, (col, decl) in enumerate(info):
                 decl = (decl or "").upper()
-                typ = pa.int64() if "INT" in decl else pa.float64() if decl in ("REAL", "DOUBLE", "FLOAT") else pa.binary()
+                typ = (
+                    pa.int64()
+                    if "INT" in decl
+                    else pa.float64()
+                    if decl in ("REAL", "DOUBLE", "FLOAT")
+                    else pa.binary()
+                )
                 values = [r[i] for r in rows]
                 if typ == pa.binary():
                     values = [v if v is None or isinstance(v, bytes) else str(v).encode() for v in values]

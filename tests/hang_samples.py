@@ -20,12 +20,28 @@ STEP = 1_000_000
 
 
 def _message(op, nbytes, dtype, seq, caller, gsize=WORLD, granks=()):
-    return nvtx_format.format_collective(op, api=op, bytes=nbytes, dtype=dtype, numel=nbytes // 4, pg=0,
-                                         gsize=gsize, granks=granks, seq=seq, caller=caller)
+    return nvtx_format.format_collective(
+        op,
+        api=op,
+        bytes=nbytes,
+        dtype=dtype,
+        numel=nbytes // 4,
+        pg=0,
+        gsize=gsize,
+        granks=granks,
+        seq=seq,
+        caller=caller,
+    )
 
 
-def write_job(out: Path, calls: dict[int, list[tuple]], *, records: bool, dead_pid: int = 2 ** 22 - 7,
-              states: dict[int, int] | None = None) -> Path:
+def write_job(
+    out: Path,
+    calls: dict[int, list[tuple]],
+    *,
+    records: bool,
+    dead_pid: int = 2**22 - 7,
+    states: dict[int, int] | None = None,
+) -> Path:
     """Write report.sqlite (+ records/rank<R>.ring) into out; return the report's path.
     An unfinished call is in the report with its range closed at the process's end (what nsys
     does with a range left open), and unfinished in the record. states: rank -> header state
@@ -47,8 +63,9 @@ def write_job(out: Path, calls: dict[int, list[tuple]], *, records: bool, dead_p
         rdir.mkdir(exist_ok=True)
         for rank, cs in calls.items():
             state = (states or {}).get(rank, fr.EXITED)
-            mm = fr.open_ring(rdir / f"rank{rank}.ring", rank=rank,
-                              pid=dead_pid if state == fr.RUNNING else os.getpid())
+            mm = fr.open_ring(
+                rdir / f"rank{rank}.ring", rank=rank, pid=dead_pid if state == fr.RUNNING else os.getpid()
+            )
             push, pop = fr._py_chain(lambda m: None, lambda: None, mm)
             for i, (op, nbytes, dtype, caller, finished) in enumerate(cs):
                 push(_message(op, nbytes, dtype, i, caller))

@@ -45,55 +45,70 @@ def copy(src: Path, dst: Path) -> Path:
 
 def renamed_messages(path: Path, old: str, new: str) -> Path:
     """Replace old by new in every wrapper message (nsyscomm:<op>|...) of a copy of the DDP sample."""
-    return sql(copy(DDP, path), "UPDATE StringIds SET value = replace(value, ?, ?) WHERE value LIKE 'nsyscomm:%'",
-               params=(old, new))
+    return sql(
+        copy(DDP, path),
+        "UPDATE StringIds SET value = replace(value, ?, ?) WHERE value LIKE 'nsyscomm:%'",
+        params=(old, new),
+    )
 
 
 # ---------------------------------------------------------------------------- SQLite families
 
+
 def recursive_view(path: Path, table: str = "NVTX_EVENTS") -> Path:
     """table replaced by a view over an endless recursive query (reading it never finishes)."""
-    return sql(copy(DDP, path), f'ALTER TABLE "{table}" RENAME TO "{table}_real"',
-               f'CREATE VIEW "{table}" AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) '
-               f'SELECT t.* FROM c, "{table}_real" t')
+    return sql(
+        copy(DDP, path),
+        f'ALTER TABLE "{table}" RENAME TO "{table}_real"',
+        f'CREATE VIEW "{table}" AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) '
+        f'SELECT t.* FROM c, "{table}_real" t',
+    )
 
 
 def journal_mode(path: Path, mode: str) -> Path:
     """A copy of the gloo sample in SQLite journal mode `mode` (WAL, PERSIST, TRUNCATE, DELETE)."""
     con = sqlite3.connect(copy(GLOO, path))
     con.execute(f"PRAGMA journal_mode={mode}")
-    con.execute("CREATE TABLE IF NOT EXISTS zz_touch (a)")   # a write, so that the mode is in use
+    con.execute("CREATE TABLE IF NOT EXISTS zz_touch (a)")  # a write, so that the mode is in use
     con.commit()
     con.close()
-    for extra in ("-wal", "-shm", "-journal"):   # a clean close leaves none; make sure
+    for extra in ("-wal", "-shm", "-journal"):  # a clean close leaves none; make sure
         Path(f"{path}{extra}").unlink(missing_ok=True)
     return path
 
 
 def huge_name(path: Path, size: int = 10 << 20) -> Path:
     """One wrapper message whose caller is `size` bytes long."""
-    return sql(copy(DDP, path), "UPDATE StringIds SET value = replace(value, 'caller=train.py:40 main', "
-               "'caller=' || ?) WHERE value LIKE 'nsyscomm:broadcast%'", params=("x" * size,))
+    return sql(
+        copy(DDP, path),
+        "UPDATE StringIds SET value = replace(value, 'caller=train.py:40 main', "
+        "'caller=' || ?) WHERE value LIKE 'nsyscomm:broadcast%'",
+        params=("x" * size,),
+    )
 
 
 def escapes_everywhere(path: Path) -> Path:
     """Terminal escape sequences in callers, process groups, kernel names and host names."""
-    return sql(copy(DDP, path),
-               "UPDATE StringIds SET value = replace(replace(value, 'caller=train.py:88 train_step', "
-               "'caller=' || ? || 'train.py:88'), '|pg=0|', '|pg=0' || ? || '|') WHERE value LIKE 'nsyscomm:%'",
-               "UPDATE StringIds SET value = replace(value, 'host=node-a', 'host=node' || ?) "
-               "WHERE value LIKE 'nsyscomm.rank%'",
-               "UPDATE StringIds SET value = value || ? WHERE value LIKE 'ncclDevKernel%'",
-               params=(ESCAPES,))
+    return sql(
+        copy(DDP, path),
+        "UPDATE StringIds SET value = replace(replace(value, 'caller=train.py:88 train_step', "
+        "'caller=' || ? || 'train.py:88'), '|pg=0|', '|pg=0' || ? || '|') WHERE value LIKE 'nsyscomm:%'",
+        "UPDATE StringIds SET value = replace(value, 'host=node-a', 'host=node' || ?) "
+        "WHERE value LIKE 'nsyscomm.rank%'",
+        "UPDATE StringIds SET value = value || ? WHERE value LIKE 'ncclDevKernel%'",
+        params=(ESCAPES,),
+    )
 
 
 def formula_names(path: Path) -> Path:
     """Callers and process groups a spreadsheet would run as formulas."""
-    return sql(copy(DDP, path),
-               "UPDATE StringIds SET value = replace(replace(value, 'caller=train.py:88 train_step', "
-               "'caller==HYPERLINK(\"http://x.invalid\",\"y\")'), 'caller=train.py:40 main', "
-               "'caller=@SUM(1+1)') WHERE value LIKE 'nsyscomm:%'",
-               "UPDATE StringIds SET value = replace(value, '|pg=0|', '|pg=+cmd|') WHERE value LIKE 'nsyscomm:%'")
+    return sql(
+        copy(DDP, path),
+        "UPDATE StringIds SET value = replace(replace(value, 'caller=train.py:88 train_step', "
+        "'caller==HYPERLINK(\"http://x.invalid\",\"y\")'), 'caller=train.py:40 main', "
+        "'caller=@SUM(1+1)') WHERE value LIKE 'nsyscomm:%'",
+        "UPDATE StringIds SET value = replace(value, '|pg=0|', '|pg=+cmd|') WHERE value LIKE 'nsyscomm:%'",
+    )
 
 
 def sqlite_cases(d: Path) -> dict[str, tuple[Path, str]]:
@@ -118,21 +133,66 @@ def sqlite_cases(d: Path) -> dict[str, tuple[Path, str]]:
 
 # ---------------------------------------------------------------------------- Kineto families
 
+
 def kineto_trace(rank: int = 0) -> dict:
     """A small valid PyTorch profiler trace: one all_reduce with its kernel."""
     pid = 4000 + rank
-    meta = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "Group size": 2,
-            "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}
-    ev = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": pid, "ts": 1000.5,
-           "dur": 50.0, "args": meta},
-          {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": pid, "tid": pid, "ts": 1001.0,
-           "dur": 40.0, "args": {}},
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": pid, "ts": 1010.0,
-           "dur": 5.0, "args": {"correlation": 7}},
-          {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": rank, "tid": 7,
-           "ts": 1020.0, "dur": 30.0, "args": {"device": rank, "stream": 7, "correlation": 7, **meta}}]
-    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
-            "traceEvents": ev}
+    meta = {
+        "Collective name": "allreduce",
+        "In msg nelems": 1000,
+        "Out msg nelems": 1000,
+        "Group size": 2,
+        "dtype": "Float",
+        "Process Group Name": "0",
+        "Process Group Ranks": "[0, 1]",
+    }
+    ev = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": pid,
+            "tid": pid,
+            "ts": 1000.5,
+            "dur": 50.0,
+            "args": meta,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "nccl:all_reduce",
+            "pid": pid,
+            "tid": pid,
+            "ts": 1001.0,
+            "dur": 40.0,
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": pid,
+            "tid": pid,
+            "ts": 1010.0,
+            "dur": 5.0,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "pid": rank,
+            "tid": 7,
+            "ts": 1020.0,
+            "dur": 30.0,
+            "args": {"device": rank, "stream": 7, "correlation": 7, **meta},
+        },
+    ]
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
 
 
 def _bad_event(field: str, value) -> dict:
@@ -148,8 +208,15 @@ def kineto_cases(d: Path) -> dict[str, tuple[Path, str]]:
         "kineto_name_int": json.dumps(_bad_event("name", 12345)),
         "kineto_cat_list": json.dumps(_bad_event("cat", ["user_annotation"])),
         "kineto_args_list": json.dumps(_bad_event("args", [1, 2, 3])),
-        "kineto_kernel_args_list": json.dumps({**kineto_trace(), "traceEvents": [
-            *kineto_trace()["traceEvents"][:3], {**kineto_trace()["traceEvents"][3], "args": ["x"]}]}),
+        "kineto_kernel_args_list": json.dumps(
+            {
+                **kineto_trace(),
+                "traceEvents": [
+                    *kineto_trace()["traceEvents"][:3],
+                    {**kineto_trace()["traceEvents"][3], "args": ["x"]},
+                ],
+            }
+        ),
         # json.dumps writes NaN and Infinity as the bare words Python's parser accepts
         "kineto_ts_nan": json.dumps(_bad_event("ts", float("nan"))),
         "kineto_ts_infinity": json.dumps(_bad_event("ts", float("inf"))),
@@ -159,8 +226,10 @@ def kineto_cases(d: Path) -> dict[str, tuple[Path, str]]:
         "kineto_rank_list": json.dumps({**kineto_trace(), "distributedInfo": {"rank": [0], "world_size": "x"}}),
     }
     deep = 100_000
-    texts["kineto_nested_deep"] = ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, '
-                                   '"tid": 1, "ts": 1, "dur": 1, "args": ' + "[" * deep + "]" * deep + "}]}")
+    texts["kineto_nested_deep"] = (
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, '
+        '"tid": 1, "ts": 1, "dur": 1, "args": ' + "[" * deep + "]" * deep + "}]}"
+    )
     for name, text in texts.items():
         p = d / f"{name}.json"
         p.write_text(text)
@@ -170,11 +239,14 @@ def kineto_cases(d: Path) -> dict[str, tuple[Path, str]]:
 
 # ---------------------------------------------------------------------------- two runs
 
+
 def two_runs(d: Path) -> tuple[Path, Path]:
     """Two 4-rank runs of the DDP sample on different hosts (node-a and node-b)."""
     a = copy(DDP, d / "run_a.sqlite")
-    b = sql(copy(DDP, d / "run_b.sqlite"), "UPDATE StringIds SET value = replace(value, 'host=node-a', "
-            "'host=node-b') WHERE value LIKE 'nsyscomm.rank%'")
+    b = sql(
+        copy(DDP, d / "run_b.sqlite"),
+        "UPDATE StringIds SET value = replace(value, 'host=node-a', 'host=node-b') WHERE value LIKE 'nsyscomm.rank%'",
+    )
     return a, b
 
 
@@ -185,7 +257,7 @@ def build(d: Path, robustness: bool = True) -> dict[str, tuple[Path, str]]:
     runs.mkdir()
     two_runs(runs)
     c["two_4rank_runs"] = (runs, OK)
-    if robustness:   # the families of tests/test_robustness.py (issue 11), with their expectations
+    if robustness:  # the families of tests/test_robustness.py (issue 11), with their expectations
         from tests.test_robustness import ERROR as R_ERROR
         from tests.test_robustness import build_corpus
 

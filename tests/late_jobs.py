@@ -17,9 +17,14 @@ from nsyscomm import nvtx_format, synth
 T0 = 1_000_000_000
 US = 1_000
 HOST_DELAY_NS = 2_000 * US
-GAP = 100 * US          # every rank's ordinary time between two calls
-XFER = 100 * US         # every collective's transfer once its last rank is in
-CALLERS = {"W": "chain.py:10 warmup", "A": "chain.py:20 stage_a", "B": "chain.py:30 stage_b", "C": "chain.py:40 stage_c"}
+GAP = 100 * US  # every rank's ordinary time between two calls
+XFER = 100 * US  # every collective's transfer once its last rank is in
+CALLERS = {
+    "W": "chain.py:10 warmup",
+    "A": "chain.py:20 stage_a",
+    "B": "chain.py:30 stage_b",
+    "C": "chain.py:40 stage_c",
+}
 
 
 def write_chain_job(out: Path, *, osrt: bool) -> Path:
@@ -31,7 +36,7 @@ def write_chain_job(out: Path, *, osrt: bool) -> Path:
         rep.domain_create(p, p.pid, T0, nvtx_format.DOMAIN, 1)
         rep.mark(p, p.pid, T0 + 1000, registered=nvtx_format.format_rank_marker(rank, rank, 4, "h"), domain=1)
         procs[rank] = p
-    free = {r: T0 + 10 * US for r in range(4)}   # when each rank's CPU is free for its next call
+    free = {r: T0 + 10 * US for r in range(4)}  # when each rank's CPU is free for its next call
     seqs: dict[tuple[int, int], int] = {}
 
     def coll(name: str, pg: int, ranks: tuple[int, ...], late: dict[int, int] | None = None) -> dict[int, int]:
@@ -40,9 +45,18 @@ def write_chain_job(out: Path, *, osrt: bool) -> Path:
         for r in ranks:
             seq = seqs.get((r, pg), 0)
             seqs[(r, pg)] = seq + 1
-            msg = nvtx_format.format_collective("all_reduce", api="all_reduce", bytes=4096, dtype="float32", numel=1024,
-                                                pg=pg, gsize=len(ranks), granks=() if pg == 0 else ranks, seq=seq,
-                                                caller=CALLERS[name])
+            msg = nvtx_format.format_collective(
+                "all_reduce",
+                api="all_reduce",
+                bytes=4096,
+                dtype="float32",
+                numel=1024,
+                pg=pg,
+                gsize=len(ranks),
+                granks=() if pg == 0 else ranks,
+                seq=seq,
+                caller=CALLERS[name],
+            )
             rep.range(procs[r], procs[r].pid, arrive[r], end, registered=msg, domain=1)
             free[r] = end
         return arrive
@@ -68,14 +82,15 @@ def _add_osrt(path: Path, calls: list[tuple[int, int, int, str]]) -> None:
     next_id = con.execute("SELECT max(id) + 1 FROM StringIds").fetchone()[0]
     for pid, start, end, name in calls:
         con.execute("INSERT INTO StringIds VALUES (?, ?)", (next_id, name))
-        con.execute("INSERT INTO OSRT_API VALUES (?, ?, 27, ?, ?, 0, 0, 0)",
-                    (start, end, synth.global_tid(pid, pid), next_id))
+        con.execute(
+            "INSERT INTO OSRT_API VALUES (?, ?, 27, ?, ?, 0, 0, 0)", (start, end, synth.global_tid(pid, pid), next_id)
+        )
         next_id += 1
     con.commit()
     con.close()
 
 
-SLOW_KERNEL_NS = 2_000 * US    # how much longer rank 1's compute kernel runs before each all_reduce
+SLOW_KERNEL_NS = 2_000 * US  # how much longer rank 1's compute kernel runs before each all_reduce
 
 
 def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
@@ -94,22 +109,53 @@ def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
         synth._add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=2, host="gpu-host")
         sims.append(sim)
     # a warm-up all_reduce, on time: every later call has a previous one to measure its gap from
-    pend = [s.wrapper_collective(s.main, "broadcast", api="broadcast", nbytes=1 << 16, dtype="float32", itemsize=4,
-                                 pg=0, gsize=2, caller="gpu_train.py:40 main", kernel="ncclDevKernel_Broadcast_RING_LL",
-                                 stream=13) for s in sims]
+    pend = [
+        s.wrapper_collective(
+            s.main,
+            "broadcast",
+            api="broadcast",
+            nbytes=1 << 16,
+            dtype="float32",
+            itemsize=4,
+            pg=0,
+            gsize=2,
+            caller="gpu_train.py:40 main",
+            kernel="ncclDevKernel_Broadcast_RING_LL",
+            stream=13,
+        )
+        for s in sims
+    ]
     synth.finish_collective(pend, 50 * US, rng)
     for s in sims:
         s.sync(s.main)
     for step in range(steps):
         pend = []
         for s in sims:
-            s.cpu[s.main] = max(x.cpu[x.main] for x in sims)   # both CPUs in step
-            s.compute(s.main, "ampere_sgemm_128x64_nn", 7, 1_000 * US + (SLOW_KERNEL_NS if s.rank == 1 else 0),
-                      record=f"k{step}")
-            pend.append(s.wrapper_collective(
-                s.main, "all_reduce", api="all_reduce", nbytes=1 << 20, dtype="float32", itemsize=4, pg=0, gsize=2,
-                step=step, caller="gpu_train.py:50 train_step", kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                stream=13, wait=(f"k{step}",)))
+            s.cpu[s.main] = max(x.cpu[x.main] for x in sims)  # both CPUs in step
+            s.compute(
+                s.main,
+                "ampere_sgemm_128x64_nn",
+                7,
+                1_000 * US + (SLOW_KERNEL_NS if s.rank == 1 else 0),
+                record=f"k{step}",
+            )
+            pend.append(
+                s.wrapper_collective(
+                    s.main,
+                    "all_reduce",
+                    api="all_reduce",
+                    nbytes=1 << 20,
+                    dtype="float32",
+                    itemsize=4,
+                    pg=0,
+                    gsize=2,
+                    step=step,
+                    caller="gpu_train.py:50 train_step",
+                    kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                    stream=13,
+                    wait=(f"k{step}",),
+                )
+            )
         synth.finish_collective(pend, 50 * US, rng, record=f"ar{step}")
         for s in sims:
             s.sync(s.main)

@@ -74,7 +74,7 @@ def test_per_table_folders(layout, name, tmp_path):
     src = SAMPLES / name
     if not src.exists():
         pytest.skip(f"sample {name} not present")
-    folder = convert(src, tmp_path / name, layout)   # a folder named like the report
+    folder = convert(src, tmp_path / name, layout)  # a folder named like the report
     assert nsys_arrow.is_export(folder)
     assert _json(folder) == _json(src)
 
@@ -101,11 +101,12 @@ def test_not_utf8_text_is_replaced_and_said(tmp_path):
     # one more StringIds stream would be a second table: instead append a bad string to it
     arrow, _ = nsys_arrow.read_tables(dst, wanted=("StringIds",))
     s = arrow["StringIds"]
-    bad = pa.table({"id": pa.array([10**6], pa.int64()), "value": pa.array([b"\xff\xfebad"], pa.binary())},
-                   schema=s.schema)
+    bad = pa.table(
+        {"id": pa.array([10**6], pa.int64()), "value": pa.array([b"\xff\xfebad"], pa.binary())}, schema=s.schema
+    )
     data = dst.read_bytes()
     first_len = _first_stream_len(data)
-    out_path = tmp_path / "bad.arrow"   # a new file: dst is memory-mapped by the tables read above
+    out_path = tmp_path / "bad.arrow"  # a new file: dst is memory-mapped by the tables read above
     with open(out_path, "wb") as f:
         with ipc.new_stream(f, s.schema) as w:
             w.write_table(pa.concat_tables([s, bad]))
@@ -168,8 +169,23 @@ def _profile(out: Path, **kw):
 
     if not _torch_ok():
         pytest.skip("needs torch and nvtx <= 0.2.11 (nsys 2022.4 records NVTX ranges only from those)")
-    return run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                str(JOB), "--calls", str(CALLS), "--bytes", "4096"], output=str(out), **kw)
+    return run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(JOB),
+            "--calls",
+            str(CALLS),
+            "--bytes",
+            "4096",
+        ],
+        output=str(out),
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +200,10 @@ def real_job(tmp_path_factory):
 def test_real_report_arrow_equals_sqlite(real_job, tmp_path):
     sq = real_job.reports[0]
     rep = sq.with_suffix(".nsys-rep")
-    arrow = tmp_path / "report.sqlite"   # the same name: the JSON names its reports
-    subprocess.run(["nsys", "export", "--type", "arrow", "-f", "true", "-o", str(arrow), str(rep)],
-                   check=True, capture_output=True)
+    arrow = tmp_path / "report.sqlite"  # the same name: the JSON names its reports
+    subprocess.run(
+        ["nsys", "export", "--type", "arrow", "-f", "true", "-o", str(arrow), str(rep)], check=True, capture_output=True
+    )
     assert nsys_arrow.is_export(arrow)
     want, got = _json(sq), _json(arrow)
     assert want[0] == 0, want[1]

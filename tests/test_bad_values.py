@@ -21,8 +21,10 @@ def test_non_utf8_strings_are_replaced_not_fatal(tmp_path):
     dst = _copy(tmp_path)
     con = sqlite3.connect(dst)
     # a caller with a byte that is not UTF-8, in every wrapper message of rank 0's first call site
-    con.execute("UPDATE StringIds SET value = replace(value, 'train.py:88', CAST(X'747261696EFF2E7079' AS TEXT) "
-                "|| ':88') WHERE value LIKE 'nsyscomm:%'")
+    con.execute(
+        "UPDATE StringIds SET value = replace(value, 'train.py:88', CAST(X'747261696EFF2E7079' AS TEXT) "
+        "|| ':88') WHERE value LIKE 'nsyscomm:%'"
+    )
     con.commit()
     con.close()
     before = dst.read_bytes()

@@ -22,8 +22,10 @@ SCRIPT = HERE / "data" / "train_all_ops.py"
 WORLD = 4
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not on PATH; "
-                       "CI installs Debian's nsight-systems + nsight-systems-target"),
+    pytest.mark.skipif(
+        shutil.which("nsys") is None,
+        reason="nsys (Nsight Systems) is not on PATH; CI installs Debian's nsight-systems + nsight-systems-target",
+    ),
     pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH"),
 ]
 
@@ -50,8 +52,7 @@ def job(tmp_path_factory):
     expect.mkdir()
     os.environ["NSYSCOMM_EXPECT_DIR"] = str(expect)
     try:
-        res = run(["torchrun", "--standalone", "--nproc-per-node", str(WORLD), str(SCRIPT)],
-                  output=str(base / "out"))
+        res = run(["torchrun", "--standalone", "--nproc-per-node", str(WORLD), str(SCRIPT)], output=str(base / "out"))
     finally:
         os.environ.pop("NSYSCOMM_EXPECT_DIR", None)
     did = {}
@@ -65,7 +66,8 @@ def _nvtx_messages(sqlite_path):
     con = sqlite3.connect(str(sqlite_path))
     rows = con.execute(
         "SELECT e.eventType, (e.globalTid >> 24) & 16777215, coalesce(e.text, s.value) "
-        "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId ORDER BY e.start").fetchall()
+        "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId ORDER BY e.start"
+    ).fetchall()
     con.close()
     return rows
 
@@ -98,9 +100,7 @@ def test_every_call_is_seen_with_its_size(job):
     for rank, d in did.items():
         mine = c[c["rank"] == rank]
         user = mine[~mine["api"].str.startswith("ddp.")]
-        got = collections.Counter(
-            (r.op, r.api, None if pd.isna(r.bytes) else int(r.bytes))
-            for r in user.itertuples())
+        got = collections.Counter((r.op, r.api, None if pd.isna(r.bytes) else int(r.bytes)) for r in user.itertuples())
         want = collections.Counter((x["op"], x["api"], x["bytes"]) for x in d["calls"])
         assert got == want, f"rank {rank}: missing {want - got}, extra {got - want}"
         ddp = mine[mine["api"] == "ddp.allreduce"]

@@ -50,8 +50,9 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp2")
     out = {}
     for annotate in (False, True):
-        mp.spawn(_job, args=(str(d / f"store{int(annotate)}"), annotate, str(d / f"out{int(annotate)}")),
-                 nprocs=2, join=True)
+        mp.spawn(
+            _job, args=(str(d / f"store{int(annotate)}"), annotate, str(d / f"out{int(annotate)}")), nprocs=2, join=True
+        )
         out[annotate] = [torch.load(d / f"out{int(annotate)}.{r}") for r in range(2)]
     return out
 

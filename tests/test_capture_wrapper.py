@@ -74,7 +74,14 @@ def test_fields_of_every_family(rec):
     m = one(rec, lambda: dist.all_reduce(t))
     assert m["kind"] == "nsyscomm:all_reduce" and m["api"] == "all_reduce"
     assert (m["bytes"], m["dtype"], m["numel"], m["pg"], m["gsize"], m["granks"], m["async"]) == (
-        "32", "float32", "8", "0", "1", "", "0")
+        "32",
+        "float32",
+        "8",
+        "0",
+        "1",
+        "",
+        "0",
+    )
     assert m["caller"].startswith(THIS + ":") and m["caller"].endswith("<lambda>")
     assert m["seq"] == "0"
     h = torch.ones(3, dtype=torch.float16)
@@ -99,7 +106,12 @@ def test_fields_of_every_family(rec):
             warnings.simplefilter("ignore")
             m = one(rec, fn)
         assert (m["kind"], m["api"], m["bytes"], m["async"], m["seq"]) == (
-            "nsyscomm:" + op, api, str(nbytes), asy, str(i)), m
+            "nsyscomm:" + op,
+            api,
+            str(nbytes),
+            asy,
+            str(i),
+        ), m
 
 
 def test_object_and_functional_collectives(rec):
@@ -134,7 +146,7 @@ def test_step_from_optimizer_and_explicit(rec):
     for expected in (1, 2):
         model(torch.ones(2)).sum().backward()
         opt.step()
-        other.step()   # a second optimizer does not advance the step
+        other.step()  # a second optimizer does not advance the step
         assert one(rec, lambda: dist.all_reduce(t))["step"] == str(expected)
     W.step(10)
     opt.step()
@@ -147,8 +159,7 @@ def test_seq_counts_per_group(rec):
     sub = dist.new_group([0])
     seqs = []
     for g in (None, sub, None, sub, sub):
-        seqs.append((one(rec, lambda: dist.all_reduce(t, group=g))["pg"],
-                     rec.parsed()[0]["seq"]))
+        seqs.append((one(rec, lambda: dist.all_reduce(t, group=g))["pg"], rec.parsed()[0]["seq"]))
     names = [s[0] for s in seqs]
     assert names[0] != names[1]
     assert [s[1] for s in seqs] == ["0", "0", "1", "1", "2"]
@@ -218,7 +229,6 @@ def test_thread_safety(rec):
     assert seqs == list(range(n_threads * n_calls))
 
 
-
 def _site(offset=0):
     """``file:line function`` of the caller's line + offset."""
     f = sys._getframe(1)
@@ -264,16 +274,24 @@ def test_fast_emitter_hands_nvtx_the_message(pg):
     finally:
         W.annotate(False)
 
+
 def test_import_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import nsyscomm, nsyscomm.capture, "
-            "nsyscomm.capture.launcher; print(nsyscomm.annotate())")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = (
+        "import sys; sys.modules['torch'] = None; import nsyscomm, nsyscomm.capture, "
+        "nsyscomm.capture.launcher; print(nsyscomm.annotate())"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
 
 
 # ---------------------------------------------------------------- two real processes
+
 
 def _two_rank_job(rank, path, out, annotate):
     import torch
@@ -356,11 +374,12 @@ def test_two_ranks_bit_identical(two_rank):
 def test_two_ranks_seq_align_and_p2p(two_rank):
     _, wrapped = two_rank
     per = [[fmt.parse(m) for m in wrapped[r]["msgs"] if m.startswith(fmt.COLLECTIVE_PREFIX)] for r in range(2)]
-    coll = [[(m["pg"], m["seq"], m["kind"], m["bytes"]) for m in p if m["kind"] not in ("nsyscomm:send", "nsyscomm:recv")]
-            for p in per]
+    coll = [
+        [(m["pg"], m["seq"], m["kind"], m["bytes"]) for m in p if m["kind"] not in ("nsyscomm:send", "nsyscomm:recv")]
+        for p in per
+    ]
     assert coll[0] == coll[1], "collectives match across ranks by (group, seq)"
-    p2p = [[(m["kind"], m["api"], m["seq"]) for m in p if m["kind"] in ("nsyscomm:send", "nsyscomm:recv")]
-           for p in per]
+    p2p = [[(m["kind"], m["api"], m["seq"]) for m in p if m["kind"] in ("nsyscomm:send", "nsyscomm:recv")] for p in per]
     assert [k for k, _, _ in p2p[0][:2]] == ["nsyscomm:send"] * 2
     assert [k for k, _, _ in p2p[1][:2]] == ["nsyscomm:recv"] * 2
     assert [s for _, _, s in p2p[0]] == [s for _, _, s in p2p[1]] == ["0", "1", "2", "3"]
@@ -371,6 +390,7 @@ def test_two_ranks_seq_align_and_p2p(two_rank):
 
 
 # ---------------------------------------------------------------- the C fast path (_fastpath.c)
+
 
 def _compiler():
     import shutil
@@ -410,7 +430,7 @@ def test_fast_path_messages_equal_the_python_wrapper(rec, monkeypatch):
         pytest.skip("nsyscomm.capture._fastpath not built")
     t, t64 = torch.ones(5), torch.ones(3, dtype=torch.float64)
     sub = dist.new_group([0])
-    _mixed_calls(t, t64, sub)   # the first call of each group and dtype fills the caches
+    _mixed_calls(t, t64, sub)  # the first call of each group and dtype fills the caches
     entered = []
 
     def prof(frame, event, arg):
@@ -481,6 +501,7 @@ def test_fast_guard_equals_autograd_guard(pg):
 
 # ---------------------------------------------------------------- torch.compile
 
+
 def _compiled_step(x, fc):
     y = fc.all_reduce(x * 2, "sum", dist.group.WORLD)
     return fc.all_gather_single(y, 0, dist.group.WORLD) + 1
@@ -500,7 +521,7 @@ def test_compiled_functional_collectives_are_annotated(rec, backend):
     torch._dynamo.reset()
     f = torch.compile(_compiled_step, backend=backend)
     x = torch.arange(6, dtype=torch.float32)
-    want = _compiled_step(x, fc)   # eager, through the Python wrappers
+    want = _compiled_step(x, fc)  # eager, through the Python wrappers
     rec.msgs.clear()
     try:
         got = [f(x, fc), f(x, fc)]
@@ -511,7 +532,7 @@ def test_compiled_functional_collectives_are_annotated(rec, backend):
     assert [m["kind"] for m in msgs] == ["nsyscomm:all_reduce", "nsyscomm:all_gather"] * 2, rec.msgs
     assert all(m["api"].startswith("_c10d_functional.") for m in msgs)
     assert [m["bytes"] for m in msgs] == ["24", "24"] * 2 and {m["dtype"] for m in msgs} == {"float32"}
-    assert [int(m["seq"]) for m in msgs] == [2, 3, 4, 5]   # eager used 0 and 1; tracing none
+    assert [int(m["seq"]) for m in msgs] == [2, 3, 4, 5]  # eager used 0 and 1; tracing none
     # the user's function (its compiled frame reports the def line, or the call's line)
     line = _compiled_step.__code__.co_firstlineno
     assert {m["caller"] for m in msgs} <= {f"{THIS}:{n} _compiled_step" for n in (line, line + 1, line + 2)}

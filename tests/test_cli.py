@@ -21,8 +21,12 @@ def run(*args):
 def test_no_argument_tours_the_bundled_samples():
     r = run("summarize")
     assert r.exit_code == 0, r.output
-    for name in ("synthetic_ddp_4rank.sqlite", "synthetic_fsdp_8rank.sqlite", "synthetic_gloo_cpu.sqlite",
-                 "synthetic_nowrapper_2node"):
+    for name in (
+        "synthetic_ddp_4rank.sqlite",
+        "synthetic_fsdp_8rank.sqlite",
+        "synthetic_gloo_cpu.sqlite",
+        "synthetic_nowrapper_2node",
+    ):
         assert f"sample job: {name}" in r.output
     assert "Comm. Op" in r.output and "busbw_avg (Gbps)" in r.output
 
@@ -30,8 +34,15 @@ def test_no_argument_tours_the_bundled_samples():
 def test_text_layout_is_deepspeeds():
     out = run("summarize", DDP).output
     header = next(line for line in out.splitlines() if "Comm. Op" in line)
-    cols = ["Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)",
-            "busbw_avg (Gbps)"]
+    cols = [
+        "Comm. Op",
+        "Message Size",
+        "Count",
+        "Total Latency(ms)",
+        "Avg Latency(ms)",
+        "tput_avg (Gbps)",
+        "busbw_avg (Gbps)",
+    ]
     assert [header.index(c) for c in cols] == sorted(header.index(c) for c in cols)
     assert "25.0 MB" in out and "10.31 MB" in out
     assert "minimum communication time =" in out and "for rank 2" in out
@@ -56,8 +67,22 @@ def test_json_contract():
     doc = json.loads(run("summarize", DDP, "--format", "json").output)
     assert doc["schema"] == 1
     for row in doc["summary"]:
-        assert set(row) == {"op", "bytes", "count", "calls", "ranks", "total_ms", "avg_ms", "p50_ms", "max_ms",
-                            "algbw_GBps", "busbw_GBps", "group_size", "dtype", "caller"}
+        assert set(row) == {
+            "op",
+            "bytes",
+            "count",
+            "calls",
+            "ranks",
+            "total_ms",
+            "avg_ms",
+            "p50_ms",
+            "max_ms",
+            "algbw_GBps",
+            "busbw_GBps",
+            "group_size",
+            "dtype",
+            "caller",
+        }
     for row in doc["ranks"]:
         assert set(row) >= {"rank", "host", "calls", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct"}
     assert set(doc["skew"]) == {"straggler_rank", "instances", "per_rank"}
@@ -85,8 +110,15 @@ def _bad_inputs(tmp_path):
     con.close()
     (tmp_path / "no_reports").mkdir()
     (tmp_path / "trace.txt").write_text("hello")
-    return ["empty.sqlite", "random.sqlite", "truncated.sqlite", "other_app.sqlite", "no_reports", "trace.txt",
-            "missing.sqlite"]
+    return [
+        "empty.sqlite",
+        "random.sqlite",
+        "truncated.sqlite",
+        "other_app.sqlite",
+        "no_reports",
+        "trace.txt",
+        "missing.sqlite",
+    ]
 
 
 def test_bad_input_one_line_exit_2(tmp_path):
@@ -101,11 +133,13 @@ def test_bad_input_one_line_exit_2(tmp_path):
             assert path.read_bytes() == before, f"{name} was modified"
     # nothing was written beside the inputs (no journals, no caches)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["empty.sqlite", "random.sqlite", "truncated.sqlite", "other_app.sqlite", "no_reports", "trace.txt"])
+        ["empty.sqlite", "random.sqlite", "truncated.sqlite", "other_app.sqlite", "no_reports", "trace.txt"]
+    )
 
 
 def test_nothing_written_beside_the_input(tmp_path):
     import shutil
+
     shutil.copy(DDP, tmp_path / "r.sqlite")
     assert run("summarize", str(tmp_path / "r.sqlite")).exit_code == 0
     assert [p.name for p in tmp_path.iterdir()] == ["r.sqlite"]
@@ -122,11 +156,14 @@ def test_debug_shows_traceback_for_bad_input(tmp_path):
 def test_report_strings_are_escaped(tmp_path, fmt):
     """Callers come from the profiled program: markup in them must not be interpreted."""
     import shutil
+
     dst = tmp_path / "r.sqlite"
     shutil.copy(DDP, dst)
     con = sqlite3.connect(dst)
-    con.execute("UPDATE StringIds SET value = replace(value, 'caller=train.py:88 train_step', "
-                "'caller=<script>x</script> [bold]|pipe') WHERE value LIKE 'nsyscomm:%'")
+    con.execute(
+        "UPDATE StringIds SET value = replace(value, 'caller=train.py:88 train_step', "
+        "'caller=<script>x</script> [bold]|pipe') WHERE value LIKE 'nsyscomm:%'"
+    )
     con.commit()
     con.close()
     out = run("summarize", str(dst), "--by", "caller", "--format", fmt).output
@@ -138,6 +175,7 @@ def test_report_strings_are_escaped(tmp_path, fmt):
 
 def test_nccl_log_header_and_reference(tmp_path):
     from tests.conftest import real_file
+
     log = real_file("nccl-logs/aws-p5-h100-16rank-nccl-debug-info.log")
     r = run("summarize", DDP, "--nccl-log", str(log))
     assert r.exit_code == 0, r.output
@@ -160,9 +198,11 @@ def test_the_command_exits_without_a_last_garbage_collection():
     from importlib.metadata import entry_points
 
     assert entry_points(group="console_scripts")["nsyscomm"].value == "nsyscomm.cli:entry"
-    code = ("import gc, sys\nfrom nsyscomm.cli import entry\n"
-            "try:\n    entry(['--version'])\nexcept SystemExit:\n    pass\n"
-            "print(gc.get_freeze_count() > 0)")
+    code = (
+        "import gc, sys\nfrom nsyscomm.cli import entry\n"
+        "try:\n    entry(['--version'])\nexcept SystemExit:\n    pass\n"
+        "print(gc.get_freeze_count() > 0)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "True"
 
@@ -183,7 +223,7 @@ def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
             ran.append("after the signal")
     assert ran == ["after the signal"]
     assert signal.getsignal(signal.SIGINT) is before
-    with _interrupt_after():   # no signal: nothing raised
+    with _interrupt_after():  # no signal: nothing raised
         ran.append("quiet")
     assert ran[-1] == "quiet"
 
@@ -212,4 +252,4 @@ def test_ctrl_c_while_click_dispatches_is_one_line_and_130(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli.entry(["--version"])
     assert e.value.code == 0 and "nsyscomm, version" in capsys.readouterr().out
-    gc.unfreeze()   # entry() froze this test process's objects, as it does the command's
+    gc.unfreeze()  # entry() froze this test process's objects, as it does the command's

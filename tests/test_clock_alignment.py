@@ -12,8 +12,8 @@ import nsyscomm
 from tests.conftest import SAMPLES
 
 PAIR = SAMPLES / "synthetic_nowrapper_2node"
-SESSION_SHIFT = 5_000_000_000      # node1's session claims to start 5 s later ...
-CLOCK_ERROR = 1_234_567            # ... and its clock is off by 1.23 ms that the session start does not show
+SESSION_SHIFT = 5_000_000_000  # node1's session claims to start 5 s later ...
+CLOCK_ERROR = 1_234_567  # ... and its clock is off by 1.23 ms that the session start does not show
 
 
 def _skewed_copy(tmp_path):
@@ -51,6 +51,7 @@ def test_without_refinement_the_error_would_show(tmp_path):
     """The planted error is large enough to matter: alignment by session start alone gets it wrong."""
     from nsyscomm import api
     from nsyscomm.combine import clocks
+
     job = _skewed_copy(tmp_path)
     extracts = [api.extract_one(p, p.name) for p in sorted(job.glob("*.sqlite"))]
     ref = nsyscomm.load(PAIR)

@@ -31,12 +31,34 @@ def test_frame_equals_df(where):
 # kernel_ns is a BIGINT since the calls stay in Arrow (a HUGEINT sum before: float64), and the busy
 # times, NULL-free here, are plain integers (pandas' nullable ones before)
 _DDP_CALLS_DTYPES = {
-    "pid": "int64", "tid": "int64", "op": "str", "api": "str", "bytes": "int64", "dtype": "str",
-    "numel": "int64", "group": "str", "group_size": "int32", "group_ranks": "object", "seq": "int64",
-    "caller": "str", "cpu_start": "int64", "cpu_end": "int64", "gpu_start": "int64", "gpu_end": "int64",
-    "stream": "int64", "device": "int64", "source": "str", "kernel": "str", "algo": "str", "proto": "str",
-    "kernels": "int64", "kernel_ns": "int64", "peer": "Int32", "step": "Int64",
-    "busy_at_start": "int64", "busy_at_end": "int64",
+    "pid": "int64",
+    "tid": "int64",
+    "op": "str",
+    "api": "str",
+    "bytes": "int64",
+    "dtype": "str",
+    "numel": "int64",
+    "group": "str",
+    "group_size": "int32",
+    "group_ranks": "object",
+    "seq": "int64",
+    "caller": "str",
+    "cpu_start": "int64",
+    "cpu_end": "int64",
+    "gpu_start": "int64",
+    "gpu_end": "int64",
+    "stream": "int64",
+    "device": "int64",
+    "source": "str",
+    "kernel": "str",
+    "algo": "str",
+    "proto": "str",
+    "kernels": "int64",
+    "kernel_ns": "int64",
+    "peer": "Int32",
+    "step": "Int64",
+    "busy_at_start": "int64",
+    "busy_at_end": "int64",
 }
 
 
@@ -60,25 +82,32 @@ def test_arrow_frame_of_large_strings_and_null_columns():
     """Tables that went through pandas and Parquet (large_string, null type) as .df() would give them."""
     import pyarrow as pa
 
-    t = pa.table({"a": pa.array(["x", None], pa.large_string()), "b": pa.array([None, None], pa.large_string()),
-                  "c": pa.array([None, None], pa.null()), "d": pa.array([1, None], pa.int64())})
+    t = pa.table(
+        {
+            "a": pa.array(["x", None], pa.large_string()),
+            "b": pa.array([None, None], pa.large_string()),
+            "c": pa.array([None, None], pa.null()),
+            "d": pa.array([1, None], pa.int64()),
+        }
+    )
     got = duck.arrow_frame(t)
-    want = duck.connect().sql("SELECT a, b, d FROM t").df()   # DuckDB reads Arrow's null type as INTEGER
+    want = duck.connect().sql("SELECT a, b, d FROM t").df()  # DuckDB reads Arrow's null type as INTEGER
     assert {k: str(v) for k, v in got[["a", "b", "d"]].dtypes.items()} == {k: str(v) for k, v in want.dtypes.items()}
     assert got["b"].tolist() == [None, None] and got["c"].tolist() == [None, None]
     assert got["d"].tolist() == [1, pd.NA]
 
 
-@pytest.mark.parametrize("limit, expected", [("150MB", int(143.0 * 2**20)), ("4GB", int(3.7 * 2**30)),
-                                             ("500KB", int(488.2 * 2**10))])
+@pytest.mark.parametrize(
+    "limit, expected", [("150MB", int(143.0 * 2**20)), ("4GB", int(3.7 * 2**30)), ("500KB", int(488.2 * 2**10))]
+)
 def test_memory_limit_in_bytes(limit, expected):
     con = duckdb.connect(config={"memory_limit": limit})
-    assert duck.memory_limit_bytes(con) == expected   # as DuckDB rounds it: 143.0 MiB
+    assert duck.memory_limit_bytes(con) == expected  # as DuckDB rounds it: 143.0 MiB
     con.close()
 
 
 def test_memory_limit_in_a_form_not_known_is_none():
-    class Shows:   # what a later DuckDB might state
+    class Shows:  # what a later DuckDB might state
         def execute(self, sql):
             return self
 

@@ -22,8 +22,14 @@ from nsyscomm.views import gate_out
 from tests.conftest import SAMPLES, real_nsys_files
 
 REAL = real_nsys_files()
-SAMPLE_INPUTS = sorted([p for p in SAMPLES.glob("*.sqlite")] + [p for p in SAMPLES.iterdir() if p.is_dir()
-                                                                 and list(p.glob("*.sqlite"))]) if SAMPLES.exists() else []
+SAMPLE_INPUTS = (
+    sorted(
+        [p for p in SAMPLES.glob("*.sqlite")]
+        + [p for p in SAMPLES.iterdir() if p.is_dir() and list(p.glob("*.sqlite"))]
+    )
+    if SAMPLES.exists()
+    else []
+)
 H100 = next((p for p in REAL if "nccl_window" in p.name and "nonccl" not in p.name), None)
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 
@@ -51,22 +57,46 @@ def write(tmp_path, name, obj) -> Path:
 def row(op="all_reduce", nbytes=25 * 2**20, n=4, calls=40, avg=0.45, p50=None, busbw=None, caller=None, **kw):
     count = calls // n
     bus = busbw if busbw is not None else (nbytes / (avg * 1e6) * 2 * (n - 1) / n if nbytes else None)
-    r = {"op": op, "bytes": nbytes, "count": count, "calls": calls, "ranks": n, "total_ms": avg * count,
-         "avg_ms": avg, "p50_ms": p50 if p50 is not None else avg, "max_ms": avg * 1.2,
-         "algbw_GBps": nbytes / (avg * 1e6) if nbytes else None, "busbw_GBps": bus, "group_size": n,
-         "dtype": "float32", "caller": caller}
+    r = {
+        "op": op,
+        "bytes": nbytes,
+        "count": count,
+        "calls": calls,
+        "ranks": n,
+        "total_ms": avg * count,
+        "avg_ms": avg,
+        "p50_ms": p50 if p50 is not None else avg,
+        "max_ms": avg * 1.2,
+        "algbw_GBps": nbytes / (avg * 1e6) if nbytes else None,
+        "busbw_GBps": bus,
+        "group_size": n,
+        "dtype": "float32",
+        "caller": caller,
+    }
     r.update(kw)
     return r
 
 
 def doc(rows, comm=(10.0, 10.0), wait=(1.0, 1.0), delay=(0.01, 0.01), **extra) -> dict:
-    d = {"schema": 1, "tool": "nsyscomm", "reports": ["x.sqlite"], "summary": rows,
-         "ranks": [{"rank": i, "host": "h", "calls": 10, "comm_ms": c, "wait_ms": w, "elapsed_ms": 100.0,
-                    "comm_pct": c} for i, (c, w) in enumerate(zip(comm, wait))],
-         "skew": {"straggler_rank": 1, "instances": 10,
-                  "per_rank": [{"rank": i, "late_count": i, "avg_arrival_delay_ms": x, "wait_ms": w}
-                               for i, (x, w) in enumerate(zip(delay, wait))]},
-         "warnings": []}
+    d = {
+        "schema": 1,
+        "tool": "nsyscomm",
+        "reports": ["x.sqlite"],
+        "summary": rows,
+        "ranks": [
+            {"rank": i, "host": "h", "calls": 10, "comm_ms": c, "wait_ms": w, "elapsed_ms": 100.0, "comm_pct": c}
+            for i, (c, w) in enumerate(zip(comm, wait))
+        ],
+        "skew": {
+            "straggler_rank": 1,
+            "instances": 10,
+            "per_rank": [
+                {"rank": i, "late_count": i, "avg_arrival_delay_ms": x, "wait_ms": w}
+                for i, (x, w) in enumerate(zip(delay, wait))
+            ],
+        },
+        "warnings": [],
+    }
     d.update(extra)
     return d
 
@@ -89,6 +119,7 @@ def faster(d: dict, factor: float = 2.0) -> dict:
 
 
 # ----------------------------------------------------------------------------- real reports
+
 
 @pytest.mark.skipif(not REAL and not SAMPLE_INPUTS, reason="no real or sample reports present")
 @pytest.mark.parametrize("path", REAL + SAMPLE_INPUTS, ids=[p.name for p in REAL + SAMPLE_INPUTS])
@@ -150,14 +181,15 @@ def test_baseline_command_and_multi_run_baseline(tmp_path):
 
 # ------------------------------------------------------------------------------ noise bands
 
+
 def _runs(*avgs, calls=40):
     return [doc([row(avg=a, calls=calls)]) for a in avgs]
 
 
 def test_noise_inside_band_passes_and_outside_fails(tmp_path):
     base = write(tmp_path, "b.json", {"schema": 1, "runs": _runs(0.40, 0.45, 0.52)})
-    inside = write(tmp_path, "c1.json", doc([row(avg=0.51)]))    # +13% vs median, inside [0.40, 0.52]
-    outside = write(tmp_path, "c2.json", doc([row(avg=0.60)]))   # +33%, beyond the band
+    inside = write(tmp_path, "c1.json", doc([row(avg=0.51)]))  # +13% vs median, inside [0.40, 0.52]
+    outside = write(tmp_path, "c2.json", doc([row(avg=0.60)]))  # +33%, beyond the band
     r = run_gate("-b", base, inside, "--format", "json")
     assert r.exit_code == 0, r.output
     key = next(i for i in json.loads(r.stdout)["items"] if i["scope"] == "key")
@@ -182,16 +214,19 @@ def test_noise_sigma_widens_the_band():
 
 # ------------------------------------------------------------------------------- thresholds
 
+
 def test_absolute_floor_and_min_calls():
     tiny = lambda avg, calls=40: g.run_from_doc(doc([row(op="all_reduce", nbytes=8, avg=avg, calls=calls)]), "x")
     # 3 us -> 6 us: +100% but below the 10 us floor of key.avg_ms
     assert g.compare([tiny(0.003)], tiny(0.006)).exit_code == 0
-    assert g.compare([tiny(0.003)], tiny(0.006), g.override(g.Settings(), abs_=["avg_ms=0.001",
-                                                                               "p50_ms=0.001"])).exit_code == 1
+    assert (
+        g.compare([tiny(0.003)], tiny(0.006), g.override(g.Settings(), abs_=["avg_ms=0.001", "p50_ms=0.001"])).exit_code
+        == 1
+    )
     # a few noisy calls never fail a build
     v = g.compare([tiny(0.1, calls=4)], tiny(0.5, calls=4))
     assert v.items[0].status == "few_calls" and not v.items[0].fails
-    assert [i.name for i in v.failing] == ["job totals"]   # the job's total latency still counts (+1.6 ms)
+    assert [i.name for i in v.failing] == ["job totals"]  # the job's total latency still counts (+1.6 ms)
     no_job = g.override(g.Settings(), ignore=["job"])
     assert g.compare([tiny(0.1, calls=4)], tiny(0.5, calls=4), no_job).exit_code == 0
     assert g.compare([tiny(0.1, calls=4)], tiny(0.5, calls=4), g.override(no_job, min_calls=2)).exit_code == 1
@@ -202,11 +237,17 @@ def test_relative_threshold_options_and_ignore():
     c = g.run_from_doc(doc([row(avg=0.46)]), "c")  # +15%
     assert g.compare([b], c).exit_code == 1
     assert g.compare([b], c, g.override(g.Settings(), rel=["20"])).exit_code == 0
-    assert g.compare([b], c, g.override(g.Settings(), rel=["key.avg_ms=20", "p50_ms=20",
-                                                         "busbw_GBps=20"])).failing[0].name == "job totals"
-    assert g.compare([b], c, g.override(g.Settings(), rel=["key.avg_ms=20", "p50_ms=20", "busbw_GBps=20",
-                                                         "total_ms=20"])).exit_code == 0
-    assert g.compare([b], c, g.override(g.Settings(), ignore=["key"])).exit_code == 1   # the job total
+    assert (
+        g.compare([b], c, g.override(g.Settings(), rel=["key.avg_ms=20", "p50_ms=20", "busbw_GBps=20"])).failing[0].name
+        == "job totals"
+    )
+    assert (
+        g.compare(
+            [b], c, g.override(g.Settings(), rel=["key.avg_ms=20", "p50_ms=20", "busbw_GBps=20", "total_ms=20"])
+        ).exit_code
+        == 0
+    )
+    assert g.compare([b], c, g.override(g.Settings(), ignore=["key"])).exit_code == 1  # the job total
     assert g.compare([b], c, g.override(g.Settings(), ignore=["key", "job.total_ms"])).exit_code == 0
     with pytest.raises(InputError, match="unknown metric"):
         g.override(g.Settings(), rel=["nonsense=3"])
@@ -218,7 +259,8 @@ def test_pyproject_and_toml_config(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(
         "[project]\nname='x'\n[tool.nsyscomm.gate]\nmin_calls = 2\nnew_keys = 'warn'\nignore = ['job']\n"
         "[tool.nsyscomm.gate.key.avg_ms]\nrel = 50\nabs = 0.5\n[tool.nsyscomm.gate.key]\np50_ms = 50\n"
-        "busbw_GBps = { rel = 50, fail = false }\n")
+        "busbw_GBps = { rel = 50, fail = false }\n"
+    )
     monkeypatch.chdir(tmp_path)
     s = g.settings_from()
     assert s.min_calls == 2 and s.new_keys == "warn" and not s.thresholds["job.total_ms"].enabled
@@ -227,9 +269,9 @@ def test_pyproject_and_toml_config(tmp_path, monkeypatch):
     base = write(tmp_path, "b.json", doc([row(avg=0.40)]))
     cur = write(tmp_path, "c.json", doc([row(avg=0.50)]))
     runner = CliRunner()
-    assert runner.invoke(gate_cmd, ["-b", str(base), str(cur)]).exit_code == 0          # pyproject: 50%
+    assert runner.invoke(gate_cmd, ["-b", str(base), str(cur)]).exit_code == 0  # pyproject: 50%
     assert runner.invoke(gate_cmd, ["-b", str(base), str(cur), "--no-pyproject"]).exit_code == 1
-    cfg = write(tmp_path, "gate.toml", "[gate]\nrel = 1\n")                              # a file overrides it
+    cfg = write(tmp_path, "gate.toml", "[gate]\nrel = 1\n")  # a file overrides it
     assert runner.invoke(gate_cmd, ["-b", str(base), str(cur), "--config", str(cfg)]).exit_code == 1
     bad = write(tmp_path, "bad.toml", "[gate]\nmin_cals = 3\n")
     r = runner.invoke(gate_cmd, ["-b", str(base), str(cur), "--config", str(bad)])
@@ -237,6 +279,7 @@ def test_pyproject_and_toml_config(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------ keys come and go
+
 
 def test_new_and_missing_keys_policies(tmp_path):
     base = write(tmp_path, "b.json", doc([row(nbytes=25 * 2**20)]))
@@ -248,7 +291,10 @@ def test_new_and_missing_keys_policies(tmp_path):
     r = run_gate("-b", base, cur, "--new-keys", "warn", "--format", "json")
     failing = [i for i in json.loads(r.stdout)["items"] if i["fails"]]
     assert r.exit_code == 1 and [i["name"] for i in failing] == ["job totals"]
-    assert {c["metric"] for c in failing[0]["comparisons"] if c["status"] == "regression"} == {"job.calls", "job.total_ms"}
+    assert {c["metric"] for c in failing[0]["comparisons"] if c["status"] == "regression"} == {
+        "job.calls",
+        "job.total_ms",
+    }
     assert run_gate("-b", base, cur, "--new-keys", "warn", "--ignore", "job").exit_code == 0
     assert run_gate("-b", base, cur, "--new-keys", "ignore", "--ignore", "job").exit_code == 0
     assert run_gate("-b", base, cur, "--new-keys", "warn", "--missing-keys", "fail", "--ignore", "job").exit_code == 1
@@ -273,7 +319,7 @@ def test_a_new_metric_compares_only_when_both_sides_have_it():
     ov = lambda x: {"per_rank": [{"rank": 0, "exposed_ms": x}, {"rank": 1, "exposed_ms": x}], "per_step": []}
     b = g.run_from_doc(doc([row()], overlap=ov(2.0)), "b")
     assert g.compare([b], g.run_from_doc(doc([row()], overlap=ov(4.0)), "c")).exit_code == 1
-    assert g.compare([b], g.run_from_doc(doc([row()]), "c")).exit_code == 0   # no overlap section
+    assert g.compare([b], g.run_from_doc(doc([row()]), "c")).exit_code == 0  # no overlap section
     # a per-key field of the future (e.g. exposed_ms in summary rows)
     b = g.run_from_doc(doc([row(exposed_ms=1.0)]), "b")
     assert g.compare([b], g.run_from_doc(doc([row(exposed_ms=3.0)]), "c")).exit_code == 1
@@ -283,9 +329,14 @@ def test_a_new_metric_compares_only_when_both_sides_have_it():
 def test_new_straggler_fails_and_is_noted():
     b = g.run_from_doc(doc([row()], wait=(1.0, 1.0), delay=(0.01, 0.01)), "b")
     c = g.run_from_doc(doc([row()], wait=(4.0, 0.2), delay=(0.01, 0.8), skew=None), "c")
-    c.doc["skew"] = {"straggler_rank": 0, "instances": 10,
-                     "per_rank": [{"rank": 0, "late_count": 9, "avg_arrival_delay_ms": 0.8, "wait_ms": 0.2},
-                                  {"rank": 1, "late_count": 1, "avg_arrival_delay_ms": 0.01, "wait_ms": 4.0}]}
+    c.doc["skew"] = {
+        "straggler_rank": 0,
+        "instances": 10,
+        "per_rank": [
+            {"rank": 0, "late_count": 9, "avg_arrival_delay_ms": 0.8, "wait_ms": 0.2},
+            {"rank": 1, "late_count": 1, "avg_arrival_delay_ms": 0.01, "wait_ms": 4.0},
+        ],
+    }
     v = g.compare([b], c)
     assert v.exit_code == 1
     assert any("straggler changed" in n for n in v.notes)
@@ -326,7 +377,7 @@ def test_unreadable_current_exits_2(tmp_path):
     base = write(tmp_path, "b.json", doc([row()]))
     bogus = tmp_path / "run.sqlite"
     bogus.write_bytes(b"this is not sqlite at all" * 10)
-    for cur in (bogus, tmp_path / "nothere.sqlite", tmp_path):   # garbage, absent, folder without reports
+    for cur in (bogus, tmp_path / "nothere.sqlite", tmp_path):  # garbage, absent, folder without reports
         r = run_gate("-b", base, cur)
         assert r.exit_code == 2, (cur, r.output)
         assert len(r.stderr.strip().splitlines()) == 1
@@ -352,6 +403,7 @@ def test_internal_error_is_not_a_regression(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------- renderers
 
+
 def test_junit_markdown_json_and_step_summary(tmp_path):
     base = write(tmp_path, "b.json", doc([row(), row(op="all_gather", nbytes=2**20, avg=0.05)]))
     cur = write(tmp_path, "c.json", doc([row(avg=0.9), row(op="all_gather", nbytes=2**20, avg=0.05)]))
@@ -375,13 +427,14 @@ def test_junit_markdown_json_and_step_summary(tmp_path):
 
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(avgs=st.lists(st.floats(0.02, 50.0), min_size=1, max_size=4),
-       calls=st.integers(0, 500), factor=st.floats(0.2, 5.0))
+@given(
+    avgs=st.lists(st.floats(0.02, 50.0), min_size=1, max_size=4), calls=st.integers(0, 500), factor=st.floats(0.2, 5.0)
+)
 def test_properties_self_pass_and_slowdown_direction(avgs, calls, factor):
     d = doc([row(avg=a, nbytes=(i + 1) * 2**20, calls=calls) for i, a in enumerate(avgs)])
     run = g.run_from_doc(d, "r")
     assert g.compare([run], g.run_from_doc(copy.deepcopy(d), "c")).exit_code == 0
-    slower = g.run_from_doc(faster(d, 1 / factor), "c")   # every latency x factor
+    slower = g.run_from_doc(faster(d, 1 / factor), "c")  # every latency x factor
     v = g.compare([run], slower)
     if factor <= 1.0 or calls < 10:
         assert not any(i.fails for i in v.items if i.scope == "key")
@@ -416,10 +469,15 @@ def test_many_ranks_are_cut_to_the_worst():
     ranks = [r["item"] for r in shown if r["item"].startswith("rank ")]
     assert sorted(set(ranks)) == ["rank 17", "rank 18", "rank 19"]
     more = [r for r in shown if r["item"].startswith("...")]
-    assert len(more) == 1 and more[0]["item"] == f"... {sum(1 for i in v.items if i.scope == 'rank' and i.changed) - 3} more rank(s)"
+    assert (
+        len(more) == 1
+        and more[0]["item"] == f"... {sum(1 for i in v.items if i.scope == 'rank' and i.changed) - 3} more rank(s)"
+    )
     assert shown.index(more[0]) == len(shown) - 1 - sum(1 for r in shown if r["item"] == "job totals")
     # rank rows: comm time and arrival delay (wait, delay unchanged but listed with --show all)
-    assert {r["item"] for r in gate_out.rows(v, show="all") if r["item"].startswith("rank ")} == {f"rank {i}" for i in range(n)}
+    assert {r["item"] for r in gate_out.rows(v, show="all") if r["item"].startswith("rank ")} == {
+        f"rank {i}" for i in range(n)
+    }
 
 
 def test_unwritable_step_summary_keeps_the_verdict(tmp_path):
@@ -435,15 +493,15 @@ def test_baseline_command_inputs(tmp_path):
     runner = CliRunner()
     s1 = write(tmp_path, "s1.json", doc([row(avg=0.40)]))
     s2 = write(tmp_path, "s2.json", doc([row(avg=0.45)]))
-    r = runner.invoke(baseline_cmd, [str(s1), str(s2)])               # to stdout: two runs
+    r = runner.invoke(baseline_cmd, [str(s1), str(s2)])  # to stdout: two runs
     assert r.exit_code == 0 and len(json.loads(r.stdout)["runs"]) == 2
     broken = write(tmp_path, "broken.json", '{"schema": 3}')
     r = runner.invoke(baseline_cmd, [str(s1), "-o", str(broken), "--append"])
     assert r.exit_code == 2 and "broken.json" in r.stderr
-    assert json.loads(broken.read_text()) == {"schema": 3}              # left as it was
+    assert json.loads(broken.read_text()) == {"schema": 3}  # left as it was
     r = runner.invoke(baseline_cmd, [str(tmp_path / "absent.sqlite")])
     assert r.exit_code == 2 and "absent.sqlite" in r.stderr
-    if (SAMPLES / "synthetic_nowrapper_2node").exists():               # --each: a folder per run
+    if (SAMPLES / "synthetic_nowrapper_2node").exists():  # --each: a folder per run
         out = tmp_path / "b.json"
         d = SAMPLES / "synthetic_nowrapper_2node"
         r = runner.invoke(baseline_cmd, ["--each", str(d), str(d), "-o", str(out)])

@@ -8,6 +8,7 @@ existing value must say so by rewriting the golden file in the same commit:
 
     NSYSCOMM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,10 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "gloo_cpu": (["sample:synthetic_gloo_cpu.sqlite"], []),
     "nowrapper_2node": (["sample:synthetic_nowrapper_2node"], []),
     "two_runs": (["sample:synthetic_ddp_4rank.sqlite", "sample:synthetic_gloo_cpu.sqlite"], []),
-    "ddp_4rank_nccl_log": (["sample:synthetic_ddp_4rank.sqlite"],
-                           ["--nccl-log", "real:nccl-logs/aws-p5-h100-16rank-nccl-debug-info.log"]),
+    "ddp_4rank_nccl_log": (
+        ["sample:synthetic_ddp_4rank.sqlite"],
+        ["--nccl-log", "real:nccl-logs/aws-p5-h100-16rank-nccl-debug-info.log"],
+    ),
     "generated_ddp_seed11": (["generated:synthetic_ddp_4rank"], []),
     "real_nsys2022.1": (["real:nsys/nsys2022.1_1gpu_schema2.9.sqlite"], []),
     "real_nsys2023.3": (["real:nsys/nsys2023.3_no_cuda_no_nvtx.sqlite"], []),

@@ -19,8 +19,11 @@ from nsyscomm import api
 from nsyscomm.cli import main
 
 SAMPLE = api.sample_reports_dir() / "synthetic_ddp_4rank.sqlite"
-METRICS = {1: "SMs Active [Throughput %]", 10: "NVLink RX Responses User Data [Throughput %]",
-           11: "PCIe TX Throughput [Throughput %]"}
+METRICS = {
+    1: "SMs Active [Throughput %]",
+    10: "NVLink RX Responses User Data [Throughput %]",
+    11: "PCIe TX Throughput [Throughput %]",
+}
 PERIOD = 50_000
 
 
@@ -35,10 +38,14 @@ def _with_metrics(tmp_path, devices=None):
     devices = sorted(int(d) for d in calls["device"].dropna().unique()) if devices is None else devices
     end = int(calls["gpu_end"].max()) + 2 * PERIOD
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
-                "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)")
-    con.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, "
-                "value INTEGER NOT NULL)")
+    con.execute(
+        "CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
+        "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)"
+    )
+    con.execute(
+        "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, "
+        "value INTEGER NOT NULL)"
+    )
     for d in devices:
         type_id = (0x0B << 8) | d
         for mid, name in METRICS.items():
@@ -54,7 +61,7 @@ def _truth(calls) -> dict:
     """(op, bytes, metric) -> (calls, covered_ns, time-weighted mean, peak), sample k covering ((k-1)P, kP]."""
     acc = defaultdict(lambda: [set(), 0, 0.0, -math.inf])
     for c in calls.itertuples():
-        if c.gpu_start != c.gpu_start or c.device != c.device:   # NaN: a call without GPU time
+        if c.gpu_start != c.gpu_start or c.device != c.device:  # NaN: a call without GPU time
             continue
         for mid, name in METRICS.items():
             if mid == 1:
@@ -74,7 +81,7 @@ def test_link_metrics_match_recomputation(tmp_path):
     path, calls = _with_metrics(tmp_path)
     got = api.load([path], cache=False).link_metrics
     want = _truth(calls)
-    assert len(want) > 0 and set(got["metric"]) == {METRICS[10], METRICS[11]}   # SMs Active is not a link
+    assert len(want) > 0 and set(got["metric"]) == {METRICS[10], METRICS[11]}  # SMs Active is not a link
     assert len(got) == len(want)
     for r in got.itertuples():
         n, covered, mean, peak = want[(r.op, int(r.bytes), r.metric)]
@@ -93,7 +100,16 @@ def test_link_metrics_in_text_and_json(tmp_path):
     doc = json.loads(res.output)
     assert doc["schema"] == 1
     rows = doc["link_metrics"]
-    assert rows and set(rows[0]) == {"op", "bytes", "metric", "calls", "devices", "covered_ms", "avg_value", "max_value"}
+    assert rows and set(rows[0]) == {
+        "op",
+        "bytes",
+        "metric",
+        "calls",
+        "devices",
+        "covered_ms",
+        "avg_value",
+        "max_value",
+    }
     res = CliRunner().invoke(main, ["summarize", str(path), "--no-cache", "--format", "markdown"])
     assert "## Link throughput during collectives" in res.output and "PCIe TX Throughput" in res.output
     out = tmp_path / "r.html"

@@ -22,8 +22,7 @@ STUCK = "train.py:12 other"
 
 
 def _nsyscomm(*args):
-    return subprocess.run([sys.executable, "-m", "nsyscomm.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "nsyscomm.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +31,12 @@ def hung_job(tmp_path_factory):
     ranks 0, 2, 3 entered seq 3 and never finished it."""
     out = tmp_path_factory.mktemp("hung")
     ok3 = hs.ok_calls(3)
-    calls = {0: ok3 + [("all_reduce", 4096, "float32", CALLER, False)],
-             1: ok3[:2] + [("all_reduce", 4096, "float32", STUCK, True)],
-             2: ok3 + [("all_reduce", 4096, "float32", CALLER, False)],
-             3: ok3 + [("all_reduce", 4096, "float32", CALLER, False)]}
+    calls = {
+        0: ok3 + [("all_reduce", 4096, "float32", CALLER, False)],
+        1: ok3[:2] + [("all_reduce", 4096, "float32", STUCK, True)],
+        2: ok3 + [("all_reduce", 4096, "float32", CALLER, False)],
+        3: ok3 + [("all_reduce", 4096, "float32", CALLER, False)],
+    }
     hs.write_job(out, calls, records=True, states={0: fr.STOPPED, 1: fr.STOPPED, 2: fr.STOPPED, 3: fr.STOPPED})
     return out
 
@@ -47,7 +48,8 @@ def test_hung_job_names_missing_rank_and_its_last_call(hung_job):
     b = h["blocked"][0]
     assert (b["group"], b["seq"], b["op"], b["bytes"], b["waiting_ranks"]) == ("0", 3, "all_reduce", 4096, [0, 2, 3])
     assert [(m["rank"], m["last_op"], m["last_seq"], m["caller"], m["state"]) for m in b["missing_ranks"]] == [
-        (1, "all_reduce", 2, STUCK, "stopped")]
+        (1, "all_reduce", 2, STUCK, "stopped")
+    ]
     assert h["mismatches"] == []
     front = {(f["rank"]): (f["last_entered"], f["last_finished"]) for f in h["frontier"]}
     assert front == {0: (3, 2), 1: (2, 2), 2: (3, 2), 3: (3, 2)}
@@ -64,10 +66,22 @@ def test_text_and_json_show_the_diagnosis_first(hung_job):
     assert md.stdout.startswith("## Hang diagnosis")
     js = json.loads(_nsyscomm("summarize", "--format", "json", str(hung_job / "report.sqlite")).stdout)
     assert js["schema"] == 1
-    assert js["hang"] == {"status": "hung", "blocked": [
-        {"group": "0", "seq": 3, "op": "all_reduce", "bytes": 4096, "waiting_ranks": [0, 2, 3],
-         "missing_ranks": [{"rank": 1, "last_op": "all_reduce", "last_seq": 2, "caller": STUCK,
-                            "state": "stopped"}]}], "mismatches": []}
+    assert js["hang"] == {
+        "status": "hung",
+        "blocked": [
+            {
+                "group": "0",
+                "seq": 3,
+                "op": "all_reduce",
+                "bytes": 4096,
+                "waiting_ranks": [0, 2, 3],
+                "missing_ranks": [
+                    {"rank": 1, "last_op": "all_reduce", "last_seq": 2, "caller": STUCK, "state": "stopped"}
+                ],
+            }
+        ],
+        "mismatches": [],
+    }
 
 
 def test_gate_fails_on_hung_run_and_names_it(hung_job, tmp_path):
@@ -87,8 +101,10 @@ def test_size_and_dtype_mismatch_from_reports_alone(tmp_path):
     h = load([hs.write_job(tmp_path, calls, records=False)], cache=False).hang
     assert h["status"] == "desynced"
     got = {(m["seq"], m["field"]): m["values_by_rank"] for m in h["mismatches"]}
-    assert got == {(2, "bytes"): {"0": 4096, "1": 4096, "2": 8192, "3": 4096},
-                   (3, "dtype"): {"0": "float32", "1": "float32", "2": "float32", "3": "bfloat16"}}
+    assert got == {
+        (2, "bytes"): {"0": 4096, "1": 4096, "2": 8192, "3": 4096},
+        (3, "dtype"): {"0": "float32", "1": "float32", "2": "float32", "3": "bfloat16"},
+    }
 
 
 def test_op_mismatch_and_aborted_rank(tmp_path):
@@ -119,6 +135,7 @@ def test_clean_jobs_are_ok(tmp_path):
 
 # ---------------------------------------------------------------- the record itself
 
+
 @pytest.mark.parametrize("python_ring", [False, True])
 def test_ring_survives_sigkill_and_wraps(tmp_path, python_ring):
     """A child writes 100 calls (ring of 64) and is SIGKILLed inside the 101st."""
@@ -126,7 +143,7 @@ def test_ring_survives_sigkill_and_wraps(tmp_path, python_ring):
 import os, signal
 os.environ['NSYSCOMM_RECORD_DIR'] = {str(tmp_path)!r}
 os.environ['RANK'] = '5'
-os.environ['NSYSCOMM_RING_PY'] = {'1' if python_ring else '0'!r}
+os.environ['NSYSCOMM_RING_PY'] = {"1" if python_ring else "0"!r}
 from nsyscomm.capture import flight_record as fr
 from nsyscomm import nvtx_format as f
 push, pop = fr.chain(lambda m: None, lambda: None)
@@ -150,8 +167,10 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_ring_clean_exit_and_exception(tmp_path):
     for rank, body, state in ((1, "pass", "exited"), (2, "raise ValueError('bad thing')", "raised")):
-        code = (f"import os; os.environ['NSYSCOMM_RECORD_DIR'] = {str(tmp_path)!r}; os.environ['RANK'] = '{rank}'\n"
-                "from nsyscomm.capture import flight_record as fr\nfr.chain(lambda m: None, lambda: None)\n" + body)
+        code = (
+            f"import os; os.environ['NSYSCOMM_RECORD_DIR'] = {str(tmp_path)!r}; os.environ['RANK'] = '{rank}'\n"
+            "from nsyscomm.capture import flight_record as fr\nfr.chain(lambda m: None, lambda: None)\n" + body
+        )
         subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
         ring = fr.read_ring(tmp_path / f"rank{rank}.ring")
         assert ring.state == state
@@ -168,10 +187,10 @@ def test_flight_recorder_dumps_match_reference(scenario):
     folder = real_file(f"flight_recorder/nvrx/{scenario}")
     ref = (folder / "reference_output.txt").read_text().splitlines()[1].split("|")
     group, missing = ref[0].strip(), [int(x) for x in ref[-1].strip().split(",")]
-    assert (group, missing) == REFERENCE[scenario]   # the reference file says so
+    assert (group, missing) == REFERENCE[scenario]  # the reference file says so
     h = load([folder], cache=False).hang
     assert h["status"] == "hung"
-    first = h["blocked"][0]   # the first to block: what the reference analyser reports
+    first = h["blocked"][0]  # the first to block: what the reference analyser reports
     assert first["group"] == group and first["op"] == "all_to_all"
     assert [m["rank"] for m in first["missing_ranks"]] == missing
     # every other stuck communicator is missing only fault-injected ranks
@@ -207,8 +226,13 @@ def test_real_gloo_flight_recorder_dumps_made_here(tmp_path):
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(dumps / "rank_"))
     for k in ("NSYSCOMM_ANNOTATE", "NSYSCOMM_RECORD_DIR"):
         env.pop(k, None)
-    p = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "4", str(script)], capture_output=True,
-                       text=True, env=env, timeout=300)
+    p = subprocess.run(
+        ["torchrun", "--standalone", "--nproc-per-node", "4", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert sorted(f.name for f in dumps.iterdir()) == [f"rank_{r}" for r in range(4)], p.stderr[-2000:]
     h = load([dumps], cache=False).hang
     assert h["status"] == "hung"

@@ -20,7 +20,7 @@ from nsyscomm.capture import flight_record as fr
 
 SCRIPT = Path(__file__).resolve().parent / "data" / "hang_job.py"
 HANG_TIMEOUT_S = 8
-MARGIN_S = 150   # nsys's own start, export and the summary on a loaded 2-core machine
+MARGIN_S = 150  # nsys's own start, export and the summary on a loaded 2-core machine
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not on PATH"),
@@ -34,9 +34,29 @@ def _run(tmp_path, fault: str, *extra) -> tuple[subprocess.CompletedProcess, flo
     for attempt in range(2):
         out = tmp_path / f"out-{fault}-{attempt}"
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", *extra,
-                            "--", "torchrun", "--standalone", "--nproc-per-node", "4", str(SCRIPT)],
-                           capture_output=True, text=True, env=env, timeout=600)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nsyscomm.cli",
+                "run",
+                "-o",
+                str(out),
+                "--format",
+                "json",
+                *extra,
+                "--",
+                "torchrun",
+                "--standalone",
+                "--nproc-per-node",
+                "4",
+                str(SCRIPT),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         # nsys 2022.4 itself sometimes fails to write its report when other nsys runs share the
         # machine ("boost::filesystem::file_size: No such file or directory"): not ours, run again once
         if "boost::filesystem" not in r.stderr:
@@ -71,11 +91,12 @@ def test_real_rank_stops_before_collective(tmp_path):
 def test_real_size_mismatch_gloo_aborts(tmp_path):
     r, _took, out = _run(tmp_path, "size")
     assert r.returncode != 0
-    assert "Received data size doesn't match" in r.stderr   # gloo's own abort message
+    assert "Received data size doesn't match" in r.stderr  # gloo's own abort message
     h = _hang(r)
     assert h["status"] == "desynced"
-    assert h["mismatches"] == [{"group": "0", "seq": 3, "field": "bytes",
-                                "values_by_rank": {"0": 1024, "1": 1024, "2": 2048, "3": 1024}}]
+    assert h["mismatches"] == [
+        {"group": "0", "seq": 3, "field": "bytes", "values_by_rank": {"0": 1024, "1": 1024, "2": 2048, "3": 1024}}
+    ]
     # the records outlived the abort: a rank died inside the collective it could not finish
     states = {ring.rank: ring.state for ring in fr.read_dir(out / "records") if ring.rank >= 0}
     assert "aborted" in states.values()
@@ -100,12 +121,31 @@ def test_real_ctrl_c_keeps_report_and_diagnoses(tmp_path):
     out = tmp_path / "out-ctrl-c"
     env = dict(os.environ, HANG_FAULT="stop")
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
-    p = subprocess.Popen([sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", "--",
-                          "torchrun", "--standalone", "--nproc-per-node", "4", str(SCRIPT)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nsyscomm.cli",
+            "run",
+            "-o",
+            str(out),
+            "--format",
+            "json",
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node",
+            "4",
+            str(SCRIPT),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:   # three ranks inside seq 3
+        while time.monotonic() < deadline:  # three ranks inside seq 3
             rings = [r for r in fr.read_dir(out / "records") if r.rank >= 0]
             if sum(1 for r in rings if r.entered == 4 and r.finished == 3) == 3:
                 break

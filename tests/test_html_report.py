@@ -23,7 +23,7 @@ from nsyscomm.views import html_report
 from .conftest import REAL_NSYS, ROOT, SAMPLES, job_inputs, loaded, sample
 
 H100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
-EVIL = '</script><script>alert(1)</script><img src=x onerror=alert(2)>"\'&'
+EVIL = "</script><script>alert(1)</script><img src=x onerror=alert(2)>\"'&"
 
 
 INPUTS = job_inputs()
@@ -104,8 +104,9 @@ def test_exposed_section_generic_shapes():
 def test_untrusted_text_is_escaped():
     res = load([_any_input()])  # a private copy: its table gets poisoned
     res.con.execute("UPDATE collectives SET caller = ?, host = ?", [EVIL, EVIL])
-    res.con.execute("CREATE OR REPLACE TEMP TABLE rank_spans AS SELECT rank, ? AS host, first_ns, last_ns "
-                    "FROM rank_spans", [EVIL])
+    res.con.execute(
+        "CREATE OR REPLACE TEMP TABLE rank_spans AS SELECT rank, ? AS host, first_ns, last_ns FROM rank_spans", [EVIL]
+    )
     res.reports = [EVIL]
     res.warnings = [EVIL]
     page = html_report.render(res, title=EVIL)
@@ -145,6 +146,7 @@ def test_cli_report_errors(tmp_path):
 
 # ------------------------------------------------------------------ headless Chromium
 
+
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         p = shutil.which(name)
@@ -157,7 +159,8 @@ CHROMIUM = _chromium()
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no Chromium on PATH: install it to run the browser checks (Debian: apt-get install -y "
-           "--no-install-recommends chromium)")
+    "--no-install-recommends chromium)",
+)
 
 
 def artifacts_dir() -> Path:
@@ -173,10 +176,23 @@ def artifacts_dir() -> Path:
 def browse(html_file: Path, screenshot: Path | None = None) -> tuple[str, str]:
     """Load the page in headless Chromium: (DOM after scripts ran, browser stderr)."""
     with tempfile.TemporaryDirectory(prefix="nsyscomm-chromium-") as profile:
-        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
-               "--window-size=1280,2400", "--dump-dom"]
+        cmd = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--hide-scrollbars",
+            "--window-size=1280,2400",
+            "--dump-dom",
+        ]
         if screenshot is not None:
             cmd.append(f"--screenshot={screenshot}")
         cmd.append(html_file.resolve().as_uri())
@@ -191,8 +207,8 @@ def png_pixels(path: Path) -> tuple[int, int, set]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, hdr = 8, b"", None
     while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + n]
+        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             hdr = struct.unpack(">IIBBBBB", chunk)
         elif kind == b"IDAT":
@@ -207,7 +223,7 @@ def png_pixels(path: Path) -> tuple[int, int, set]:
     colors = set()
     for y in range(h):
         f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b = prev[i]
@@ -222,7 +238,7 @@ def png_pixels(path: Path) -> tuple[int, int, set]:
                 pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
         if y % 4 == 0:  # every 4th row is plenty to tell a drawn page from a blank one
-            colors.update(bytes(line[x:x + 3]) for x in range(0, stride, bpp * 2))
+            colors.update(bytes(line[x : x + 3]) for x in range(0, stride, bpp * 2))
         prev = line
     return w, h, colors
 

@@ -23,8 +23,15 @@ def _x(name, cat, ts, dur, pid, tid, **args):
 
 
 def _meta_args(coll, inn, out, dtype, n=2, pg="0", ranks="[0, 1]"):
-    return {"Collective name": coll, "In msg nelems": inn, "Out msg nelems": out, "Group size": n, "dtype": dtype,
-            "Process Group Name": pg, "Process Group Ranks": ranks}
+    return {
+        "Collective name": coll,
+        "In msg nelems": inn,
+        "Out msg nelems": out,
+        "Group size": n,
+        "dtype": dtype,
+        "Process Group Name": pg,
+        "Process Group Ranks": ranks,
+    }
 
 
 def make_trace(rank: int, late_us: float = 0.0, kernel_args: bool = True) -> dict:
@@ -34,9 +41,16 @@ def make_trace(rank: int, late_us: float = 0.0, kernel_args: bool = True) -> dic
     pid, tid, base = 4000 + rank, 4000 + rank, 1_000_000.125 + late_us
     ev = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": base, "args": {"name": "python"}}]
     calls = [
-        ("nccl:_all_gather_base", "ncclDevKernel_AllGather_RING_LL", _meta_args("_allgather_base", 1024, 2048, "Float")),
-        ("nccl:_reduce_scatter_base", "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
-         _meta_args("_reduce_scatter_base", 2048, 1024, "BFloat16")),
+        (
+            "nccl:_all_gather_base",
+            "ncclDevKernel_AllGather_RING_LL",
+            _meta_args("_allgather_base", 1024, 2048, "Float"),
+        ),
+        (
+            "nccl:_reduce_scatter_base",
+            "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
+            _meta_args("_reduce_scatter_base", 2048, 1024, "BFloat16"),
+        ),
         ("nccl:all_reduce", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", _meta_args("allreduce", 1000, 1000, "Float")),
     ]
     for i, (rng, kname, meta) in enumerate(calls):
@@ -51,11 +65,26 @@ def make_trace(rank: int, late_us: float = 0.0, kernel_args: bool = True) -> dic
             kargs.update(meta)
         ev.append(_x(kname, "kernel", t + 20.0, 30.0 + i, rank, 7, **kargs))
     ev.append(_x("gloo:barrier", "user_annotation", base + 400.0, 12.5, pid, tid))
-    ev.append(_x("ncclDevKernel_Broadcast_RING_LL", "kernel", base + 500.0, 3.0, rank, 7,
-                 device=rank, stream=7, correlation=999))
-    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2,
-                                                    "nccl_version": "2.27.3"},
-            "traceEvents": ev, "traceName": f"rank{rank}.json", "baseTimeNanoseconds": 0}
+    ev.append(
+        _x(
+            "ncclDevKernel_Broadcast_RING_LL",
+            "kernel",
+            base + 500.0,
+            3.0,
+            rank,
+            7,
+            device=rank,
+            stream=7,
+            correlation=999,
+        )
+    )
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2, "nccl_version": "2.27.3"},
+        "traceEvents": ev,
+        "traceName": f"rank{rank}.json",
+        "baseTimeNanoseconds": 0,
+    }
 
 
 def write(path: Path, trace: dict) -> Path:
@@ -71,8 +100,13 @@ def write(path: Path, trace: dict) -> Path:
 def test_one_trace_exact(tmp_path):
     e = kineto.extract(write(tmp_path / "r0.json", make_trace(0)))
     c = arrow_frame(e.calls).sort_values("cpu_start", na_position="last").reset_index(drop=True)
-    assert list(c["api"]) == ["nccl:_all_gather_base", "nccl:_reduce_scatter_base", "nccl:all_reduce",
-                              "gloo:barrier", "ncclDevKernel_Broadcast_RING_LL"]
+    assert list(c["api"]) == [
+        "nccl:_all_gather_base",
+        "nccl:_reduce_scatter_base",
+        "nccl:all_reduce",
+        "gloo:barrier",
+        "ncclDevKernel_Broadcast_RING_LL",
+    ]
     assert list(c["op"]) == ["all_gather", "reduce_scatter", "all_reduce", "barrier", "broadcast"]
     # S: all_gather n x in x 4; reduce_scatter n x out x 2 (= in x 2); all_reduce count x 4; barrier 0
     assert [None if b != b else int(b) for b in c["bytes"]] == [8192, 4096, 4000, None, None]
@@ -83,13 +117,14 @@ def test_one_trace_exact(tmp_path):
     assert c.loc[0, "cpu_start"] == 1_000_001_375
     assert c.loc[0, "gpu_start"] == 1_000_020_125 and c.loc[0, "gpu_end"] == 1_000_050_125
     assert c.loc[0, "kernel_ns"] == 30_000
-    assert c.loc[3, "gpu_start"] != c.loc[3, "gpu_start"]                   # gloo: CPU only
+    assert c.loc[3, "gpu_start"] != c.loc[3, "gpu_start"]  # gloo: CPU only
     assert c.loc[3, "cpu_end"] - c.loc[3, "cpu_start"] == 12_500
     assert c.loc[4, "source"] == "kernel_name"
     assert set(c["source"][:4]) == {"torch_range"}
     assert list(c["pid"].unique()) == [4000]
-    assert e.markers.to_dict("records") == [{"pid": 4000, "rank": 0, "local_rank": None, "world": 2, "host": None}] or \
-        (int(e.markers.loc[0, "rank"]) == 0 and int(e.markers.loc[0, "pid"]) == 4000)
+    assert e.markers.to_dict("records") == [{"pid": 4000, "rank": 0, "local_rank": None, "world": 2, "host": None}] or (
+        int(e.markers.loc[0, "rank"]) == 0 and int(e.markers.loc[0, "pid"]) == 4000
+    )
     assert e.spans.to_dict("records") == [{"pid": 4000, "first_ns": 1_000_000_125, "last_ns": 1_000_412_625}]
     assert any("no launch event" in w for w in e.warnings)
 

@@ -38,25 +38,46 @@ def test_host_delay_without_os_runtime_trace_is_unknown_with_the_reason():
     host_side = rank2[rank2["cause"] == "unknown"]
     assert len(host_side) >= len(rank2) // 2
     assert host_side["detail"].str.contains("no OS-runtime trace").all()
-    assert not (late["cause"] == "host").any()     # nothing may claim a host cause it cannot see
+    assert not (late["cause"] == "host").any()  # nothing may claim a host cause it cannot see
     assert not res.osrt_traced
 
 
-@pytest.mark.skipif(shutil.which("nsys") is None or shutil.which("torchrun") is None,
-                    reason="nsys and torchrun are needed for the real run")
+@pytest.mark.skipif(
+    shutil.which("nsys") is None or shutil.which("torchrun") is None,
+    reason="nsys and torchrun are needed for the real run",
+)
 def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ)
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
-    r = subprocess.run([sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", "--",
-                        "torchrun", "--standalone", "--nproc-per-node", "2", str(JOB)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nsyscomm.cli",
+            "run",
+            "-o",
+            str(out),
+            "--format",
+            "json",
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(JOB),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     late = [row for row in doc["diagnosis"]["late"] if row["rank"] == 1]
     line = _line("LATE_LINE")
     ours = [row for row in late if row["caller"] and f"late_job.py:{line}" in row["caller"]]
-    assert len(ours) >= 5, doc["diagnosis"]["late"]        # 6 steps; the capture may miss an edge
+    assert len(ours) >= 5, doc["diagnosis"]["late"]  # 6 steps; the capture may miss an edge
     for row in ours:
         assert row["cause"] == "host", row
         assert "clock_nanosleep" in row["detail"] or "sleep" in row["detail"], row
@@ -71,15 +92,35 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
         assert st["saved_ms"] == pytest.approx(150, rel=0.25), st
 
 
-@pytest.mark.skipif(shutil.which("nsys") is None or shutil.which("torchrun") is None,
-                    reason="nsys and torchrun are needed for the real run")
+@pytest.mark.skipif(
+    shutil.which("nsys") is None or shutil.which("torchrun") is None,
+    reason="nsys and torchrun are needed for the real run",
+)
 def test_real_device_mesh_dimensions_are_named(tmp_path):
     """A 2x2 DeviceMesh ("dp", "tp") under `nsyscomm run`: tp groups are ranks {0,1} and {2,3},
     dp groups {0,2} and {1,3} (row-major), the default group is the world."""
     job = Path(__file__).resolve().parent / "data" / "mesh_job.py"
-    r = subprocess.run([sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(tmp_path / "out"), "--format", "json",
-                        "--", "torchrun", "--standalone", "--nproc-per-node", "4", str(job)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nsyscomm.cli",
+            "run",
+            "-o",
+            str(tmp_path / "out"),
+            "--format",
+            "json",
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node",
+            "4",
+            str(job),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     dims = json.loads(r.stdout)["diagnosis"]["dimensions"]
     by_ranks = {tuple(d["ranks"]): d for d in dims}
@@ -92,9 +133,20 @@ def test_real_device_mesh_dimensions_are_named(tmp_path):
 def test_dimension_names_and_patterns():
     from nsyscomm.analyses.dimensions import from_name
 
-    assert [from_name(n) for n in ("mesh_dp", "mesh_tp", "mesh_pp", "mesh_ep", "mesh_cp", "mesh_dp_shard",
-                                   "tensor_parallel", "mesh_foo", None)] == \
-        ["dp", "tp", "pp", "ep", "cp", "dp", "tp", None, None]
+    assert [
+        from_name(n)
+        for n in (
+            "mesh_dp",
+            "mesh_tp",
+            "mesh_pp",
+            "mesh_ep",
+            "mesh_cp",
+            "mesh_dp_shard",
+            "tensor_parallel",
+            "mesh_foo",
+            None,
+        )
+    ] == ["dp", "tp", "pp", "ep", "cp", "dp", "tp", None, None]
 
 
 def test_trace_shows_each_late_arrival_on_the_late_ranks_track():
@@ -105,8 +157,9 @@ def test_trace_shows_each_late_arrival_on_the_late_ranks_track():
     slices = [e for e in doc["traceEvents"] if e.get("cat") == "late_arrival"]
     late = res.late
     assert len(slices) == len(late) > 0
-    for ev, row in zip(sorted(slices, key=lambda e: (e["pid"], e["ts"])),
-                       late.sort_values(["rank", "first_arrival"]).itertuples()):
+    for ev, row in zip(
+        sorted(slices, key=lambda e: (e["pid"], e["ts"])), late.sort_values(["rank", "first_arrival"]).itertuples()
+    ):
         assert ev["pid"] == row.rank and ev["args"]["cause"] == row.cause
         assert ev["dur"] == pytest.approx(row.delay_ms * 1000, abs=0.002)
 
@@ -137,7 +190,7 @@ def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt):
 
     res = load([lj.write_chain_job(tmp_path, osrt=osrt)], cache=False)
     late = res.late.set_index("group")
-    assert set(late.index) == {"1", "2", "3"}            # A, B, C; the warm-up was on time
+    assert set(late.index) == {"1", "2", "3"}  # A, B, C; the warm-up was on time
     a, b, c = late.loc["1"], late.loc["2"], late.loc["3"]
     assert (a["rank"], b["rank"], c["rank"]) == (0, 1, 2)
     # A: the host delay; B: A's end came that plus A's transfer and rank 1's gap after the warm-up's
@@ -166,5 +219,5 @@ def test_slower_kernel_on_one_rank_is_gpu_compute(tmp_path):
     assert len(late) == 4 and (late["rank"] == 1).all()
     assert (late["cause"] == "gpu_compute").all(), late[["cause", "detail"]]
     for row in late.itertuples():
-        assert row.delay_ms == pytest.approx(lj.SLOW_KERNEL_NS / 1e6, rel=0.08)   # + the kernels' < 5% jitter
+        assert row.delay_ms == pytest.approx(lj.SLOW_KERNEL_NS / 1e6, rel=0.08)  # + the kernels' < 5% jitter
         assert "launched on time" in row.detail

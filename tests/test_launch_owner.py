@@ -11,8 +11,9 @@ KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 
 
 def _msg(op, seq, pg=0):
-    return nvtx_format.format_collective(op, api=op, bytes=4096, dtype="float32", numel=1024, pg=pg, gsize=1,
-                                         seq=seq, caller=f"train.py:{seq} {op}")
+    return nvtx_format.format_collective(
+        op, api=op, bytes=4096, dtype="float32", numel=1024, pg=pg, gsize=1, seq=seq, caller=f"train.py:{seq} {op}"
+    )
 
 
 def _launch(rep, p, tid, at, start):
@@ -41,10 +42,9 @@ def test_outer_range_owns_a_launch_after_an_ended_inner_range(tmp_path):
     write_sqlite(rep, tmp_path / "owner.sqlite", seed=0)
 
     c = nsyscomm.load(tmp_path / "owner.sqlite", cache=False).collectives
-    got = {(r.source, r.op, r.seq if r.source == "wrapper" else None): (r.gpu_start, r.kernels)
-           for r in c.itertuples()}
+    got = {(r.source, r.op, r.seq if r.source == "wrapper" else None): (r.gpu_start, r.kernels) for r in c.itertuples()}
     assert got[("wrapper", "all_reduce", 0)] == (t + 7000, 1)
-    assert got[("wrapper", "broadcast", 0)][1] == 0          # CPU bookkeeping, no kernel
+    assert got[("wrapper", "broadcast", 0)][1] == 0  # CPU bookkeeping, no kernel
     assert got[("wrapper", "all_reduce", 1)] == (t3 + 7000, 1)
     torch = [r for r in c.itertuples() if r.source == "torch_range"]
     assert [(r.op, r.gpu_start, r.kernels) for r in torch] == [("all_reduce", t2 + 7000, 1)]

@@ -20,11 +20,13 @@ from click.testing import CliRunner
 
 from nsyscomm.cli import main
 
-needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not on PATH; "
-                                "CI installs Debian's nsight-systems + nsight-systems-target")
+needs_nsys = pytest.mark.skipif(
+    shutil.which("nsys") is None,
+    reason="nsys (Nsight Systems) is not on PATH; CI installs Debian's nsight-systems + nsight-systems-target",
+)
 needs_torchrun = pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
 
-JOB = '''
+JOB = """
 import os, sys, time
 import torch, torch.distributed as dist
 mode = os.environ.get("JOB_MODE", "ok")
@@ -48,7 +50,7 @@ if mode == "hang":
         dist.all_reduce(t)
         time.sleep(0.02)
 dist.destroy_process_group()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,14 @@ def job(tmp_path_factory) -> Path:
 
 
 def _nsyscomm(args, env=None, timeout=180, **kw):
-    return subprocess.run([sys.executable, "-m", "nsyscomm.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env or dict(os.environ), **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "nsyscomm.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or dict(os.environ),
+        **kw,
+    )
 
 
 def _torchrun(job):
@@ -71,16 +79,15 @@ def _torchrun(job):
 @needs_torchrun
 def test_training_crash_keeps_and_summarizes_the_report(job, tmp_path):
     out = tmp_path / "out"
-    r = _nsyscomm(["run", "-o", out, "--format", "json", "--", *_torchrun(job)],
-                  env=dict(os.environ, JOB_MODE="crash"))
-    assert r.returncode == 1, r.stderr[-3000:]              # torchrun's status for a failed worker
+    r = _nsyscomm(["run", "-o", out, "--format", "json", "--", *_torchrun(job)], env=dict(os.environ, JOB_MODE="crash"))
+    assert r.returncode == 1, r.stderr[-3000:]  # torchrun's status for a failed worker
     assert "the command exited with status 1" in r.stderr
     assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), r.stderr[-2000:]
     import json
 
     doc = json.loads(r.stdout)
     assert doc["summary"] and doc["summary"][0]["op"] == "all_reduce"
-    assert "nsyscomm/" not in r.stderr                        # no traceback of ours (the job's own is fine)
+    assert "nsyscomm/" not in r.stderr  # no traceback of ours (the job's own is fine)
 
 
 @needs_nsys
@@ -88,8 +95,9 @@ def test_training_crash_keeps_and_summarizes_the_report(job, tmp_path):
 def test_one_rank_dies(job, tmp_path):
     out = tmp_path / "out"
     t0 = time.time()
-    r = _nsyscomm(["run", "-o", out, "--format", "json", "--", *_torchrun(job)],
-                  env=dict(os.environ, JOB_MODE="rank_dies"))
+    r = _nsyscomm(
+        ["run", "-o", out, "--format", "json", "--", *_torchrun(job)], env=dict(os.environ, JOB_MODE="rank_dies")
+    )
     assert time.time() - t0 < 60, "torchrun stops the surviving rank"
     assert r.returncode != 0 and f"exited with status {r.returncode}" in r.stderr
     import json
@@ -106,8 +114,14 @@ def test_ctrl_c_stops_the_job_and_keeps_the_report(job, tmp_path):
     out = tmp_path / "out"
     ready = tmp_path / "ready"
     env = dict(os.environ, JOB_MODE="hang", JOB_READY=str(ready))
-    p = subprocess.Popen([sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--", *_torchrun(job)],
-                         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--", *_torchrun(job)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 90
         while len(list(tmp_path.glob("ready.*"))) < 2 and time.time() < deadline and p.poll() is None:
@@ -122,13 +136,13 @@ def test_ctrl_c_stops_the_job_and_keeps_the_report(job, tmp_path):
             p.communicate()
     assert p.returncode != 0, stderr[-2000:]
     assert "interrupted" in stderr
-    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), stderr[-3000:]          # the report was written and exported
-    assert "Comm. Op" in stdout and "all_reduce" in stdout     # and summarized
+    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), stderr[-3000:]  # the report was written and exported
+    assert "Comm. Op" in stdout and "all_reduce" in stdout  # and summarized
 
 
 def test_nsys_not_on_path(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NSYSCOMM_NSYS"}
-    env["PATH"] = str(Path(sys.executable).parent)   # (/bin is /usr/bin on merged-/usr systems: nsys is there)
+    env["PATH"] = str(Path(sys.executable).parent)  # (/bin is /usr/bin on merged-/usr systems: nsys is there)
     r = _nsyscomm(["run", "-o", tmp_path / "o", "--", "true"], env=env)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
@@ -196,23 +210,31 @@ def _can_mount_tmpfs() -> bool:
     if shutil.which("unshare") is None or os.geteuid() != 0:
         return False
     try:
-        r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt"],
-                           capture_output=True, timeout=20)
+        r = subprocess.run(
+            ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt"],
+            capture_output=True,
+            timeout=20,
+        )
         return r.returncode == 0
     except Exception:
         return False
 
 
 @needs_nsys
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason="cannot mount a tmpfs in a private mount namespace here "
-                    "(needs root and unshare); test_output_folder_full_mocked covers the message")
+@pytest.mark.skipif(
+    not _can_mount_tmpfs(),
+    reason="cannot mount a tmpfs in a private mount namespace here "
+    "(needs root and unshare); test_output_folder_full_mocked covers the message",
+)
 def test_output_folder_full_real_tmpfs(tmp_path):
     """A 200 KB tmpfs (private mount namespace): nsys cannot write its report there and leaves it
     in /tmp; nsyscomm names that file instead of losing it, and returns the command's status."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    script = (f"mount -t tmpfs -o size=200k tmpfs {mnt} && "
-              f"{sys.executable} -m nsyscomm.cli run -o {mnt}/out -- {sys.executable} -c 'import sys; sys.exit(4)'")
+    script = (
+        f"mount -t tmpfs -o size=200k tmpfs {mnt} && "
+        f"{sys.executable} -m nsyscomm.cli run -o {mnt}/out -- {sys.executable} -c 'import sys; sys.exit(4)'"
+    )
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=180)
     assert r.returncode == 4, r.stderr[-3000:]
     assert "the command exited with status 4" in r.stderr
@@ -245,8 +267,10 @@ class _Interrupted:
         self.signals.append(sig)
 
 
-@pytest.mark.parametrize("profiler, says", [("nsys", "nsys was asked to stop the application"),
-                                            ("torch", "each rank writes its trace as it exits")])
+@pytest.mark.parametrize(
+    "profiler, says",
+    [("nsys", "nsys was asked to stop the application"), ("torch", "each rank writes its trace as it exits")],
+)
 def test_ctrl_c_message_names_what_writes_the_output(profiler, says, capsys):
     from nsyscomm.capture import launcher
 

@@ -23,17 +23,25 @@ PKG = Path(nsyscomm.__file__).resolve().parent
 
 # top to bottom; a module may import its own layer and the ones below it
 LAYERS: list[tuple[str, ...]] = [
-    ("nsyscomm.cli", "nsyscomm.commands", "nsyscomm.api"),   # the front doors: run the pipeline
-    ("nsyscomm.views", "nsyscomm.gate"),                     # read a Result
-    ("nsyscomm.discover",),                                  # paths -> report files
-    ("nsyscomm.extract",),                                   # report -> Extract (pool, cache, reader choice)
-    ("nsyscomm.combine",),                                   # Extracts -> one job's Result
-    ("nsyscomm.analyses",),                                  # Result and the analyses over it
-    ("nsyscomm.ingest",),                                    # the report formats
+    ("nsyscomm.cli", "nsyscomm.commands", "nsyscomm.api"),  # the front doors: run the pipeline
+    ("nsyscomm.views", "nsyscomm.gate"),  # read a Result
+    ("nsyscomm.discover",),  # paths -> report files
+    ("nsyscomm.extract",),  # report -> Extract (pool, cache, reader choice)
+    ("nsyscomm.combine",),  # Extracts -> one job's Result
+    ("nsyscomm.analyses",),  # Result and the analyses over it
+    ("nsyscomm.ingest",),  # the report formats
 ]
 # helpers every layer may use (no pipeline stage of their own); "nsyscomm" itself: __version__
-BASE = ("nsyscomm", "nsyscomm.errors", "nsyscomm.schema", "nsyscomm.duck", "nsyscomm.busbw", "nsyscomm.nvtx_format",
-        "nsyscomm.sql", "nsyscomm.sample_reports")
+BASE = (
+    "nsyscomm",
+    "nsyscomm.errors",
+    "nsyscomm.schema",
+    "nsyscomm.duck",
+    "nsyscomm.busbw",
+    "nsyscomm.nvtx_format",
+    "nsyscomm.sql",
+    "nsyscomm.sample_reports",
+)
 # aside from the pipeline: the capture side runs in the profiled job; synth only makes test reports
 ASIDE = ("nsyscomm.capture", "nsyscomm.synth")
 VIEWS_MAY_NOT = ("duckdb", "sqlite3", "nsyscomm.discover", "nsyscomm.extract", "nsyscomm.ingest")
@@ -44,7 +52,7 @@ PENDING_UPWARD = {
     "nsyscomm.views.env_out": "views/env_out calls nsyscomm.api.discover",
     "nsyscomm.gate": "gate loads jobs through nsyscomm.api itself",
     "nsyscomm.analyses.hang": "analyses/hang's gate helper (gate_check) loads reports through nsyscomm.api: "
-                              "it belongs to the gate package (gateviews)",
+    "it belongs to the gate package (gateviews)",
 }
 # one import known to close a cycle: left out of the graph below, checked on its own
 PENDING_EDGE = ("nsyscomm.analyses.hang", "nsyscomm.api")
@@ -87,7 +95,7 @@ def imports(name: str) -> frozenset[str]:
                 base = ".".join(anchor + ([base] if base else []))
             subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES}
             out |= subs
-            if len(subs) < len(node.names):   # names defined in base itself
+            if len(subs) < len(node.names):  # names defined in base itself
                 out.add(base)
     return frozenset(out)
 
@@ -128,8 +136,9 @@ def test_imports_only_downward(module):
 
 @pytest.mark.parametrize("module", [m for m in MODULES if not _under(m, ASIDE)])
 def test_pipeline_does_not_import_synth(module):
-    assert not any(_under(m, ("nsyscomm.synth",)) for m in _own(module)), \
+    assert not any(_under(m, ("nsyscomm.synth",)) for m in _own(module)), (
         f"{module} imports nsyscomm.synth: it makes test reports, nothing at run time uses it"
+    )
 
 
 VIEWS = [m for m in MODULES if _under(m, ("nsyscomm.views",))]
@@ -144,8 +153,9 @@ def test_views_read_only_a_result(module):
 def _sql_uses(name: str) -> list[str]:
     """`x.execute(...)`, `x.sql(...)`, `x.con` in a module: SQL run, or a connection reached."""
     tree = ast.parse(MODULES[name].read_text())
-    return sorted({f"line {n.lineno}: .{n.attr}" for n in ast.walk(tree)
-                   if isinstance(n, ast.Attribute) and n.attr in SQL_CALLS})
+    return sorted(
+        {f"line {n.lineno}: .{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in SQL_CALLS}
+    )
 
 
 @pytest.mark.parametrize("module", [_mark(m, PENDING_SQL) for m in VIEWS])
@@ -187,16 +197,24 @@ def test_no_import_cycle(module):
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-@pytest.mark.xfail(strict=False, reason="analyses/hang.gate_check loads reports through nsyscomm.api "
-                   "(hang -> api -> analyses/result -> hang): it belongs to the gate package (gateviews)")
+@pytest.mark.xfail(
+    strict=False,
+    reason="analyses/hang.gate_check loads reports through nsyscomm.api "
+    "(hang -> api -> analyses/result -> hang): it belongs to the gate package (gateviews)",
+)
 def test_analyses_hang_does_not_load_jobs():
     assert PENDING_EDGE[1] not in imports(PENDING_EDGE[0])
 
 
 def test_the_checks_see_the_pipeline():
     """The checks above would pass on nothing: make sure they see the modules and their imports."""
-    assert {"nsyscomm.api", "nsyscomm.discover", "nsyscomm.extract.pool", "nsyscomm.combine.job",
-            "nsyscomm.analyses.result"} <= set(PIPELINE)
+    assert {
+        "nsyscomm.api",
+        "nsyscomm.discover",
+        "nsyscomm.extract.pool",
+        "nsyscomm.combine.job",
+        "nsyscomm.analyses.result",
+    } <= set(PIPELINE)
     assert "nsyscomm.extract.cache" in imports("nsyscomm.extract.pool")
     assert layer("nsyscomm.ingest.nsys.extract") == 6 and layer("nsyscomm.extract.readers") == 3
     assert layer("nsyscomm.duck") is None and layer("nsyscomm.capture.wrapper") is None

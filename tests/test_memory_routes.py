@@ -27,19 +27,29 @@ def _kernels(rng, n: int) -> pd.DataFrame:
     pid = rng.choice([11, 12, 13], size=n)
     dev = rng.choice([0, 1], size=n).astype(float)
     dev[rng.random(n) < 0.05] = np.nan
-    shuffle = rng.permutation(n)   # the tables are in no order
-    return pd.DataFrame({"globalPid": (pid << 24)[shuffle], "deviceId": dev[shuffle],
-                         "start": start[shuffle], "end": (start + length)[shuffle],
-                         "shortName": rng.choice([1, 2, 99], size=n)[shuffle]})
+    shuffle = rng.permutation(n)  # the tables are in no order
+    return pd.DataFrame(
+        {
+            "globalPid": (pid << 24)[shuffle],
+            "deviceId": dev[shuffle],
+            "start": start[shuffle],
+            "end": (start + length)[shuffle],
+            "shortName": rng.choice([1, 2, 99], size=n)[shuffle],
+        }
+    )
 
 
 def _calls(rng, n: int, hi: int) -> pd.DataFrame:
     s = rng.integers(-50, hi + 50, size=n)
-    calls = pd.DataFrame({"pid": pd.array(rng.choice([11, 12, 13, 14], size=n), dtype="Int64"),
-                          "device": pd.array(rng.choice([0, 1, 2], size=n), dtype="Int64"),
-                          "gpu_start": pd.array(s, dtype="Int64"),
-                          "gpu_end": pd.array(s + rng.integers(0, 500, size=n), dtype="Int64")})
-    calls.loc[rng.random(n) < 0.1, "gpu_end"] = pd.NA       # CPU-only or cut calls
+    calls = pd.DataFrame(
+        {
+            "pid": pd.array(rng.choice([11, 12, 13, 14], size=n), dtype="Int64"),
+            "device": pd.array(rng.choice([0, 1, 2], size=n), dtype="Int64"),
+            "gpu_start": pd.array(s, dtype="Int64"),
+            "gpu_end": pd.array(s + rng.integers(0, 500, size=n), dtype="Int64"),
+        }
+    )
+    calls.loc[rng.random(n) < 0.1, "gpu_end"] = pd.NA  # CPU-only or cut calls
     calls.loc[rng.random(n) < 0.05, "pid"] = pd.NA
     calls.loc[rng.random(n) < 0.05, "device"] = pd.NA
     return calls
@@ -59,7 +69,7 @@ def test_islands_in_duckdb_give_numpys_busy_times(seed):
     in_duckdb = busy.busy_at_edges_in_duckdb(calls, con)
     assert in_memory.equals(in_duckdb)
     got = duck.arrow_frame(in_memory)
-    assert got["busy_at_end"].fillna(0).sum() > 0       # the comparison is not between zeros
+    assert got["busy_at_end"].fillna(0).sum() > 0  # the comparison is not between zeros
     assert (got["busy_at_end"] >= got["busy_at_start"]).all()
     # NULL exactly for the calls without both GPU edges
     assert (got["busy_at_start"].isna() == (got["gpu_start"].isna() | got["gpu_end"].isna())).all()
@@ -87,9 +97,11 @@ def test_same_extract_in_duckdb(path, monkeypatch):
     monkeypatch.setattr(nsys_extract, "open_report", spy)
     in_duckdb = nsys_extract.extract(path)
     with closing(ro(path)) as lite:
-        has_kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in nsys_reader.table_columns(path) and \
-            lite.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
-    if has_kernels:   # without kernels there is nothing to hold: either route
+        has_kernels = (
+            "CUPTI_ACTIVITY_KIND_KERNEL" in nsys_reader.table_columns(path)
+            and lite.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
+        )
+    if has_kernels:  # without kernels there is nothing to hold: either route
         assert routes == ["copy", "islands"]
     _same(in_memory, in_duckdb)
 

@@ -76,7 +76,7 @@ def test_reference_curve_tags_and_na(tmp_path):
     p = tmp_path / "ag.out"
     p.write_text(NCCL_TESTS)
     c = nccl_log.reference_curve(p)
-    assert list(c["op"]) == ["all_gather"] * 3           # from the binary name in the command line
+    assert list(c["op"]) == ["all_gather"] * 3  # from the binary name in the command line
     assert list(c["bytes"]) == [1024, 2048, 4096]
     assert list(c["busbw_GBps"]) == [0.05, 0.09, 0.17]
     assert list(c["algbw_GBps"]) == [0.10, 0.19, 0.34]
@@ -84,8 +84,20 @@ def test_reference_curve_tags_and_na(tmp_path):
     assert c["busbw_GBps_inplace"].isna().tolist() == [False, False, True]
     assert set(c["ranks"]) == {2} and set(c["avg_busbw_GBps"]) == {0.1033}
     r = nccl_log.parse(p)
-    assert r.nccl_tests == [{"run": 0, "op": "all_gather", "ranks": 2, "dtype": "float", "sizes": 3, "min_bytes": 1024,
-                             "max_bytes": 4096, "avg_busbw_GBps": 0.1033, "peak_busbw_GBps": 0.17, "peak_at_bytes": 4096}]
+    assert r.nccl_tests == [
+        {
+            "run": 0,
+            "op": "all_gather",
+            "ranks": 2,
+            "dtype": "float",
+            "sizes": 3,
+            "min_bytes": 1024,
+            "max_bytes": 4096,
+            "avg_busbw_GBps": 0.1033,
+            "peak_busbw_GBps": 0.17,
+            "peak_at_bytes": 4096,
+        }
+    ]
     assert r.nodes == 2 and r.gpus == ["NVIDIA H100 80GB HBM3"]
     assert any("without NCCL INFO" in w for w in r.warnings)
     # op override and the table-only guess
@@ -99,8 +111,13 @@ def test_compare_interpolates(tmp_path):
     p = tmp_path / "ag.out"
     p.write_text(NCCL_TESTS)
     curve = nccl_log.reference_curve(p)
-    s = pd.DataFrame({"op": ["all_gather", "all_gather", "all_reduce"], "bytes": [2048, 1448, 2048],
-                      "busbw_GBps": [0.045, 0.07, 1.0]})
+    s = pd.DataFrame(
+        {
+            "op": ["all_gather", "all_gather", "all_reduce"],
+            "bytes": [2048, 1448, 2048],
+            "busbw_GBps": [0.045, 0.07, 1.0],
+        }
+    )
     out = nccl_log.compare(s, curve)
     assert out["ref_busbw_GBps"].iloc[0] == pytest.approx(0.09)
     assert out["busbw_vs_ref"].iloc[0] == pytest.approx(0.5)
@@ -134,11 +151,14 @@ def test_real_aws_p5_log():
 
 
 @need_real
-@pytest.mark.parametrize("name,ranks,nodes,peak,avg", [
-    ("job-n-00004-N-0001-142995.out", 4, 1, 339.04, 116.39),
-    ("job-n-00008-N-0002-142996.out", 8, 2, 158.24, 42.784),
-    ("job-n-00016-N-0004-142997.out", 16, 4, 92.50, 25.8822),
-])
+@pytest.mark.parametrize(
+    "name,ranks,nodes,peak,avg",
+    [
+        ("job-n-00004-N-0001-142995.out", 4, 1, 339.04, 116.39),
+        ("job-n-00008-N-0002-142996.out", 8, 2, 158.24, 42.784),
+        ("job-n-00016-N-0004-142997.out", 16, 4, 92.50, 25.8822),
+    ],
+)
 def test_real_alps_nccl_tests(name, ranks, nodes, peak, avg):
     r = nccl_log.parse(REAL / "alps-gh200" / name)
     assert r.version is None and r.nranks == ranks and r.nodes == nodes
@@ -150,9 +170,12 @@ def test_real_alps_nccl_tests(name, ranks, nodes, peak, avg):
 def test_version_read_from_mpirun_tagged_bare_banner(tmp_path):
     # Issue 26: mpirun tags every line; the banner line carries no host:pid:tid prefix.
     log = tmp_path / "mpi.log"
-    log.write_text("[1,0]<stdout>:NCCL version 2.20.3+cuda12.2\n"
-                   "[1,0]<stdout>:node1:100:100 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
+    log.write_text(
+        "[1,0]<stdout>:NCCL version 2.20.3+cuda12.2\n"
+        "[1,0]<stdout>:node1:100:100 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+    )
     from nsyscomm.ingest import nccl_log
+
     out = nccl_log.parse(log)
     assert out.version == "2.20.3"
     assert out.cuda == "12.2"

@@ -21,16 +21,43 @@ from nsyscomm.ingest import nccl_payload
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
 
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "nsys" / "nsys2026.2_2xH100_nccl_window.sqlite"
+REAL = (
+    Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "nsys" / "nsys2026.2_2xH100_nccl_window.sqlite"
+)
 B = 1 << 24
-REDOP_ENUM = B + 16          # NCCL 2.27's id for the ncclRedOp_t enum schema (11/14/24 in other releases)
+REDOP_ENUM = B + 16  # NCCL 2.27's id for the ncclRedOp_t enum schema (11/14/24 in other releases)
 
 # (schemaId, payloadSize, [(idx, type, name, offset)]) as in the real export (2.27)
 SCHEMAS = [
-    (B + 0, 24, [(0, 18, "NCCL communicator ID", None), (1, 5, "No. of ranks", 8), (2, 5, "Rank", 12), (3, 5, "CUDA device", 16)]),
+    (
+        B + 0,
+        24,
+        [
+            (0, 18, "NCCL communicator ID", None),
+            (1, 5, "No. of ranks", 8),
+            (2, 5, "Rank", 12),
+            (3, 5, "CUDA device", 16),
+        ],
+    ),
     (B + 4, 16, [(0, 18, "NCCL communicator ID", None), (1, 22, "Message size [bytes]", 8)]),
-    (B + 5, 24, [(0, 18, "NCCL communicator ID", None), (1, 22, "Message size [bytes]", 8), (2, REDOP_ENUM, "Reduction operation", 16)]),
-    (B + 7, 24, [(0, 18, "NCCL communicator ID", None), (1, 22, "Message size [bytes]", 8), (2, REDOP_ENUM, "Reduction operation", 16)]),
+    (
+        B + 5,
+        24,
+        [
+            (0, 18, "NCCL communicator ID", None),
+            (1, 22, "Message size [bytes]", 8),
+            (2, REDOP_ENUM, "Reduction operation", 16),
+        ],
+    ),
+    (
+        B + 7,
+        24,
+        [
+            (0, 18, "NCCL communicator ID", None),
+            (1, 22, "Message size [bytes]", 8),
+            (2, REDOP_ENUM, "Reduction operation", 16),
+        ],
+    ),
     (B + 9, 24, [(0, 18, "NCCL communicator ID", None), (1, 22, "Message size [bytes]", 8), (2, 5, "Peer rank", 16)]),
     (B + 10, 24, [(0, 18, "NCCL communicator ID", None), (1, 22, "Message size [bytes]", 8), (2, 5, "Peer rank", 16)]),
 ]
@@ -64,12 +91,17 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NO
 CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
 """
 
-KERNELS = {"all_reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all_gather": "ncclDevKernel_AllGather_RING_LL",
-           "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "sendrecv": "ncclDevKernel_SendRecv"}
+KERNELS = {
+    "all_reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    "all_gather": "ncclDevKernel_AllGather_RING_LL",
+    "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL",
+    "sendrecv": "ncclDevKernel_SendRecv",
+}
 
 
-def make_report(path: Path, encoding: str = "blob", init: bool = True, domain_create: bool = True,
-                header: bool = False) -> Path:
+def make_report(
+    path: Path, encoding: str = "blob", init: bool = True, domain_create: bool = True, header: bool = False
+) -> Path:
     """Two processes (pids 100, 200 = ranks 0, 1 of one communicator) each doing, in order:
     ncclAllReduce 1 MiB; ncclAllGather 4096 B/rank; ncclReduceScatter 2048 B/rank;
     a group {Send 512 -> 0, Send 512 -> 1, Recv 512 <- 0, Recv 512 <- 1} (all_to_all);
@@ -85,15 +117,23 @@ def make_report(path: Path, encoding: str = "blob", init: bool = True, domain_cr
         return strings[s]
 
     con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', '2026.2.1.210')")
-    con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PARAM_INCLUDE_BLOBS', ?)",
-                ("true" if encoding in ("blob", "hex") else "false",))
-    con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PARAM_INCLUDE_JSON', ?)",
-                ("true" if encoding == "json" else "false",))
+    con.execute(
+        "INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PARAM_INCLUDE_BLOBS', ?)",
+        ("true" if encoding in ("blob", "hex") else "false",),
+    )
+    con.execute(
+        "INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PARAM_INCLUDE_JSON', ?)",
+        ("true" if encoding == "json" else "false",),
+    )
     for schema_id, size, entries in SCHEMAS:
-        con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (1, ?, NULL, 1, NULL, ?, ?, NULL)", (schema_id, len(entries), size))
+        con.execute(
+            "INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (1, ?, NULL, 1, NULL, ?, ?, NULL)", (schema_id, len(entries), size)
+        )
         for idx, typ, name, off in entries:
-            con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES (1, ?, ?, NULL, ?, ?, NULL, NULL, ?)",
-                        (schema_id, idx, typ, name, off))
+            con.execute(
+                "INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES (1, ?, ?, NULL, ?, ?, NULL, NULL, ?)",
+                (schema_id, idx, typ, name, off),
+            )
     corr = {100: 0, 200: 0}
 
     def rng(pid, t0, t1, name, schema=None, **v):
@@ -111,27 +151,43 @@ def make_report(path: Path, encoding: str = "blob", init: bool = True, domain_cr
                 names = {e[2]: e for e in dict((s[0], s[2]) for s in SCHEMAS)[schema]}
                 obj = {}
                 for n in names:
-                    key = {"NCCL communicator ID": "comm", "No. of ranks": "nranks", "Rank": "rank", "CUDA device": "device",
-                           "Message size [bytes]": "size", "Reduction operation": "x", "Peer rank": "x"}[n]
+                    key = {
+                        "NCCL communicator ID": "comm",
+                        "No. of ranks": "nranks",
+                        "Rank": "rank",
+                        "CUDA device": "device",
+                        "Message size [bytes]": "size",
+                        "Reduction operation": "x",
+                        "Peer rank": "x",
+                    }[n]
                     val = v[key]
                     obj[n] = ["Sum", "Product", "Max", "Min", "Avg"][val] if n == "Reduction operation" else val
                 js = json.dumps(obj)
-        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId, jsonText, binaryData) "
-                    "VALUES (?, ?, 59, ?, ?, 1, ?, ?)", (t0, t1, gtid, sid(name), js, blob))
+        con.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId, jsonText, binaryData) "
+            "VALUES (?, ?, 59, ?, ?, 1, ?, ?)",
+            (t0, t1, gtid, sid(name), js, blob),
+        )
 
     def launch(pid, t, kernel, k0, k1):
         corr[pid] += 1
         gtid = (pid << 24) | pid
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, ?, 0, NULL)",
-                    (t, t + 2_000, gtid, corr[pid], sid("cudaLaunchKernel")))
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, NULL, 7, ?, ?, ?, ?, NULL)",
-                    (k0, k1, pid // 100 - 1, corr[pid], pid << 24, sid(kernel), sid(kernel)))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, ?, 0, NULL)",
+            (t, t + 2_000, gtid, corr[pid], sid("cudaLaunchKernel")),
+        )
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, NULL, 7, ?, ?, ?, ?, NULL)",
+            (k0, k1, pid // 100 - 1, corr[pid], pid << 24, sid(kernel), sid(kernel)),
+        )
 
     for rank, pid in enumerate((100, 200)):
         con.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python')", (pid << 24, pid))
         if domain_create:
-            con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (10, 75, 'NCCL', ?, 1)",
-                        ((pid << 24) | pid,))
+            con.execute(
+                "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (10, 75, 'NCCL', ?, 1)",
+                ((pid << 24) | pid,),
+            )
         late = 10_000 * rank
         if init:
             rng(pid, 1_000, 50_000, "ncclCommInitRank", B + 0, comm=COMM, nranks=2, rank=rank, device=rank)
@@ -147,8 +203,16 @@ def make_report(path: Path, encoding: str = "blob", init: bool = True, domain_cr
         t = 500_000 + late
         rng(pid, t, t + 100, "ncclGroupStart")
         for i, (name, peer) in enumerate((("ncclSend", 0), ("ncclSend", 1), ("ncclRecv", 0), ("ncclRecv", 1))):
-            rng(pid, t + 200 + 100 * i, t + 250 + 100 * i, name, B + 9 if name == "ncclSend" else B + 10,
-                comm=COMM, size=512, x=peer)
+            rng(
+                pid,
+                t + 200 + 100 * i,
+                t + 250 + 100 * i,
+                name,
+                B + 9 if name == "ncclSend" else B + 10,
+                comm=COMM,
+                size=512,
+                x=peer,
+            )
         rng(pid, t + 1_000, t + 5_000, "ncclGroupEnd")
         launch(pid, t + 2_000, KERNELS["sendrecv"], 520_000, 540_000)
         t = 600_000 + late
@@ -194,20 +258,24 @@ def test_pipeline_ranks_and_summary(tmp_path):
     assert sorted(col.groupby("rank")["pid"].first().items()) == [(0, 100), (1, 200)]
     s = res.summary.set_index(["op", "bytes"])
     assert s.loc[("all_reduce", 1 << 20), "count"] == 1
-    assert s.loc[("all_reduce", 1 << 20), "avg_ms"] == pytest.approx(0.06)          # 60 us kernel
+    assert s.loc[("all_reduce", 1 << 20), "avg_ms"] == pytest.approx(0.06)  # 60 us kernel
     assert s.loc[("all_gather", 8192), "busbw_GBps"] == pytest.approx(8192 / 10e-6 / 1e9 * 0.5)
     assert res.skew["straggler_rank"] is None or res.skew["straggler_rank"] in (0, 1)
 
 
 def test_rank_from_init_payload_not_process_order(tmp_path):
     path = make_report(tmp_path / "r.sqlite")
-    con = sqlite3.connect(path)   # swap the ranks: pid 100 says rank 1
-    rows = con.execute("SELECT rowid, binaryData FROM NVTX_EVENTS WHERE textId = "
-                       "(SELECT id FROM StringIds WHERE value = 'ncclCommInitRank')").fetchall()
+    con = sqlite3.connect(path)  # swap the ranks: pid 100 says rank 1
+    rows = con.execute(
+        "SELECT rowid, binaryData FROM NVTX_EVENTS WHERE textId = "
+        "(SELECT id FROM StringIds WHERE value = 'ncclCommInitRank')"
+    ).fetchall()
     for rowid, blob in rows:
         comm, n, rank, dev = struct.unpack("<Qiii4x", blob)
-        con.execute("UPDATE NVTX_EVENTS SET binaryData = ? WHERE rowid = ?",
-                    (struct.pack("<Qiii4x", comm, n, 1 - rank, dev), rowid))
+        con.execute(
+            "UPDATE NVTX_EVENTS SET binaryData = ? WHERE rowid = ?",
+            (struct.pack("<Qiii4x", comm, n, 1 - rank, dev), rowid),
+        )
     con.commit()
     con.close()
     res = api.combine([_extract(path)])
@@ -216,8 +284,10 @@ def test_rank_from_init_payload_not_process_order(tmp_path):
 
 def test_no_blobs_names_the_export_flags(tmp_path):
     e = _extract(make_report(tmp_path / "r.sqlite", encoding="none"))
-    assert any("--include-blobs=true" in w and "--include-json=true" in w and "EXPORT_PARAM_INCLUDE_BLOBS=false" in w
-               for w in e.warnings)
+    assert any(
+        "--include-blobs=true" in w and "--include-json=true" in w and "EXPORT_PARAM_INCLUDE_BLOBS=false" in w
+        for w in e.warnings
+    )
     assert "nccl_payload" not in set(e.calls["source"].to_pylist())
     assert e.calls["bytes"].null_count == len(e.calls)
 
@@ -227,7 +297,13 @@ def test_domain_create_outside_window_and_no_init(tmp_path):
     c = _rows(e)
     r0 = c[c["pid"] == 100].reset_index(drop=True)
     # without ncclCommInitRank the communicator size is unknown: per-rank sizes cannot become S
-    assert [None if b is None or b is pd.NA or b != b else int(b) for b in r0["bytes"]] == [1 << 20, None, None, 1024, 400]
+    assert [None if b is None or b is pd.NA or b != b else int(b) for b in r0["bytes"]] == [
+        1 << 20,
+        None,
+        None,
+        1024,
+        400,
+    ]
     assert len(e.markers) == 0
 
 
@@ -235,8 +311,12 @@ def test_domain_create_outside_window_and_no_init(tmp_path):
 def test_enum_type_ids_shift_between_releases(redop_enum):
     schemas = nccl_payload.load_schemas(
         [(B + 5, 24)],
-        [(B + 5, 0, 18, "NCCL communicator ID", None), (B + 5, 1, 22, "Message size [bytes]", 8),
-         (B + 5, 2, redop_enum, "Reduction operation", 16)])
+        [
+            (B + 5, 0, 18, "NCCL communicator ID", None),
+            (B + 5, 1, 22, "Message size [bytes]", 8),
+            (B + 5, 2, redop_enum, "Reduction operation", 16),
+        ],
+    )
     got = nccl_payload.decode_binary(struct.pack("<QQi4x", 7, 123, 2), schemas, B + 5)
     assert got == {"comm": 7, "msg_bytes": 123, "redop": 2}
     assert nccl_payload.redop_name(got["redop"]) == "max"
@@ -261,11 +341,16 @@ def test_real_export_without_blobs():
     assert len(e.calls) == 66
     msg = [w for w in e.warnings if "without payload values" in w]
     assert msg and "EXPORT_PARAM_INCLUDE_BLOBS=false" in msg[0] and "--include-blobs=true" in msg[0]
-    assert "264 NCCL NVTX range(s)" in msg[0]        # 132 ncclSend + 132 ncclRecv
+    assert "264 NCCL NVTX range(s)" in msg[0]  # 132 ncclSend + 132 ncclRecv
     tables = nsys_reader.table_columns(REAL)
     ev, schemas = nccl_payload.read_events(REAL, tables, [], "real")
-    assert ev["name"].value_counts().to_dict() == {"ncclSend": 132, "ncclRecv": 132, "ncclCommCount": 66,
-                                                   "ncclGroupStart": 66, "ncclGroupEnd": 66}
+    assert ev["name"].value_counts().to_dict() == {
+        "ncclSend": 132,
+        "ncclRecv": 132,
+        "ncclCommCount": 66,
+        "ncclGroupStart": 66,
+        "ncclGroupEnd": 66,
+    }
     # 2.27 registers the reduction-op enum as schema (1<<24)+16 (it was +11 in 2.19)
     assert dict((f, t) for f, t, _o in schemas[B + 7].entries)["redop"] == B + 16
     units = nccl_payload.build_units(ev, {})

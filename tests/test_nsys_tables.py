@@ -33,8 +33,11 @@ def test_head_start_gives_the_same_extract_and_is_taken_once():
     started = nsys_extract.extract(SAMPLE)
     assert not nsys_reader._head_starts
     assert _rows(plain).equals(_rows(started))
-    assert (plain.markers.sort_values("pid").reset_index(drop=True)
-            .equals(started.markers.sort_values("pid").reset_index(drop=True)))
+    assert (
+        plain.markers.sort_values("pid")
+        .reset_index(drop=True)
+        .equals(started.markers.sort_values("pid").reset_index(drop=True))
+    )
 
 
 def test_head_start_failure_surfaces_when_taken(tmp_path):
@@ -62,13 +65,17 @@ def test_untaken_head_starts_are_dropped():
 def test_reading_stage_does_not_import_pandas(scan):
     """Not while it reads: the CLI imports pandas meanwhile. The C scan's rows go to DuckDB
     through Arrow at the end, where DuckDB's Python client imports pandas (the CLI has by then)."""
-    spy = ("real = nsys_reader._table; "   # after the scan, as its rows are handed over
-           "nsys_reader._table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; ")
-    code = ("import sys; seen = []; from nsyscomm.ingest.nsys import reader as nsys_reader; from nsyscomm.extract import cache; from nsyscomm import duck; "
-            + ("nsys_reader._scan = lambda *a: None; " if scan == "copy" else spy) +
-            f"o = nsys_reader.open_report(__import__('pathlib').Path({str(SAMPLE)!r})); "
-            "n = o.con.execute('SELECT count(*) FROM src_kernels').fetchone()[0]; "
-            "print(n, seen[0] if seen else 'pandas' in sys.modules, o.compute is not None)")
+    spy = (
+        "real = nsys_reader._table; "  # after the scan, as its rows are handed over
+        "nsys_reader._table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; "
+    )
+    code = (
+        "import sys; seen = []; from nsyscomm.ingest.nsys import reader as nsys_reader; from nsyscomm.extract import cache; from nsyscomm import duck; "
+        + ("nsys_reader._scan = lambda *a: None; " if scan == "copy" else spy)
+        + f"o = nsys_reader.open_report(__import__('pathlib').Path({str(SAMPLE)!r})); "
+        "n = o.con.execute('SELECT count(*) FROM src_kernels').fetchone()[0]; "
+        "print(n, seen[0] if seen else 'pandas' in sys.modules, o.compute is not None)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) > 0 and out[1] == "False"
     assert out[2] == str(scan == "c" and nsys_reader._sqlite_scan_module() is not None)
@@ -81,8 +88,8 @@ def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(nsys_reader, "head_start", lambda p: calls.append(p) or real(p))
     run = CliRunner().invoke
     args = ["summarize", str(SAMPLE), "--format", "json"]
-    first = run(main, args)                 # head start, then stored in the cache
-    again = run(main, args)                 # cached: no head start
+    first = run(main, args)  # head start, then stored in the cache
+    again = run(main, args)  # cached: no head start
     fresh = run(main, args + ["--no-cache"])
     assert first.exit_code == again.exit_code == fresh.exit_code == 0
     assert json.loads(first.stdout) == json.loads(again.stdout) == json.loads(fresh.stdout)
@@ -92,7 +99,7 @@ def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):
 def test_dropping_a_running_head_start_stops_and_closes_it():
     nsys_reader.head_start(SAMPLE)
     started, con, _ = next(iter(nsys_reader._head_starts.values()))
-    nsys_reader.drop_head_starts()          # interrupts it if it still runs, then closes it
+    nsys_reader.drop_head_starts()  # interrupts it if it still runs, then closes it
     assert not nsys_reader._head_starts and started.done()
     with pytest.raises(Exception, match="closed"):
         con.execute("SELECT 1")
@@ -104,8 +111,11 @@ def test_duckdb_stopped_by_ctrl_c_is_an_interruption(error, capsys):
 
     from nsyscomm.commands import guard
 
-    exc = duckdb.InterruptException("INTERRUPT Error: Interrupted!") if error == "InterruptException" \
+    exc = (
+        duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        if error == "InterruptException"
         else RuntimeError("Query interrupted")
+    )
 
     def fail():
         raise exc

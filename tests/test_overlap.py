@@ -22,13 +22,31 @@ def _job(seed):
         for pid in (100, 200):
             for device in (0, 1, None):
                 s = rng.integers(0, 1_000, 40)
-                calls.append(pd.DataFrame({
-                    "report": report, "pid": pid, "rank": rank, "device": device,
-                    "step": pd.array(np.where(rng.random(40) < 0.2, -1, rng.integers(0, 3, 40)), dtype="Int64"),
-                    "gpu_start": s, "gpu_end": s + rng.integers(0, 120, 40)}))
+                calls.append(
+                    pd.DataFrame(
+                        {
+                            "report": report,
+                            "pid": pid,
+                            "rank": rank,
+                            "device": device,
+                            "step": pd.array(np.where(rng.random(40) < 0.2, -1, rng.integers(0, 3, 40)), dtype="Int64"),
+                            "gpu_start": s,
+                            "gpu_end": s + rng.integers(0, 120, 40),
+                        }
+                    )
+                )
                 cs = rng.integers(0, 1_100, 30)
-                compute.append(pd.DataFrame({"report": report, "pid": pid, "device": -1 if device is None else device,
-                                             "start": cs, "end": cs + rng.integers(1, 60, 30)}))
+                compute.append(
+                    pd.DataFrame(
+                        {
+                            "report": report,
+                            "pid": pid,
+                            "device": -1 if device is None else device,
+                            "start": cs,
+                            "end": cs + rng.integers(1, 60, 30),
+                        }
+                    )
+                )
             rank += 1
     calls = pd.concat(calls, ignore_index=True)
     calls["step"] = calls["step"].mask(calls["step"] == -1)
@@ -37,9 +55,18 @@ def _job(seed):
     cpu = calls.sample(20, random_state=seed).assign(gpu_start=pd.NA, gpu_end=pd.NA)
     calls = pd.concat([calls.astype({"gpu_start": "Int64", "gpu_end": "Int64"}), cpu], ignore_index=True)
     compute = pd.concat(compute, ignore_index=True)
-    busy = pd.concat([duck.arrow_frame(busy_before(pa.Table.from_pandas(calls[calls["report"] == r], preserve_index=False),
-                                                   compute[compute["report"] == r]))
-                      for r in ("a.sqlite", "b.sqlite")], ignore_index=True)
+    busy = pd.concat(
+        [
+            duck.arrow_frame(
+                busy_before(
+                    pa.Table.from_pandas(calls[calls["report"] == r], preserve_index=False),
+                    compute[compute["report"] == r],
+                )
+            )
+            for r in ("a.sqlite", "b.sqlite")
+        ],
+        ignore_index=True,
+    )
     return busy, compute
 
 
@@ -62,10 +89,12 @@ def _expected(calls, compute, by_step):
 def _overlap(calls) -> pd.DataFrame:
     con = duck.connect()
     con.register("calls_df", calls)
-    con.execute("CREATE TABLE collectives AS SELECT report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
-                "device::INTEGER AS device, step::BIGINT AS step, gpu_start::BIGINT AS gpu_start, "
-                "gpu_end::BIGINT AS gpu_end, busy_at_start::BIGINT AS busy_at_start, "
-                "busy_at_end::BIGINT AS busy_at_end FROM calls_df")
+    con.execute(
+        "CREATE TABLE collectives AS SELECT report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
+        "device::INTEGER AS device, step::BIGINT AS step, gpu_start::BIGINT AS gpu_start, "
+        "gpu_end::BIGINT AS gpu_end, busy_at_start::BIGINT AS busy_at_start, "
+        "busy_at_end::BIGINT AS busy_at_end FROM calls_df"
+    )
     return Result(con, ["a.sqlite", "b.sqlite"]).overlap
 
 
@@ -95,7 +124,7 @@ def test_reports_taken_a_group_at_a_time_give_the_same_result(seed, monkeypatch)
     groups = []
     real = overlap._chunks
     monkeypatch.setattr(overlap, "_chunks", lambda counts: groups.append(real(counts)) or groups[-1])
-    monkeypatch.setattr(overlap, "CHUNK_CALLS", 1)   # every report on its own
+    monkeypatch.setattr(overlap, "CHUNK_CALLS", 1)  # every report on its own
     pd.testing.assert_frame_equal(_overlap(calls), whole)
     assert groups == [[["a.sqlite"], ["b.sqlite"]]]
     assert overlap._chunks([("a", 3), ("b", 1), ("c", 2)]) == [["a"], ["b"], ["c"]]

@@ -17,8 +17,18 @@ def test_pairs_with_the_same_seq_stay_apart(tmp_path):
     plan = [(0, 1, 0, 1000), (2, 3, 0, 5000), (1, 0, 1, 9000)]
     for src, dst, seq, start in plan:
         for rank, op, peer in ((src, "send", dst), (dst, "recv", src)):
-            msg = nvtx_format.format_collective(op, api=op, bytes=4096, dtype="float32", numel=1024, pg=0, gsize=4,
-                                                seq=seq, caller="p2p.py:1 main", peer=peer)
+            msg = nvtx_format.format_collective(
+                op,
+                api=op,
+                bytes=4096,
+                dtype="float32",
+                numel=1024,
+                pg=0,
+                gsize=4,
+                seq=seq,
+                caller="p2p.py:1 main",
+                peer=peer,
+            )
             rep.range(procs[rank], procs[rank].pid, t + start, t + start + 500 + rank, registered=msg, domain=1)
     write_sqlite(rep, tmp_path / "p2p.sqlite", seed=0)
 
@@ -26,8 +36,13 @@ def test_pairs_with_the_same_seq_stay_apart(tmp_path):
     c = res.collectives
     assert len(c) == 6
     assert set(zip(c["rank"], c["op"], c["peer"], c["pair"])) == {
-        (0, "send", 1, "0-1"), (1, "recv", 0, "0-1"), (2, "send", 3, "2-3"), (3, "recv", 2, "2-3"),
-        (1, "send", 0, "0-1"), (0, "recv", 1, "0-1")}
+        (0, "send", 1, "0-1"),
+        (1, "recv", 0, "0-1"),
+        (2, "send", 3, "2-3"),
+        (3, "recv", 2, "2-3"),
+        (1, "send", 0, "0-1"),
+        (0, "recv", 1, "0-1"),
+    }
     # six distinct messages-sides, never merged across pairs
     assert c["logical_id"].nunique() == 6
     s = res.summary.set_index("op")
@@ -36,8 +51,9 @@ def test_pairs_with_the_same_seq_stay_apart(tmp_path):
 
 
 def test_peer_field_round_trips():
-    msg = nvtx_format.format_collective("send", api="isend", bytes=8, dtype="float32", numel=2, pg="3", gsize=2,
-                                        seq=5, caller="a|b.py:1 f", peer=7)
+    msg = nvtx_format.format_collective(
+        "send", api="isend", bytes=8, dtype="float32", numel=2, pg="3", gsize=2, seq=5, caller="a|b.py:1 f", peer=7
+    )
     assert nvtx_format.parse(msg)["peer"] == "7" and nvtx_format.parse(msg)["caller"] == "a|b.py:1 f"
     tmpl = nvtx_format.collective_template("send", api="isend", dtype="float32", pg="3", gsize=2)
     assert nvtx_format.with_peer(tmpl % (8, 2, 5, "0", "", "a|b.py:1 f"), 7) == msg

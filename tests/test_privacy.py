@@ -28,27 +28,47 @@ def plant(path: Path) -> None:
     """Add the secret to every place nsys puts the environment and the command line."""
     con = sqlite3.connect(path)
     next_id = con.execute("SELECT coalesce(max(id), 0) + 1 FROM StringIds").fetchone()[0]
-    strings = [f"HF_TOKEN={SECRET}", f"HOME={SECRET_PATH}", f"PWD={SECRET_PATH}",
-               f"{SECRET_PATH}/venv/bin/python {SECRET_PATH}/train.py --token {SECRET}",
-               f"nccl_looking_{SECRET}", f"nsyscomm_looking {SECRET_PATH}"]
-    con.executemany("INSERT INTO StringIds (id, value) VALUES (?, ?)",
-                    [(next_id + i, s) for i, s in enumerate(strings)])
-    con.execute("CREATE TABLE IF NOT EXISTS TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT NOT NULL, "
-                "name TEXT NOT NULL, nameEnum INTEGER NOT NULL, value TEXT NOT NULL)")
-    con.executemany("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (1, 'Local (CLI)', ?, ?, ?)",
-                    [("Hostname", 1, "node-a"), ("CommandLine", 2, f"{SECRET_PATH}/train.py --token {SECRET}"),
-                     ("Env", 3, f"HF_TOKEN={SECRET}")])
+    strings = [
+        f"HF_TOKEN={SECRET}",
+        f"HOME={SECRET_PATH}",
+        f"PWD={SECRET_PATH}",
+        f"{SECRET_PATH}/venv/bin/python {SECRET_PATH}/train.py --token {SECRET}",
+        f"nccl_looking_{SECRET}",
+        f"nsyscomm_looking {SECRET_PATH}",
+    ]
+    con.executemany(
+        "INSERT INTO StringIds (id, value) VALUES (?, ?)", [(next_id + i, s) for i, s in enumerate(strings)]
+    )
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT NOT NULL, "
+        "name TEXT NOT NULL, nameEnum INTEGER NOT NULL, value TEXT NOT NULL)"
+    )
+    con.executemany(
+        "INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (1, 'Local (CLI)', ?, ?, ?)",
+        [
+            ("Hostname", 1, "node-a"),
+            ("CommandLine", 2, f"{SECRET_PATH}/train.py --token {SECRET}"),
+            ("Env", 3, f"HF_TOKEN={SECRET}"),
+        ],
+    )
     con.execute("CREATE TABLE IF NOT EXISTS META_DATA_CAPTURE (name TEXT NOT NULL, value TEXT)")
-    con.executemany("INSERT INTO META_DATA_CAPTURE VALUES (?, ?)",
-                    [("COMMAND_LINE", f"python {SECRET_PATH}/train.py --token={SECRET}"),
-                     ("WORKING_DIR", SECRET_PATH), ("ENVIRONMENT", f"HF_TOKEN={SECRET}")])
+    con.executemany(
+        "INSERT INTO META_DATA_CAPTURE VALUES (?, ?)",
+        [
+            ("COMMAND_LINE", f"python {SECRET_PATH}/train.py --token={SECRET}"),
+            ("WORKING_DIR", SECRET_PATH),
+            ("ENVIRONMENT", f"HF_TOKEN={SECRET}"),
+        ],
+    )
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "META_DATA_EXPORT" in tables:
         con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_INPUT', ?)", (f"{SECRET_PATH}/report.nsys-rep",))
     if "PROCESSES" in tables:
         con.execute("UPDATE PROCESSES SET name = ?", (f"{SECRET_PATH}/venv/bin/python",))
-    con.execute("CREATE TABLE IF NOT EXISTS ProcessStreams (globalPid INTEGER NOT NULL, filenameId INTEGER NOT NULL, "
-                "contentId INTEGER NOT NULL)")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS ProcessStreams (globalPid INTEGER NOT NULL, filenameId INTEGER NOT NULL, "
+        "contentId INTEGER NOT NULL)"
+    )
     con.execute("INSERT INTO ProcessStreams VALUES (1, ?, ?)", (next_id + 1, next_id))
     con.commit()
     con.close()
@@ -68,7 +88,7 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     for f in nodes.glob("*.sqlite"):
         plant(f)
     out["nowrapper"] = nodes
-    for p in out.values():   # the planting worked
+    for p in out.values():  # the planting worked
         files = [p] if p.is_file() else sorted(p.glob("*.sqlite"))
         for f in files:
             con = sqlite3.connect(f)
@@ -117,12 +137,38 @@ def test_no_output_carries_the_environment(planted, tmp_path, job):
         texts[" ".join(map(str, args))] = r.output
     (out / "summary.json").write_text(_invoke(("summarize", src, "--format", "json")).stdout)
     for fmt in ("text", "markdown", "json"):
-        r = _invoke(("gate", src, "-b", out / "baseline.json", "--format", fmt, "--show", "all",
-                     "--junit", out / f"junit-{fmt}.xml", "--no-step-summary"))
+        r = _invoke(
+            (
+                "gate",
+                src,
+                "-b",
+                out / "baseline.json",
+                "--format",
+                fmt,
+                "--show",
+                "all",
+                "--junit",
+                out / f"junit-{fmt}.xml",
+                "--no-step-summary",
+            )
+        )
         assert r.exit_code in (0, 1), r.output
         texts[f"gate {fmt}"] = r.output
-        r = _invoke(("gate", out / "summary.json", "-b", src, "--format", fmt, "--show", "all",
-                     "-o", out / f"gate.{fmt}", "--no-step-summary"))
+        r = _invoke(
+            (
+                "gate",
+                out / "summary.json",
+                "-b",
+                src,
+                "--format",
+                fmt,
+                "--show",
+                "all",
+                "-o",
+                out / f"gate.{fmt}",
+                "--no-step-summary",
+            )
+        )
         assert r.exit_code in (0, 1), r.output
     texts.update(_files_under(out))
     assert len(texts) > 20

@@ -28,8 +28,15 @@ needs_torchrun = pytest.mark.skipif(shutil.which("torchrun") is None, reason="to
 
 
 def _cli(args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "nsyscomm.cli", *args], cwd=str(ROOT), env=env,
-                          capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "nsyscomm.cli", *args],
+        cwd=str(ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +48,24 @@ def job(tmp_path_factory):
     expect = base / "expect"
     expect.mkdir()
     env = dict(os.environ, NSYSCOMM_EXPECT_DIR=str(expect))
-    r = _cli(["run", "--profiler", "torch", "-o", str(base / "out"), "--format", "json", "--",
-              "torchrun", "--standalone", "--nproc-per-node", str(WORLD), str(SCRIPT)], env=env)
+    r = _cli(
+        [
+            "run",
+            "--profiler",
+            "torch",
+            "-o",
+            str(base / "out"),
+            "--format",
+            "json",
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node",
+            str(WORLD),
+            str(SCRIPT),
+        ],
+        env=env,
+    )
     did = {}
     for f in expect.glob("rank*.json"):
         d = json.loads(f.read_text())
@@ -56,7 +79,7 @@ def test_run_writes_one_trace_per_rank(job):
     assert sorted(p.name for p in out.glob("*.json.gz")) == [f"rank{i}.json.gz" for i in range(WORLD)]
     assert not list(out.glob("*.partial.gz"))
     assert sorted(did) == list(range(WORLD))
-    summary = json.loads(r.stdout)            # the summary of the traces, on stdout
+    summary = json.loads(r.stdout)  # the summary of the traces, on stdout
     assert summary["skew"]["straggler_rank"] == WORLD - 1
 
 
@@ -107,19 +130,22 @@ def test_the_late_rank_is_the_straggler(job):
 def test_exit_code_passes_through_and_trace_written_at_exit(tmp_path):
     """A process that exits with 3 without destroying its process group: the atexit hook writes the trace."""
     pytest.importorskip("torch")
-    code = ("import os, sys, torch, torch.distributed as dist\n"
-            "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[1])\n"
-            "dist.init_process_group('gloo', rank=0, world_size=1)\n"
-            "t = torch.ones(8); dist.all_reduce(t)\n"
-            "sys.exit(3)\n")
+    code = (
+        "import os, sys, torch, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[1])\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "t = torch.ones(8); dist.all_reduce(t)\n"
+        "sys.exit(3)\n"
+    )
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "o"
-    r = _cli(["run", "--profiler", "torch", "-o", str(out), "--no-summary", "--",
-              sys.executable, "-c", code, str(port)])
+    r = _cli(
+        ["run", "--profiler", "torch", "-o", str(out), "--no-summary", "--", sys.executable, "-c", code, str(port)]
+    )
     assert r.returncode == 3, r.stderr[-2000:]
     import nsyscomm
 
@@ -135,6 +161,7 @@ def test_no_trace_means_exit_2(tmp_path):
 
 # ------------------------------------------------------------------ ingest on a synthetic Kineto trace
 
+
 def _ev(name, ts, dur, cat="user_annotation", pid=100, tid=100, **args):
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
@@ -143,19 +170,39 @@ def test_kineto_wrapper_ranges_own_kernels(tmp_path):
     from nsyscomm import nvtx_format as fmt
     from nsyscomm.ingest import kineto
 
-    msg = fmt.format_collective("all_reduce", api="all_reduce", bytes=4096, dtype="float32", numel=1024, pg="0",
-                                gsize=2, seq=7, step=3, caller="train.py:9 main|x=y")
+    msg = fmt.format_collective(
+        "all_reduce",
+        api="all_reduce",
+        bytes=4096,
+        dtype="float32",
+        numel=1024,
+        pg="0",
+        gsize=2,
+        seq=7,
+        step=3,
+        caller="train.py:9 main|x=y",
+    )
     marker = fmt.format_rank_marker(1, 1, 2, "node-a")
     events = [
         _ev(marker, 5, 0),
         _ev(msg, 10, 50),
         _ev("nccl:all_reduce", 12, 40),
         _ev("cudaLaunchKernel", 20, 5, cat="cuda_runtime", correlation=1),
-        _ev("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 30, 8, cat="kernel",
-            pid=0, tid=7, correlation=1, stream=7, device=0),
+        _ev(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            30,
+            8,
+            cat="kernel",
+            pid=0,
+            tid=7,
+            correlation=1,
+            stream=7,
+            device=0,
+        ),
         # a second wrapper range without kernel (a CPU collective) and a gloo range on a worker thread
-        _ev(fmt.format_collective("barrier", api="barrier", bytes=0, dtype="", numel=0, pg="0", gsize=2, seq=8),
-            100, 20),
+        _ev(
+            fmt.format_collective("barrier", api="barrier", bytes=0, dtype="", numel=0, pg="0", gsize=2, seq=8), 100, 20
+        ),
         _ev("gloo:barrier", 105, 5, tid=200),
     ]
     p = tmp_path / "rank1.json"
@@ -166,34 +213,67 @@ def test_kineto_wrapper_ranges_own_kernels(tmp_path):
     ar = c.iloc[0].to_dict()
     keys = ("op", "api", "bytes", "dtype", "numel", "group", "group_size", "seq", "step", "caller")
     assert tuple(ar[k] for k in keys) == (
-        "all_reduce", "all_reduce", 4096, "float32", 1024, "0", 2, 7, 3, "train.py:9 main|x=y")
+        "all_reduce",
+        "all_reduce",
+        4096,
+        "float32",
+        1024,
+        "0",
+        2,
+        7,
+        3,
+        "train.py:9 main|x=y",
+    )
     keys = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "kernels")
     assert tuple(ar[k] for k in keys) == (10_000, 60_000, 30_000, 38_000, 1)
     b = c.iloc[1].to_dict()
     assert b["op"] == "barrier" and pd.isna(b["gpu_start"]) and pd.isna(b["step"]) and b["kernels"] == 0
     m = e.markers.iloc[0].to_dict()
-    assert tuple(m[k] for k in ("pid", "rank", "local_rank", "world", "host")) == (100, 1, 1, 2, "node-a")   # marker over distributedInfo
+    assert tuple(m[k] for k in ("pid", "rank", "local_rank", "world", "host")) == (
+        100,
+        1,
+        1,
+        2,
+        "node-a",
+    )  # marker over distributedInfo
 
 
 def test_steps_window(tmp_path):
     """--steps 1:3 profiles steps 1 and 2 only (started / stopped at the wrapper's step changes)."""
     pytest.importorskip("torch")
-    code = ("import os, sys, torch, torch.distributed as dist\n"
-            "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[1])\n"
-            "dist.init_process_group('gloo', rank=0, world_size=1)\n"
-            "p = torch.nn.Parameter(torch.ones(4)); opt = torch.optim.SGD([p], lr=0.1)\n"
-            "for i in range(5):\n"
-            "    t = torch.ones(4 * (i + 1)); dist.all_reduce(t)\n"
-            "    p.grad = torch.ones(4); opt.step()\n"
-            "dist.destroy_process_group()\n")
+    code = (
+        "import os, sys, torch, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[1])\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "p = torch.nn.Parameter(torch.ones(4)); opt = torch.optim.SGD([p], lr=0.1)\n"
+        "for i in range(5):\n"
+        "    t = torch.ones(4 * (i + 1)); dist.all_reduce(t)\n"
+        "    p.grad = torch.ones(4); opt.step()\n"
+        "dist.destroy_process_group()\n"
+    )
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "o"
-    r = _cli(["run", "--profiler", "torch", "--steps", "1:3", "-o", str(out), "--no-summary", "--",
-              sys.executable, "-c", code, str(port)])
+    r = _cli(
+        [
+            "run",
+            "--profiler",
+            "torch",
+            "--steps",
+            "1:3",
+            "-o",
+            str(out),
+            "--no-summary",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+            str(port),
+        ]
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     import nsyscomm
 

@@ -28,9 +28,16 @@ def test_every_real_export_summarizes(path, fmt):
 
 
 @pytest.mark.skipif(not REAL, reason="../shared/real/nsys not present beside the project")
-@pytest.mark.parametrize("name", ["nsys2025.1_1gpu_nvtx.sqlite", "nsys2023.3_no_cuda_no_nvtx.sqlite",
-                                  "nsys2026.1_tiny.sqlite", "nsys2022.1_1gpu_schema2.9.sqlite",
-                                  "nsys2026.2_2xH100_nonccl_window.sqlite"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nsys2025.1_1gpu_nvtx.sqlite",
+        "nsys2023.3_no_cuda_no_nvtx.sqlite",
+        "nsys2026.1_tiny.sqlite",
+        "nsys2022.1_1gpu_schema2.9.sqlite",
+        "nsys2026.2_2xH100_nonccl_window.sqlite",
+    ],
+)
 def test_reports_without_collectives_say_so_in_one_line(name):
     path = next(p for p in REAL if p.name == name)
     r = CliRunner().invoke(main, ["summarize", str(path)])
@@ -41,10 +48,12 @@ def test_reports_without_collectives_say_so_in_one_line(name):
 def _kernel_ns_per_process(path):
     """Independent of nsyscomm: sum of NCCL kernel durations per process, straight from SQLite."""
     with ro(path) as con:
-        return dict(con.execute("""
+        return dict(
+            con.execute("""
             SELECT (k.globalPid >> 24) & 16777215, sum(k."end" - k.start)
             FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
-            WHERE s.value LIKE 'nccl%' GROUP BY 1""").fetchall())
+            WHERE s.value LIKE 'nccl%' GROUP BY 1""").fetchall()
+        )
 
 
 def test_h100_window_numbers(h100_window):
@@ -78,9 +87,10 @@ def test_h100_join_is_process_aware(h100_window):
 
 def test_input_file_is_not_modified(h100_window):
     import hashlib
+
     before = hashlib.sha256(h100_window.read_bytes()).hexdigest()
     mtime = h100_window.stat().st_mtime_ns
-    _ = nsyscomm.load(h100_window).summary   # reads the report and runs the analyses
+    _ = nsyscomm.load(h100_window).summary  # reads the report and runs the analyses
     assert hashlib.sha256(h100_window.read_bytes()).hexdigest() == before
     assert h100_window.stat().st_mtime_ns == mtime
     assert not list(h100_window.parent.glob(h100_window.name + "-*"))  # no -journal / -wal beside it

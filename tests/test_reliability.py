@@ -34,13 +34,15 @@ def one_line_error(r, path: Path) -> None:
 
 # ---------------------------------------------------------------------------- 1. views
 
+
 @pytest.mark.parametrize("table", ["NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL"])
 def test_a_view_in_place_of_a_table_is_refused_at_once(tmp_path, table):
     p = H.recursive_view(tmp_path / "v.sqlite", table)
     # a subprocess with a timeout: before the fix every command read the endless view until killed
     for args in (["summarize", p], ["trace", p, "-o", tmp_path / "t.json"], ["baseline", p, "-o", tmp_path / "b.json"]):
-        proc = subprocess.run([sys.executable, "-m", "nsyscomm.cli", *map(str, args)], capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "nsyscomm.cli", *map(str, args)], capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and p.name in lines[0] and "view" in lines[0] and "nsys export" in lines[0], lines
@@ -58,22 +60,43 @@ def test_every_sqlite_route_refuses_a_view(tmp_path):
 
 # ---------------------------------------------------------------------------- 2. bad values
 
-@pytest.mark.parametrize("old,new,field", [("|bytes=", "|bytes=-", "bytes"),
-                                           ("|bytes=", "|bytes=99999999999", "bytes"),
-                                           ("|numel=", "|numel=-", "numel"),
-                                           ("|gsize=4", "|gsize=-4", "gsize")])
+
+@pytest.mark.parametrize(
+    "old,new,field",
+    [
+        ("|bytes=", "|bytes=-", "bytes"),
+        ("|bytes=", "|bytes=99999999999", "bytes"),
+        ("|numel=", "|numel=-", "numel"),
+        ("|gsize=4", "|gsize=-4", "gsize"),
+    ],
+)
 def test_impossible_sizes_in_wrapper_messages_are_a_clean_error(tmp_path, old, new, field):
     p = H.renamed_messages(tmp_path / "r.sqlite", old, new)
-    for args in (["summarize", p], ["summarize", p, "--format", "json"], ["trace", p, "-o", tmp_path / "t.json"],
-                 ["report", p, "-o", tmp_path / "r.html"], ["baseline", p, "-o", tmp_path / "b.json"]):
+    for args in (
+        ["summarize", p],
+        ["summarize", p, "--format", "json"],
+        ["trace", p, "-o", tmp_path / "t.json"],
+        ["report", p, "-o", tmp_path / "r.html"],
+        ["baseline", p, "-o", tmp_path / "b.json"],
+    ):
         r = run(*args)
         one_line_error(r, p)
         assert f"{field}=" in r.stderr, r.stderr
 
 
-KINETO = ["kineto_name_list", "kineto_name_int", "kineto_cat_list", "kineto_args_list", "kineto_kernel_args_list",
-          "kineto_ts_nan", "kineto_ts_infinity", "kineto_dur_infinity", "kineto_ts_string", "kineto_big_int",
-          "kineto_nested_deep"]
+KINETO = [
+    "kineto_name_list",
+    "kineto_name_int",
+    "kineto_cat_list",
+    "kineto_args_list",
+    "kineto_kernel_args_list",
+    "kineto_ts_nan",
+    "kineto_ts_infinity",
+    "kineto_dur_infinity",
+    "kineto_ts_string",
+    "kineto_big_int",
+    "kineto_nested_deep",
+]
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +121,7 @@ def test_a_valid_profiler_trace_still_reads(tmp_path):
 
 # ---------------------------------------------------------------------------- 3. long names
 
+
 def test_a_10mb_name_is_cut_with_a_marker_and_one_warning(tmp_path):
     """Cut when read (in SQL for an SQLite report), so that memory follows the number of calls:
     10 MB caller, summarize peak RSS 733 MB -> about 200 MB (README, Reliability)."""
@@ -107,12 +131,14 @@ def test_a_10mb_name_is_cut_with_a_marker_and_one_warning(tmp_path):
     doc = json.loads(run("summarize", p, "--format", "json", "--by", "caller").stdout)
     callers = [s["caller"] for s in doc["summary"] if s["op"] == "broadcast"]
     # cut where the report is read (the message holds the caller): the first characters kept
-    assert callers and all(c.endswith("x" * 1000 + CUT_MARK) and len(c) <= MAX_NAME + len(CUT_MARK)
-                           for c in callers), [len(c) for c in callers]
+    assert callers and all(c.endswith("x" * 1000 + CUT_MARK) and len(c) <= MAX_NAME + len(CUT_MARK) for c in callers), [
+        len(c) for c in callers
+    ]
     assert sum("cut" in w for w in doc["warnings"]) == 1, doc["warnings"]
 
 
 # ---------------------------------------------------------------------------- 4. WAL / journals
+
 
 def _listing(d: Path) -> dict:
     return {p.name: p.read_bytes() for p in d.iterdir()}
@@ -128,8 +154,11 @@ def test_opening_a_report_writes_nothing_beside_it(tmp_path, mode):
         assert _listing(tmp_path) == before
     out = tmp_path.parent / f"{tmp_path.name}-out"
     out.mkdir()
-    for args in (["trace", p, "-o", out / "t.json"], ["report", p, "-o", out / "r.html"],
-                 ["baseline", p, "-o", out / "b.json"]):
+    for args in (
+        ["trace", p, "-o", out / "t.json"],
+        ["report", p, "-o", out / "r.html"],
+        ["baseline", p, "-o", out / "b.json"],
+    ):
         assert run(*args).exit_code == 0
         assert _listing(tmp_path) == before
 
@@ -144,28 +173,50 @@ def test_the_wal_copy_reads_the_same_as_the_report(tmp_path):
 
 # ---------------------------------------------------------------------------- 5. terminal
 
+
 @pytest.fixture(scope="module")
 def escapes(tmp_path_factory):
     d = tmp_path_factory.mktemp("esc")
     return H.escapes_everywhere(d / "r.sqlite")
 
 
-@pytest.mark.parametrize("args", [["summarize"], ["summarize", "--format", "markdown"], ["summarize", "--by", "caller"],
-                                  ["summarize", "--by", "caller", "--format", "markdown"],
-                                  ["summarize", "--format", "csv", "--by", "caller"], ["summarize", "--format", "json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["summarize"],
+        ["summarize", "--format", "markdown"],
+        ["summarize", "--by", "caller"],
+        ["summarize", "--by", "caller", "--format", "markdown"],
+        ["summarize", "--format", "csv", "--by", "caller"],
+        ["summarize", "--format", "json"],
+    ],
+)
 def test_summarize_shows_control_characters_visibly(escapes, args):
     r = run(args[0], escapes, *args[1:])
     assert r.exit_code == 0, r.output
     assert not RAW_CONTROL.search(r.stdout), repr(RAW_CONTROL.search(r.stdout))
     assert not RAW_CONTROL.search(r.stderr)
     if "json" not in args:
-        assert "\\x1b[2J" in r.stdout   # shown, not executed
+        assert "\\x1b[2J" in r.stdout  # shown, not executed
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
 def test_gate_shows_control_characters_visibly(escapes, fmt):
-    r = run("gate", escapes, "-b", H.DDP, "--format", fmt, "--show", "all", "--by", "caller",
-            "--min-calls", "0", "--no-step-summary")
+    r = run(
+        "gate",
+        escapes,
+        "-b",
+        H.DDP,
+        "--format",
+        fmt,
+        "--show",
+        "all",
+        "--by",
+        "caller",
+        "--min-calls",
+        "0",
+        "--no-step-summary",
+    )
     assert r.exit_code in (0, 1), r.output
     assert not RAW_CONTROL.search(r.output), repr(RAW_CONTROL.search(r.output))
     assert "\\x1b" in r.output
@@ -173,10 +224,10 @@ def test_gate_shows_control_characters_visibly(escapes, fmt):
 
 # ---------------------------------------------------------------------------- 6. JUnit
 
+
 def test_junit_parses_with_forbidden_xml_characters(escapes, tmp_path):
     out = tmp_path / "junit.xml"
-    r = run("gate", escapes, "-b", H.DDP, "--by", "caller", "--min-calls", "0", "--no-step-summary",
-            "--junit", out)
+    r = run("gate", escapes, "-b", H.DDP, "--by", "caller", "--min-calls", "0", "--no-step-summary", "--junit", out)
     assert r.exit_code in (0, 1), r.output
     root = ET.parse(out).getroot()
     names = [c.get("name") for c in root.iter("testcase")]
@@ -185,18 +236,19 @@ def test_junit_parses_with_forbidden_xml_characters(escapes, tmp_path):
 
 # ---------------------------------------------------------------------------- 7. CSV
 
+
 def test_csv_neutralises_formulas_but_keeps_numbers(tmp_path):
     p = H.formula_names(tmp_path / "r.sqlite")
     r = run("summarize", p, "--format", "csv", "--by", "caller")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     callers = {row["caller"] for row in rows}
-    assert "'=HYPERLINK(\"http://x.invalid\",\"y\")" in callers and "'@SUM(1+1)" in callers, callers
+    assert '\'=HYPERLINK("http://x.invalid","y")' in callers and "'@SUM(1+1)" in callers, callers
     for row in rows:
         for v in row.values():
             assert not v.startswith(("=", "+", "@", "\t", "\r")), row
             if v.startswith("-"):
-                float(v)   # a negative number, never text
+                float(v)  # a negative number, never text
 
 
 def test_csv_cell_rules():
@@ -208,6 +260,7 @@ def test_csv_cell_rules():
 
 
 # ---------------------------------------------------------------------------- 8. two runs
+
 
 def test_two_runs_keep_each_ranks_host(tmp_path):
     H.two_runs(tmp_path)

@@ -16,7 +16,7 @@ def _chains(rng, ranks: int, calls: int) -> R.Graph:
     src = [r * calls + c for r in range(ranks) for c in range(calls - 1)]
     dst = [s + 1 for s in src]
     group = np.full(n, -1)
-    for c in range(0, calls, 2):   # every other call a collective of all ranks
+    for c in range(0, calls, 2):  # every other call a collective of all ranks
         group[[r * calls + c for r in range(ranks)]] = c
     return R.build(n, src, dst, group, rng.random(n))
 
@@ -53,7 +53,7 @@ def test_levels_c_equals_numpy(monkeypatch):
         a, b = rng.integers(0, n, m), rng.integers(0, n, m)
         keep = a != b
         src, dst = perm[np.minimum(a, b)[keep]], perm[np.maximum(a, b)[keep]]
-        if trial % 10 == 0 and len(src):   # a cycle
+        if trial % 10 == 0 and len(src):  # a cycle
             src, dst = np.append(src, dst[0]), np.append(dst, src[0])
 
         def levels():

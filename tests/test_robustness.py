@@ -29,9 +29,9 @@ NODES = SAMPLES / "synthetic_nowrapper_2node"
 
 # --------------------------------------------------------------------------- the corpus
 
-ERROR = "error"       # exit 2 with a short message naming the input
-PARTIAL = "partial"   # exit 0, with a warning saying what was skipped
-OK = "ok"             # exit 0
+ERROR = "error"  # exit 2 with a short message naming the input
+PARTIAL = "partial"  # exit 0, with a warning saying what was skipped
+OK = "ok"  # exit 0
 
 
 def _sql(path: Path, *statements, params=()) -> None:
@@ -49,8 +49,12 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def _drop_not_null(path: Path, table: str) -> None:
     """Rebuild a table without NOT NULL constraints, so that absurd NULLs can be planted."""
-    _sql(path, f"CREATE TABLE tmp_copy AS SELECT * FROM {table}", f"DROP TABLE {table}",
-         f"ALTER TABLE tmp_copy RENAME TO {table}")
+    _sql(
+        path,
+        f"CREATE TABLE tmp_copy AS SELECT * FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE tmp_copy RENAME TO {table}",
+    )
 
 
 def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
@@ -66,9 +70,12 @@ def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
     c["truncated"] = (d / "truncated.sqlite", ERROR, "export")
     _sql(d / "other_app.sqlite", "CREATE TABLE users (id INTEGER, name TEXT)", "INSERT INTO users VALUES (1, 'a')")
     c["other_app_sqlite"] = (d / "other_app.sqlite", ERROR, "nsys")
-    _sql(d / "no_tables.sqlite", "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
-         "CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT)",
-         "INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', '2026.2.1')")
+    _sql(
+        d / "no_tables.sqlite",
+        "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT)",
+        "INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', '2026.2.1')",
+    )
     c["no_needed_tables"] = (d / "no_tables.sqlite", PARTIAL, "NVTX_EVENTS is absent")
     # a table name that is SQL: reaches SQL only as a parameter
     _sql(_copy(GLOO, d / "evil_table.sqlite"), 'CREATE TABLE "x""); DROP TABLE StringIds; --" (a)')
@@ -78,7 +85,7 @@ def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
     c["missing_path"] = (d / "missing.sqlite", ERROR, "no such file")
     (d / "not_a_trace.json").write_text(json.dumps({"hello": "world", "rows": [1, 2, 3]}))
     c["json_not_a_trace"] = (d / "not_a_trace.json", ERROR, "not_a_trace.json")
-    (d / "array.json").write_text("[1, 2, {\"a\": null}]")
+    (d / "array.json").write_text('[1, 2, {"a": null}]')
     c["json_array"] = (d / "array.json", ERROR, "array.json")
     (d / "broken.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1')
     c["json_truncated"] = (d / "broken.json", ERROR, "broken.json")
@@ -93,17 +100,23 @@ def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
 
     # absurd values inside a real-looking report
     p = _copy(DDP, d / "end_before_start.sqlite")
-    _sql(p, 'UPDATE NVTX_EVENTS SET "end" = start - 5000 WHERE rowid % 3 = 0',
-         'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 100 WHERE rowid % 4 = 0')
+    _sql(
+        p,
+        'UPDATE NVTX_EVENTS SET "end" = start - 5000 WHERE rowid % 3 = 0',
+        'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 100 WHERE rowid % 4 = 0',
+    )
     c["end_before_start"] = (p, OK, None)
     p = _copy(DDP, d / "null_timestamps.sqlite")
     _drop_not_null(p, "NVTX_EVENTS")
     _drop_not_null(p, "CUPTI_ACTIVITY_KIND_KERNEL")
     _drop_not_null(p, "CUPTI_ACTIVITY_KIND_RUNTIME")
-    _sql(p, "UPDATE NVTX_EVENTS SET start = NULL WHERE rowid % 5 = 0",
-         'UPDATE NVTX_EVENTS SET "end" = NULL, globalTid = NULL WHERE rowid % 7 = 0',
-         'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL, "end" = NULL WHERE rowid % 6 = 0',
-         "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = NULL, correlationId = NULL WHERE rowid % 4 = 0")
+    _sql(
+        p,
+        "UPDATE NVTX_EVENTS SET start = NULL WHERE rowid % 5 = 0",
+        'UPDATE NVTX_EVENTS SET "end" = NULL, globalTid = NULL WHERE rowid % 7 = 0',
+        'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL, "end" = NULL WHERE rowid % 6 = 0',
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = NULL, correlationId = NULL WHERE rowid % 4 = 0",
+    )
     c["null_timestamps"] = (p, OK, None)
     p = _copy(DDP, d / "huge_strings.sqlite")
     big = "A" * (1 << 20)
@@ -111,16 +124,22 @@ def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
     _sql(p, "INSERT INTO StringIds VALUES ((SELECT max(id) + 1 FROM StringIds), ?)", params=("nccl:" + big,))
     c["one_mb_nvtx_strings"] = (p, OK, None)
     p = _copy(DDP, d / "non_utf8.sqlite")
-    _sql(p, "UPDATE StringIds SET value = CAST(CAST(value AS BLOB) || x'fffe80c3' AS TEXT) "
-            "WHERE value LIKE 'nsyscomm:%' AND id % 3 = 0",
-         "UPDATE StringIds SET value = CAST(x'6e63636cff00fe' AS TEXT) WHERE id = (SELECT min(id) FROM StringIds)")
+    _sql(
+        p,
+        "UPDATE StringIds SET value = CAST(CAST(value AS BLOB) || x'fffe80c3' AS TEXT) "
+        "WHERE value LIKE 'nsyscomm:%' AND id % 3 = 0",
+        "UPDATE StringIds SET value = CAST(x'6e63636cff00fe' AS TEXT) WHERE id = (SELECT min(id) FROM StringIds)",
+    )
     c["non_utf8_bytes"] = (p, "any", None)
     p = _copy(DDP, d / "sql_html.sqlite")
-    _sql(p, "UPDATE StringIds SET value = replace(replace(value, 'caller=train.py', "
-            "'caller=<script>alert(1)</script>''; DROP TABLE collectives; -- [bold red]'), "
-            "'|pg=0|', '|pg=<img src=x onerror=alert(2)>[/]''\"|') WHERE value LIKE 'nsyscomm:%'",
-         "UPDATE StringIds SET value = replace(value, 'host=', 'host=<b>''; DELETE FROM x; --') "
-         "WHERE value LIKE 'nsyscomm.rank%'")
+    _sql(
+        p,
+        "UPDATE StringIds SET value = replace(replace(value, 'caller=train.py', "
+        "'caller=<script>alert(1)</script>''; DROP TABLE collectives; -- [bold red]'), "
+        "'|pg=0|', '|pg=<img src=x onerror=alert(2)>[/]''\"|') WHERE value LIKE 'nsyscomm:%'",
+        "UPDATE StringIds SET value = replace(value, 'host=', 'host=<b>''; DELETE FROM x; --') "
+        "WHERE value LIKE 'nsyscomm.rank%'",
+    )
     c["sql_and_html_strings"] = (p, OK, None)
 
     # one job, ranks duplicated or missing
@@ -130,9 +149,12 @@ def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
     _copy(DDP, dup / "b.sqlite")
     c["duplicate_ranks"] = (dup, PARTIAL, "claimed by several processes")
     p = _copy(FSDP, d / "missing_rank.sqlite")
-    _sql(p, "DELETE FROM NVTX_EVENTS WHERE (globalTid >> 24) & 16777215 = "
-            "(SELECT (globalTid >> 24) & 16777215 FROM NVTX_EVENTS WHERE globalTid IS NOT NULL "
-            "ORDER BY globalTid DESC LIMIT 1)")
+    _sql(
+        p,
+        "DELETE FROM NVTX_EVENTS WHERE (globalTid >> 24) & 16777215 = "
+        "(SELECT (globalTid >> 24) & 16777215 FROM NVTX_EVENTS WHERE globalTid IS NOT NULL "
+        "ORDER BY globalTid DESC LIMIT 1)",
+    )
     c["missing_rank"] = (p, PARTIAL, "fewer ranks than their group size")
     half = d / "half_job"
     half.mkdir()
@@ -171,20 +193,44 @@ def _snapshot(d: Path) -> dict:
 def _commands(inp: Path, out: Path, base: Path) -> list[list[str]]:
     i = str(inp)
     cmds = [["summarize", i, "--format", f] for f in ("text", "markdown", "csv", "json")]
-    cmds += [["summarize", i, "--by", "caller", "--format", "json"],
-             ["trace", i, "-o", str(out / "t.json"), "--per-rank", str(out / "pr")],
-             ["report", i, "-o", str(out / "r.html")],
-             ["gate", i, "-b", str(base), "--no-step-summary", "--min-calls", "0"],
-             ["gate", str(DDP), "-b", i, "--no-step-summary"],
-             ["baseline", i, "-o", str(out / "b.json")]]
+    cmds += [
+        ["summarize", i, "--by", "caller", "--format", "json"],
+        ["trace", i, "-o", str(out / "t.json"), "--per-rank", str(out / "pr")],
+        ["report", i, "-o", str(out / "r.html")],
+        ["gate", i, "-b", str(base), "--no-step-summary", "--min-calls", "0"],
+        ["gate", str(DDP), "-b", i, "--no-step-summary"],
+        ["baseline", i, "-o", str(out / "b.json")],
+    ]
     return cmds
 
 
-CASES = ["zero_byte", "random_bytes", "random_after_magic", "truncated", "other_app_sqlite", "no_needed_tables",
-         "evil_table_name", "folder_without_reports", "missing_path", "json_not_a_trace", "json_array",
-         "json_truncated", "corrupt_gz", "truncated_gz", "text_file", "nsys_rep_not_exported", "end_before_start",
-         "null_timestamps", "one_mb_nvtx_strings", "non_utf8_bytes", "sql_and_html_strings", "duplicate_ranks",
-         "missing_rank", "one_node_of_two", "folder_with_one_bad_report"]
+CASES = [
+    "zero_byte",
+    "random_bytes",
+    "random_after_magic",
+    "truncated",
+    "other_app_sqlite",
+    "no_needed_tables",
+    "evil_table_name",
+    "folder_without_reports",
+    "missing_path",
+    "json_not_a_trace",
+    "json_array",
+    "json_truncated",
+    "corrupt_gz",
+    "truncated_gz",
+    "text_file",
+    "nsys_rep_not_exported",
+    "end_before_start",
+    "null_timestamps",
+    "one_mb_nvtx_strings",
+    "non_utf8_bytes",
+    "sql_and_html_strings",
+    "duplicate_ranks",
+    "missing_rank",
+    "one_node_of_two",
+    "folder_with_one_bad_report",
+]
 
 
 def test_corpus_lists_every_case(corpus):
@@ -223,7 +269,7 @@ def test_every_command_on_hostile_input(corpus, tmp_path, case):
         assert all(c == 0 for c, _ in summarize), (case, summarize[0][1][-2000:])
         if needle:
             assert all(needle in o for _, o in summarize), (case, needle, summarize[0][1][-2000:])
-    else:   # "any": a clean error or output, consistent across formats
+    else:  # "any": a clean error or output, consistent across formats
         assert len({c for c, _ in summarize}) == 1, (case, summarize)
 
 
@@ -256,9 +302,29 @@ def test_sql_and_html_strings_are_data(corpus, tmp_path):
     html = page.read_text()
     assert "<script>alert(1)" not in html and "<img src=x" not in html
     text = CliRunner().invoke(main, ["summarize", inp, "--by", "caller"]).output
-    assert "[bold red]" in text   # shown literally, not interpreted as rich markup
-    gate = CliRunner().invoke(main, ["gate", inp, "-b", inp, "--format", "markdown", "--show", "all",
-                                     "--by", "caller", "--min-calls", "0", "--no-step-summary"]).stdout
+    assert "[bold red]" in text  # shown literally, not interpreted as rich markup
+    gate = (
+        CliRunner()
+        .invoke(
+            main,
+            [
+                "gate",
+                inp,
+                "-b",
+                inp,
+                "--format",
+                "markdown",
+                "--show",
+                "all",
+                "--by",
+                "caller",
+                "--min-calls",
+                "0",
+                "--no-step-summary",
+            ],
+        )
+        .stdout
+    )
     assert "DROP TABLE collectives" in gate
     # code spans show HTML literally; outside them, no raw HTML
     import re
@@ -271,8 +337,13 @@ def test_sql_and_html_strings_are_data(corpus, tmp_path):
 def test_debug_shows_a_traceback(corpus, tmp_path, cmd):
     d, cases, base = corpus
     inp = str(cases["corrupt_gz"][0])
-    extra = {"trace": ["-o", str(tmp_path / "t.json")], "report": ["-o", str(tmp_path / "r.html")],
-             "gate": ["-b", str(base)], "baseline": [], "summarize": []}[cmd]
+    extra = {
+        "trace": ["-o", str(tmp_path / "t.json")],
+        "report": ["-o", str(tmp_path / "r.html")],
+        "gate": ["-b", str(base)],
+        "baseline": [],
+        "summarize": [],
+    }[cmd]
     r = CliRunner().invoke(main, [cmd, inp, *extra, "--debug"])
     assert r.exit_code == 2 and "Traceback" in r.output, r.output
 
@@ -295,6 +366,7 @@ def test_sqlite_is_opened_read_only(corpus, tmp_path):
 
 # --------------------------------------------------------------------------- SQL text audit
 
+
 def test_no_report_string_is_formatted_into_sql():
     """Audit: f-strings that build SQL interpolate only constants, column lists, SQL files, table
     names from a fixed list and the quoted input path; report-derived values go in as parameters."""
@@ -302,23 +374,54 @@ def test_no_report_string_is_formatted_into_sql():
 
     root = Path(__file__).resolve().parents[1] / "nsyscomm"
     # placeholders known to hold constants / code-built SQL (each checked when it was added)
-    allowed = {"_col(k, 'globalPid')", "duck.sql('nccl_kernels')", "duck.sql('collectives')",
-               "duck.sql('logical_collectives')", "duck.sql('rank_spans')", "duck.sql('compute_kernels')", "duck.sql('compute_islands')",
-               "_sqlite_extension()", "quoted", "name", "select", "sets", "t",
-               "like_str", "like_text", "text_id", "name_expr", "join", "bin_expr", "json_expr", "dom_filter",
-               "table", "cols", "c", "p", "where",
-               "like", "type_sel", "device", "partition", "on_type",
-               "values",   # ingest/nsys/reader._scan: "(?, ?, ?)" placeholders, one per span
-               "_UNPARSED",   # ingest/nsys/reader: NULL columns named after MESSAGE_FIELDS
-               # ingest/limits.cut_sql of a constant column: a CASE cutting it to the name bound
-               "limits.cut_sql('value')", "limits.cut_sql('e.text')",
-               # ingest/nsys/arrow: table and column names from the export, quoted with double
-               # quotes doubled; the table names of to_sqlite come from a fixed list
-               "q", "_sqlite_columns(table.schema)", "decl", "marks"}
+    allowed = {
+        "_col(k, 'globalPid')",
+        "duck.sql('nccl_kernels')",
+        "duck.sql('collectives')",
+        "duck.sql('logical_collectives')",
+        "duck.sql('rank_spans')",
+        "duck.sql('compute_kernels')",
+        "duck.sql('compute_islands')",
+        "_sqlite_extension()",
+        "quoted",
+        "name",
+        "select",
+        "sets",
+        "t",
+        "like_str",
+        "like_text",
+        "text_id",
+        "name_expr",
+        "join",
+        "bin_expr",
+        "json_expr",
+        "dom_filter",
+        "table",
+        "cols",
+        "c",
+        "p",
+        "where",
+        "like",
+        "type_sel",
+        "device",
+        "partition",
+        "on_type",
+        "values",  # ingest/nsys/reader._scan: "(?, ?, ?)" placeholders, one per span
+        "_UNPARSED",  # ingest/nsys/reader: NULL columns named after MESSAGE_FIELDS
+        # ingest/limits.cut_sql of a constant column: a CASE cutting it to the name bound
+        "limits.cut_sql('value')",
+        "limits.cut_sql('e.text')",
+        # ingest/nsys/arrow: table and column names from the export, quoted with double
+        # quotes doubled; the table names of to_sqlite come from a fixed list
+        "q",
+        "_sqlite_columns(table.schema)",
+        "decl",
+        "marks",
+    }
     sql_start = re.compile(r"^\s*(SELECT|CREATE|UPDATE|ATTACH|PRAGMA|INSERT|DELETE|WITH|LOAD)\b", re.I)
     bad = []
     for py in root.rglob("*.py"):
-        if py.name == "synth.py":   # writes the synthetic samples, reads no report
+        if py.name == "synth.py":  # writes the synthetic samples, reads no report
             continue
         text = py.read_text()
         for m in re.finditer(r'\bf("""|\'\'\'|"|\')(.*?)\1', text, re.S):
@@ -380,7 +483,7 @@ def test_collective_exception_is_reraised_unchanged(annotated):
         w(torch.ones(3))
     assert info.value is err and info.value.__cause__ is None and info.value.__context__ is None
     assert traceback.extract_tb(info.tb)[-1].name == "failing"
-    assert [e[0] for e in annotated] == ["push", "pop"]   # the range is closed anyway
+    assert [e[0] for e in annotated] == ["push", "pop"]  # the range is closed anyway
 
 
 def test_base_exceptions_pass_through(annotated):
@@ -417,7 +520,7 @@ def test_annotation_errors_never_change_the_result(annotated, monkeypatch, where
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")   # even with warnings as errors (python -W error)
+        warnings.simplefilter("error")  # even with warnings as errors (python -W error)
         assert _wrap(ok)(t) is ret
         assert _wrap(ok)(t, async_op=True) is ret
     assert seen == [t, t]

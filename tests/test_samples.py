@@ -16,8 +16,26 @@ CASES = {
     "synthetic_gloo_cpu": SAMPLES / "synthetic_gloo_cpu.sqlite",
     "synthetic_nowrapper_2node": SAMPLES / "synthetic_nowrapper_2node",
 }
-INT_COLS = ["rank", "local_rank", "pid", "tid", "bytes", "numel", "group_size", "seq", "step", "cpu_start",
-            "cpu_end", "gpu_start", "gpu_end", "stream", "device", "duration_ns", "kernels", "kernel_ns"]
+INT_COLS = [
+    "rank",
+    "local_rank",
+    "pid",
+    "tid",
+    "bytes",
+    "numel",
+    "group_size",
+    "seq",
+    "step",
+    "cpu_start",
+    "cpu_end",
+    "gpu_start",
+    "gpu_end",
+    "stream",
+    "device",
+    "duration_ns",
+    "kernels",
+    "kernel_ns",
+]
 STR_COLS = ["report", "host", "op", "dtype", "group", "group_ranks", "caller", "source", "kernel", "algo", "proto"]
 
 

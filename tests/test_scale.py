@@ -44,7 +44,7 @@ def _same(a, b):
     for attr in ("calls", "markers", "spans"):
         x, y = getattr(a, attr), getattr(b, attr)
         assert (x is None) == (y is None), attr
-        if attr == "calls":   # Arrow: the same types, then the rows as below
+        if attr == "calls":  # Arrow: the same types, then the rows as below
             assert x.schema == y.schema
             x, y = x.to_pandas(), y.to_pandas()
         if x is not None:
@@ -52,8 +52,12 @@ def _same(a, b):
             xs = x.astype(str).sort_values(list(x.columns)).reset_index(drop=True)
             ys = y.astype(str).sort_values(list(y.columns)).reset_index(drop=True)
             pd.testing.assert_frame_equal(xs, ys)
-    assert (a.report, a.session_start_utc_ns, a.nsys_version, a.warnings) == \
-           (b.report, b.session_start_utc_ns, b.nsys_version, b.warnings)
+    assert (a.report, a.session_start_utc_ns, a.nsys_version, a.warnings) == (
+        b.report,
+        b.session_start_utc_ns,
+        b.nsys_version,
+        b.warnings,
+    )
 
 
 def _result_json(r) -> dict:
@@ -135,18 +139,18 @@ def test_calls_past_a_batch_go_to_the_jobs_database_with_the_same_result(per_ran
         return out
 
     monkeypatch.setattr(combine_calls.JobCalls, "add", add)
-    monkeypatch.setattr(combine_calls, "BATCH_CALLS", info["collectives_per_rank"] * 2)   # 2 reports a batch, 3 batches
+    monkeypatch.setattr(combine_calls, "BATCH_CALLS", info["collectives_per_rank"] * 2)  # 2 reports a batch, 3 batches
     for jobs in (1, 2):
         held.clear()
         got = api.load([folder], jobs=jobs, cache=False)
         assert _result_json(got) == ref
         assert got.con.execute("SELECT count(*) FROM calls_in").fetchone()[0] == total
-        assert max(held) < 2 * info["collectives_per_rank"]      # never a whole batch left in Arrow
+        assert max(held) < 2 * info["collectives_per_rank"]  # never a whole batch left in Arrow
     # under a memory limit, a quarter of it makes a batch
     monkeypatch.setattr(combine_calls, "BATCH_CALLS", 1_000_000)
     monkeypatch.setenv("NSYSCOMM_MEMORY_LIMIT", "12MB")
     calls = combine_calls.JobCalls()
-    assert "con" not in vars(calls)   # no database before the first extract: the pool's workers fork first
+    assert "con" not in vars(calls)  # no database before the first extract: the pool's workers fork first
     assert calls.batch == duck.memory_limit_bytes(calls.con) // 4 // combine_calls.ARROW_BYTES_PER_CALL < 12_000
 
 
@@ -185,8 +189,9 @@ def test_dask_local_cluster_equals_local_run(per_rank):
 
     folder, _ = per_rank
     ref = _result_json(api.load([folder], jobs=1, cache=False))
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1",
-                      dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
         got = api.load([folder], dask=cluster.scheduler_address, cache=False)
     assert _result_json(got) == ref
 
@@ -207,8 +212,7 @@ def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform: workers are spawned and inherit no objects")
     monkeypatch.setattr(pool, "_one", _freeze_count)
-    seen = pool._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, pool._Bar(False, 3, "test"),
-                          pool._as_is)
+    seen = pool._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, pool._Bar(False, 3, "test"), pool._as_is)
     assert all(n > 0 for n, _ in seen), seen
     assert gc.get_freeze_count() == 0
     # and the two workers share the cores: each DuckDB gets half of them
@@ -216,6 +220,7 @@ def test_forked_workers_never_collect_the_callers_objects(monkeypatch):
 
 
 # ---------------------------------------------------------------- memory limit and spilling
+
 
 @pytest.fixture(scope="module")
 def mid_report(tmp_path_factory):
@@ -256,7 +261,7 @@ def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tm
     # depending on the threads' timing; under 30 MB the extraction sometimes ran out of memory)
     assert sum(spilled) > 2e6
     _same(free, limited)
-    assert not list(spill.iterdir())    # each database removed its spill folder on closing
+    assert not list(spill.iterdir())  # each database removed its spill folder on closing
 
 
 def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
@@ -280,7 +285,7 @@ def test_memory_limit_option_and_errors(mid_report, tmp_path, monkeypatch):
     assert tight.exit_code == 2, tight.output
     assert tight.stderr.startswith("nsyscomm: error: out of memory (Out of Memory Error")
     assert "--memory-limit" in tight.stderr and len(tight.stderr.strip().splitlines()) == 1
-    assert dict(os.environ) == before       # the option applied to the run, not to the process after it
+    assert dict(os.environ) == before  # the option applied to the run, not to the process after it
 
 
 @pytest.mark.parametrize("after", [0.3, 0.6])
@@ -292,8 +297,12 @@ def test_ctrl_c_stops_a_summarize_at_once_with_one_line(mid_report, after):
     import sys
     import time
 
-    p = subprocess.Popen([sys.executable, "-m", "nsyscomm.cli", "summarize", str(mid_report), "--no-cache"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "nsyscomm.cli", "summarize", str(mid_report), "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(after)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)

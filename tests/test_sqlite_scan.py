@@ -30,8 +30,11 @@ except ImportError:
 def _buildable() -> bool:
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     inc = sysconfig.get_paths()["include"]
-    return bool(shutil.which(cc)) and os.path.exists(os.path.join(inc, "Python.h")) \
+    return (
+        bool(shutil.which(cc))
+        and os.path.exists(os.path.join(inc, "Python.h"))
         and os.path.exists("/usr/include/sqlite3.h")
+    )
 
 
 def test_scan_is_built_where_it_can_be():
@@ -68,7 +71,7 @@ def _frame(df, key=None):
 
 
 def _same(a, b):
-    assert a.calls.schema == b.calls.schema   # names, order and Arrow types
+    assert a.calls.schema == b.calls.schema  # names, order and Arrow types
     assert _frame(a.calls.to_pandas()).equals(_frame(b.calls.to_pandas()))
     assert _frame(a.markers).equals(_frame(b.markers))
     assert _frame(a.spans).equals(_frame(b.spans))
@@ -117,8 +120,11 @@ def test_wrapper_messages_inline_or_registered_give_the_same_calls(tmp_path, mon
     may write them inline (NVTX_EVENTS.text): with half of them inline, the same calls, through
     either path."""
     path = _copy(tmp_path)
-    _edit(path, "UPDATE NVTX_EVENTS SET text = (SELECT value FROM StringIds s WHERE s.id = textId), textId = NULL "
-                "WHERE rowid % 2 = 0 AND textId IN (SELECT id FROM StringIds WHERE value LIKE 'nsyscomm:%')")
+    _edit(
+        path,
+        "UPDATE NVTX_EVENTS SET text = (SELECT value FROM StringIds s WHERE s.id = textId), textId = NULL "
+        "WHERE rowid % 2 = 0 AND textId IN (SELECT id FROM StringIds WHERE value LIKE 'nsyscomm:%')",
+    )
     con = sqlite3.connect(path)
     assert con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'nsyscomm:%'").fetchone()[0] > 50
     con.close()
@@ -137,31 +143,33 @@ def test_same_extract_with_nulls_duplicates_and_near_misses(tmp_path, monkeypatc
     names that nearly match, events that are no ranges."""
     path = _copy(tmp_path)
     _loosen(path, "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
-    _edit(path,
-          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL WHERE rowid % 17 = 0',
-          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 23 = 0',
-          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid % 29 = 0',
-          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = NULL WHERE rowid % 7 = 0',
-          'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = NULL WHERE rowid % 13 = 0',
-          'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 19 = 0',
-          'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = NULL WHERE rowid % 11 = 0',
-          # a launch written twice: its kernel joins both, in either path
-          'INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
-          'WHERE r.rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN '
-          '(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL))',
-          'UPDATE NVTX_EVENTS SET "end" = NULL WHERE rowid % 11 = 0',
-          'UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 31 = 0',
-          "INSERT INTO StringIds (id, value) VALUES (990001, 'not a name that matters')",
-          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, textId) "
-          "SELECT start, \"end\", 59, globalTid, 990001 FROM NVTX_EVENTS WHERE rowid = 1",
-          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
-          "SELECT start + 1, \"end\", 59, globalTid, 'ncclAllReduce' FROM NVTX_EVENTS WHERE rowid = 2",
-          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
-          "SELECT start + 1, \"end\", 59, globalTid, 'NCCL:all_reduce (case differs)' FROM NVTX_EVENTS WHERE rowid = 3",
-          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
-          "SELECT start - 5, \"end\", 75, globalTid, 'nsyscomm:all_reduce|not a range' FROM NVTX_EVENTS WHERE rowid = 4",
-          "INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
-          "SELECT start, NULL, 34, globalTid, 'gloo:mark \u00e9\u4e2d\U0001f600' FROM NVTX_EVENTS WHERE rowid = 5")
+    _edit(
+        path,
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL WHERE rowid % 17 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 23 = 0",
+        'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid % 29 = 0',
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = NULL WHERE rowid % 7 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = NULL WHERE rowid % 13 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 19 = 0",
+        'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = NULL WHERE rowid % 11 = 0',
+        # a launch written twice: its kernel joins both, in either path
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "WHERE r.rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN "
+        "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL))",
+        'UPDATE NVTX_EVENTS SET "end" = NULL WHERE rowid % 11 = 0',
+        "UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 31 = 0",
+        "INSERT INTO StringIds (id, value) VALUES (990001, 'not a name that matters')",
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, textId) '
+        'SELECT start, "end", 59, globalTid, 990001 FROM NVTX_EVENTS WHERE rowid = 1',
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, text) '
+        "SELECT start + 1, \"end\", 59, globalTid, 'ncclAllReduce' FROM NVTX_EVENTS WHERE rowid = 2",
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, text) '
+        "SELECT start + 1, \"end\", 59, globalTid, 'NCCL:all_reduce (case differs)' FROM NVTX_EVENTS WHERE rowid = 3",
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, text) '
+        "SELECT start - 5, \"end\", 75, globalTid, 'nsyscomm:all_reduce|not a range' FROM NVTX_EVENTS WHERE rowid = 4",
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, text) '
+        "SELECT start, NULL, 34, globalTid, 'gloo:mark \u00e9\u4e2d\U0001f600' FROM NVTX_EVENTS WHERE rowid = 5",
+    )
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert seen[0] is not None
     _same(scanned, copied)
@@ -178,9 +186,15 @@ def _variant(i: int, m: str) -> str:
 
     def put(**kw):
         g = {**f, **kw}
-        return op + "".join(f"|{k}={g[k]}" for k in ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks",
-                                                      "seq", "async", "step")) + \
-            (f"|peer={g['peer']}" if "peer" in g else "")
+        return (
+            op
+            + "".join(
+                f"|{k}={g[k]}"
+                for k in ("api", "bytes", "dtype", "numel", "pg", "gsize", "granks", "seq", "async", "step")
+            )
+            + (f"|peer={g['peer']}" if "peer" in g else "")
+        )
+
     return [
         m,
         put(bytes="+12") + f"|caller={caller}",
@@ -195,10 +209,12 @@ def _variant(i: int, m: str) -> str:
         put() + "|extra=1|caller=x",
         put() + "|",
         put(),
-        op + f"|bytes={f['bytes']}|api={f['api']}" + head[len(op) + len(f"|api={f['api']}|bytes={f['bytes']}"):]
+        op
+        + f"|bytes={f['bytes']}|api={f['api']}"
+        + head[len(op) + len(f"|api={f['api']}|bytes={f['bytes']}") :]
         + f"|caller={caller}",
         put(api="all_reduce_\u00e9", dtype="\u4e2d") + "|caller=train.py:1 \U0001f600",
-        "nsyscomm:" + head[len(op):] + f"|caller={caller}",
+        "nsyscomm:" + head[len(op) :] + f"|caller={caller}",
         "nsyscomm:all_reduce",
     ][i % 17]
 
@@ -210,11 +226,15 @@ def test_messages_split_in_c_or_sql_give_the_same_calls(tmp_path, monkeypatch):
     same calls either way, for every layout of _variant (each message rewritten, inline)."""
     path = _copy(tmp_path)
     con = sqlite3.connect(path)
-    rows = con.execute("SELECT e.rowid, s.value FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
-                       "WHERE s.value LIKE 'nsyscomm:%' ORDER BY e.rowid").fetchall()
+    rows = con.execute(
+        "SELECT e.rowid, s.value FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+        "WHERE s.value LIKE 'nsyscomm:%' ORDER BY e.rowid"
+    ).fetchall()
     assert len(rows) > 17 * 4
-    con.executemany("UPDATE NVTX_EVENTS SET text = ?, textId = NULL WHERE rowid = ?",
-                    [(_variant(i, m), rowid) for i, (rowid, m) in enumerate(rows)])
+    con.executemany(
+        "UPDATE NVTX_EVENTS SET text = ?, textId = NULL WHERE rowid = ?",
+        [(_variant(i, m), rowid) for i, (rowid, m) in enumerate(rows)],
+    )
     con.commit()
     con.close()
     scanned, copied, seen = _extract_both(path, monkeypatch)
@@ -230,20 +250,39 @@ def test_scan_splits_the_wrapper_layout_only(tmp_path):
     fields of a message in the wrapper's layout, and no name; any other name kept whole."""
     path = tmp_path / "nvtx.sqlite"
     con = sqlite3.connect(path)
-    con.execute('CREATE TABLE NVTX_EVENTS (start INTEGER, "end" INTEGER, eventType INTEGER, globalTid INTEGER, '
-                'textId INTEGER, text TEXT)')
-    msgs = ["nsyscomm:send|api=send|bytes=8|dtype=float32|numel=2|pg=0|gsize=2|granks=|seq=1|async=0|step=-3"
-            "|peer=1|caller=t.py:3 f|x",
-            "nsyscomm:all_reduce|api=all_reduce|bytes=|dtype=|numel=|pg=|gsize=|granks=0,1|seq=0|async=1|step=",
-            "nsyscomm:x|api=a|bytes=0x10|dtype=|numel=|pg=|gsize=|granks=|seq=|async=|step=|caller=",
-            "nccl:all_reduce"]
-    con.executemany('INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 1, NULL, ?)', [(i, i + 1, m) for i, m in enumerate(msgs)])
+    con.execute(
+        'CREATE TABLE NVTX_EVENTS (start INTEGER, "end" INTEGER, eventType INTEGER, globalTid INTEGER, '
+        "textId INTEGER, text TEXT)"
+    )
+    msgs = [
+        "nsyscomm:send|api=send|bytes=8|dtype=float32|numel=2|pg=0|gsize=2|granks=|seq=1|async=0|step=-3"
+        "|peer=1|caller=t.py:3 f|x",
+        "nsyscomm:all_reduce|api=all_reduce|bytes=|dtype=|numel=|pg=|gsize=|granks=0,1|seq=0|async=1|step=",
+        "nsyscomm:x|api=a|bytes=0x10|dtype=|numel=|pg=|gsize=|granks=|seq=|async=|step=|caller=",
+        "nccl:all_reduce",
+    ]
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 1, NULL, ?)", [(i, i + 1, m) for i, m in enumerate(msgs)]
+    )
     con.commit()
     con.close()
-    out = _sqlite_scan.scan(nsys_reader.read_only_uri(path), None, 1, 0, None, 1, 0,
-                            'SELECT start, "end", eventType, globalTid, textId, text FROM NVTX_EVENTS '
-                            'WHERE rowid BETWEEN ? AND ?', 1, len(msgs), 2, np.zeros(0, np.int64),
-                            np.zeros(0, np.int64), [], bytearray(1))["nvtx"]
+    out = _sqlite_scan.scan(
+        nsys_reader.read_only_uri(path),
+        None,
+        1,
+        0,
+        None,
+        1,
+        0,
+        'SELECT start, "end", eventType, globalTid, textId, text FROM NVTX_EVENTS WHERE rowid BETWEEN ? AND ?',
+        1,
+        len(msgs),
+        2,
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        [],
+        bytearray(1),
+    )["nvtx"]
 
     def row(i):
         r = {"parsed": bool(np.frombuffer(out["parsed"][0], np.int64)[i])}
@@ -253,16 +292,42 @@ def test_scan_splits_the_wrapper_layout_only(tmp_path):
         for k in ("name", "op", "api", "dtype", "pg", "granks", "caller"):
             o, d, ok = out[k]
             o = np.frombuffer(o, np.int64)
-            r[k] = bytes(d[o[i]:o[i + 1]]).decode() if ok[i] else None
+            r[k] = bytes(d[o[i] : o[i + 1]]).decode() if ok[i] else None
         return r
 
-    assert row(0) == {"parsed": True, "bytes": 8, "numel": 2, "gsize": 2, "seq": 1, "step": -3, "peer": 1,
-                      "name": None, "op": "send", "api": "send", "dtype": "float32", "pg": "0", "granks": None,
-                      "caller": "t.py:3 f|x"}
-    assert row(1) == {"parsed": True, "bytes": None, "numel": None, "gsize": None, "seq": 0, "step": None,
-                      "peer": None, "name": None, "op": "all_reduce", "api": "all_reduce", "dtype": None, "pg": None,
-                      "granks": "0,1", "caller": None}
-    for i in (2, 3):   # 0x10 is no plain integer; a PyTorch range is no message
+    assert row(0) == {
+        "parsed": True,
+        "bytes": 8,
+        "numel": 2,
+        "gsize": 2,
+        "seq": 1,
+        "step": -3,
+        "peer": 1,
+        "name": None,
+        "op": "send",
+        "api": "send",
+        "dtype": "float32",
+        "pg": "0",
+        "granks": None,
+        "caller": "t.py:3 f|x",
+    }
+    assert row(1) == {
+        "parsed": True,
+        "bytes": None,
+        "numel": None,
+        "gsize": None,
+        "seq": 0,
+        "step": None,
+        "peer": None,
+        "name": None,
+        "op": "all_reduce",
+        "api": "all_reduce",
+        "dtype": None,
+        "pg": None,
+        "granks": "0,1",
+        "caller": None,
+    }
+    for i in (2, 3):  # 0x10 is no plain integer; a PyTorch range is no message
         r = row(i)
         assert not r["parsed"] and r["name"] == msgs[i] and r["op"] is None and r["bytes"] is None
 
@@ -272,8 +337,11 @@ def test_same_extract_without_nccl_kernels(tmp_path, monkeypatch):
     """Without NCCL kernels a kernel without a name counts as compute (SQL: NULL NOT IN (empty))."""
     path = _copy(tmp_path)
     _loosen(path, "CUPTI_ACTIVITY_KIND_KERNEL")
-    _edit(path, "UPDATE StringIds SET value = 'x' || value WHERE value LIKE 'nccl%'",
-          'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 5 = 0')
+    _edit(
+        path,
+        "UPDATE StringIds SET value = 'x' || value WHERE value LIKE 'nccl%'",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 5 = 0",
+    )
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert seen[0] is not None and len(seen[0]["start"])
     _same(scanned, copied)
@@ -303,14 +371,16 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
     extract reads a copy of the report with the bad bytes replaced (nsys_extract.extract)."""
     path = _copy(tmp_path)
     con = sqlite3.connect(path)
-    con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, text) "
-                "SELECT start + 1, \"end\", 59, globalTid, CAST(? AS TEXT) FROM NVTX_EVENTS WHERE rowid = 2",
-                (b"ncclBad\xff\xfe",))
+    con.execute(
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, text) '
+        'SELECT start + 1, "end", 59, globalTid, CAST(? AS TEXT) FROM NVTX_EVENTS WHERE rowid = 2',
+        (b"ncclBad\xff\xfe",),
+    )
     con.commit()
     con.close()
     assert nsys_reader._scan(*_opened_args(path)) is None
     scanned, copied, seen = _extract_both(path, monkeypatch)
-    assert seen[0] is None and seen[-1] is not None   # the copy with the bytes replaced is scanned
+    assert seen[0] is None and seen[-1] is not None  # the copy with the bytes replaced is scanned
     _same(scanned, copied)
     assert any("not valid UTF-8" in w for w in scanned.warnings)
 
@@ -326,10 +396,24 @@ def _opened_args(path: Path):
 @needs_scan
 def test_cancel_stops_the_scan():
     with pytest.raises(ValueError, match="cancelled"):
-        _sqlite_scan.scan(nsys_reader.read_only_uri(FSDP), "SELECT start, \"end\", globalTid, correlationId "
-                          "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?", 1, 10,
-                          None, 1, 0, None, 1, 0, 2, np.zeros(0, np.int64), np.zeros(0, np.int64), [],
-                          bytearray(b"\x01"))
+        _sqlite_scan.scan(
+            nsys_reader.read_only_uri(FSDP),
+            'SELECT start, "end", globalTid, correlationId '
+            "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?",
+            1,
+            10,
+            None,
+            1,
+            0,
+            None,
+            1,
+            0,
+            2,
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            [],
+            bytearray(b"\x01"),
+        )
 
 
 def _gen():
@@ -345,8 +429,11 @@ def test_same_extract_over_many_chunks_and_threads(tmp_path, monkeypatch):
     path = tmp_path / "mid.sqlite"
     _gen().generate(path, ranks=4, steps=4, layers=250, quiet=True)
     _loosen(path, "CUPTI_ACTIVITY_KIND_KERNEL")
-    _edit(path, 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid % 1001 = 0',
-          'DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN 70000 AND 140000')  # a gap in the rowids
+    _edit(
+        path,
+        'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid % 1001 = 0',
+        "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN 70000 AND 140000",
+    )  # a gap in the rowids
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert len(seen[0]["start"]) > 150_000
     _same(scanned, copied)

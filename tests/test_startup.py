@@ -11,14 +11,26 @@ from click.testing import CliRunner
 
 from nsyscomm import cli
 
-HEAVY = ("pandas", "numpy", "pyarrow", "duckdb", "rich", "nsyscomm.api", "nsyscomm.commands.gate",
-         "nsyscomm.commands.views", "nsyscomm.commands.export", "nsyscomm.capture.launcher")
+HEAVY = (
+    "pandas",
+    "numpy",
+    "pyarrow",
+    "duckdb",
+    "rich",
+    "nsyscomm.api",
+    "nsyscomm.commands.gate",
+    "nsyscomm.commands.views",
+    "nsyscomm.commands.export",
+    "nsyscomm.capture.launcher",
+)
 
 
 def test_help_imports_nothing_heavy():
-    code = ("import sys; from nsyscomm.cli import entry\n"
-            "try:\n    entry(['--help'])\nexcept SystemExit:\n    pass\n"
-            f"print('loaded:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    code = (
+        "import sys; from nsyscomm.cli import entry\n"
+        "try:\n    entry(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('loaded:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Commands:" in out
     assert out.strip().splitlines()[-1] == "loaded:"

@@ -16,16 +16,25 @@ def test_profiler_step_ranges_label_calls_without_wrapper(tmp_path):
     expected = {}
     for f in sorted(job.glob("*.sqlite")):
         con = sqlite3.connect(f)
-        tids = [r[0] for r in con.execute(
-            "SELECT DISTINCT globalTid FROM NVTX_EVENTS WHERE text LIKE 'nccl:%'")]
+        tids = [r[0] for r in con.execute("SELECT DISTINCT globalTid FROM NVTX_EVENTS WHERE text LIKE 'nccl:%'")]
         for gtid in tids:
-            starts = sorted(r[0] for r in con.execute(
-                "SELECT start FROM NVTX_EVENTS WHERE text LIKE 'nccl:%' AND globalTid = ?", (gtid,)))
+            starts = sorted(
+                r[0]
+                for r in con.execute(
+                    "SELECT start FROM NVTX_EVENTS WHERE text LIKE 'nccl:%' AND globalTid = ?", (gtid,)
+                )
+            )
             cut = starts[len(starts) // 2]
-            con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) "
-                        "VALUES (?, ?, 59, 'ProfilerStep#7', ?, 0)", (starts[0] - 10, cut - 1, gtid))
-            con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) "
-                        "VALUES (?, ?, 59, 'ProfilerStep#8', ?, 0)", (cut, starts[-1] + 10**6, gtid))
+            con.execute(
+                'INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, domainId) '
+                "VALUES (?, ?, 59, 'ProfilerStep#7', ?, 0)",
+                (starts[0] - 10, cut - 1, gtid),
+            )
+            con.execute(
+                'INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, domainId) '
+                "VALUES (?, ?, 59, 'ProfilerStep#8', ?, 0)",
+                (cut, starts[-1] + 10**6, gtid),
+            )
             expected[(f.name, gtid & 0xFFFFFF)] = cut
         con.commit()
         con.close()

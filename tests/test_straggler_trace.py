@@ -77,8 +77,21 @@ def test_summarize_reads_the_trace_folder():
 
 
 def _tiny(tmp_path, meta: str | None = "dp_size: 1\npp_size: 1\nworld_size: 1\n"):
-    df = pd.DataFrame({"dp_rank": [0], "stage": [0], "rank": [0], "step": [1], "optype": ["optimizer"],
-                       "start_ts": [0.0], "duration": [0.1], "seq_id": [0], "mc": [0], "mb_id": [-1], "gmc": [0]})
+    df = pd.DataFrame(
+        {
+            "dp_rank": [0],
+            "stage": [0],
+            "rank": [0],
+            "step": [1],
+            "optype": ["optimizer"],
+            "start_ts": [0.0],
+            "duration": [0.1],
+            "seq_id": [0],
+            "mc": [0],
+            "mb_id": [-1],
+            "gmc": [0],
+        }
+    )
     p = tmp_path / "trace-T.parquet"
     df.to_parquet(p)
     if meta is not None:
@@ -97,4 +110,4 @@ def test_bad_input_is_one_line_and_status_2(tmp_path):
     (tmp_path / "meta-T.yaml").write_text("dp_size: 1\n")
     with pytest.raises(InputError, match="missing column"):
         straggler_trace.read(p)
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["meta-T.yaml", "trace-T.parquet"]   # nothing written beside
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["meta-T.yaml", "trace-T.parquet"]  # nothing written beside

@@ -46,6 +46,7 @@ def generated(tmp_path_factory):
 
 # --- determinism ------------------------------------------------------------------------
 
+
 def test_two_generations_identical(generated, tmp_path):
     out1, _ = generated
     out2 = tmp_path / "again"
@@ -94,6 +95,7 @@ def test_reports_are_small(generated):
 
 # --- schema -----------------------------------------------------------------------------
 
+
 def _columns(con, table):
     return [(r[1], r[2].upper()) for r in con.execute(f'PRAGMA table_info("{table}")')]
 
@@ -112,8 +114,16 @@ def test_schema_matches_real_nsys(generated):
                 assert _columns(con, t) == _columns(real, t), t
                 checked.add(t)
             con.close()
-    assert {"StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "PROCESSES",
-            "ThreadNames", "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT"} <= checked
+    assert {
+        "StringIds",
+        "NVTX_EVENTS",
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "PROCESSES",
+        "ThreadNames",
+        "TARGET_INFO_SESSION_START_TIME",
+        "META_DATA_EXPORT",
+    } <= checked
 
 
 @pytest.mark.skipif(not REAL_DIR.is_dir(), reason=f"real nsys exports not present at {REAL_DIR}")
@@ -134,6 +144,7 @@ def test_column_names_exist_in_some_real_file():
 
 # --- shape of the data ------------------------------------------------------------------
 
+
 def test_global_ids_and_correlation_restart(generated):
     out, _ = generated
     con = _ro(out / "synthetic_ddp_4rank.sqlite")
@@ -143,12 +154,15 @@ def test_global_ids_and_correlation_restart(generated):
     n = con.execute("""SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
                        ON r.correlationId = k.correlationId""").fetchone()[0]
     good = con.execute("""SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
-                          ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)""")\
-        .fetchone()[0]
+                          ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)""").fetchone()[
+        0
+    ]
     kernels = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     assert good == kernels and n > 2 * kernels
-    assert con.execute("SELECT min(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid >> 24")\
-        .fetchall() == [(1,)] * 4
+    assert (
+        con.execute("SELECT min(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid >> 24").fetchall()
+        == [(1,)] * 4
+    )
 
 
 def test_rows_not_in_time_order(generated):
@@ -169,19 +183,32 @@ def test_wrapper_ranges_registered_and_enclose_launch(generated):
     n_launch = 0
     for start, end, gtid, _, msg in rows:
         assert msg == nvtx_format.format_collective(**_args(nvtx_format.parse(msg)))
-        n_launch += con.execute("""SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        n_launch += con.execute(
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
             JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
                  AND (k.globalPid >> 24) = (r.globalTid >> 24)
             JOIN StringIds s ON s.id = k.shortName
             WHERE r.globalTid = ? AND r.start >= ? AND r.end <= ? AND s.value LIKE 'nccl%'""",
-                                (gtid, start, end)).fetchone()[0]
+            (gtid, start, end),
+        ).fetchone()[0]
     assert n_launch == len(rows)
 
 
 def _args(f):
-    return dict(op=f["kind"].split(":", 1)[1], api=f["api"], bytes=int(f["bytes"]), dtype=f["dtype"],
-                numel=f["numel"], pg=f["pg"], gsize=f["gsize"], granks=f["granks"], seq=int(f["seq"]),
-                async_op=f["async"] == "1", step=f["step"], caller=f["caller"])
+    return dict(
+        op=f["kind"].split(":", 1)[1],
+        api=f["api"],
+        bytes=int(f["bytes"]),
+        dtype=f["dtype"],
+        numel=f["numel"],
+        pg=f["pg"],
+        gsize=f["gsize"],
+        granks=f["granks"],
+        seq=int(f["seq"]),
+        async_op=f["async"] == "1",
+        step=f["step"],
+        caller=f["caller"],
+    )
 
 
 def test_ddp_truth_straggler_and_waits(generated):
@@ -192,8 +219,11 @@ def test_ddp_truth_straggler_and_waits(generated):
     assert set(ranks) == {0, 1, 2, 3}
     assert all(ranks[2]["wait_ns"] < ranks[r]["wait_ns"] for r in (0, 1, 3))
     assert all(0 < r["exposed_ns"] < r["comm_ns"] for r in ranks.values())
-    assert {(s["op"], s["bytes"]) for s in t["summary"]} == {("broadcast", 1048576), ("all_reduce", 26214400),
-                                                             ("all_reduce", 10813440)}
+    assert {(s["op"], s["bytes"]) for s in t["summary"]} == {
+        ("broadcast", 1048576),
+        ("all_reduce", 26214400),
+        ("all_reduce", 10813440),
+    }
 
 
 def test_gloo_has_no_cupti(generated):
@@ -238,9 +268,15 @@ def test_nowrapper_traps(generated):
             JOIN StringIds s ON s.id = k.shortName WHERE s.value = 'ncclDevKernel_SendRecv'""").fetchall()
         assert len(launches) == 6
         for gtid, s, e in launches:
-            inside = {row[0] for row in con.execute("""SELECT coalesce(n.text, v.value) FROM NVTX_EVENTS n
+            inside = {
+                row[0]
+                for row in con.execute(
+                    """SELECT coalesce(n.text, v.value) FROM NVTX_EVENTS n
                 LEFT JOIN StringIds v ON v.id = n.textId
-                WHERE n.globalTid = ? AND n.start <= ? AND n.end >= ?""", (gtid, s, e))}
+                WHERE n.globalTid = ? AND n.start <= ? AND n.end >= ?""",
+                    (gtid, s, e),
+                )
+            }
             assert "ncclGroupEnd" in inside and not inside & {"ncclSend", "ncclRecv"}
             assert any(x.startswith("nccl:all_to_all, op_id = ") for x in inside)
         # one NCCL kernel whose correlationId matches no launch in its process (node1 only)
@@ -253,8 +289,12 @@ def test_nowrapper_traps(generated):
 
 def test_kernel_name_parsing():
     p = synth.parse_kernel_name
-    assert p("ncclKernel_AllReduce_RING_LL_Sum_float") == {"op": "all_reduce", "algo": "RING", "proto": "LL",
-                                                            "dtype": "float32"}
+    assert p("ncclKernel_AllReduce_RING_LL_Sum_float") == {
+        "op": "all_reduce",
+        "algo": "RING",
+        "proto": "LL",
+        "dtype": "float32",
+    }
     assert p("ncclDevKernel_AllReduce_Sum_f32_TREE_LL128")["proto"] == "LL128"
     assert p("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")["dtype"] == "bfloat16"
     assert p("ncclDevKernel_SendRecv") == {"op": "send", "algo": None, "proto": None, "dtype": None}

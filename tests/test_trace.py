@@ -64,7 +64,9 @@ def validate(doc: dict) -> dict:
         for end in (s, f):
             assert any(
                 x["ts"] <= end["ts"] <= x["ts"] + x["dur"] and x["cat"] == "collective"
-                for x in by_ph["X"] if (x["pid"], x["tid"]) == (end["pid"], end["tid"])), end
+                for x in by_ph["X"]
+                if (x["pid"], x["tid"]) == (end["pid"], end["tid"])
+            ), end
     # counters: numeric args, never negative, back to zero at the end of each rank
     last = {}
     for e in sorted(by_ph["C"], key=lambda e: e["ts"]):
@@ -89,7 +91,8 @@ def test_trace_structure(path):
     # one flow per consecutive pair of participating ranks of each logical collective
     expected = res.con.execute(
         "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(DISTINCT rank) AS n FROM collectives "
-        "GROUP BY \"group\", op, seq HAVING count(DISTINCT rank) >= 2)").fetchone()[0]
+        'GROUP BY "group", op, seq HAVING count(DISTINCT rank) >= 2)'
+    ).fetchone()[0]
     assert len(by_ph["s"]) == expected == doc["otherData"]["flows"]
     # bytes in flight: a counter per rank
     assert {e["pid"] for e in by_ph["C"] if e["name"] == "bytes in flight"} == ranks
@@ -110,16 +113,22 @@ def test_trace_names_and_args_on_wrapper_sample():
     assert first["ts"] == pytest.approx((a["gpu_start"] - origin) / 1000, abs=1e-3)
     assert first["dur"] == pytest.approx(a["duration_ns"] / 1000, abs=1e-3)
     # bytes in flight peak at the largest message on a rank whose calls don't overlap
-    peak = max(e["args"]["bytes"] for e in tr.build(res)["traceEvents"]
-               if e["ph"] == "C" and e["name"] == "bytes in flight" and e["pid"] == 0)
+    peak = max(
+        e["args"]["bytes"]
+        for e in tr.build(res)["traceEvents"]
+        if e["ph"] == "C" and e["name"] == "bytes in flight" and e["pid"] == 0
+    )
     assert peak == max(e["args"]["bytes"] for e in calls if e["pid"] == 0)
 
 
 def test_gloo_calls_sit_on_host_threads():
     res = loaded(_sample("synthetic_gloo_cpu.sqlite"))
     doc = tr.build(res)
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     calls = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "collective"]
     assert calls and all(names[(e["pid"], e["tid"])].startswith("CPU thread") for e in calls)
 
@@ -144,8 +153,9 @@ def test_lanes_keep_partly_overlapping_calls_apart():
     assert lanes.place(20, 30) == 0
 
 
-@pytest.mark.parametrize("text,expect", [("2:5", (2, 5)), ("3:", (3, None)), (":4", (None, 4)), ("7", (7, 8)),
-                                         (None, None)])
+@pytest.mark.parametrize(
+    "text,expect", [("2:5", (2, 5)), ("3:", (3, None)), (":4", (None, 4)), ("7", (7, 8)), (None, None)]
+)
 def test_parse_steps(text, expect):
     from nsyscomm.steps import parse_step_range
 
@@ -216,8 +226,11 @@ def test_cli_trace_per_rank_only_and_stdout(tmp_path, monkeypatch):
     assert (tmp_path / "pr" / "0" / "comm.json").exists() and not (tmp_path / "trace.json").exists()
     r = CliRunner().invoke(trace_cmd, [str(path)])
     assert r.exit_code == 0 and (tmp_path / "trace.json").exists()
-    r = CliRunner(mix_stderr=False).invoke(trace_cmd, [str(path), "-o", "-"]) if _mix_stderr_ok() else \
-        CliRunner().invoke(trace_cmd, [str(path), "-o", "-"])
+    r = (
+        CliRunner(mix_stderr=False).invoke(trace_cmd, [str(path), "-o", "-"])
+        if _mix_stderr_ok()
+        else CliRunner().invoke(trace_cmd, [str(path), "-o", "-"])
+    )
     assert r.exit_code == 0
     validate(json.loads(r.stdout))
 
@@ -238,15 +251,62 @@ def test_cpu_only_call_and_host_range_sharing_a_thread():
     """A gloo call and an NCCL call's host range that partly overlap on one thread: split lanes, valid trace."""
     from types import SimpleNamespace
 
-    base = {k: None for k in ("report", "host", "api", "bytes", "dtype", "numel", "group", "group_ranks",
-                              "caller", "step", "source", "device", "stream", "gpu_start", "gpu_end")}
+    base = {
+        k: None
+        for k in (
+            "report",
+            "host",
+            "api",
+            "bytes",
+            "dtype",
+            "numel",
+            "group",
+            "group_ranks",
+            "caller",
+            "step",
+            "source",
+            "device",
+            "stream",
+            "gpu_start",
+            "gpu_end",
+        )
+    }
     rows = []
     for rank in (0, 1):
-        rows.append({**base, "rank": rank, "pid": 10 + rank, "tid": 10 + rank, "op": "all_reduce", "seq": 0,
-                     "group": "gloo", "cpu_start": 1_000, "cpu_end": 100_000, "duration_ns": 99_000, "bytes": 64})
-        rows.append({**base, "rank": rank, "pid": 10 + rank, "tid": 10 + rank, "op": "all_reduce", "seq": 0,
-                     "group": "nccl", "cpu_start": 50_000, "cpu_end": 150_000, "gpu_start": 60_000 + rank,
-                     "gpu_end": 90_000, "device": rank, "stream": 7, "duration_ns": 30_000, "bytes": 128})
+        rows.append(
+            {
+                **base,
+                "rank": rank,
+                "pid": 10 + rank,
+                "tid": 10 + rank,
+                "op": "all_reduce",
+                "seq": 0,
+                "group": "gloo",
+                "cpu_start": 1_000,
+                "cpu_end": 100_000,
+                "duration_ns": 99_000,
+                "bytes": 64,
+            }
+        )
+        rows.append(
+            {
+                **base,
+                "rank": rank,
+                "pid": 10 + rank,
+                "tid": 10 + rank,
+                "op": "all_reduce",
+                "seq": 0,
+                "group": "nccl",
+                "cpu_start": 50_000,
+                "cpu_end": 150_000,
+                "gpu_start": 60_000 + rank,
+                "gpu_end": 90_000,
+                "device": rank,
+                "stream": 7,
+                "duration_ns": 30_000,
+                "bytes": 128,
+            }
+        )
     doc = tr.build_from_rows(rows, SimpleNamespace(reports=["x"], warnings=[]), origin=0)
     by_ph = validate(doc)
     assert len([e for e in by_ph["X"] if e["cat"] == "collective"]) == 4

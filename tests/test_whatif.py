@@ -28,10 +28,26 @@ def propagation_job(tmp_path_factory):
     Step 1: everyone computes 1 ms (rank 2: 1.2). Step 2: rank 1 computes 1.3 ms (0.3 late at
     pg 1), rank 2 2.5 ms (the straggler of the world all-reduce)."""
     p = tmp_path_factory.mktemp("whatif") / "propagation.sqlite"
-    steps = [[("compute", 0, 1), ("compute", 1, 1), ("coll", (0, 1), 0.1, 1), ("compute", 0, 0.5),
-              ("compute", 1, 0.5), ("compute", 2, 1.2), ("coll", (0, 1, 2), 0.1, 0)],
-             [("compute", 0, 1), ("compute", 1, 1.3), ("coll", (0, 1), 0.1, 1), ("compute", 0, 0.5),
-              ("compute", 1, 0.5), ("compute", 2, 2.5), ("coll", (0, 1, 2), 0.1, 0)]]
+    steps = [
+        [
+            ("compute", 0, 1),
+            ("compute", 1, 1),
+            ("coll", (0, 1), 0.1, 1),
+            ("compute", 0, 0.5),
+            ("compute", 1, 0.5),
+            ("compute", 2, 1.2),
+            ("coll", (0, 1, 2), 0.1, 0),
+        ],
+        [
+            ("compute", 0, 1),
+            ("compute", 1, 1.3),
+            ("coll", (0, 1), 0.1, 1),
+            ("compute", 0, 0.5),
+            ("compute", 1, 0.5),
+            ("compute", 2, 2.5),
+            ("coll", (0, 1, 2), 0.1, 0),
+        ],
+    ]
     write_job(p, 3, steps)
     return load([p], cache=False)
 
@@ -59,7 +75,7 @@ def test_scenarios_without_data_say_why(propagation_job):
     assert "full_overlap" not in names and "reference_busbw" not in names
     notes = " ".join(propagation_job.what_if_analysis["notes"])
     assert "full_overlap: not computed" in notes and "reference_busbw: not computed" in notes
-    assert "first rank arrives" in notes   # the model's assumptions are in the output
+    assert "first rank arrives" in notes  # the model's assumptions are in the output
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +100,7 @@ def test_ideal_and_attribution(late_rank_job):
     assert [s["step_ms_after"] for s in ideal["steps"]] == pytest.approx([0.2, 1.2, 1.2], abs=1e-6)
     assert ideal["slowdown"] == pytest.approx(3.2 / 2.6, abs=1e-6)
     ns = _row(late_rank_job, "no_straggler")
-    assert ns["saved_ms"] == pytest.approx(0.2, abs=1e-6)   # 0.6 saved in one of 3 steps
+    assert ns["saved_ms"] == pytest.approx(0.2, abs=1e-6)  # 0.6 saved in one of 3 steps
     attr = {(a["by"], a["key"]): a["slowdown"] for a in late_rank_job.attribution}
     assert attr[("rank", 2)] == pytest.approx(3.2 / 2.6, abs=1e-6)
     assert attr[("rank", 0)] == pytest.approx(1.0, abs=1e-6)
@@ -99,8 +115,9 @@ def test_reference_busbw(tmp_path):
     p = tmp_path / "ref.sqlite"
     write_job(p, 2, [[("compute", 0, 1), ("compute", 1, 1), ("coll", (0, 1), 0.5, 0)]] * 2)
     res = load([p], cache=False)
-    res.reference = pd.DataFrame({"op": ["all_reduce", "all_reduce"], "bytes": [1_000_000, 16_000_000],
-                                  "busbw_GBps": [40.0, 40.0]})
+    res.reference = pd.DataFrame(
+        {"op": ["all_reduce", "all_reduce"], "bytes": [1_000_000, 16_000_000], "busbw_GBps": [40.0, 40.0]}
+    )
     r = _row(res, "reference_busbw")
     assert [s["step_ms_before"] for s in r["steps"]] == pytest.approx([0.5, 1.5], abs=1e-6)
     assert [s["step_ms_after"] for s in r["steps"]] == pytest.approx([0.1, 1.1], abs=1e-6)
@@ -130,8 +147,15 @@ def test_text_block(propagation_job):
     assert "What-if" in out and "no_straggler" in out
 
 
-@pytest.mark.parametrize("name", ["synthetic_ddp_4rank.sqlite", "synthetic_fsdp_8rank.sqlite",
-                                  "synthetic_gloo_cpu.sqlite", "synthetic_nowrapper_2node"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "synthetic_ddp_4rank.sqlite",
+        "synthetic_fsdp_8rank.sqlite",
+        "synthetic_gloo_cpu.sqlite",
+        "synthetic_nowrapper_2node",
+    ],
+)
 def test_replay_as_measured_reproduces_every_call(name):
     p = SAMPLES / name
     if not p.exists():
@@ -173,8 +197,11 @@ def test_export_whatif_format(late_rank_job, tmp_path):
     assert fc["duration"].to_dict() == pytest.approx({0: 1.0e-3, 1: 1.0e-3, 2: 1.6e-3}, abs=1e-7)
     assert rs["start_ts"].to_dict() == pytest.approx({0: 1.0e-3, 1: 1.0e-3, 2: 1.6e-3}, abs=1e-7)
     assert rs["duration"].to_dict() == pytest.approx({0: 0.8e-3, 1: 0.8e-3, 2: 0.2e-3}, abs=1e-7)
-    assert set(s2.index.get_level_values(0)) == set(trace_export.TAIL) | {"forward-compute", "backward-compute",
-                                                                           "grads-reduce-scatter"}
+    assert set(s2.index.get_level_values(0)) == set(trace_export.TAIL) | {
+        "forward-compute",
+        "backward-compute",
+        "grads-reduce-scatter",
+    }
     t = stragglers.prepare(ops, meta)
     _, _, steps = t.run()
     assert steps[1] == pytest.approx(1.8e-3, abs=1e-7)
@@ -212,9 +239,20 @@ def test_full_overlap_takes_the_exposed_part_off():
     rows = []
     for rank in (0, 1):
         for step, (s, e) in enumerate(((1.0, 1.5), (2.5, 3.0)), start=1):
-            rows.append({"rank": rank, "step": step, "op": "all_reduce", "bytes": 1024, "caller": "c",
-                         "group_size": 2, "sync_id": step, "start_ns": int(s * ms), "end_ns": int(e * ms),
-                         "exposed_ns": 0.3 * ms})
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": step,
+                    "op": "all_reduce",
+                    "bytes": 1024,
+                    "caller": "c",
+                    "group_size": 2,
+                    "sync_id": step,
+                    "start_ns": int(s * ms),
+                    "end_ns": int(e * ms),
+                    "exposed_ns": 0.3 * ms,
+                }
+            )
     m = whatif.from_ops(pd.DataFrame(rows))
     out = whatif.analyse(m)
     r = next(x for x in out["what_if"] if x["scenario"] == "full_overlap")

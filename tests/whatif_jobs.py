@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nsyscomm import nvtx_format, synth
 
-MS = 1_000_000   # ns
+MS = 1_000_000  # ns
 BYTES = 4_000_000
 CALLER = "job.py:10 train_step"
 
@@ -44,8 +44,18 @@ def write_job(path: Path, n_ranks: int, steps: list[list[tuple]]) -> dict:
                 s = seq[(r, pg)]
                 seq[(r, pg)] += 1
                 msg = nvtx_format.format_collective(
-                    "all_reduce", api="all_reduce", bytes=BYTES, dtype="float32", numel=BYTES // 4, pg=pg,
-                    gsize=len(ranks), granks=tuple(ranks), seq=s, step=step, caller=CALLER)
+                    "all_reduce",
+                    api="all_reduce",
+                    bytes=BYTES,
+                    dtype="float32",
+                    numel=BYTES // 4,
+                    pg=pg,
+                    gsize=len(ranks),
+                    granks=tuple(ranks),
+                    seq=s,
+                    step=step,
+                    caller=CALLER,
+                )
                 rep.range(procs[r], procs[r].pid, clock[r], end, registered=msg, domain=1)
                 calls.append((r, step, pg, clock[r], end))
                 clock[r] = end

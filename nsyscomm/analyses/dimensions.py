@@ -23,11 +23,13 @@ import pandas as pd
 from nsyscomm import duck
 
 DIMENSIONS = ("dp", "tp", "pp", "ep", "cp", "world", "unknown")
-_NAMES = [("dp", r"(^|[_\W])(dp|data|replicate|ddp|fsdp|shard|dp_shard|dp_replicate)($|[_\W])"),
-          ("tp", r"(^|[_\W])(tp|tensor|model|mp)($|[_\W])"),
-          ("pp", r"(^|[_\W])(pp|pipe|pipeline|stage)($|[_\W])"),
-          ("ep", r"(^|[_\W])(ep|expert|experts|moe)($|[_\W])"),
-          ("cp", r"(^|[_\W])(cp|context|seq|sp)($|[_\W])")]
+_NAMES = [
+    ("dp", r"(^|[_\W])(dp|data|replicate|ddp|fsdp|shard|dp_shard|dp_replicate)($|[_\W])"),
+    ("tp", r"(^|[_\W])(tp|tensor|model|mp)($|[_\W])"),
+    ("pp", r"(^|[_\W])(pp|pipe|pipeline|stage)($|[_\W])"),
+    ("ep", r"(^|[_\W])(ep|expert|experts|moe)($|[_\W])"),
+    ("cp", r"(^|[_\W])(cp|context|seq|sp)($|[_\W])"),
+]
 
 
 def from_name(desc: object) -> str | None:
@@ -67,12 +69,27 @@ def dimensions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                 dim, source = "pp", "p2p"
             elif len(ranks) > 1 and _even(ranks):
                 step = ranks[1] - ranks[0]
-                dim, source = ("tp", "pattern") if step == 1 and strided_any else ("dp", "pattern") if step > 1 \
+                dim, source = (
+                    ("tp", "pattern")
+                    if step == 1 and strided_any
+                    else ("dp", "pattern")
+                    if step > 1
                     else ("unknown", "none")
+                )
             else:
                 dim, source = "unknown", "none"
-        rows.append((r.group, dim, source, None if pd.isna(r.group_size) else int(r.group_size),
-                     ",".join(map(str, ranks)), r.comm_ms, r.wait_ms, r.exposed_ms))
+        rows.append(
+            (
+                r.group,
+                dim,
+                source,
+                None if pd.isna(r.group_size) else int(r.group_size),
+                ",".join(map(str, ranks)),
+                r.comm_ms,
+                r.wait_ms,
+                r.exposed_ms,
+            )
+        )
     return pd.DataFrame(rows, columns=cols)
 
 

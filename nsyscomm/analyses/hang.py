@@ -28,8 +28,20 @@ from nsyscomm.ingest import flight_recorder as frd
 STATUSES = ("hung", "desynced", "aborted", "ok")
 RECORDS_DIR = "records"
 _DEAD = ("raised", "aborted")
-_RECORD_COLS = ["rank", "group", "group_size", "group_ranks", "seq", "op", "bytes", "dtype", "caller", "finished",
-                "t_enter", "source"]
+_RECORD_COLS = [
+    "rank",
+    "group",
+    "group_size",
+    "group_ranks",
+    "seq",
+    "op",
+    "bytes",
+    "dtype",
+    "caller",
+    "finished",
+    "t_enter",
+    "source",
+]
 
 
 def record_dirs(sources) -> list[Path]:
@@ -38,7 +50,7 @@ def record_dirs(sources) -> list[Path]:
     out = []
     for s in sources or ():
         p = Path(s)
-        for d in ((p,) if p.is_dir() else (p.parent, p.parent / RECORDS_DIR)):
+        for d in (p,) if p.is_dir() else (p.parent, p.parent / RECORDS_DIR):
             if d.is_dir() and any(d.glob("*.ring")) and d not in out:
                 out.append(d)
         if p.is_dir() and (p / RECORDS_DIR).is_dir() and (p / RECORDS_DIR) not in out:
@@ -58,18 +70,31 @@ def read_records(dirs) -> tuple[pd.DataFrame, dict]:
     rows, procs = [], {}
     for d in dirs:
         for ring in fr.read_dir(d):
-            if ring.rank < 0 and not ring.calls:   # a launcher process (torchrun) that made no call
+            if ring.rank < 0 and not ring.calls:  # a launcher process (torchrun) that made no call
                 continue
             procs[ring.rank] = (ring.state, _first_line(ring.note))
             for c in ring.calls:
                 f = c.fields
                 kind = f.get("kind", "")
-                op = kind[len("nsyscomm:"):] if kind.startswith("nsyscomm:") else kind
+                op = kind[len("nsyscomm:") :] if kind.startswith("nsyscomm:") else kind
                 if op in ("send", "recv") or _int(f.get("seq")) is None:
                     continue
-                rows.append((ring.rank, f.get("pg", ""), _int(f.get("gsize")), f.get("granks", ""),
-                             _int(f.get("seq")), op, _int(f.get("bytes")), f.get("dtype") or None,
-                             f.get("caller") or None, c.finished, c.t_enter_ns, "record"))
+                rows.append(
+                    (
+                        ring.rank,
+                        f.get("pg", ""),
+                        _int(f.get("gsize")),
+                        f.get("granks", ""),
+                        _int(f.get("seq")),
+                        op,
+                        _int(f.get("bytes")),
+                        f.get("dtype") or None,
+                        f.get("caller") or None,
+                        c.finished,
+                        c.t_enter_ns,
+                        "record",
+                    )
+                )
     return pd.DataFrame(rows, columns=_RECORD_COLS), procs
 
 
@@ -79,15 +104,30 @@ def read_dumps(sources) -> pd.DataFrame:
     for s in sources or ():
         p = Path(s)
         if p.is_file() and frd.is_dump(p):
-            rows += [(r["rank"], r["group"], r["group_size"], r["group_ranks"], r["seq"], r["op"], r["bytes"],
-                      r["dtype"], r["caller"], r["finished"], r["cpu_start"], "flight_recorder")
-                     for r in frd.rows(p) if r["op"] not in ("send", "recv")]
+            rows += [
+                (
+                    r["rank"],
+                    r["group"],
+                    r["group_size"],
+                    r["group_ranks"],
+                    r["seq"],
+                    r["op"],
+                    r["bytes"],
+                    r["dtype"],
+                    r["caller"],
+                    r["finished"],
+                    r["cpu_start"],
+                    "flight_recorder",
+                )
+                for r in frd.rows(p)
+                if r["op"] not in ("send", "recv")
+            ]
     return pd.DataFrame(rows, columns=_RECORD_COLS)
 
 
 def _first_line(text: str, limit: int = 200) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _members(calls: pd.DataFrame) -> pd.DataFrame:
@@ -118,9 +158,20 @@ def diagnose(con, sources=()) -> dict:
     dumps = read_dumps(sources)
     if len(dumps):
         records = pd.concat([records, dumps], ignore_index=True) if len(records) else dumps
-    types = {"rank": "INTEGER", "group": "VARCHAR", "group_size": "INTEGER", "group_ranks": "VARCHAR",
-             "seq": "BIGINT", "op": "VARCHAR", "bytes": "BIGINT", "dtype": "VARCHAR", "caller": "VARCHAR",
-             "finished": "BOOLEAN", "t_enter": "BIGINT", "source": "VARCHAR"}
+    types = {
+        "rank": "INTEGER",
+        "group": "VARCHAR",
+        "group_size": "INTEGER",
+        "group_ranks": "VARCHAR",
+        "seq": "BIGINT",
+        "op": "VARCHAR",
+        "bytes": "BIGINT",
+        "dtype": "VARCHAR",
+        "caller": "VARCHAR",
+        "finished": "BOOLEAN",
+        "t_enter": "BIGINT",
+        "source": "VARCHAR",
+    }
     cur = duck.quiet(con.cursor())
     try:
         cur.register("hang_records_df", records)
@@ -129,8 +180,10 @@ def diagnose(con, sources=()) -> dict:
         # reports alone with every call closed cannot show a blocked collective (nsys closes a range
         # left open at the process's end): only the mismatches are looked for, in one scan of a view
         lone = records.empty and not cur.execute("SELECT count(*) FROM collectives WHERE cpu_end IS NULL").fetchone()[0]
-        cur.execute(("CREATE OR REPLACE TEMP VIEW hang_calls AS " if lone else
-                     "CREATE OR REPLACE TEMP TABLE hang_calls AS ") + duck.sql("hang_calls"))
+        cur.execute(
+            ("CREATE OR REPLACE TEMP VIEW hang_calls AS " if lone else "CREATE OR REPLACE TEMP TABLE hang_calls AS ")
+            + duck.sql("hang_calls")
+        )
         mism_rows = cur.execute(duck.sql("hang_mismatches")).df()
         if lone:
             blocked_rows = pd.DataFrame(columns=["group", "seq", "role"])
@@ -138,8 +191,10 @@ def diagnose(con, sources=()) -> dict:
         else:
             calls = cur.execute('SELECT DISTINCT "group", group_ranks, group_size, rank FROM hang_calls').df()
             cur.register("hang_members_df", _members(calls))
-            cur.execute('CREATE OR REPLACE TEMP TABLE hang_members AS '
-                        'SELECT "group"::VARCHAR AS "group", rank::INTEGER AS rank FROM hang_members_df')
+            cur.execute(
+                "CREATE OR REPLACE TEMP TABLE hang_members AS "
+                'SELECT "group"::VARCHAR AS "group", rank::INTEGER AS rank FROM hang_members_df'
+            )
             blocked_rows = cur.execute(duck.sql("hang_blocked")).df()
             frontier = cur.execute(duck.sql("hang_frontier")).df()
     finally:
@@ -147,8 +202,14 @@ def diagnose(con, sources=()) -> dict:
     mismatches = []
     for (g, seq, field), sub in mism_rows.groupby(["group", "seq", "field"], sort=False):
         conv = int if field == "bytes" else (lambda v: v)
-        mismatches.append({"group": g, "seq": int(seq), "field": field,
-                           "values_by_rank": {str(int(r)): conv(_clean(v)) for r, v in zip(sub["rank"], sub["value"])}})
+        mismatches.append(
+            {
+                "group": g,
+                "seq": int(seq),
+                "field": field,
+                "values_by_rank": {str(int(r)): conv(_clean(v)) for r, v in zip(sub["rank"], sub["value"])},
+            }
+        )
     mism_at = {(m["group"], m["seq"]) for m in mismatches}
     blocked = []
     for (g, seq), sub in blocked_rows.groupby(["group", "seq"], sort=False):
@@ -157,15 +218,29 @@ def diagnose(con, sources=()) -> dict:
             state = procs.get(int(r.rank), (None, ""))[0]
             if state is None:
                 state = "unknown" if pd.isna(r.last_finished) else ("finished" if r.last_finished else "in call")
-            missing.append({"rank": int(r.rank), "last_op": _clean(r.last_op), "last_seq": _clean(r.last_seq),
-                            "caller": _clean(r.caller), "state": state,
-                            "note": procs.get(int(r.rank), (None, ""))[1] or None})
+            missing.append(
+                {
+                    "rank": int(r.rank),
+                    "last_op": _clean(r.last_op),
+                    "last_seq": _clean(r.last_seq),
+                    "caller": _clean(r.caller),
+                    "state": state,
+                    "note": procs.get(int(r.rank), (None, ""))[1] or None,
+                }
+            )
         if not missing and (g, int(seq)) not in mism_at:
-            continue   # everyone is in it and nothing differs: in flight, not stuck
+            continue  # everyone is in it and nothing differs: in flight, not stuck
         first = sub.iloc[0]
-        blocked.append({"group": g, "seq": int(seq), "op": _clean(first["op"]), "bytes": _clean(first["bytes"]),
-                        "waiting_ranks": [int(x) for x in sub[sub["role"] == "waiting"]["rank"]],
-                        "missing_ranks": missing})
+        blocked.append(
+            {
+                "group": g,
+                "seq": int(seq),
+                "op": _clean(first["op"]),
+                "bytes": _clean(first["bytes"]),
+                "waiting_ranks": [int(x) for x in sub[sub["role"] == "waiting"]["rank"]],
+                "missing_ranks": missing,
+            }
+        )
     dead = {r: s for r, (s, _) in procs.items() if s in _DEAD}
     if mismatches:
         status = "desynced"
@@ -175,36 +250,50 @@ def diagnose(con, sources=()) -> dict:
         status = "aborted"
     else:
         status = "ok"
-    return {"status": status, "blocked": blocked, "mismatches": mismatches,
-            "processes": [{"rank": r, "state": s, "note": n or None} for r, (s, n) in sorted(procs.items())],
-            "frontier": [{"group": g, "rank": int(r), "last_entered": _clean(e), "last_finished": _clean(f)}
-                         for g, r, e, f in frontier.itertuples(index=False)]}
+    return {
+        "status": status,
+        "blocked": blocked,
+        "mismatches": mismatches,
+        "processes": [{"rank": r, "state": s, "note": n or None} for r, (s, n) in sorted(procs.items())],
+        "frontier": [
+            {"group": g, "rank": int(r), "last_entered": _clean(e), "last_finished": _clean(f)}
+            for g, r, e, f in frontier.itertuples(index=False)
+        ],
+    }
 
 
 def lines(h: dict) -> list[str]:
     """The diagnosis as text lines, most important first (the views print them before the tables)."""
     if not h or h.get("status") == "ok":
         return []
-    out = [f"HANG DIAGNOSIS: the job {h['status'].upper()}"
-           + {"hung": " (ranks wait in a collective that others never reached)",
-              "desynced": " (ranks called different collectives at the same point)",
-              "aborted": " (a process ended while others were in a collective)"}.get(h["status"], "")]
+    out = [
+        f"HANG DIAGNOSIS: the job {h['status'].upper()}"
+        + {
+            "hung": " (ranks wait in a collective that others never reached)",
+            "desynced": " (ranks called different collectives at the same point)",
+            "aborted": " (a process ended while others were in a collective)",
+        }.get(h["status"], "")
+    ]
     for i, b in enumerate(h["blocked"]):
         root = " (first to block: the likeliest root)" if i == 0 and len(h["blocked"]) > 1 else ""
         size = f", {b['bytes']} B" if b.get("bytes") is not None else ""
-        out.append(f"  communicator {b['group']}: blocked in {b['op']} seq {b['seq']}{size}{root}; "
-                   f"waiting ranks: {_ranks(b['waiting_ranks'])}")
+        out.append(
+            f"  communicator {b['group']}: blocked in {b['op']} seq {b['seq']}{size}{root}; "
+            f"waiting ranks: {_ranks(b['waiting_ranks'])}"
+        )
         for m in b["missing_ranks"]:
-            last = (f"last call {m['last_op']} seq {m['last_seq']} at {m['caller'] or '?'}"
-                    if m["last_op"] is not None else "no call on this communicator")
+            last = (
+                f"last call {m['last_op']} seq {m['last_seq']} at {m['caller'] or '?'}"
+                if m["last_op"] is not None
+                else "no call on this communicator"
+            )
             note = f" ({m['note']})" if m.get("note") else ""
             out.append(f"    missing rank {m['rank']}: {last}; state {m['state']}{note}")
     for m in h["mismatches"]:
         vals = list(m["values_by_rank"].items())
         common = max({v for _, v in vals}, key=lambda v: (sum(1 for _, x in vals if x == v), str(v)))
         odd = ", ".join(f"rank {r} has {v}" for r, v in vals if v != common)
-        out.append(f"  {m['field']} mismatch on communicator {m['group']} seq {m['seq']}: {odd} "
-                   f"(the others {common})")
+        out.append(f"  {m['field']} mismatch on communicator {m['group']} seq {m['seq']}: {odd} (the others {common})")
     dead = [p for p in h.get("processes", []) if p["state"] in _DEAD]
     for p in dead:
         out.append(f"  rank {p['rank']} {p['state']}" + (f": {p['note']}" if p.get("note") else ""))
@@ -215,27 +304,35 @@ def _ranks(rs) -> str:
     return ", ".join(map(str, rs)) if rs else "none"
 
 
-
 _MISSING_KEYS = ("rank", "last_op", "last_seq", "caller", "state")
 _BLOCKED_KEYS = ("group", "seq", "op", "bytes", "waiting_ranks")
 
 
 def contract(h: dict) -> dict:
     """The JSON key ``hang`` exactly as issue 22 fixes it (the diagnosis's extra detail left out)."""
-    return {"status": h["status"],
-            "blocked": [{**{k: b[k] for k in _BLOCKED_KEYS},
-                         "missing_ranks": [{k: m[k] for k in _MISSING_KEYS} for m in b["missing_ranks"]]}
-                        for b in h["blocked"]],
-            "mismatches": [{k: m[k] for k in ("group", "seq", "field", "values_by_rank")} for m in h["mismatches"]]}
+    return {
+        "status": h["status"],
+        "blocked": [
+            {
+                **{k: b[k] for k in _BLOCKED_KEYS},
+                "missing_ranks": [{k: m[k] for k in _MISSING_KEYS} for m in b["missing_ranks"]],
+            }
+            for b in h["blocked"]
+        ],
+        "mismatches": [{k: m[k] for k in ("group", "seq", "field", "values_by_rank")} for m in h["mismatches"]],
+    }
 
 
 def failing(h: dict) -> str | None:
     """The gate's reason to fail on this diagnosis (a run that hung or desynced), else None."""
     if h["status"] not in ("hung", "desynced"):
         return None
-    where = "; ".join(f"communicator {b['group']} {b['op']} seq {b['seq']} missing rank(s) "
-                      f"{_ranks([m['rank'] for m in b['missing_ranks']])}" for b in h["blocked"][:3]
-                      if b["missing_ranks"])
+    where = "; ".join(
+        f"communicator {b['group']} {b['op']} seq {b['seq']} missing rank(s) "
+        f"{_ranks([m['rank'] for m in b['missing_ranks']])}"
+        for b in h["blocked"][:3]
+        if b["missing_ranks"]
+    )
     if h["mismatches"]:
         m = h["mismatches"][0]
         where = (where + "; " if where else "") + f"{m['field']} mismatch at communicator {m['group']} seq {m['seq']}"
@@ -253,14 +350,15 @@ def gate_check(inputs) -> str | None:
             try:
                 docs.append(json.loads(path.read_text(encoding="utf-8")))
             except (OSError, ValueError):
-                continue   # the gate itself reports an unreadable input
+                continue  # the gate itself reports an unreadable input
         else:
             reports.append(p)
     for d in docs:
         if isinstance(d, dict) and isinstance(d.get("hang"), dict) and "status" in d["hang"]:
             h = d["hang"]
-            why = failing({"status": h["status"], "blocked": h.get("blocked") or [],
-                           "mismatches": h.get("mismatches") or []})
+            why = failing(
+                {"status": h["status"], "blocked": h.get("blocked") or [], "mismatches": h.get("mismatches") or []}
+            )
             if why:
                 return why
     if reports:

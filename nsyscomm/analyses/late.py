@@ -32,7 +32,7 @@ import pandas as pd
 
 from nsyscomm import duck
 
-NOISE_NS = 100_000      # 100 us
+NOISE_NS = 100_000  # 100 us
 CAUSES = ("gpu_compute", "host", "previous_comm", "unknown")
 
 
@@ -51,19 +51,24 @@ def _cause(r) -> tuple[str, str]:
         host_extra = r.host_gap - (0 if pd.isna(r.others_host_gap) else r.others_host_gap)
         if host_extra < 0.5 * extra:
             if pd.isna(r.busy_gap):
-                return "unknown", (f"{ms:.3f} ms longer device gap than the other ranks with the launch on time, "
-                                   f"and no compute kernels in the report to explain it")
+                return "unknown", (
+                    f"{ms:.3f} ms longer device gap than the other ranks with the launch on time, "
+                    f"and no compute kernels in the report to explain it"
+                )
             others_busy = 0 if pd.isna(r.others_busy_gap) else r.others_busy_gap
-            return "gpu_compute", (f"launched on time but the device was busy {r.busy_gap / 1e6:.3f} ms with compute "
-                                   f"kernels since the previous collective, against {others_busy / 1e6:.3f} ms on the "
-                                   f"other ranks (median)")
+            return "gpu_compute", (
+                f"launched on time but the device was busy {r.busy_gap / 1e6:.3f} ms with compute "
+                f"kernels since the previous collective, against {others_busy / 1e6:.3f} ms on the "
+                f"other ranks (median)"
+            )
         ms = host_extra / 1e6
     if r.has_osrt:
         osrt = 0 if pd.isna(r.osrt_ns) else r.osrt_ns
         if osrt >= 0.5 * host_extra:
             return "host", f"OS-runtime calls on the calling thread: {r.osrt_calls}"
-        return "host", (f"{ms:.3f} ms of host time that nothing recorded explains (no OS-runtime call or "
-                        f"kernel fills it)")
+        return "host", (
+            f"{ms:.3f} ms of host time that nothing recorded explains (no OS-runtime call or kernel fills it)"
+        )
     reason = "no OS-runtime trace in the report (profile with nsys -t osrt, as nsyscomm run does)"
     return "unknown", f"the CPU came {ms:.3f} ms later than the other ranks to launch it; {reason}"
 
@@ -72,8 +77,21 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per late arrival: rank, group, seq, op, step, caller, delay_ms, cause, detail,
     root_rank (the rank a previous_comm chain starts from; the rank itself otherwise), and the
     collective's first and last arrival (ns, the job's clock)."""
-    cols = ["logical_id", "rank", "group", "seq", "op", "step", "caller", "delay_ms", "cause", "detail", "root_rank",
-            "first_arrival", "last_arrival"]
+    cols = [
+        "logical_id",
+        "rank",
+        "group",
+        "seq",
+        "op",
+        "step",
+        "caller",
+        "delay_ms",
+        "cause",
+        "detail",
+        "root_rank",
+        "first_arrival",
+        "last_arrival",
+    ]
     df = duck.frame(con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}))
     if df.empty:
         return pd.DataFrame(columns=cols)
@@ -98,16 +116,20 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             cur = nxt
         if chain and cur.cause != "previous_comm":
             roots.append(int(cur.rank))
-            details.append(f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}; root: "
-                           f"rank {int(cur.rank)} late to {cur.op} seq {cur.seq} ({cur.cause}: {cur.detail})")
+            details.append(
+                f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}; root: "
+                f"rank {int(cur.rank)} late to {cur.op} seq {cur.seq} ({cur.cause}: {cur.detail})"
+            )
         elif chain:
             roots.append(int(cur.rank))
             details.append(f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}")
         else:
             roots.append(int(r.rank))
-            details.append("left its previous collective late, and that collective had no late arrival "
-                           "above the threshold: a chain below the noise threshold, or the previous call "
-                           "itself ran long")
+            details.append(
+                "left its previous collective late, and that collective had no late arrival "
+                "above the threshold: a chain below the noise threshold, or the previous call "
+                "itself ran long"
+            )
     df["root_rank"] = roots
     df["detail"] = details
     df["delay_ms"] = df["delay"] / 1e6
@@ -118,7 +140,9 @@ def by_rank_and_cause(late: pd.DataFrame) -> pd.DataFrame:
     """Late arrivals per (rank, cause, caller): count and total delay (ms), largest first."""
     if late.empty:
         return pd.DataFrame(columns=["rank", "cause", "caller", "count", "delay_ms"])
-    g = (late.assign(caller=late["caller"].fillna("?"))
-         .groupby(["rank", "cause", "caller"], as_index=False)
-         .agg(count=("delay_ms", "size"), delay_ms=("delay_ms", "sum")))
+    g = (
+        late.assign(caller=late["caller"].fillna("?"))
+        .groupby(["rank", "cause", "caller"], as_index=False)
+        .agg(count=("delay_ms", "size"), delay_ms=("delay_ms", "sum"))
+    )
     return g.sort_values(["delay_ms", "rank"], ascending=[False, True], ignore_index=True)

@@ -85,7 +85,7 @@ def _call_parts(t: pa.Table) -> pa.Table:
     # the process and device a call ran on, as one number; then with its step
     where = _groups([_codes(t["report"]), *_ints(t["pid"]), *_ints(t["device"])])
     in_step = _groups([where, step, step_null])
-    by_rank = np.lexsort((e, e_null, s, where))   # (s, e) order per device, e NULLS LAST as in SQL
+    by_rank = np.lexsort((e, e_null, s, where))  # (s, e) order per device, e NULLS LAST as in SQL
     # the same per step: a stable sort keeps the (s, e) order within each group
     by_step = by_rank[np.argsort(in_step[by_rank], kind="stable")]
     out = {"rank": t["rank"], "step": t["step"]}
@@ -119,8 +119,7 @@ def _parts(o, group, s, e, e_null, bs, bs_null, be, be_null):
 
 def _ints(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """An integer column as int64 values (0 where NULL) and its NULL mask."""
-    return (pc.fill_null(col, 0).to_numpy().astype(np.int64, copy=False),
-            col.is_null().to_numpy(zero_copy_only=False))
+    return (pc.fill_null(col, 0).to_numpy().astype(np.int64, copy=False), col.is_null().to_numpy(zero_copy_only=False))
 
 
 def _codes(col: pa.ChunkedArray) -> np.ndarray:

@@ -104,7 +104,7 @@ def build(df: pd.DataFrame, dp_size: int, pp_size: int) -> tuple[np.ndarray, np.
 
     use_dp = dp_size > 1
     overlapped = (df["ot"] == "separate-grads-all-reduce").any()
-    if use_dp:   # a chunk's last parameter all-gather before its first forward compute
+    if use_dp:  # a chunk's last parameter all-gather before its first forward compute
         ag = df[df["ot"] == "params-all-gather"]
         last_ag = ag.loc[ag.groupby(["w", "mc"])["seq_id"].idxmax()]
         fwd = df[df["ot"] == FWD]
@@ -112,7 +112,7 @@ def build(df: pd.DataFrame, dp_size: int, pp_size: int) -> tuple[np.ndarray, np.
         tgt = first_fwd.reindex(pd.MultiIndex.from_arrays([last_ag["w"], last_ag["mc"]]))
         ok = tgt.notna().to_numpy()
         edges.append((last_ag.index.to_numpy()[ok], row_of(last_ag["w"][ok], FWD, tgt.to_numpy()[ok].astype(np.int64))))
-    if use_dp and overlapped:   # a chunk's gradients reduced after its last backward
+    if use_dp and overlapped:  # a chunk's gradients reduced after its last backward
         rs = df[df["ot"] == "grads-reduce-scatter"]
         first_rs = rs.loc[rs.groupby(["w", "mc"])["seq_id"].idxmin()]
         bwd = df[df["ot"] == BWD]
@@ -142,7 +142,7 @@ def _post_compute(df: pd.DataFrame, comp: pd.DataFrame, use_dp: bool, overlapped
     src = last_comp.reindex(first["w"]).to_numpy()
     ok = ~pd.isna(src)
     edges.append((src[ok].astype(np.int64), first.index.to_numpy()[ok]))
-    if use_dp and overlapped:   # the last reduce-scatter before the tail
+    if use_dp and overlapped:  # the last reduce-scatter before the tail
         rs = df[df["ot"] == "grads-reduce-scatter"]
         last_rs = rs.loc[rs.groupby("w")["seq_id"].idxmax()].set_index("w")["row"]
         after_gc = tail[tail["pos"] > 0].groupby("w").head(1)
@@ -179,6 +179,6 @@ def _groups(df: pd.DataFrame, sdense: np.ndarray, pp: int, use_dp: bool) -> np.n
     if has.any():
         codes, uniq = pd.factorize(pd.Series(k[has]).astype(str))
         sizes = np.bincount(codes)
-        codes = np.where(sizes[codes] > 1, codes, -1)   # a send whose receive is absent waits for nobody
+        codes = np.where(sizes[codes] > 1, codes, -1)  # a send whose receive is absent waits for nobody
         group[has] = codes
     return group

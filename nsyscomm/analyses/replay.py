@@ -28,13 +28,13 @@ class Graph:
     """Operations 0..n-1 and their dependencies, cut into levels for the replay."""
 
     n: int
-    group: np.ndarray        # int64: the synchronising group of each op, -1 for a plain op
-    origin: np.ndarray       # float64: where an op without predecessors starts (before its delay)
-    src: np.ndarray          # int64 edges src -> dst, sorted by the level of dst
+    group: np.ndarray  # int64: the synchronising group of each op, -1 for a plain op
+    origin: np.ndarray  # float64: where an op without predecessors starts (before its delay)
+    src: np.ndarray  # int64 edges src -> dst, sorted by the level of dst
     dst: np.ndarray
-    order: np.ndarray        # ops sorted by level
-    level_ptr: np.ndarray    # ops of level L: order[level_ptr[L]:level_ptr[L+1]]
-    edge_ptr: np.ndarray     # edges into level L: src/dst[edge_ptr[L]:edge_ptr[L+1]]
+    order: np.ndarray  # ops sorted by level
+    level_ptr: np.ndarray  # ops of level L: order[level_ptr[L]:level_ptr[L+1]]
+    edge_ptr: np.ndarray  # edges into level L: src/dst[edge_ptr[L]:edge_ptr[L+1]]
     n_groups: int
 
     @property
@@ -73,7 +73,7 @@ def build(n: int, src, dst, group=None, origin=None) -> Graph:
     eorder = np.argsort(elevel, kind="stable")
     src, dst = src[eorder], dst[eorder]
     edge_ptr = np.searchsorted(elevel[eorder], np.arange(n_levels + 1))
-    dense_group = np.where(grouped, node, -1)   # group ids 0..n_groups-1
+    dense_group = np.where(grouped, node, -1)  # group ids 0..n_groups-1
     return Graph(n, dense_group, origin, src, dst, order, level_ptr, edge_ptr, n_groups)
 
 
@@ -83,9 +83,10 @@ def _levels(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     if n_nodes == 0:
         return level
     fast = _replay_module()
-    if fast is not None:   # the same frontiers in C (nsyscomm/analyses/_replay.c)
-        done = fast.levels(n_nodes, np.ascontiguousarray(src, dtype=np.int64),
-                           np.ascontiguousarray(dst, dtype=np.int64), level)
+    if fast is not None:  # the same frontiers in C (nsyscomm/analyses/_replay.c)
+        done = fast.levels(
+            n_nodes, np.ascontiguousarray(src, dtype=np.int64), np.ascontiguousarray(dst, dtype=np.int64), level
+        )
         if done < n_nodes:
             raise CycleError(f"{n_nodes - done} operation(s) wait on each other in a cycle")
         return level
@@ -138,16 +139,27 @@ def replay(g: Graph, dur, delay=None, reduce="max") -> tuple[np.ndarray, np.ndar
     end = np.empty(g.n)
     gstart = fill.astype(np.float64).copy()
     fast = _replay_module()
-    if fast is not None:   # the same loop in C (nsyscomm/analyses/_replay.c): one level costs no array calls
-        i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (g.order, g.level_ptr, g.edge_ptr, g.src, g.dst, g.group)]
-        fast.replay(*i64, np.ascontiguousarray(dur), np.ascontiguousarray(delay), ready,
-                    np.ascontiguousarray(use_min, dtype=np.uint8), any_min, start, end, gstart)
+    if fast is not None:  # the same loop in C (nsyscomm/analyses/_replay.c): one level costs no array calls
+        i64 = [
+            np.ascontiguousarray(a, dtype=np.int64) for a in (g.order, g.level_ptr, g.edge_ptr, g.src, g.dst, g.group)
+        ]
+        fast.replay(
+            *i64,
+            np.ascontiguousarray(dur),
+            np.ascontiguousarray(delay),
+            ready,
+            np.ascontiguousarray(use_min, dtype=np.uint8),
+            any_min,
+            start,
+            end,
+            gstart,
+        )
         return start, end
     for L in range(g.levels):
         e0, e1 = g.edge_ptr[L], g.edge_ptr[L + 1]
         if e1 > e0:
             np.maximum.at(ready, g.dst[e0:e1], end[g.src[e0:e1]])
-        ops = g.order[g.level_ptr[L]:g.level_ptr[L + 1]]
+        ops = g.order[g.level_ptr[L] : g.level_ptr[L + 1]]
         st = ready[ops] + delay[ops]
         start[ops] = st
         grp = g.group[ops]
@@ -163,7 +175,7 @@ def replay(g: Graph, dur, delay=None, reduce="max") -> tuple[np.ndarray, np.ndar
                 m = use_min[sync_grp]
                 np.minimum.at(gstart, sync_grp[m], sync_st[m])
                 np.maximum.at(gstart, sync_grp[~m], sync_st[~m])
-            if any_min:   # a late member of a group that did not wait for it starts with the group
+            if any_min:  # a late member of a group that did not wait for it starts with the group
                 start[sync_ops] = np.minimum(sync_st, gstart[sync_grp])
             end[sync_ops] = gstart[sync_grp] + dur[sync_ops]
     return start, end

@@ -28,17 +28,18 @@ class Result:
     reports: list[str]
     warnings: list[str] = field(default_factory=list)
     by_caller: bool = False
-    nccl_logs: list = field(default_factory=list)          # nsyscomm.ingest.nccl_log.NcclLog, from --nccl-log
-    reference: pd.DataFrame | None = None                  # nccl-tests busbw curve from those logs
-    overlap_parts: Future | None = None                    # of nsyscomm.analyses.overlap.parts: begun by combine()
-    _prefetched: dict = field(default_factory=dict, init=False, repr=False)   # (name, params) -> Future
-    op_trace: tuple | None = None                          # (ops, meta) of a per-op what-if trace input
-    sources: list = field(default_factory=list)             # the input files (issue 22: records beside them)
+    nccl_logs: list = field(default_factory=list)  # nsyscomm.ingest.nccl_log.NcclLog, from --nccl-log
+    reference: pd.DataFrame | None = None  # nccl-tests busbw curve from those logs
+    overlap_parts: Future | None = None  # of nsyscomm.analyses.overlap.parts: begun by combine()
+    _prefetched: dict = field(default_factory=dict, init=False, repr=False)  # (name, params) -> Future
+    op_trace: tuple | None = None  # (ops, meta) of a per-op what-if trace input
+    sources: list = field(default_factory=list)  # the input files (issue 22: records beside them)
 
     @functools.cached_property
     def hang(self) -> dict:
         """Hang/desync diagnosis (nsyscomm.analyses.hang): status, blocked, mismatches."""
         from nsyscomm.analyses import hang
+
         return hang.diagnose(self.con, self.sources)
 
     @property
@@ -92,8 +93,9 @@ class Result:
     @property
     def skew(self) -> dict:
         per = self.skew_ranks
-        instances = int(self.con.execute(
-            "SELECT count(*) FROM logical_collectives WHERE participants >= 2").fetchone()[0])
+        instances = int(
+            self.con.execute("SELECT count(*) FROM logical_collectives WHERE participants >= 2").fetchone()[0]
+        )
         straggler = None
         if instances and len(per) and per["late_count"].max() > 0:
             top = per.sort_values(["late_count", "rank"], ascending=[False, True]).iloc[0]
@@ -102,8 +104,12 @@ class Result:
             "straggler_rank": straggler,
             "instances": instances,
             "per_rank": [
-                {"rank": int(r.rank), "late_count": int(r.late_count),
-                 "avg_arrival_delay_ms": float(r.avg_arrival_delay_ms), "wait_ms": float(r.wait_ms)}
+                {
+                    "rank": int(r.rank),
+                    "late_count": int(r.late_count),
+                    "avg_arrival_delay_ms": float(r.avg_arrival_delay_ms),
+                    "wait_ms": float(r.wait_ms),
+                }
                 for r in per.itertuples()
             ],
         }
@@ -184,8 +190,12 @@ class Result:
     @functools.cached_property
     def osrt_traced(self) -> bool:
         """Whether every report with calls had nsys's OS-runtime trace (host causes can be named)."""
-        return bool(self.con.execute("SELECT count(*) = 0 FROM (SELECT DISTINCT report FROM collectives) c "
-                                     "WHERE report NOT IN (SELECT report FROM osrt_reports)").fetchone()[0])
+        return bool(
+            self.con.execute(
+                "SELECT count(*) = 0 FROM (SELECT DISTINCT report FROM collectives) c "
+                "WHERE report NOT IN (SELECT report FROM osrt_reports)"
+            ).fetchone()[0]
+        )
 
     # --- what-if replay (nsyscomm.analyses.whatif; issue 23) ---
     @functools.cached_property
@@ -223,8 +233,9 @@ class Result:
         """The calls with their logical collective's figures, in each rank's time order; only
         steps [lo, hi) when given (sql/timeline_calls.sql)."""
         lo, hi = steps if steps is not None else (None, None)
-        return duck.frame(self.con.execute(duck.sql("timeline_calls"),
-                                           {"by_step": steps is not None, "lo": lo, "hi": hi}))
+        return duck.frame(
+            self.con.execute(duck.sql("timeline_calls"), {"by_step": steps is not None, "lo": lo, "hi": hi})
+        )
 
     @property
     def n_calls(self) -> int:

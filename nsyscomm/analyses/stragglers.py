@@ -20,22 +20,26 @@ from nsyscomm.analyses import pipeline_deps, replay
 NEGATIVE_DELAY_S = 1e-2
 # M_W: the share of ranks (percent, rounded up) named as the individual worker problem
 MW_TOP_PERCENT = 3
-PP_COMM = {"forward-send": "forward-pp-comm", "forward-recv": "forward-pp-comm",
-           "backward-send": "backward-pp-comm", "backward-recv": "backward-pp-comm"}
+PP_COMM = {
+    "forward-send": "forward-pp-comm",
+    "forward-recv": "forward-pp-comm",
+    "backward-send": "backward-pp-comm",
+    "backward-recv": "backward-pp-comm",
+}
 
 
 @dataclass
 class Trace:
     """A job's per-op trace, its dependency graph and the measured durations and delays."""
 
-    ops: pd.DataFrame            # the trace's rows, index 0..n-1
+    ops: pd.DataFrame  # the trace's rows, index 0..n-1
     meta: dict
     graph: replay.Graph
-    dur: np.ndarray              # measured: duration of a plain op, transfer time of a group member
-    delay: np.ndarray            # measured launch delay
-    step_code: np.ndarray        # each op's step as 0..S-1
-    steps: np.ndarray            # the step numbers
-    step_start: np.ndarray       # each step's first start
+    dur: np.ndarray  # measured: duration of a plain op, transfer time of a group member
+    delay: np.ndarray  # measured launch delay
+    step_code: np.ndarray  # each op's step as 0..S-1
+    steps: np.ndarray  # the step numbers
+    step_start: np.ndarray  # each step's first start
     ideal_dur: np.ndarray = field(default=None)
 
     @property
@@ -50,8 +54,9 @@ class Trace:
 
     def run(self, dur=None, delay=None, reduce="max") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, step times) of a replay (measured durations and delays by default)."""
-        start, end = replay.replay(self.graph, self.dur if dur is None else dur,
-                                   self.delay if delay is None else delay, reduce)
+        start, end = replay.replay(
+            self.graph, self.dur if dur is None else dur, self.delay if delay is None else delay, reduce
+        )
         return start, end, self.step_times(end)
 
 
@@ -116,7 +121,7 @@ def analyse(t: Trace, attribute: bool = True) -> dict:
 
 
 def labels(t: Trace, by: str) -> np.ndarray:
-    if by == "optype":   # a send and its receive are one pipeline transfer
+    if by == "optype":  # a send and its receive are one pipeline transfer
         ot = t.ops["optype"].astype(str)
         return ot.map(lambda x: PP_COMM.get(x, x)).to_numpy()
     return t.ops[by].to_numpy()
@@ -136,7 +141,7 @@ def decompose(t: Trace, by: str, ideal: np.ndarray) -> tuple[dict, dict]:
         overall[k] = _ratio(st, ideal)
         for s, v in zip(t.steps.tolist(), (st / ideal).tolist()):
             per_step.setdefault(int(s), {})[k] = v
-    order = lambda d: dict(sorted(d.items(), key=lambda kv: -kv[1]))   # noqa: E731
+    order = lambda d: dict(sorted(d.items(), key=lambda kv: -kv[1]))  # noqa: E731
     return order(overall), {s: order(d) for s, d in per_step.items()}
 
 
@@ -148,8 +153,14 @@ def _explain(t: Trace, mask: np.ndarray, nodelay: np.ndarray, ideal: np.ndarray)
     _, _, add = t.run(dur=np.where(mask, t.dur, t.ideal_dur), delay=zero)
     tori, tideal, trem, tadd = (float(np.mean(x)) for x in (nodelay, ideal, rem, add))
     span = tori - tideal
-    return {"trem": trem, "tadd": tadd, "tori": tori, "tideal": tideal,
-            "rem": (tori - trem) / span if span else 0.0, "add": (tadd - tideal) / span if span else 0.0}
+    return {
+        "trem": trem,
+        "tadd": tadd,
+        "tori": tori,
+        "tideal": tideal,
+        "rem": (tori - trem) / span if span else 0.0,
+        "add": (tadd - tideal) / span if span else 0.0,
+    }
 
 
 def m_s(t: Trace, nodelay: np.ndarray, ideal: np.ndarray) -> dict:

@@ -27,11 +27,15 @@ def frame(ops: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """The calls of sql/replay_ops.sql -> (trace rows, meta)."""
     ops = ops[ops["step"].notna()].copy()
     if ops.empty:
-        raise InputError("the job's calls carry no training step: the what-if format is per step; "
-                         "capture with nsyscomm run (its wrapper records the step)")
+        raise InputError(
+            "the job's calls carry no training step: the what-if format is per step; "
+            "capture with nsyscomm run (its wrapper records the step)"
+        )
     if ops["op"].isin(("send", "recv")).any():
-        raise InputError("the job has point-to-point calls: its pipeline stages are not known, and the "
-                         "what-if format needs them; export a data-parallel job")
+        raise InputError(
+            "the job has point-to-point calls: its pipeline stages are not known, and the "
+            "what-if format needs them; export a data-parallel job"
+        )
     ranks = sorted(int(r) for r in ops["rank"].unique())
     ops["step"] = ops["step"].astype(np.int64)
     ops = ops.sort_values(["rank", "start_ns", "end_ns"], kind="stable")
@@ -44,33 +48,83 @@ def frame(ops: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     # a step starts when its first rank starts computing for it
     step0 = ops.groupby("step")["gap_start"].transform("min")
     rows = []
-    base = dict(dp_rank=ops["rank"].to_numpy(), stage=0, rank=ops["rank"].to_numpy(), step=ops["step"].to_numpy(),
-                mc=0, gmc=0)
-    comp = pd.DataFrame(base | {
-        "optype": np.where(first, "forward-compute", "backward-compute"),
-        "start_ts": (gap_start - step0) / 1e9, "duration": (ops["start_ns"] - gap_start).clip(lower=0) / 1e9,
-        "seq_id": ops["k"], "mb_id": 0})
+    base = dict(
+        dp_rank=ops["rank"].to_numpy(), stage=0, rank=ops["rank"].to_numpy(), step=ops["step"].to_numpy(), mc=0, gmc=0
+    )
+    comp = pd.DataFrame(
+        base
+        | {
+            "optype": np.where(first, "forward-compute", "backward-compute"),
+            "start_ts": (gap_start - step0) / 1e9,
+            "duration": (ops["start_ns"] - gap_start).clip(lower=0) / 1e9,
+            "seq_id": ops["k"],
+            "mb_id": 0,
+        }
+    )
     # the artifact's schedule needs a backward compute: an empty one before the step's first call
     # (the time before the k-th further call is backward-compute k)
-    empty = comp[first.to_numpy()].assign(optype="backward-compute", duration=0.0, seq_id=0,
-                                          start_ts=((ops["start_ns"] - step0) / 1e9)[first].to_numpy())
+    empty = comp[first.to_numpy()].assign(
+        optype="backward-compute", duration=0.0, seq_id=0, start_ts=((ops["start_ns"] - step0) / 1e9)[first].to_numpy()
+    )
     rows += [comp, empty]
-    rows.append(pd.DataFrame(base | {"optype": "grads-reduce-scatter", "start_ts": (ops["start_ns"] - step0) / 1e9,
-                                     "duration": (ops["end_ns"] - ops["start_ns"]) / 1e9, "seq_id": ops["k"],
-                                     "mb_id": -1}))
+    rows.append(
+        pd.DataFrame(
+            base
+            | {
+                "optype": "grads-reduce-scatter",
+                "start_ts": (ops["start_ns"] - step0) / 1e9,
+                "duration": (ops["end_ns"] - ops["start_ns"]) / 1e9,
+                "seq_id": ops["k"],
+                "mb_id": -1,
+            }
+        )
+    )
     last = ops.groupby(["rank", "step"]).agg(end=("end_ns", "max"), step0=("start_ns", "min")).reset_index()
     last["step0"] = ops.groupby("step")["gap_start"].min().reindex(last["step"]).to_numpy()
     for t in TAIL:
-        rows.append(pd.DataFrame({"dp_rank": last["rank"], "stage": 0, "rank": last["rank"], "step": last["step"],
-                                  "optype": t, "start_ts": (last["end"] - last["step0"]) / 1e9, "duration": 0.0,
-                                  "seq_id": 0, "mc": 0, "mb_id": -1, "gmc": 0}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "dp_rank": last["rank"],
+                    "stage": 0,
+                    "rank": last["rank"],
+                    "step": last["step"],
+                    "optype": t,
+                    "start_ts": (last["end"] - last["step0"]) / 1e9,
+                    "duration": 0.0,
+                    "seq_id": 0,
+                    "mc": 0,
+                    "mb_id": -1,
+                    "gmc": 0,
+                }
+            )
+        )
     df = pd.concat(rows, ignore_index=True)
-    df = df.astype({"dp_rank": "int8" if len(ranks) < 128 else "int16", "stage": "int8", "rank": "int16",
-                    "step": "int64", "start_ts": "float32", "duration": "float32", "seq_id": "int32",
-                    "mc": "int8", "mb_id": "int8", "gmc": "int16"})
+    df = df.astype(
+        {
+            "dp_rank": "int8" if len(ranks) < 128 else "int16",
+            "stage": "int8",
+            "rank": "int16",
+            "step": "int64",
+            "start_ts": "float32",
+            "duration": "float32",
+            "seq_id": "int32",
+            "mc": "int8",
+            "mb_id": "int8",
+            "gmc": "int16",
+        }
+    )
     df["optype"] = df["optype"].astype("category")
-    meta = {"trial_name": "nsyscomm", "run_id": 0, "dp_size": len(ranks), "dsp_size": 1, "pp_size": 1,
-            "tp_size": 1, "vpp_size": 1, "world_size": len(ranks)}
+    meta = {
+        "trial_name": "nsyscomm",
+        "run_id": 0,
+        "dp_size": len(ranks),
+        "dsp_size": 1,
+        "pp_size": 1,
+        "tp_size": 1,
+        "vpp_size": 1,
+        "world_size": len(ranks),
+    }
     return df.sort_values(["step", "rank", "start_ts"], kind="stable").reset_index(drop=True), meta
 
 

@@ -13,9 +13,9 @@ import pandas as pd
 
 from nsyscomm.analyses import replay, stragglers
 
-TOP_KEYS = 10        # keys listed per scenario
-MAX_KEYS = 20        # keys replayed one by one (the largest by measured time)
-MAX_RANKS = 64       # ranks attributed one by one (the ones furthest from their ideal)
+TOP_KEYS = 10  # keys listed per scenario
+MAX_KEYS = 20  # keys replayed one by one (the largest by measured time)
+MAX_RANKS = 64  # ranks attributed one by one (the ones furthest from their ideal)
 # estimated seconds spent on the per-key and per-rank replays (the scenarios themselves are always
 # replayed): a replay costs a few numpy calls per level (a rank's calls in a row) and a little per op
 REPLAY_BUDGET_S = 4.0
@@ -52,14 +52,14 @@ class Model:
     graph: replay.Graph
     dur: np.ndarray
     delay: np.ndarray
-    step_of: np.ndarray                 # each op's step code (-1: no step)
-    steps: list                         # step numbers (None: the job as one step)
-    key: np.ndarray                     # the (op, bytes, caller) or op type label of each op
-    labels: dict                        # attribution dimension -> label per op
+    step_of: np.ndarray  # each op's step code (-1: no step)
+    steps: list  # step numbers (None: the job as one step)
+    key: np.ndarray  # the (op, bytes, caller) or op type label of each op
+    labels: dict  # attribution dimension -> label per op
     ideal_dur: np.ndarray
     ideal_delay: np.ndarray
-    chained_steps: bool = True          # steps follow each other (False: each from its own start)
-    attribute_delays: bool = True       # attribution puts back measured delays too (the artifact: durations only)
+    chained_steps: bool = True  # steps follow each other (False: each from its own start)
+    attribute_delays: bool = True  # attribution puts back measured delays too (the artifact: durations only)
     step_origin: np.ndarray | None = None
     notes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
@@ -77,8 +77,9 @@ class Model:
         return last - prev
 
     def run(self, dur=None, delay=None, reduce="max") -> np.ndarray:
-        s, e = replay.replay(self.graph, self.dur if dur is None else dur,
-                             self.delay if delay is None else delay, reduce)
+        s, e = replay.replay(
+            self.graph, self.dur if dur is None else dur, self.delay if delay is None else delay, reduce
+        )
         return self.step_ms(s, e)
 
 
@@ -128,7 +129,7 @@ def _rank_edges(rank: np.ndarray, end: np.ndarray, group: np.ndarray, lookback: 
     key = pd.Series(end).groupby(node).transform("max").to_numpy()
     pos = np.empty(n, np.int64)
     pos[np.lexsort((node, key))] = np.arange(n)
-    pos = pd.Series(pos).groupby(node).transform("min").to_numpy()   # one position per group
+    pos = pd.Series(pos).groupby(node).transform("min").to_numpy()  # one position per group
     pred = np.full(n, -1, np.int64)
     for off in range(1, lookback + 1):
         v = np.arange(off, n)
@@ -143,12 +144,27 @@ def from_trace(trace: stragglers.Trace) -> Model:
     """The model of a per-op trace (the artifact's format), its pipeline dependencies included."""
     ops = trace.ops
     key = ops["optype"].astype(str).to_numpy()
-    lab = {"rank": ops["rank"].to_numpy(), "dp_rank": ops["dp_rank"].to_numpy(),
-           "stage": ops["stage"].to_numpy(), "optype": stragglers.labels(trace, "optype")}
+    lab = {
+        "rank": ops["rank"].to_numpy(),
+        "dp_rank": ops["dp_rank"].to_numpy(),
+        "stage": ops["stage"].to_numpy(),
+        "optype": stragglers.labels(trace, "optype"),
+    }
     zero = np.zeros(trace.graph.n)
-    m = Model(trace.graph, trace.dur * 1e3, trace.delay * 1e3, trace.step_code, [int(s) for s in trace.steps],
-              key, lab, trace.ideal_dur * 1e3, zero, chained_steps=False, step_origin=np.zeros(trace.n_steps),
-              attribute_delays=False)
+    m = Model(
+        trace.graph,
+        trace.dur * 1e3,
+        trace.delay * 1e3,
+        trace.step_code,
+        [int(s) for s in trace.steps],
+        key,
+        lab,
+        trace.ideal_dur * 1e3,
+        zero,
+        chained_steps=False,
+        step_origin=np.zeros(trace.n_steps),
+        attribute_delays=False,
+    )
     # the graph's origins are in seconds: replays here scale them with the durations
     m.graph = replay.Graph(**{**trace.graph.__dict__, "origin": trace.graph.origin * 1e3})
     m.step_origin = trace.step_start * 1e3
@@ -166,7 +182,7 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict:
     no_wait = np.ones(max(m.graph.n_groups, 1), bool)
     no_wait[m.graph.group[p2p & (m.graph.group >= 0)]] = False
     out = {"no_straggler": (m.dur, m.delay, no_wait)}
-    if "comm" in m.extra:   # a per-op trace times each communication op on its own stream: all exposed
+    if "comm" in m.extra:  # a per-op trace times each communication op on its own stream: all exposed
         out["full_overlap"] = (np.where(m.extra["comm"], 0.0, m.dur), m.delay, "max")
         out["no_launch_delay"] = (m.dur, np.zeros_like(m.delay), "max")
     else:
@@ -202,7 +218,7 @@ def reference_ms(m: Model, curve: pd.DataFrame | None) -> np.ndarray | None:
         bw = np.interp(np.log2(m.extra["bytes"][sel]), x, c["busbw_GBps"].to_numpy(float))
         n = np.where(m.graph.group[sel] >= 0, sizes[np.maximum(m.graph.group[sel], 0)], 1)
         factor = np.array([opsmod.busbw_factor(op, int(k)) or 0.0 for k in n])
-        out[sel] = m.extra["bytes"][sel] * factor / (bw * 1e9) * 1e3   # bytes / (GB/s) -> ms
+        out[sel] = m.extra["bytes"][sel] * factor / (bw * 1e9) * 1e3  # bytes / (GB/s) -> ms
     return out if np.isfinite(out).any() else None
 
 
@@ -210,7 +226,7 @@ def _restricted(m: Model, sc: tuple, mask: np.ndarray):
     dur, delay, reduce = sc
     d = np.where(mask, dur, m.dur)
     dl = np.where(mask, delay, m.delay)
-    if not isinstance(reduce, str):   # per group: only the groups of the masked ops stop waiting
+    if not isinstance(reduce, str):  # per group: only the groups of the masked ops stop waiting
         r = np.zeros(max(m.graph.n_groups, 1), bool)
         r[m.graph.group[mask & (m.graph.group >= 0)]] = True
         return d, dl, r & reduce
@@ -246,11 +262,19 @@ def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
 
 def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
     mb, ma = float(np.mean(before)), float(np.mean(after))
-    steps = [{"step": s, "step_ms_before": float(b), "step_ms_after": float(a), "saved_ms": float(b - a)}
-             for s, b, a in zip(m.steps, before, after)]
-    return {"scenario": name, "saved_ms": mb - ma, "step_ms_before": mb, "step_ms_after": ma,
-            "slowdown": mb / ma if ma > 0 else None, "total_saved_ms": float(np.sum(before - after)),
-            "steps": steps}
+    steps = [
+        {"step": s, "step_ms_before": float(b), "step_ms_after": float(a), "saved_ms": float(b - a)}
+        for s, b, a in zip(m.steps, before, after)
+    ]
+    return {
+        "scenario": name,
+        "saved_ms": mb - ma,
+        "step_ms_before": mb,
+        "step_ms_after": ma,
+        "slowdown": mb / ma if ma > 0 else None,
+        "total_saved_ms": float(np.sum(before - after)),
+        "steps": steps,
+    }
 
 
 def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
@@ -283,24 +307,40 @@ def of_result(result) -> dict:
         out = analyse(from_trace(trace))
         paper = stragglers.analyse(trace)
         out["straggler_model"] = {
-            "blocking_slowdown": paper["blocking_slowdown"], "launch_slowdown": paper["launch_slowdown"],
-            "Ms": paper["ms"]["Ms"], "Mw": paper["mw"]["Mw"], "mw_ranks": paper["mw"]["ranks"],
-            "steps": [{"step": s, "measured_ms": 1e3 * paper["step_t_base"][s],
-                       "no_delay_ms": 1e3 * paper["step_t_nodelay"][s], "ideal_ms": 1e3 * paper["step_t_noblk"][s]}
-                      for s in paper["step_t_base"]],
+            "blocking_slowdown": paper["blocking_slowdown"],
+            "launch_slowdown": paper["launch_slowdown"],
+            "Ms": paper["ms"]["Ms"],
+            "Mw": paper["mw"]["Mw"],
+            "mw_ranks": paper["mw"]["ranks"],
+            "steps": [
+                {
+                    "step": s,
+                    "measured_ms": 1e3 * paper["step_t_base"][s],
+                    "no_delay_ms": 1e3 * paper["step_t_nodelay"][s],
+                    "ideal_ms": 1e3 * paper["step_t_noblk"][s],
+                }
+                for s in paper["step_t_base"]
+            ],
         }
         out["notes"] = out["notes"] + [
             "Per-op trace (OSDI'25 artifact format): pipeline and data-parallel dependencies as in the "
             "artifact; ideal = compute at its type's mean and communication at its type's median over all "
             "workers and steps, without launch delays; straggler_model.blocking_slowdown = no-delay / ideal "
-            "step time (the paper's S)."]
+            "step time (the paper's S)."
+        ]
         return out
     per_rank = result.con.execute(
-        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM collectives GROUP BY rank)").fetchone()[0]
+        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM collectives GROUP BY rank)"
+    ).fetchone()[0]
     if per_rank > MAX_CALLS_PER_RANK:
-        return {"what_if": [], "attribution": [], "notes": [
-            f"what-if replay skipped: {per_rank} calls on one rank, over the replay's limit of "
-            f"{MAX_CALLS_PER_RANK}; profile fewer steps (nsyscomm run --steps A:B)"]}
+        return {
+            "what_if": [],
+            "attribution": [],
+            "notes": [
+                f"what-if replay skipped: {per_rank} calls on one rank, over the replay's limit of "
+                f"{MAX_CALLS_PER_RANK}; profile fewer steps (nsyscomm run --steps A:B)"
+            ],
+        }
     ops = result._query("replay_ops")
     if ops.empty:
         return {"what_if": [], "attribution": [], "notes": ["no timed calls: nothing to replay"]}
@@ -328,5 +368,12 @@ def timeline(result, scenario: str) -> pd.DataFrame:
     if scenario not in todo:
         raise KeyError(scenario)
     start, end = replay.replay(m.graph, *todo[scenario])
-    return pd.DataFrame({"rank": m.labels["rank"], "step": steps, "name": names,
-                         "start_ns": np.rint((start + off_ms) * 1e6), "end_ns": np.rint((end + off_ms) * 1e6)})
+    return pd.DataFrame(
+        {
+            "rank": m.labels["rank"],
+            "step": steps,
+            "name": names,
+            "start_ns": np.rint((start + off_ms) * 1e6),
+            "end_ns": np.rint((end + off_ms) * 1e6),
+        }
+    )

@@ -76,17 +76,31 @@ def open_ring(path: Path, slots: int = SLOTS, rank: int | None = None, pid: int 
     if rank is None:
         env = os.environ.get("RANK", "")
         rank = int(env) if env.strip().isdigit() else -1
-    _HEAD.pack_into(mm, 0, MAGIC, VERSION, slots, SLOT_SIZE, rank, os.getpid() if pid is None else pid, RUNNING,
-                    0, 0, 0, time.time_ns())
+    _HEAD.pack_into(
+        mm,
+        0,
+        MAGIC,
+        VERSION,
+        slots,
+        SLOT_SIZE,
+        rank,
+        os.getpid() if pid is None else pid,
+        RUNNING,
+        0,
+        0,
+        0,
+        time.time_ns(),
+    )
     return mm
 
 
 # ---------------------------------------------------------------- the Python fallback of the hot path
 
+
 def _py_chain(push, pop, mm: mmap.mmap):
     slots = struct.unpack_from("<I", mm, 12)[0]
     q = struct.Struct("<Q")
-    stack_of = threading.local()   # this ring's open ranges per thread (slot offset, -1: not a collective)
+    stack_of = threading.local()  # this ring's open ranges per thread (slot offset, -1: not a collective)
 
     def rec_push(msg, _push=push, _mm=mm, _q=q, _slot=_SLOT, _t=time.time_ns, _st=stack_of):
         stack = getattr(_st, "v", None)
@@ -96,8 +110,8 @@ def _py_chain(push, pop, mm: mmap.mmap):
             n = _q.unpack_from(_mm, OFF_ENTERED)[0] + 1
             off = HEADER_SIZE + ((n - 1) % slots) * SLOT_SIZE
             b = msg.encode("utf-8", "replace")[:MSG_MAX]
-            _q.pack_into(_mm, off, 0)   # "being written" while the slot changes
-            _mm[off + 40: off + 40 + len(b)] = b
+            _q.pack_into(_mm, off, 0)  # "being written" while the slot changes
+            _mm[off + 40 : off + 40 + len(b)] = b
             _slot.pack_into(_mm, off, 0, _t(), 0, threading.get_ident(), len(b), 0)
             _q.pack_into(_mm, off, n)
             _q.pack_into(_mm, OFF_ENTERED, n)
@@ -124,8 +138,8 @@ def set_state(mm, state: int, note: str = "") -> None:
     if state == STOPPED:
         struct.pack_into("<Q", mm, OFF_STOPPED, time.time_ns())
     struct.pack_into("<I", mm, OFF_STATE, state)
-    b = note.encode("utf-8", "replace")[:NOTE_MAX - 1]
-    mm[NOTE_OFF:NOTE_OFF + NOTE_MAX] = b + b"\0" * (NOTE_MAX - len(b))
+    b = note.encode("utf-8", "replace")[: NOTE_MAX - 1]
+    mm[NOTE_OFF : NOTE_OFF + NOTE_MAX] = b + b"\0" * (NOTE_MAX - len(b))
 
 
 def _on_exit():
@@ -159,8 +173,11 @@ def chain(push, pop):
     except OSError as e:
         import warnings
 
-        warnings.warn(f"nsyscomm: no flight record in {directory} ({e.strerror or e}); hangs are diagnosed "
-                      f"from the report alone", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"nsyscomm: no flight record in {directory} ({e.strerror or e}); hangs are diagnosed from the report alone",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return push, pop
     _mm = mm
     atexit.register(_on_exit)
@@ -172,6 +189,7 @@ def chain(push, pop):
 
 
 # ---------------------------------------------------------------- reading
+
 
 @dataclass
 class Call:
@@ -192,12 +210,12 @@ class Ring:
     path: Path
     rank: int
     pid: int
-    state: str          # running | exited | raised | stopped | aborted (gone while "running")
+    state: str  # running | exited | raised | stopped | aborted (gone while "running")
     note: str
     entered: int
     finished: int
     last_exit_ns: int
-    calls: list[Call]   # oldest first
+    calls: list[Call]  # oldest first
 
 
 def _alive(pid: int) -> bool:
@@ -224,7 +242,7 @@ def read_ring(path: Path) -> Ring | None:
     if len(data) < HEADER_SIZE or data[:8] != MAGIC:
         return None
     _m, _v, slots, slot_size, rank, pid, state, entered, finished, last_exit, _c = _HEAD.unpack_from(data, 0)
-    note = data[NOTE_OFF:NOTE_OFF + NOTE_MAX].split(b"\0", 1)[0].decode("utf-8", "replace")
+    note = data[NOTE_OFF : NOTE_OFF + NOTE_MAX].split(b"\0", 1)[0].decode("utf-8", "replace")
     stopped_ns = struct.unpack_from("<Q", data, OFF_STOPPED)[0] if state == STOPPED else 0
     calls = []
     for i in range(slots):
@@ -234,7 +252,7 @@ def read_ring(path: Path) -> Ring | None:
         n, t_in, t_out, tid, ln, _ = _SLOT.unpack_from(data, off)
         if n == 0 or n > entered:
             continue
-        msg = data[off + 40: off + 40 + min(ln, MSG_MAX)].decode("utf-8", "replace")
+        msg = data[off + 40 : off + 40 + min(ln, MSG_MAX)].decode("utf-8", "replace")
         try:
             fields = _fmt.parse(msg)
         except Exception:

@@ -40,8 +40,10 @@ def parse_duration(text: str) -> float:
     """'90', '90s', '1.5m', '2h' -> seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text or ""))
     if not m or float(m.group(1)) <= 0:
-        raise InputError(f"--hang-timeout {text!r} is not a duration: give seconds or a number with s, m or h "
-                         f"(for example --hang-timeout 90s or {ENV_TIMEOUT}=5m)")
+        raise InputError(
+            f"--hang-timeout {text!r} is not a duration: give seconds or a number with s, m or h "
+            f"(for example --hang-timeout 90s or {ENV_TIMEOUT}=5m)"
+        )
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
@@ -97,8 +99,11 @@ class Watcher:
         try:
             self._watch()
         except Exception as e:  # noqa: BLE001 - a watcher that fails must say so, not hide in a thread
-            print(f"nsyscomm: warning: --hang-timeout stopped watching ({type(e).__name__}: {e})",
-                  file=self.out, flush=True)
+            print(
+                f"nsyscomm: warning: --hang-timeout stopped watching ({type(e).__name__}: {e})",
+                file=self.out,
+                flush=True,
+            )
 
     def _watch(self) -> None:
         last_done, since = -1, time.monotonic()
@@ -114,14 +119,17 @@ class Watcher:
 
     def _fire(self, idle_s: float) -> None:
         self.fired = True
-        pids = fr.mark_stopped(self.directory, f"stopped by --hang-timeout: no collective finished "
-                                               f"for {idle_s:.0f} s")
+        pids = fr.mark_stopped(self.directory, f"stopped by --hang-timeout: no collective finished for {idle_s:.0f} s")
         try:
             lines = diagnosis_lines(self.directory)
         except Exception as e:  # noqa: BLE001 - the job must still be ended
             lines = [f"(no diagnosis from the records: {type(e).__name__}: {e})"]
-        print(f"nsyscomm: HUNG: no collective finished for {idle_s:.0f} s while ranks waited in one; "
-              f"stopping the ranks (nsys keeps its report)", file=self.out, flush=True)
+        print(
+            f"nsyscomm: HUNG: no collective finished for {idle_s:.0f} s while ranks waited in one; "
+            f"stopping the ranks (nsys keeps its report)",
+            file=self.out,
+            flush=True,
+        )
         for line in lines:
             print(f"nsyscomm: {line}", file=self.out, flush=True)
         for pid in pids:

@@ -33,9 +33,11 @@ from nsyscomm.capture.post import EXPORTS, StageLog, find_importer, import_and_e
 from nsyscomm.errors import InputError
 
 MIN_NSYS = (2021, 3)
-INSTALL_HINT = ("install Nsight Systems: on Debian/Ubuntu add the non-free component and "
-                "`apt-get install --no-install-recommends nsight-systems nsight-systems-target`, "
-                "or download it from https://developer.nvidia.com/nsight-systems")
+INSTALL_HINT = (
+    "install Nsight Systems: on Debian/Ubuntu add the non-free component and "
+    "`apt-get install --no-install-recommends nsight-systems nsight-systems-target`, "
+    "or download it from https://developer.nvidia.com/nsight-systems"
+)
 CAPTURE_RANGE = "nsyscomm.capture"
 HOOK_DIR = Path(__file__).resolve().parent / "_hook"
 PKG_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -45,12 +47,13 @@ PKG_PARENT = Path(__file__).resolve().parent.parent.parent
 class RunResult:
     exit_code: int
     output_dir: Path
-    reports: list = field(default_factory=list)      # exported .sqlite files
+    reports: list = field(default_factory=list)  # exported .sqlite files
     warnings: list = field(default_factory=list)
-    command: list = field(default_factory=list)      # the nsys command line that ran
+    command: list = field(default_factory=list)  # the nsys command line that ran
 
 
 # ---------------------------------------------------------------- nsys discovery
+
 
 def find_nsys() -> tuple[str, tuple]:
     nsys = os.environ.get("NSYSCOMM_NSYS") or shutil.which("nsys")
@@ -65,8 +68,9 @@ def find_nsys() -> tuple[str, tuple]:
         raise InputError(f"cannot read the version of {nsys} ({out.strip()!r}): {INSTALL_HINT}")
     ver = tuple(int(x) for x in m.groups() if x is not None)
     if ver[:2] < MIN_NSYS:
-        raise InputError(f"nsys {'.'.join(map(str, ver))} is too old (need >= "
-                         f"{'.'.join(map(str, MIN_NSYS))}): {INSTALL_HINT}")
+        raise InputError(
+            f"nsys {'.'.join(map(str, ver))} is too old (need >= {'.'.join(map(str, MIN_NSYS))}): {INSTALL_HINT}"
+        )
     return nsys, ver
 
 
@@ -99,6 +103,7 @@ def _parse_steps(steps: str) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- torchrun rewriting (--per-rank)
 
+
 def _torchrun_split(cmd: list[str]):
     """Split a torchrun command into (launcher part, module flag, script+args), or None if not torchrun."""
     if not cmd:
@@ -106,8 +111,12 @@ def _torchrun_split(cmd: list[str]):
     head = os.path.basename(cmd[0])
     if head == "torchrun":
         start = 1
-    elif re.fullmatch(r"python[\d.]*", head) and len(cmd) > 2 and cmd[1] == "-m" and cmd[2] in (
-            "torch.distributed.run", "torch.distributed.launch"):
+    elif (
+        re.fullmatch(r"python[\d.]*", head)
+        and len(cmd) > 2
+        and cmd[1] == "-m"
+        and cmd[2] in ("torch.distributed.run", "torch.distributed.launch")
+    ):
         start = 3
     else:
         return None
@@ -120,8 +129,19 @@ def _torchrun_split(cmd: list[str]):
             if a.nargs == 0:
                 flags.update(a.option_strings)
     except Exception:
-        flags = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
-                 "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"}
+        flags = {
+            "--standalone",
+            "--no-python",
+            "--no_python",
+            "-m",
+            "--module",
+            "--run-path",
+            "--run_path",
+            "--virtual-local-rank",
+            "--virtual_local_rank",
+            "-h",
+            "--help",
+        }
     i = start
     module = False
     opts = []
@@ -135,8 +155,10 @@ def _torchrun_split(cmd: list[str]):
         if a in ("-m", "--module"):
             module = True
         elif a in ("--no-python", "--no_python"):
-            raise InputError("--per-rank cannot wrap a torchrun command that already uses --no-python; "
-                             "drop --per-rank to get one report for the whole process tree")
+            raise InputError(
+                "--per-rank cannot wrap a torchrun command that already uses --no-python; "
+                "drop --per-rank to get one report for the whole process tree"
+            )
         else:
             opts.append(a)
         if "=" not in a and a not in flags:
@@ -148,6 +170,7 @@ def _torchrun_split(cmd: list[str]):
 
 
 # ---------------------------------------------------------------- run
+
 
 def _env(steps_ab) -> dict:
     env = dict(os.environ)
@@ -176,8 +199,7 @@ def trace_for(preset: str, gpu: bool) -> str:
 
 
 def _nsys_profile_args(nsys, out_base: str, steps_ab, nsys_args: str | None, trace: str) -> list[str]:
-    args = [nsys, "profile", f"--trace={trace}", "-s", "none",
-            "--cpuctxsw=none", "-o", out_base, "-f", "true"]
+    args = [nsys, "profile", f"--trace={trace}", "-s", "none", "--cpuctxsw=none", "-o", out_base, "-f", "true"]
     if steps_ab is not None:
         args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@nsyscomm", "--capture-range-end=stop"]
     if nsys_args:
@@ -201,14 +223,16 @@ def _check_output(output: str | None) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise InputError(f"output folder {out} is not writable ({e.strerror}): pass --output with a writable folder") from None
+        raise InputError(
+            f"output folder {out} is not writable ({e.strerror}): pass --output with a writable folder"
+        ) from None
     return out.resolve()
 
 
 def _stderr_fd():
     try:
         return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):   # a captured stderr (tests): the real one
+    except (AttributeError, OSError, ValueError):  # a captured stderr (tests): the real one
         return 2
 
 
@@ -217,12 +241,16 @@ def _raise_interrupt(signum, frame):
 
 
 _INTERRUPTED = {
-    "nsys": ("interrupted: nsys was asked to stop the application and write the report",
-             "nsys is stopping the application and writing the report (interrupt again to abort it; "
-             "the report is then lost)"),
-    "torch": ("interrupted: the command was asked to stop; each rank writes its trace as it exits",
-              "the command is stopping; each rank writes its trace as it exits (interrupt again to abort it; "
-              "traces not yet written are then lost)"),
+    "nsys": (
+        "interrupted: nsys was asked to stop the application and write the report",
+        "nsys is stopping the application and writing the report (interrupt again to abort it; "
+        "the report is then lost)",
+    ),
+    "torch": (
+        "interrupted: the command was asked to stop; each rank writes its trace as it exits",
+        "the command is stopping; each rank writes its trace as it exits (interrupt again to abort it; "
+        "traces not yet written are then lost)",
+    ),
 }
 
 
@@ -300,24 +328,36 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
     before = {f: f.stat().st_mtime_ns for f in out_dir.glob("rank*.json.gz")}
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True,
-                                stdout=_stderr_fd() if stdout_to_stderr else None)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH") from None
     rc = _wait(proc, warnings_, profiler="torch")
     if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the traces cover the run until then")
-    reports = sorted((f for f in out_dir.glob("rank*.json.gz") if before.get(f) != f.stat().st_mtime_ns),
-                     key=lambda f: (len(f.name), f.name))
+    reports = sorted(
+        (f for f in out_dir.glob("rank*.json.gz") if before.get(f) != f.stat().st_mtime_ns),
+        key=lambda f: (len(f.name), f.name),
+    )
     if not reports:
-        warnings_.append(f"no torch.profiler trace was written in {out_dir} (no process initialized a "
-                         f"torch.distributed process group{', or the --steps window was never reached' if steps_ab else ''})")
+        warnings_.append(
+            f"no torch.profiler trace was written in {out_dir} (no process initialized a "
+            f"torch.distributed process group{', or the --steps window was never reached' if steps_ab else ''})"
+        )
     return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=list(cmd))
 
 
-def run(cmd: list[str], output: str | None = None, steps: str | None = None, per_rank: bool = False,
-        nsys_args: str | None = None, stdout_to_stderr: bool = False, profiler: str = "nsys",
-        hang_timeout: str | float | None = None, export: str = "sqlite", preset: str = "default") -> RunResult:
+def run(
+    cmd: list[str],
+    output: str | None = None,
+    steps: str | None = None,
+    per_rank: bool = False,
+    nsys_args: str | None = None,
+    stdout_to_stderr: bool = False,
+    profiler: str = "nsys",
+    hang_timeout: str | float | None = None,
+    export: str = "sqlite",
+    preset: str = "default",
+) -> RunResult:
     """stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
     machine-readable summary (``nsyscomm run --format json > summary.json``).
     profiler: "nsys" (default) or "torch" (torch.profiler in each process, one Kineto trace per rank).
@@ -346,6 +386,7 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
     # ---- issue 22: flight records and --hang-timeout (nsyscomm.capture.hang_watch) ----
     from nsyscomm.capture import flight_record, hang_watch
+
     hang_s = hang_watch.parse_duration(hang_timeout) if hang_timeout not in (None, "") else None
     records = out_dir / "records"
     hang_watch.clear(records)
@@ -367,46 +408,55 @@ def run(cmd: list[str], output: str | None = None, steps: str | None = None, per
     try:
         (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
     except OSError as e:
-        raise InputError(f"cannot write into the output folder {out_dir} ({e.strerror}): "
-                         f"free space there or pass --output with another folder") from None
+        raise InputError(
+            f"cannot write into the output folder {out_dir} ({e.strerror}): "
+            f"free space there or pass --output with another folder"
+        ) from None
     temp_before = _temp_reports()
     try:
         # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
-        proc = subprocess.Popen(full, env=env, start_new_session=True,
-                                stdout=_stderr_fd() if stdout_to_stderr else None)
+        proc = subprocess.Popen(
+            full, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None
+        )
     except OSError as e:
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
-    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None   # issue 22
+    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # issue 22
     started = time.perf_counter()
     try:
         rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
     finally:
         if watcher is not None:
             watcher.stop()
-    if watcher is not None and watcher.fired:   # issue 22: the job hung and was stopped
-        warnings_.append(f"the job hung: no collective finished for {hang_s:g} s; its ranks were stopped "
-                         f"(exit status {hang_watch.EXIT_HUNG})")
+    if watcher is not None and watcher.fired:  # issue 22: the job hung and was stopped
+        warnings_.append(
+            f"the job hung: no collective finished for {hang_s:g} s; its ranks were stopped "
+            f"(exit status {hang_watch.EXIT_HUNG})"
+        )
         rc = hang_watch.EXIT_HUNG
     elif rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
 
-    log = StageLog(out_dir)   # issue 24: each stage after the job shown and logged
+    log = StageLog(out_dir)  # issue 24: each stage after the job shown and logged
     log.line(f"job exited with status {rc} after {time.perf_counter() - started:.2f} s (nsys profile --trace={trace})")
     try:
         with log:
             reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log)
     except OSError as e:
-        warnings_.append(f"cannot import/export the report in {out_dir} ({e.strerror or e}): "
-                         f"free space there, then run: nsys export --type sqlite REPORT.nsys-rep")
+        warnings_.append(
+            f"cannot import/export the report in {out_dir} ({e.strerror or e}): "
+            f"free space there, then run: nsys export --type sqlite REPORT.nsys-rep"
+        )
         reports = []
     if not reports:
-        time.sleep(0.5)   # a concurrent nsys's temporary file is moved away by then
+        time.sleep(0.5)  # a concurrent nsys's temporary file is moved away by then
         stray = sorted(_temp_reports() - temp_before)
         if stray:
-            warnings_.append(f"nsys could not write into {out_dir} (full or not writable?) and left the report "
-                             f"at {', '.join(map(str, stray))}: move it somewhere with space, then import/export it "
-                             f"(QdstrmImporter -i FILE.qdstrm; nsys export --type sqlite FILE.nsys-rep) and run "
-                             f"nsyscomm summarize on the .sqlite")
+            warnings_.append(
+                f"nsys could not write into {out_dir} (full or not writable?) and left the report "
+                f"at {', '.join(map(str, stray))}: move it somewhere with space, then import/export it "
+                f"(QdstrmImporter -i FILE.qdstrm; nsys export --type sqlite FILE.nsys-rep) and run "
+                f"nsyscomm summarize on the .sqlite"
+            )
         else:
             warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
     return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)

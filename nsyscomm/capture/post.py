@@ -60,8 +60,13 @@ class StageLog:
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                      console=Console(stderr=True), transient=True)
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
 
     def __enter__(self) -> StageLog:
         if self._progress is not None:
@@ -81,7 +86,7 @@ class StageLog:
                 with open(self.path, "a") as f:
                     f.write(f"{stamp} {text}\n")
             except OSError:
-                pass   # the log is a convenience: a full disk is reported by the stage itself
+                pass  # the log is a convenience: a full disk is reported by the stage itself
             if self._progress is not None and echo:
                 self._progress.console.print(f"nsyscomm: {text}", highlight=False, markup=False)
 
@@ -123,8 +128,15 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float = 1800, export: str = "sqlite",
-                      log: StageLog | None = None, jobs: int | None = None) -> list[Path]:
+def import_and_export(
+    out_dir: Path,
+    nsys: str,
+    warnings_: list,
+    timeout: float = 1800,
+    export: str = "sqlite",
+    log: StageLog | None = None,
+    jobs: int | None = None,
+) -> list[Path]:
     """Turn every .qdstrm / .nsys-rep in out_dir into an export (export: "sqlite" or "arrow");
     return the exports, in report order. Reports are worked on in parallel (jobs, default: the
     usable cores), each one's import before its export."""
@@ -158,11 +170,12 @@ def import_and_export(out_dir: Path, nsys: str, warnings_: list, timeout: float 
 
 def _import(q: Path, rep: Path, nsys: str, warnings_: list, timeout: float, log: StageLog) -> Path | None:
     if q.exists() and not rep.exists():
-
         importer = find_importer(nsys)
         if importer is None:
-            warnings_.append(f"{q.name}: nsys left only the .qdstrm and QdstrmImporter was not found "
-                             "(set NSYSCOMM_QDSTRM_IMPORTER to its path)")
+            warnings_.append(
+                f"{q.name}: nsys left only the .qdstrm and QdstrmImporter was not found "
+                "(set NSYSCOMM_QDSTRM_IMPORTER to its path)"
+            )
             return None
         with log.stage("import", q, rep):
             r = subprocess.run([importer, "-i", str(q)], capture_output=True, text=True, timeout=timeout)
@@ -182,12 +195,18 @@ def _export(rep: Path, export: str, nsys: str, warnings_: list, timeout: float, 
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
         return out
     with log.stage(f"export ({export})", rep, out):
-        r = subprocess.run([nsys, "export", "--type", export, "-f", "true", "-o", str(out), str(rep)],
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [nsys, "export", "--type", export, "-f", "true", "-o", str(out), str(rep)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     if r.returncode != 0 or not out.exists():
-        warnings_.append(f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
-                         f"the report is kept: export it later with: "
-                         f"nsys export --type {export} -o {shlex.quote(str(out))} {shlex.quote(str(rep))}")
+        warnings_.append(
+            f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
+            f"the report is kept: export it later with: "
+            f"nsys export --type {export} -o {shlex.quote(str(out))} {shlex.quote(str(rep))}"
+        )
         return None
     return out
 

@@ -27,7 +27,7 @@ import threading
 
 _lock = threading.RLock()
 _dir: str | None = None
-_prof = None            # the running torch.profiler.profile
+_prof = None  # the running torch.profiler.profile
 _rank = None
 _done = False
 _atexit = False
@@ -86,7 +86,7 @@ def finish() -> str | None:
         _prof = None
         _done = True
         path = trace_path(_rank)
-        part = path[: -len(".json.gz")] + ".partial.gz"   # not *.json.gz: never read as a trace
+        part = path[: -len(".json.gz")] + ".partial.gz"  # not *.json.gz: never read as a trace
         try:
             p.stop()
             p.export_chrome_trace(part)

@@ -35,33 +35,34 @@ from nsyscomm import nvtx_format as _fmt
 
 _lock = threading.RLock()
 _enabled = False
-_installed = False          # layer 1 installed (stays installed for isend/irecv, see annotate)
-_patched: list = []         # (owner, name, original, wrapper)
-_lib = None                 # the torch.library.Library objects holding layer 2
+_installed = False  # layer 1 installed (stays installed for isend/irecv, see annotate)
+_patched: list = []  # (owner, name, original, wrapper)
+_lib = None  # the torch.library.Library objects holding layer 2
 _opt_hook = None
 _warned: set = set()
 
-_groups: dict = {}          # ProcessGroup -> _Group
-_seq: dict = {}             # seq key -> itertools.count
+_groups: dict = {}  # ProcessGroup -> _Group
+_seq: dict = {}  # seq key -> itertools.count
 _dtype_names: dict = {}
-_call_sites: dict = {}      # (code, f_lasti) -> "file:line function", or "" for a frame to skip
+_call_sites: dict = {}  # (code, f_lasti) -> "file:line function", or "" for a frame to skip
 
-_step = None                # current step (int) or None
-_explicit_step = False      # nsyscomm.step() was called: optimizer detection off
-_first_optimizer = None     # id of the optimizer whose steps count
-_capture = None             # (A, B) from NSYSCOMM_CAPTURE_STEPS
+_step = None  # current step (int) or None
+_explicit_step = False  # nsyscomm.step() was called: optimizer detection off
+_first_optimizer = None  # id of the optimizer whose steps count
+_capture = None  # (A, B) from NSYSCOMM_CAPTURE_STEPS
 _capture_open = False
 _rank_marked = False
 
 _torch = None
 _c10d = None
-_Below = None               # torch._C._AutoDispatchBelowAutograd
+_Below = None  # torch._C._AutoDispatchBelowAutograd
 
-try:                        # the hot wrappers' steady state in C; optional (a build without a compiler)
+try:  # the hot wrappers' steady state in C; optional (a build without a compiler)
     from nsyscomm.capture import _fastpath
 except ImportError:
     _fastpath = None
-_fast_guard = False         # _fastpath holds the autograd-key guard in C (checked by _check_fast_guard)
+_fast_guard = False  # _fastpath holds the autograd-key guard in C (checked by _check_fast_guard)
+
 
 # torch.profiler: while one records in this process, every range is also a record_function
 # (user_annotation) range of the same message, so Kineto traces carry the metadata
@@ -69,24 +70,25 @@ class _ProfilerOff:
     _is_profiler_enabled = False
 
 
-_prof = _ProfilerOff        # torch.autograd.profiler (its _is_profiler_enabled flag: one attribute read)
-_rf_enter = None            # torch.ops.profiler._record_function_enter_new
-_rf_exit = None             # torch.ops.profiler._record_function_exit._RecordFunction
-_profile_hook = None        # nsyscomm.capture.torch_profile under `nsyscomm run --profiler torch`
+_prof = _ProfilerOff  # torch.autograd.profiler (its _is_profiler_enabled flag: one attribute read)
+_rf_enter = None  # torch.ops.profiler._record_function_enter_new
+_rf_exit = None  # torch.ops.profiler._record_function_exit._RecordFunction
+_profile_hook = None  # nsyscomm.capture.torch_profile under `nsyscomm run --profiler torch`
 
 
 class _TLS(threading.local):
-    busy = False            # inside an annotated call on this thread: inner calls pass through
-    api = None              # api label for layer-2 calls made by a layer-1 wrapper (batch_isend_irecv)
-    attrs = None            # this thread's nvtx EventAttributes, reused for every push (fast emitter)
+    busy = False  # inside an annotated call on this thread: inner calls pass through
+    api = None  # api label for layer-2 calls made by a layer-1 wrapper (batch_isend_irecv)
+    attrs = None  # this thread's nvtx EventAttributes, reused for every push (fast emitter)
 
 
 if _fastpath is not None:
-    _TLS.busy = _fastpath.busy_flag   # the same flag, kept in C (read by the C path without a lookup)
+    _TLS.busy = _fastpath.busy_flag  # the same flag, kept in C (read by the C path without a lookup)
 _tls = _TLS()
 
 
 # ---------------------------------------------------------------- emission (monkeypatched in tests)
+
 
 def _noop(*_a):
     return None
@@ -105,8 +107,11 @@ def _init_emitter():
     try:
         import nvtx  # noqa: F401
     except Exception as e:  # no nvtx: no annotation
-        _warn_once("nvtx", f"nsyscomm: the nvtx package is not importable ({e!r}); collectives are not annotated. "
-                           "Install it with: pip install 'nvtx==0.2.11'")
+        _warn_once(
+            "nvtx",
+            f"nsyscomm: the nvtx package is not importable ({e!r}); collectives are not annotated. "
+            "Install it with: pip install 'nvtx==0.2.11'",
+        )
         _push = _pop = _mark = _noop
         _emitter_kind = "none"
         return
@@ -139,7 +144,7 @@ def _init_emitter():
             _m(_E(_M(_h, msg), None), _h)
 
         EventAttributes(_Message(h, "nsyscomm"), None).message = _Message(h, "nsyscomm")  # the API we expect
-        if _fastpath is not None:   # the same two functions in C: no Python frame per push and pop
+        if _fastpath is not None:  # the same two functions in C: no Python frame per push and pop
             _fastpath.nvtx_configure(EventAttributes, _Message, push_range, pop_range, h, _tls)
             push, pop = _fastpath.push, _fastpath.pop
         _domain_keepalive = dom
@@ -190,7 +195,7 @@ def _rf_close(handle):
 # ---------------------------------------------------------------- helpers
 
 _skip_dirs: tuple = ()
-_GENERATED = os.sep + "torchinductor_"   # Inductor's default cache dir, where its output code lives
+_GENERATED = os.sep + "torchinductor_"  # Inductor's default cache dir, where its output code lives
 
 
 def _caller() -> str:
@@ -217,9 +222,12 @@ def _site(f) -> str:
     code = f.f_code
     fn = code.co_filename
     # skipped too: code torch generates (fx graphs "<eval_with_key>.N ...", Inductor's output code)
-    site = "" if (fn.startswith(_skip_dirs) or fn.startswith(("<frozen", "<eval_with_key>"))
-                  or _GENERATED in fn) else f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
-    if len(_call_sites) > 100_000:   # code made at run time (exec) would grow it without bound
+    site = (
+        ""
+        if (fn.startswith(_skip_dirs) or fn.startswith(("<frozen", "<eval_with_key>")) or _GENERATED in fn)
+        else f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
+    )
+    if len(_call_sites) > 100_000:  # code made at run time (exec) would grow it without bound
         _call_sites.clear()
     _call_sites[(code, f.f_lasti)] = site
     return site
@@ -254,7 +262,7 @@ class _Group:
         with _lock:
             self.counter = _seq.setdefault(self.name, itertools.count())
         self.templates = {}
-        try:   # DeviceMesh's dimension names (group_desc "mesh_dp"), once per group
+        try:  # DeviceMesh's dimension names (group_desc "mesh_dp"), once per group
             desc = str(getattr(pg, "group_desc", "") or "")
             if desc and desc not in ("undefined", "default_pg"):
                 _mark(_fmt.format_group_marker(self.name, desc))
@@ -289,7 +297,7 @@ def _group_or_none(pg):
         return None
     g = _group(pg)
     if pg is None:
-        _groups[None] = g   # dropped by the init/destroy_process_group wrappers
+        _groups[None] = g  # dropped by the init/destroy_process_group wrappers
     return g
 
 
@@ -349,6 +357,7 @@ def _sum_bytes(x):
 
 
 # ---------------------------------------------------------------- step and rank markers
+
 
 def _emit_rank_marker():
     global _rank_marked
@@ -419,6 +428,7 @@ def _optimizer_post_hook(optimizer, args, kwargs):
 
 # ---------------------------------------------------------------- layer 1: Python wrappers
 
+
 def _compose(g, op, api, dt, nbytes, numel, seq, asy, peer=None):
     """The NVTX message of one call of group g (the process's rank marker goes first, once).
     The hot wrapper and _fastpath.c build the same message inline from a cached template."""
@@ -426,7 +436,13 @@ def _compose(g, op, api, dt, nbytes, numel, seq, asy, peer=None):
         _emit_rank_marker()
     st = _step
     msg = g.template(op, api, _dtype_name(dt) if dt is not None else "") % (
-        nbytes, numel, seq, asy, "" if st is None else st, _caller())
+        nbytes,
+        numel,
+        seq,
+        asy,
+        "" if st is None else st,
+        _caller(),
+    )
     return msg if peer is None else _fmt.with_peer(msg, peer)
 
 
@@ -454,8 +470,21 @@ def _call_below(fn, args, kwargs, tls, rf, pushed):
                 _warn_once("pop", f"nsyscomm: NVTX pop failed ({e!r})")
 
 
-def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, a_kw="async_op",
-                  always_async=False, p2p=None, funcol=False):
+def _make_wrapper(
+    fn,
+    api,
+    op,
+    size_rule,
+    t_idx,
+    t_kw,
+    g_idx,
+    g_kw,
+    a_idx=None,
+    a_kw="async_op",
+    always_async=False,
+    p2p=None,
+    funcol=False,
+):
     """Build a wrapper. size_rule: t | t_n | list | list_n | none | obj."""
 
     def message(args, kwargs):
@@ -541,9 +570,14 @@ def _make_wrapper(fn, api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx=None, 
                     if not _rank_marked:
                         _emit_rank_marker()
                     st = _step
-                    msg = tm % (numel * t.element_size(), numel, next(g.counter),
-                                "1" if (args[a_idx] if n > a_idx else kwargs.get(a_kw)) else "0",
-                                "" if st is None else st, _caller())
+                    msg = tm % (
+                        numel * t.element_size(),
+                        numel,
+                        next(g.counter),
+                        "1" if (args[a_idx] if n > a_idx else kwargs.get(a_kw)) else "0",
+                        "" if st is None else st,
+                        _caller(),
+                    )
                     _push(msg)
                     pushed = True
                     if _prof._is_profiler_enabled:
@@ -650,7 +684,7 @@ _FUNCOL_SPECS = {
     "permute_tensor": ("send", "t", 0, "self", 2),
 }
 
-_KEEP = ("isend", "irecv")   # identity-checked by P2POp / batch_isend_irecv: stay wrapped (pass-through when off)
+_KEEP = ("isend", "irecv")  # identity-checked by P2POp / batch_isend_irecv: stay wrapped (pass-through when off)
 
 
 def _patch(owner, name, new):
@@ -684,8 +718,12 @@ def _install_layer1():
             try:
                 # P2POps built with the unwrapped isend/irecv (before annotate) would fail torch's
                 # `op.op is isend` test: point them at the wrappers, which are what `isend` now names.
-                fixed = [o if id(o.op) not in origs else c10d.P2POp(origs[id(o.op)], o.tensor, None, o.group, o.tag,
-                                                                  group_peer=o.group_peer) for o in p2p_op_list]
+                fixed = [
+                    o
+                    if id(o.op) not in origs
+                    else c10d.P2POp(origs[id(o.op)], o.tensor, None, o.group, o.tag, group_peer=o.group_peer)
+                    for o in p2p_op_list
+                ]
             except Exception:
                 fixed = p2p_op_list
             _tls.api = "batch_isend_irecv"
@@ -703,6 +741,7 @@ def _install_layer1():
     # init_process_group: emit the rank marker once the rank is known
     orig_init = c10d.init_process_group
     if not getattr(orig_init, "_nsyscomm", False):
+
         def init_process_group(*args, **kwargs):
             _groups.pop(None, None)
             r = orig_init(*args, **kwargs)
@@ -718,11 +757,12 @@ def _install_layer1():
             _patch(dist, "init_process_group", init_process_group)
     orig_destroy = c10d.destroy_process_group
     if not getattr(orig_destroy, "_nsyscomm", False):
+
         def destroy_process_group(*args, **kwargs):
             _groups.pop(None, None)
             grp = args[0] if args else kwargs.get("group")
             if _profile_hook is not None and (grp is None or grp is c10d.GroupMember.WORLD):
-                _profile_hook.finish()   # the default group goes away: write the trace while the rank is known
+                _profile_hook.finish()  # the default group goes away: write the trace while the rank is known
             try:
                 return orig_destroy(*args, **kwargs)
             finally:
@@ -744,8 +784,9 @@ def _install_layer1():
             orig = getattr(fc, api, None)
             if orig is None or getattr(orig, "_nsyscomm", False):
                 continue
-            w = _make_wrapper(orig, "funcol." + api, op, rule, ti, tk, gi, "group", None, always_async=True,
-                              funcol=True)
+            w = _make_wrapper(
+                orig, "funcol." + api, op, rule, ti, tk, gi, "group", None, always_async=True, funcol=True
+            )
             _patch(fc, api, w)
 
 
@@ -778,7 +819,7 @@ _OP_SPECS = {
 
 _DDP_FILE = os.path.join("nn", "parallel", "distributed.py")
 _AUTOGRAD_DIR = os.sep + "autograd" + os.sep
-_ddp_code: dict = {}        # code object -> True when its frames mean "called by DDP"
+_ddp_code: dict = {}  # code object -> True when its frames mean "called by DDP"
 
 
 def _dispatch_api(name):
@@ -841,7 +882,7 @@ def _tracing(args) -> bool:
     try:
         T = _torch.Tensor
         for a in args:
-            for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            for t in a if isinstance(a, (list, tuple)) else (a,):
                 if isinstance(t, T) and type(t) is not T and not isinstance(t, _torch.nn.Parameter):
                     return True
     except Exception:
@@ -945,7 +986,9 @@ def _install_layer2():
                 flib.impl(name, _make_kernel(name, packet.default, _funcol_op_message), key)
                 n += 1
             except Exception as e:
-                _warn_once("impl" + name + key, f"nsyscomm: no dispatcher hook for _c10d_functional::{name} on {key} ({e!r})")
+                _warn_once(
+                    "impl" + name + key, f"nsyscomm: no dispatcher hook for _c10d_functional::{name} on {key} ({e!r})"
+                )
     _lib = (lib, flib) if flib is not None else (lib,)
     return n
 
@@ -1005,6 +1048,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
         try:
             import torch
             import torch.distributed as dist
+
             if not dist.is_available():
                 _warn_once("dist", "nsyscomm: torch.distributed is not available; nothing to annotate")
                 return False
@@ -1027,6 +1071,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
                 _init_emitter()
                 # issue 22: every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR)
                 from nsyscomm.capture import flight_record
+
                 _push, _pop = flight_record.chain(_push, _pop)
             if os.environ.get("NSYSCOMM_CAPTURE_STEPS"):
                 _capture = _parse_capture(os.environ["NSYSCOMM_CAPTURE_STEPS"])
@@ -1043,7 +1088,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
             _installed = True
             _enabled = True
             if _step is None and not _explicit_step:
-                _step = 0   # step 0 = before the first optimizer.step()
+                _step = 0  # step 0 = before the first optimizer.step()
             if _capture is not None and not _capture_open:
                 _update_capture(_step if _step is not None else 0)
             _emit_rank_marker()

@@ -39,7 +39,7 @@ class JobCalls:
     calls_in of the job's database, a batch at a time, and let go of."""
 
     def __init__(self) -> None:
-        self.pids: dict[str, set[int]] = {}   # report -> the processes that made calls
+        self.pids: dict[str, set[int]] = {}  # report -> the processes that made calls
         self._pending: list[tuple[int, str, pa.Table]] = []
         self._rows = 0
         self._stored = False
@@ -64,7 +64,7 @@ class JobCalls:
             self._rows += len(e.calls)
             if self._rows >= self.batch:
                 self._store()
-        return replace(e, calls=e.calls.schema.empty_table())   # not a slice: that would keep the buffers
+        return replace(e, calls=e.calls.schema.empty_table())  # not a slice: that would keep the buffers
 
     def finish(self) -> None:
         """View calls_typed: every call, typed as the normalized table."""
@@ -76,7 +76,7 @@ class JobCalls:
         calls = self._stacked()
         if calls is not None:
             self.con.register("calls_arrow", calls)
-        select = _typed_select(calls, "calls_arrow")   # names and types from nsyscomm.schema only
+        select = _typed_select(calls, "calls_arrow")  # names and types from nsyscomm.schema only
         self.con.execute(f"CREATE TEMP VIEW calls_typed AS {select}")
 
     def _store(self) -> None:
@@ -115,8 +115,10 @@ def _stack_calls(tables: list[pa.Table]) -> pa.Table:
     target = schema.arrow_types()
     mixed = {n for n, ts in types.items() if len(ts) > 1 and n in target}
     if mixed:
-        tables = [t.cast(pa.schema([pa.field(f.name, target[f.name]) if f.name in mixed else f for f in t.schema]))
-                  for t in tables]
+        tables = [
+            t.cast(pa.schema([pa.field(f.name, target[f.name]) if f.name in mixed else f for f in t.schema]))
+            for t in tables
+        ]
     return pa.concat_tables(tables, promote_options="permissive")
 
 
@@ -124,8 +126,11 @@ def _typed_select(calls: pa.Table | None, name: str) -> str:
     """calls, registered as name, read as the normalized table's columns and types (the ones
     collectives.sql derives excepted); a column the sources did not give is NULL."""
     have = set(calls.column_names) if calls is not None else set()
-    cols = ", ".join(f'CAST("{n}" AS {t}) AS "{n}"' if n in have else f'NULL::{t} AS "{n}"'
-                     for n, t in schema.COLLECTIVES if n not in _DERIVED)
+    cols = ", ".join(
+        f'CAST("{n}" AS {t}) AS "{n}"' if n in have else f'NULL::{t} AS "{n}"'
+        for n, t in schema.COLLECTIVES
+        if n not in _DERIVED
+    )
     return f"SELECT {cols} FROM {name}" if calls is not None else f"SELECT {cols} WHERE false"
 
 
@@ -141,14 +146,19 @@ def fill_op(t: pa.Table) -> pa.Table:
 
 
 def stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:
-    frames = [getattr(e, attr).assign(report=e.report) for e in extracts
-              if getattr(e, attr, None) is not None and len(getattr(e, attr))]
+    frames = [
+        getattr(e, attr).assign(report=e.report)
+        for e in extracts
+        if getattr(e, attr, None) is not None and len(getattr(e, attr))
+    ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["report", *columns])
 
 
-def register(con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | pa.Table, select: str) -> None:  # df: pandas or Arrow
+def register(
+    con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | pa.Table, select: str
+) -> None:  # df: pandas or Arrow
     con.register(f"{name}_df", df)
-    con.execute(f"CREATE TABLE {name} AS SELECT {select} FROM {name}_df")   # not TEMP: see Result.prefetch
+    con.execute(f"CREATE TABLE {name} AS SELECT {select} FROM {name}_df")  # not TEMP: see Result.prefetch
     con.unregister(f"{name}_df")
 
 

@@ -26,23 +26,29 @@ def shift(con: duckdb.DuckDBPyConnection, offsets: dict[str, int]) -> None:
         if not off:
             continue
         con.execute("UPDATE report_offsets SET off = off + $off WHERE report = $r", {"off": off, "r": report})
-        con.execute('UPDATE host_calls SET start = start + $off, "end" = "end" + $off WHERE report = $r',
-                    {"off": off, "r": report})
-        con.execute("UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
-                    {"off": off, "r": report})
+        con.execute(
+            'UPDATE host_calls SET start = start + $off, "end" = "end" + $off WHERE report = $r',
+            {"off": off, "r": report},
+        )
+        con.execute(
+            "UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
+            {"off": off, "r": report},
+        )
 
 
-def refine(con: duckdb.DuckDBPyConnection, ref: str,
-           create_collectives: Callable[[duckdb.DuckDBPyConnection], None]) -> list[str]:
+def refine(
+    con: duckdb.DuckDBPyConnection, ref: str, create_collectives: Callable[[duckdb.DuckDBPyConnection], None]
+) -> list[str]:
     """Second step: a collective ends at nearly the same moment on all its ranks, so the median
     difference of matched end times between a report and the reference is its clock error."""
     deltas = con.execute(duck.sql("clock_offsets"), {"ref": ref}).fetchall()
     if not deltas:
-        return ["reports come from several nsys sessions and share no collective: "
-                "clocks aligned by session start only"]
+        return ["reports come from several nsys sessions and share no collective: clocks aligned by session start only"]
     shift(con, {report: int(delta) for report, delta, _, _ in deltas})
     con.execute("DROP TABLE collectives")
     create_collectives(con)
     worst = max(res for _, _, res, _ in deltas)
-    return [f"clocks of {len(deltas) + 1} reports aligned by session start and collective end times "
-            f"(residual error up to {worst / 1e3:.1f} us, median absolute deviation of matched ends)"]
+    return [
+        f"clocks of {len(deltas) + 1} reports aligned by session start and collective end times "
+        f"(residual error up to {worst / 1e3:.1f} us, median absolute deviation of matched ends)"
+    ]

@@ -30,11 +30,12 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     shifted = any(offsets.values())
     proc_ranks, rank_warnings = assign_ranks(extracts, calls.pids)
     warnings += rank_warnings
-    calls.finish()   # view calls_typed
+    calls.finish()  # view calls_typed
     # absurd timestamps (end before start) would give negative latencies: leave those calls out
     skipped, backwards = con.execute(
         "SELECT count(*) FILTER (WHERE op IS NULL), "
-        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed").fetchone()
+        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed"
+    ).fetchone()
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
     if backwards:
@@ -45,29 +46,56 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         con.execute("CREATE TEMP TABLE report_offsets (report VARCHAR, off BIGINT)")
         con.executemany("INSERT INTO report_offsets VALUES (?, 0)", [[e.report] for e in extracts])
         sets = ", ".join(f"c.{t} + o.off AS {t}" for t in TIME_COLS)
-        con.execute(f"CREATE TEMP VIEW calls AS SELECT c.* REPLACE ({sets}) FROM calls_typed c "
-                    f"JOIN report_offsets o ON o.report = c.report WHERE {where}")
+        con.execute(
+            f"CREATE TEMP VIEW calls AS SELECT c.* REPLACE ({sets}) FROM calls_typed c "
+            f"JOIN report_offsets o ON o.report = c.report WHERE {where}"
+        )
     else:
         con.execute(f"CREATE TEMP VIEW calls AS SELECT * FROM calls_typed WHERE {where}")
-    register(con, "proc_ranks", proc_ranks,
-              "report::VARCHAR AS report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
-              "local_rank::INTEGER AS local_rank, host::VARCHAR AS host")
-    register(con, "proc_spans", stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
-              "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns")
+    register(
+        con,
+        "proc_ranks",
+        proc_ranks,
+        "report::VARCHAR AS report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
+        "local_rank::INTEGER AS local_rank, host::VARCHAR AS host",
+    )
+    register(
+        con,
+        "proc_spans",
+        stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
+        "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns",
+    )
     # OS-runtime calls, for the late-arrival diagnosis; osrt_reports: the reports that had the trace
-    register(con, "host_calls", stack(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
-             'report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, '
-             '"end"::BIGINT AS "end", name::VARCHAR AS name')
-    register(con, "group_descs", stack(extracts, "groups", ["group", "desc"]),
-             'report::VARCHAR AS report, "group"::VARCHAR AS "group", "desc"::VARCHAR AS "desc"')
-    register(con, "osrt_reports", pd.DataFrame({"report": [e.report for e in extracts
-                                                            if getattr(e, "host_calls", None) is not None]},
-                                               dtype=object), "report::VARCHAR AS report")
+    register(
+        con,
+        "host_calls",
+        stack(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
+        "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
+        '"end"::BIGINT AS "end", name::VARCHAR AS name',
+    )
+    register(
+        con,
+        "group_descs",
+        stack(extracts, "groups", ["group", "desc"]),
+        'report::VARCHAR AS report, "group"::VARCHAR AS "group", "desc"::VARCHAR AS "desc"',
+    )
+    register(
+        con,
+        "osrt_reports",
+        pd.DataFrame(
+            {"report": [e.report for e in extracts if getattr(e, "host_calls", None) is not None]}, dtype=object
+        ),
+        "report::VARCHAR AS report",
+    )
     links = fill_op(pa.Table.from_pandas(stack(extracts, "links", gpu_metrics.COLUMNS), preserve_index=False))
-    register(con, "link_usage", links,
-              "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
-              "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
-              "weighted::DOUBLE AS weighted, max_value::DOUBLE AS max_value")
+    register(
+        con,
+        "link_usage",
+        links,
+        "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
+        "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
+        "weighted::DOUBLE AS weighted, max_value::DOUBLE AS max_value",
+    )
     if shifted:
         clocks.shift(con, offsets)
     create_collectives(con)
@@ -82,18 +110,25 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     # what the warnings below count, in one scan of the calls
     max_n, by_order, unsized = con.execute(duck.sql("job_checks")).fetchone()
     max_n = int(max_n)
-    factors = pd.DataFrame([(op, n, busbw.busbw_factor(op, n)) for op in busbw.OPS for n in range(1, max(2, max_n) + 1)],
-                           columns=["op", "group_size", "factor"])
+    factors = pd.DataFrame(
+        [(op, n, busbw.busbw_factor(op, n)) for op in busbw.OPS for n in range(1, max(2, max_n) + 1)],
+        columns=["op", "group_size", "factor"],
+    )
     register(con, "busbw_factors", factors, "op, group_size::INTEGER AS group_size, factor::DOUBLE AS factor")
     # point-to-point calls have one participant per side by nature
-    unmatched = con.execute("SELECT count(*) FROM logical_collectives "
-                            "WHERE participants < group_size AND op NOT IN ('send', 'recv')").fetchone()[0]
+    unmatched = con.execute(
+        "SELECT count(*) FROM logical_collectives WHERE participants < group_size AND op NOT IN ('send', 'recv')"
+    ).fetchone()[0]
     if unmatched:
-        warnings.append(f"{unmatched} logical collective(s) were seen on fewer ranks than their group size "
-                        f"(ranks missing from the input, or calls outside the capture window)")
+        warnings.append(
+            f"{unmatched} logical collective(s) were seen on fewer ranks than their group size "
+            f"(ranks missing from the input, or calls outside the capture window)"
+        )
     if by_order:
-        warnings.append(f"{by_order} call(s) without nsyscomm or NCCL payload metadata: matched across ranks by "
-                        f"call order, group size inferred from the matched ranks")
+        warnings.append(
+            f"{by_order} call(s) without nsyscomm or NCCL payload metadata: matched across ranks by "
+            f"call order, group size inferred from the matched ranks"
+        )
     if unsized:
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
     return Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)

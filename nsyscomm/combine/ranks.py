@@ -17,9 +17,10 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
     rows, unmarked = [], []
     for e in extracts:
         marked = {}
-        m = e.markers   # columns, not itertuples(): 256 small reports took 0.3 s
-        for pid, rank, local_rank, host in zip(m["pid"].tolist(), m["rank"].tolist(), m["local_rank"].tolist(),
-                                               m["host"].tolist()):
+        m = e.markers  # columns, not itertuples(): 256 small reports took 0.3 s
+        for pid, rank, local_rank, host in zip(
+            m["pid"].tolist(), m["rank"].tolist(), m["local_rank"].tolist(), m["host"].tolist()
+        ):
             if pd.notna(rank):
                 marked[int(pid)] = (int(rank), None if pd.isna(local_rank) else int(local_rank), host)
         called = called_pids.get(e.report, set())
@@ -38,8 +39,10 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
         seen.add(r[2])
     if clashes:
         who = ", ".join(f"{r[0]}:{r[1]}" for r in clashes)
-        warnings.append(f"rank(s) {sorted({r[2] for r in clashes})} claimed by several processes; "
-                        f"renumbered: {who} (are these reports from one job?)")
+        warnings.append(
+            f"rank(s) {sorted({r[2] for r in clashes})} claimed by several processes; "
+            f"renumbered: {who} (are these reports from one job?)"
+        )
         # a renumbered process keeps its host and local rank: only its rank clashed (issue 26)
         unmarked += [(r[0], r[1], r[3], r[4]) for r in clashes]
         rows = kept
@@ -52,6 +55,8 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
             rows.append((report, pid, nxt, local_rank, host))
             taken.add(nxt)
         if len(unmarked) > len(clashes):
-            warnings.append(f"{len(unmarked) - len(clashes)} process(es) carry no nsyscomm rank marker: "
-                            f"ranks assigned in process order (report, pid)")
+            warnings.append(
+                f"{len(unmarked) - len(clashes)} process(es) carry no nsyscomm rank marker: "
+                f"ranks assigned in process order (report, pid)"
+            )
     return pd.DataFrame(rows, columns=["report", "pid", "rank", "local_rank", "host"]), warnings

@@ -56,11 +56,17 @@ def guard(fn, debug: bool = False):
             click.echo("nsyscomm: interrupted", err=True)
             sys.exit(130)
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException":  # DuckDB's
-            click.echo(f"nsyscomm: error: out of memory ({_first_line(e)}); "
-                       f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs", err=True)
+            click.echo(
+                f"nsyscomm: error: out of memory ({_first_line(e)}); "
+                f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs",
+                err=True,
+            )
             sys.exit(EXIT_INPUT)
-        click.echo(f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
-                   f"(run again with --debug for a traceback, and report it)", err=True)
+        click.echo(
+            f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
+            f"(run again with --debug for a traceback, and report it)",
+            err=True,
+        )
         sys.exit(EXIT_INTERNAL)
 
 

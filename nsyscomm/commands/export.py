@@ -8,9 +8,14 @@ from nsyscomm.commands import guard as _guard
 
 
 @click.command("export")
-@click.option("--format", "fmt", type=click.Choice(["whatif"]), required=True,
-              help="whatif: the per-op trace of the OSDI'25 straggler study's artifact "
-                   "(trace-NAME.parquet + meta-NAME.yaml; ByteDance-Seed/StragglerAnalysis).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["whatif"]),
+    required=True,
+    help="whatif: the per-op trace of the OSDI'25 straggler study's artifact "
+    "(trace-NAME.parquet + meta-NAME.yaml; ByteDance-Seed/StragglerAnalysis).",
+)
 @click.option("--name", default="nsyscomm", show_default=True, help="The trace's name (trial_name).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=str))

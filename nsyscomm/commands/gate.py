@@ -23,16 +23,43 @@ from nsyscomm.views.safe import visible
 EXIT_PASS, EXIT_REGRESSION = 0, 1
 
 
-def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys, missing_keys,
-          noise_sigma, by, fmt, junit, show, step_summary, output):
+def _gate(
+    baselines,
+    inputs,
+    config,
+    no_pyproject,
+    rel,
+    abs_,
+    ignore,
+    min_calls,
+    new_keys,
+    missing_keys,
+    noise_sigma,
+    by,
+    fmt,
+    junit,
+    show,
+    step_summary,
+    output,
+):
     from nsyscomm import gate as g
     from nsyscomm.views import gate_out
 
     settings = g.settings_from(config, pyproject=not no_pyproject)
-    settings = g.override(settings, rel=rel, abs_=abs_, ignore=ignore, min_calls=min_calls, new_keys=new_keys,
-                          missing_keys=missing_keys, noise_sigma=noise_sigma, level=by)
+    settings = g.override(
+        settings,
+        rel=rel,
+        abs_=abs_,
+        ignore=ignore,
+        min_calls=min_calls,
+        new_keys=new_keys,
+        missing_keys=missing_keys,
+        noise_sigma=noise_sigma,
+        level=by,
+    )
     verdict = g.run_gate(list(baselines), list(inputs), settings)
     from nsyscomm.analyses.hang import gate_check  # issue 22: a run that hung or desynced fails
+
     hang_failure = gate_check(list(inputs))
     if fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
@@ -60,8 +87,10 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
             with open(summary_file, "a", encoding="utf-8") as f:
                 f.write(gate_out.render_markdown(verdict, show) + "\n")
         except OSError as e:  # the verdict stands; a job summary we cannot write must not change it
-            click.echo(f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): "
-                       f"{e.strerror or e}", err=True)
+            click.echo(
+                f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {e.strerror or e}",
+                err=True,
+            )
     if hang_failure:
         click.echo(f"nsyscomm: gate FAILED: {hang_failure}", err=True)
         return max(verdict.exit_code, EXIT_REGRESSION)
@@ -70,46 +99,131 @@ def _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls,
 
 @click.command("gate", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--baseline", "-b", "baselines", multiple=True, required=True, type=click.Path(path_type=str),
-              help="Baseline: a JSON summary or baseline file (nsyscomm baseline), or reports. Repeat it "
-                   "(or use a baseline holding several runs) to give each key a noise band.")
-@click.option("--config", type=click.Path(path_type=str),
-              help="TOML file with [tool.nsyscomm.gate] (or [gate], or top-level) settings. "
-                   "[tool.nsyscomm.gate] of the nearest pyproject.toml is read first.")
+@click.option(
+    "--baseline",
+    "-b",
+    "baselines",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=str),
+    help="Baseline: a JSON summary or baseline file (nsyscomm baseline), or reports. Repeat it "
+    "(or use a baseline holding several runs) to give each key a noise band.",
+)
+@click.option(
+    "--config",
+    type=click.Path(path_type=str),
+    help="TOML file with [tool.nsyscomm.gate] (or [gate], or top-level) settings. "
+    "[tool.nsyscomm.gate] of the nearest pyproject.toml is read first.",
+)
 @click.option("--no-pyproject", is_flag=True, help="Do not read [tool.nsyscomm.gate] from pyproject.toml.")
-@click.option("--rel", multiple=True, metavar="[METRIC=]PCT",
-              help="Relative threshold in percent: for every metric (--rel 15) or one (--rel key.busbw_GBps=5; "
-                   "a bare name like avg_ms means every scope's).")
-@click.option("--abs", "abs_", multiple=True, metavar="METRIC=VALUE",
-              help="Absolute floor in the metric's unit (ms, GB/s, calls): smaller changes never fail.")
-@click.option("--ignore", multiple=True, metavar="METRIC", help="Do not compare this metric (or scope: key, rank, job).")
-@click.option("--min-calls", type=click.IntRange(min=0), help="A key is gated only with at least this many calls "
-              "on both sides (default 10).")
-@click.option("--new-keys", type=click.Choice(["fail", "warn", "ignore"]),
-              help="A key absent from the baseline (default fail).")
-@click.option("--missing-keys", type=click.Choice(["fail", "warn", "ignore"]),
-              help="A baseline key absent from the run (default warn).")
-@click.option("--noise-sigma", type=click.FloatRange(min=0), help="Widen the baseline runs' [min, max] band by "
-              "this many standard deviations (default 0).")
-@click.option("--by", type=click.Choice(["auto", "op", "caller"]),
-              help="Compare per (op, size, n) or per caller too; auto (default): per caller when both sides have it.")
+@click.option(
+    "--rel",
+    multiple=True,
+    metavar="[METRIC=]PCT",
+    help="Relative threshold in percent: for every metric (--rel 15) or one (--rel key.busbw_GBps=5; "
+    "a bare name like avg_ms means every scope's).",
+)
+@click.option(
+    "--abs",
+    "abs_",
+    multiple=True,
+    metavar="METRIC=VALUE",
+    help="Absolute floor in the metric's unit (ms, GB/s, calls): smaller changes never fail.",
+)
+@click.option(
+    "--ignore", multiple=True, metavar="METRIC", help="Do not compare this metric (or scope: key, rank, job)."
+)
+@click.option(
+    "--min-calls",
+    type=click.IntRange(min=0),
+    help="A key is gated only with at least this many calls on both sides (default 10).",
+)
+@click.option(
+    "--new-keys", type=click.Choice(["fail", "warn", "ignore"]), help="A key absent from the baseline (default fail)."
+)
+@click.option(
+    "--missing-keys",
+    type=click.Choice(["fail", "warn", "ignore"]),
+    help="A baseline key absent from the run (default warn).",
+)
+@click.option(
+    "--noise-sigma",
+    type=click.FloatRange(min=0),
+    help="Widen the baseline runs' [min, max] band by this many standard deviations (default 0).",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["auto", "op", "caller"]),
+    help="Compare per (op, size, n) or per caller too; auto (default): per caller when both sides have it.",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
-@click.option("--show", type=click.Choice(["changed", "all"]), default="changed", show_default=True,
-              help="Rows to list: what changed, or every comparison.")
-@click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Also write JUnit XML: one test case per key.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str), help="Write the report here instead of stdout.")
-@click.option("--step-summary/--no-step-summary", default=True, show_default=True,
-              help="Append the markdown report to $GITHUB_STEP_SUMMARY when that is set.")
+@click.option(
+    "--show",
+    type=click.Choice(["changed", "all"]),
+    default="changed",
+    show_default=True,
+    help="Rows to list: what changed, or every comparison.",
+)
+@click.option(
+    "--junit", type=click.Path(dir_okay=False, path_type=str), help="Also write JUnit XML: one test case per key."
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=str), help="Write the report here instead of stdout."
+)
+@click.option(
+    "--step-summary/--no-step-summary",
+    default=True,
+    show_default=True,
+    help="Append the markdown report to $GITHUB_STEP_SUMMARY when that is set.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def gate(inputs, baselines, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys, missing_keys, noise_sigma,
-         by, fmt, show, junit, output, step_summary, debug):
+def gate(
+    inputs,
+    baselines,
+    config,
+    no_pyproject,
+    rel,
+    abs_,
+    ignore,
+    min_calls,
+    new_keys,
+    missing_keys,
+    noise_sigma,
+    by,
+    fmt,
+    show,
+    junit,
+    output,
+    step_summary,
+    debug,
+):
     """Fail CI when communication got slower than the baseline.
 
     INPUTS: the run to check: nsys SQLite reports, a folder of per-rank reports, or a JSON
     summary (nsyscomm summarize --format json). Exit status: 0 pass, 1 regression,
     2 unusable input, 3 internal error."""
-    code = _guard(lambda: _gate(baselines, inputs, config, no_pyproject, rel, abs_, ignore, min_calls, new_keys,
-                                missing_keys, noise_sigma, by, fmt, junit, show, step_summary, output), debug)
+    code = _guard(
+        lambda: _gate(
+            baselines,
+            inputs,
+            config,
+            no_pyproject,
+            rel,
+            abs_,
+            ignore,
+            min_calls,
+            new_keys,
+            missing_keys,
+            noise_sigma,
+            by,
+            fmt,
+            junit,
+            show,
+            step_summary,
+            output,
+        ),
+        debug,
+    )
     sys.exit(code)
 
 
@@ -146,14 +260,26 @@ def _baseline(inputs, output, append, keep, each, label):
 
 @click.command("baseline", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str),
-              help="Baseline file to write (default: stdout).")
-@click.option("--append", is_flag=True, help="Add the run(s) to the existing --output baseline (noise band) "
-              "instead of replacing it.")
-@click.option("--keep", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Keep at most this many runs (the newest).")
-@click.option("--each", is_flag=True, help="Each report argument (file or folder) is a separate run; "
-              "by default all reports form one job's run.")
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=str), help="Baseline file to write (default: stdout)."
+)
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add the run(s) to the existing --output baseline (noise band) instead of replacing it.",
+)
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Keep at most this many runs (the newest).",
+)
+@click.option(
+    "--each",
+    is_flag=True,
+    help="Each report argument (file or folder) is a separate run; by default all reports form one job's run.",
+)
 @click.option("--label", help="Label stored with the run(s), e.g. the commit.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def baseline(inputs, output, append, keep, each, label, debug):

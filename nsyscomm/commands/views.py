@@ -27,14 +27,34 @@ def _load(inputs, debug):
 
 @click.command("trace")
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Trace file to write ('-' for stdout). Default: trace.json, unless --per-rank is given.")
-@click.option("--steps", callback=_steps, metavar="A:B",
-              help="Only training steps A to B-1 (A:, :B and a single step N also work).")
-@click.option("--per-rank", "per_rank", type=click.Path(file_okay=False, path_type=str), default=None,
-              metavar="DIR", help="Also write one trace per rank as DIR/<rank>/comm.json (BytePS's layout).")
-@click.option("--what-if", "what_if", metavar="SCENARIO", default=None,
-              help="Add the replayed timeline of a what-if scenario (no_straggler, ideal, ...) beside the measured one.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    help="Trace file to write ('-' for stdout). Default: trace.json, unless --per-rank is given.",
+)
+@click.option(
+    "--steps",
+    callback=_steps,
+    metavar="A:B",
+    help="Only training steps A to B-1 (A:, :B and a single step N also work).",
+)
+@click.option(
+    "--per-rank",
+    "per_rank",
+    type=click.Path(file_okay=False, path_type=str),
+    default=None,
+    metavar="DIR",
+    help="Also write one trace per rank as DIR/<rank>/comm.json (BytePS's layout).",
+)
+@click.option(
+    "--what-if",
+    "what_if",
+    metavar="SCENARIO",
+    default=None,
+    help="Add the replayed timeline of a what-if scenario (no_straggler, ideal, ...) beside the measured one.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def trace(inputs, output, steps, per_rank, what_if, debug):
     """Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing).
@@ -52,21 +72,33 @@ def trace(inputs, output, steps, per_rank, what_if, debug):
         click.echo(tr.dumps(doc))
         _guard(lambda: tr.write(result, None, steps=steps, per_rank_dir=per_rank), debug)
         return
-    files = _guard(lambda: tr.write(result, output, steps=steps, per_rank_dir=per_rank, what_if=what_if),
-                   debug)
+    files = _guard(lambda: tr.write(result, output, steps=steps, per_rank_dir=per_rank, what_if=what_if), debug)
     if output is not None:
         click.echo(f"wrote {output} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
     if per_rank is not None:
-        click.echo(f"wrote {len([f for f in files if f.name == 'comm.json'])} per-rank trace(s) under {per_rank}/",
-                   err=True)
+        click.echo(
+            f"wrote {len([f for f in files if f.name == 'comm.json'])} per-rank trace(s) under {per_rank}/", err=True
+        )
 
 
 @click.command("report")
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default="report.html",
-              show_default=True, help="HTML file to write ('-' for stdout).")
-@click.option("--peak-busbw", "peak_busbw", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="GBps", help="Draw the hardware's peak bus bandwidth (GB/s) on the bandwidth chart.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=str),
+    default="report.html",
+    show_default=True,
+    help="HTML file to write ('-' for stdout).",
+)
+@click.option(
+    "--peak-busbw",
+    "peak_busbw",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="GBps",
+    help="Draw the hardware's peak bus bandwidth (GB/s) on the bandwidth chart.",
+)
 @click.option("--title", default=None, help="Page title (default: the report names).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def report(inputs, output, peak_busbw, title, debug):

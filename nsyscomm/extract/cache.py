@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nsyscomm.ingest.nsys.extract import Extract
 
-CACHE_FORMAT = 5   # 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups
+CACHE_FORMAT = 5  # 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups
 _FRAMES = ("calls", "markers", "spans", "links", "host_calls", "groups")
 
 
@@ -42,7 +42,7 @@ def code_fingerprint() -> str:
     reads entries an older one wrote."""
     from nsyscomm import __version__, duck
 
-    root = Path(__file__).resolve().parent.parent   # the nsyscomm package
+    root = Path(__file__).resolve().parent.parent  # the nsyscomm package
     h = hashlib.sha256(f"{CACHE_FORMAT}:{__version__}".encode())
     files = sorted((root / "ingest").rglob("*.py")) + sorted((root / "extract").glob("*.py"))
     files += sorted(duck.sql_dir().glob("*.sql"))
@@ -93,15 +93,23 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             f = entry / f"{name}.parquet"
             if name not in meta["frames"]:
                 frames[name] = None
-            elif name == "calls":   # Arrow, as the extract holds them
+            elif name == "calls":  # Arrow, as the extract holds them
                 frames[name] = pq.read_table(f).replace_schema_metadata(None)
             else:
                 frames[name] = pd.read_parquet(f)
-        return Extract(report=report, path=Path(path), calls=frames["calls"], markers=frames["markers"],
-                       spans=frames["spans"], links=frames["links"], host_calls=frames["host_calls"],
-                       groups=frames["groups"],
-                       session_start_utc_ns=meta["session_start_utc_ns"], nsys_version=meta["nsys_version"],
-                       warnings=list(meta["warnings"]))
+        return Extract(
+            report=report,
+            path=Path(path),
+            calls=frames["calls"],
+            markers=frames["markers"],
+            spans=frames["spans"],
+            links=frames["links"],
+            host_calls=frames["host_calls"],
+            groups=frames["groups"],
+            session_start_utc_ns=meta["session_start_utc_ns"],
+            nsys_version=meta["nsys_version"],
+            warnings=list(meta["warnings"]),
+        )
     except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error
         shutil.rmtree(entry, ignore_errors=True)
         return None
@@ -131,9 +139,15 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             else:
                 df.to_parquet(tmp / f"{name}.parquet", index=False)
             present.append(name)
-        meta = {"format": CACHE_FORMAT, "report": extract.report, "source": str(Path(path).resolve()),
-                "frames": present, "session_start_utc_ns": extract.session_start_utc_ns,
-                "nsys_version": extract.nsys_version, "warnings": list(extract.warnings)}
+        meta = {
+            "format": CACHE_FORMAT,
+            "report": extract.report,
+            "source": str(Path(path).resolve()),
+            "frames": present,
+            "session_start_utc_ns": extract.session_start_utc_ns,
+            "nsys_version": extract.nsys_version,
+            "warnings": list(extract.warnings),
+        }
         (tmp / "meta.json").write_text(json.dumps(meta))
         try:
             os.rename(tmp, entry)

@@ -42,8 +42,14 @@ class _Bar:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.p = Progress(TextColumn("[bold]nsyscomm[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.p = Progress(
+                TextColumn("[bold]nsyscomm[/] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
             self.p.start()
             self.task = self.p.add_task(what, total=total)
 
@@ -67,9 +73,16 @@ def default_jobs(n: int) -> int:
     return max(1, min(usable_cores(), n))
 
 
-def extract_many(files: Sequence[str | Path], names: Sequence[str], *, jobs: int | None = None, cache: bool = True,
-                 dask: str | None = None, progress: bool | None = None,
-                 consume: Callable[[int, Any], Any] | None = None) -> list:
+def extract_many(
+    files: Sequence[str | Path],
+    names: Sequence[str],
+    *,
+    jobs: int | None = None,
+    cache: bool = True,
+    dask: str | None = None,
+    progress: bool | None = None,
+    consume: Callable[[int, Any], Any] | None = None,
+) -> list:
     """Extract every report (same order as ``files``). ``jobs``: worker processes (default: the
     usable cores, at most one per report; 1 runs in this process). ``dask``: the address of a
     running Dask scheduler (``tcp://host:8786``) to run the extraction on instead. ``progress``:
@@ -146,7 +159,7 @@ def _on_dask(files, names, cache, address, bar, keep) -> list:
         out = []
         for i, fut in enumerate(futures):  # in order; the cluster runs them all meanwhile
             out.append(keep(i, fut.result()))
-            fut.release()   # the cluster and this client let go of the extract's calls
+            fut.release()  # the cluster and this client let go of the extract's calls
             bar.advance()
         return out
     finally:

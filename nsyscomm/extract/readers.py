@@ -26,9 +26,12 @@ def extract_one(path: Path, report: str | None = None, threads: int | None = Non
 def _extract_source(path: Path, report: str | None = None, threads: int | None = None) -> nsys_extract.Extract:
     """One report -> its Extract, by the reader its content calls for."""
     if path.suffix == ".nsys-rep":
-        raise InputError(f"{path}: an .nsys-rep is not read directly; "
-                         f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}")
+        raise InputError(
+            f"{path}: an .nsys-rep is not read directly; "
+            f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}"
+        )
     from nsyscomm.ingest.nsys import arrow as nsys_arrow  # issue 24: nsys's Arrow exports, read without SQLite
+
     if nsys_arrow.is_export(path):
         return nsys_extract.extract_arrow(path, report, threads)
     if path.stat().st_size == 0:
@@ -43,11 +46,14 @@ def _extract_source(path: Path, report: str | None = None, threads: int | None =
                 raise  # not the report's fault: memory ran out (the CLI says to raise the limit), or Ctrl-C
             # a damaged or truncated database: name it and say what to do, no traceback
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"{path}: cannot read this SQLite export ({first}); "
-                             f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+            raise InputError(
+                f"{path}: cannot read this SQLite export ({first}); "
+                f"export the report again with: nsys export --type sqlite REPORT.nsys-rep"
+            ) from None
     if kineto.is_trace(path):
         return kineto.extract(path, report)
     from nsyscomm.ingest import flight_recorder  # issue 22: a Flight Recorder dump (restricted unpickler)
+
     if flight_recorder.is_dump(path):
         return flight_recorder.extract(path, report)
     raise InputError(f"{path}: not an nsys SQLite export; make one with: nsys export --type sqlite REPORT.nsys-rep")

@@ -69,8 +69,10 @@ def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.n
     del by_group
     cstart, cend = cstart[order], cend[order]
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(group)) + 1, [len(group)]))
-    return {(int(cpid[order[lo]]), int(cdev[order[lo]])): _islands(cstart[lo:hi], cend[lo:hi])
-            for lo, hi in zip(bounds[:-1], bounds[1:])}
+    return {
+        (int(cpid[order[lo]]), int(cdev[order[lo]])): _islands(cstart[lo:hi], cend[lo:hi])
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    }
 
 
 def busy_before(calls, compute):
@@ -82,6 +84,7 @@ def busy_before(calls, compute):
 
 def busy_at_edges(calls, by_device: dict):
     """busy_before() with the islands already made (islands())."""
+
     def busy(pid, dev, start, end):
         bs, be = np.zeros(len(pid), dtype=np.int64), np.zeros(len(pid), dtype=np.int64)
         if not by_device:
@@ -97,7 +100,7 @@ def busy_at_edges(calls, by_device: dict):
         order = np.argsort(code, kind="stable")
         bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
         for i, key in enumerate(keys):
-            rows = order[bounds[i]:bounds[i + 1]]
+            rows = order[bounds[i] : bounds[i + 1]]
             if len(rows):
                 bs[rows] = _busy_at(start[rows], *by_device[key])
                 be[rows] = _busy_at(end[rows], *by_device[key])
@@ -111,8 +114,10 @@ def islands_in_duckdb(con) -> None:
     nccl_kernel_names, sql/compute_kernels.sql): the route for kernels that do not fit in memory."""
     from nsyscomm import duck
 
-    con.execute(f"CREATE TABLE compute_islands AS WITH compute_kernels AS ({duck.sql('compute_kernels')}) "
-                f"SELECT * FROM ({duck.sql('compute_islands')})")
+    con.execute(
+        f"CREATE TABLE compute_islands AS WITH compute_kernels AS ({duck.sql('compute_kernels')}) "
+        f"SELECT * FROM ({duck.sql('compute_islands')})"
+    )
 
 
 def busy_at_edges_in_duckdb(calls, con):
@@ -126,7 +131,7 @@ def busy_at_edges_in_duckdb(calls, con):
         # 200k calls against 200k islands
         con.from_arrow(edges).create("call_edges")
         try:
-            out = con.execute(duck.sql("busy_at_edges")).fetchnumpy()   # ordered by i
+            out = con.execute(duck.sql("busy_at_edges")).fetchnumpy()  # ordered by i
         finally:
             con.execute("DROP TABLE call_edges")
         return out["busy_at_start"], out["busy_at_end"]

@@ -33,6 +33,7 @@ def read(path: str | Path) -> dict:
     from nsyscomm.ingest.nsys import (
         arrow as nsys_arrow,  # issue 24: an Arrow export, read through a temporary SQLite copy
     )
+
     if nsys_arrow.is_export(path):
         import tempfile
 
@@ -50,14 +51,17 @@ def read(path: str | Path) -> dict:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         out: dict = {"system": {}, "capture": {}, "processes": [], "variables": []}
         if "TARGET_INFO_SYSTEM_ENV" in tables:
-            out["system"] = {str(n): v for n, v in con.execute(
-                "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV ORDER BY rowid")}
+            out["system"] = {
+                str(n): v for n, v in con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV ORDER BY rowid")
+            }
         if "META_DATA_CAPTURE" in tables:
-            out["capture"] = {str(n): v for n, v in con.execute(
-                "SELECT name, value FROM META_DATA_CAPTURE ORDER BY rowid")}
+            out["capture"] = {
+                str(n): v for n, v in con.execute("SELECT name, value FROM META_DATA_CAPTURE ORDER BY rowid")
+            }
         if "PROCESSES" in tables:
-            out["processes"] = [{"pid": p, "name": n} for p, n in con.execute(
-                "SELECT pid, name FROM PROCESSES ORDER BY pid")]
+            out["processes"] = [
+                {"pid": p, "name": n} for p, n in con.execute("SELECT pid, name FROM PROCESSES ORDER BY pid")
+            ]
         if "StringIds" in tables:
             seen = set()
             for (v,) in con.execute("SELECT value FROM StringIds ORDER BY id"):

@@ -29,13 +29,27 @@ from nsyscomm.errors import InputError
 from nsyscomm.ingest.names import canonical_op
 
 _NAME = re.compile(r".*?(\d+)$")
-_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-                "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16}
-_MAX_SIZE = 64 << 20   # a dump of a 16-rank job is a few kB; past this it is not one
+_DTYPE_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+}
+_MAX_SIZE = 64 << 20  # a dump of a 16-rank job is a few kB; past this it is not one
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):   # every class and function refused: containers and scalars only
+    def find_class(self, module, name):  # every class and function refused: containers and scalars only
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
 
 
@@ -45,7 +59,7 @@ def _looks_like(path: Path) -> bool:
             return False
         with open(path, "rb") as f:
             head = f.read(2)
-        return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5   # a pickle's PROTO opcode
+        return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5  # a pickle's PROTO opcode
     except OSError:
         return False
 
@@ -55,14 +69,27 @@ def load_dump(path: Path) -> dict:
     try:
         data = Path(path).read_bytes()
         d = _PlainUnpickler(io.BytesIO(data)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            MemoryError, RecursionError) as e:
-        raise InputError(f"{path}: not a Flight Recorder dump of plain data ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}); pass the folder of the dumps "
-                         f"TORCH_FR_DUMP_TEMP_FILE wrote") from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        MemoryError,
+        RecursionError,
+    ) as e:
+        raise InputError(
+            f"{path}: not a Flight Recorder dump of plain data ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); pass the folder of the dumps "
+            f"TORCH_FR_DUMP_TEMP_FILE wrote"
+        ) from None
     if not isinstance(d, dict) or "version" not in d or "pg_config" not in d:
-        raise InputError(f"{path}: a pickle but not a Flight Recorder dump (no version/pg_config); "
-                         f"pass the folder of the dumps TORCH_FR_DUMP_TEMP_FILE wrote")
+        raise InputError(
+            f"{path}: a pickle but not a Flight Recorder dump (no version/pg_config); "
+            f"pass the folder of the dumps TORCH_FR_DUMP_TEMP_FILE wrote"
+        )
     return d
 
 
@@ -78,8 +105,10 @@ def is_dump(path: Path) -> bool:
 
 
 def dumps_in(folder: Path) -> list[Path]:
-    return sorted((p for p in Path(folder).rglob("*") if _looks_like(p) and is_dump(p)),
-                  key=lambda p: (p.parent, int(_NAME.match(p.name).group(1))))
+    return sorted(
+        (p for p in Path(folder).rglob("*") if _looks_like(p) and is_dump(p)),
+        key=lambda p: (p.parent, int(_NAME.match(p.name).group(1))),
+    )
 
 
 def rank_of(path: Path) -> int:
@@ -137,9 +166,11 @@ def rows(path: Path, d: dict | None = None) -> list[dict]:
         op = canonical_op(word) or word.strip("_")
         p2p = bool(e.get("is_p2p")) or op in ("send", "recv")
         seq = int(e.get("p2p_seq_id" if p2p else "collective_seq_id", 0) or 0)
-        out_side = op == "all_gather"   # nccl-tests' S of an all-gather is its output
-        nbytes, numel, dt = _bytes(e.get("output_sizes" if out_side else "input_sizes") or [],
-                                   e.get("output_dtypes" if out_side else "input_dtypes") or [])
+        out_side = op == "all_gather"  # nccl-tests' S of an all-gather is its output
+        nbytes, numel, dt = _bytes(
+            e.get("output_sizes" if out_side else "input_sizes") or [],
+            e.get("output_dtypes" if out_side else "input_dtypes") or [],
+        )
         last_done = (status.get(str(e.get("pg_id"))) or {}).get("last_completed_collective", -1)
         state = str(e.get("state", ""))
         finished = state == "completed" or (not p2p and last_done is not None and seq <= int(last_done))
@@ -147,14 +178,31 @@ def rows(path: Path, d: dict | None = None) -> list[dict]:
         dur = e.get("duration_ms")
         # no end known: zero length (the analyses need an end; the hang diagnosis reads 'finished')
         end = (start + int(float(dur) * 1e6)) if (finished and start and dur is not None) else start
-        out.append({
-            "rank": rank, "pid": rank, "tid": int(e["thread_id"]) if str(e.get("thread_id", "")).isdigit() else None,
-            "op": op, "api": str(e.get("profiling_name", "")), "bytes": nbytes, "dtype": dt, "numel": numel,
-            "group": pg_name, "group_desc": str(pg[1]) if len(pg) > 1 else "", "group_size": len(members) or None,
-            "group_ranks": ",".join(map(str, members)), "seq": seq, "caller": _frame(e), "cpu_start": start,
-            "cpu_end": end, "peer": peer, "source": "flight_recorder", "state": state, "finished": finished,
-            "sizes": "x".join(map(str, (e.get("input_sizes") or [[]])[0])),
-        })
+        out.append(
+            {
+                "rank": rank,
+                "pid": rank,
+                "tid": int(e["thread_id"]) if str(e.get("thread_id", "")).isdigit() else None,
+                "op": op,
+                "api": str(e.get("profiling_name", "")),
+                "bytes": nbytes,
+                "dtype": dt,
+                "numel": numel,
+                "group": pg_name,
+                "group_desc": str(pg[1]) if len(pg) > 1 else "",
+                "group_size": len(members) or None,
+                "group_ranks": ",".join(map(str, members)),
+                "seq": seq,
+                "caller": _frame(e),
+                "cpu_start": start,
+                "cpu_end": end,
+                "peer": peer,
+                "source": "flight_recorder",
+                "state": state,
+                "finished": finished,
+                "sizes": "x".join(map(str, (e.get("input_sizes") or [[]])[0])),
+            }
+        )
     return out
 
 
@@ -180,7 +228,5 @@ def extract(path: Path, report: str | None = None):
     starts = [r["cpu_start"] for r in rs if r["cpu_start"]]
     ends = [r["cpu_end"] or r["cpu_start"] for r in rs if r["cpu_start"]]
     markers = pd.DataFrame([{"pid": rank, "rank": rank, "local_rank": None, "world": None, "host": None}])
-    spans = pd.DataFrame([{"pid": rank, "first_ns": min(starts) if starts else 0,
-                           "last_ns": max(ends) if ends else 0}])
-    return Extract(report=report or path.name, path=path, calls=calls, markers=markers, spans=spans,
-                   warnings=[])
+    spans = pd.DataFrame([{"pid": rank, "first_ns": min(starts) if starts else 0, "last_ns": max(ends) if ends else 0}])
+    return Extract(report=report or path.name, path=path, calls=calls, markers=markers, spans=spans, warnings=[])

@@ -38,7 +38,7 @@ def link_usage(con, tables: dict[str, set[str]], calls, warnings: list[str], rep
     finally:
         con.unregister("calls_arrow")
     ran = sorted(int(d) for (d,) in con.execute("SELECT DISTINCT device FROM gpu_calls").fetchall())
-    if not ran:   # CPU-only calls (gloo, MPI): the samples are not read at all
+    if not ran:  # CPU-only calls (gloo, MPI): the samples are not read at all
         return empty()
     # SQL fragments below are constants chosen by which columns the export has (no report values)
     like = " OR ".join(f"lower(metricName) LIKE '%{w}%'" for w in LINK_WORDS)
@@ -60,11 +60,13 @@ def link_usage(con, tables: dict[str, set[str]], calls, warnings: list[str], rep
         FROM r.GPU_METRICS m JOIN link_names_df n ON n.metricId = m.metricId {on_type}
         WHERE m.timestamp IS NOT NULL AND m.value IS NOT NULL""")
     con.unregister("link_names_df")
-    con.execute("DELETE FROM link_samples WHERE t0 IS NULL")   # a counter's first sample covers no known time
+    con.execute("DELETE FROM link_samples WHERE t0 IS NULL")  # a counter's first sample covers no known time
     out = con.execute(duck.sql("link_usage")).df()
     if out.empty:
         sampled = sorted(int(d) for (d,) in con.execute("SELECT DISTINCT device FROM link_samples").fetchall())
         if sampled and not set(sampled) & set(ran):
-            warnings.append(f"{report}: GPU metrics were sampled on GPU(s) {sampled} but the collectives ran on "
-                            f"GPU(s) {ran}: no link throughput (profile with --gpu-metrics-devices=all)")
+            warnings.append(
+                f"{report}: GPU metrics were sampled on GPU(s) {sampled} but the collectives ran on "
+                f"GPU(s) {ran}: no link throughput (profile with --gpu-metrics-devices=all)"
+            )
     return out[COLUMNS]

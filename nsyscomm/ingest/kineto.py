@@ -50,22 +50,52 @@ from nsyscomm.schema import COLUMN_NAMES
 # c10 ScalarType names (as in record_param_comms' "dtype") and record_shapes' "Input type"
 # spellings -> (torch spelling, bytes per element)
 DTYPES = {
-    "Float": ("float32", 4), "float": ("float32", 4), "Double": ("float64", 8), "double": ("float64", 8),
-    "Half": ("float16", 2), "c10::Half": ("float16", 2), "BFloat16": ("bfloat16", 2), "c10::BFloat16": ("bfloat16", 2),
-    "Long": ("int64", 8), "long int": ("int64", 8), "long": ("int64", 8), "Int": ("int32", 4), "int": ("int32", 4),
-    "Short": ("int16", 2), "short": ("int16", 2), "Char": ("int8", 1), "signed char": ("int8", 1),
-    "Byte": ("uint8", 1), "unsigned char": ("uint8", 1), "Bool": ("bool", 1), "bool": ("bool", 1),
-    "ComplexFloat": ("complex64", 8), "ComplexDouble": ("complex128", 16),
-    "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1),
-    "UInt16": ("uint16", 2), "UInt32": ("uint32", 4), "UInt64": ("uint64", 8),
+    "Float": ("float32", 4),
+    "float": ("float32", 4),
+    "Double": ("float64", 8),
+    "double": ("float64", 8),
+    "Half": ("float16", 2),
+    "c10::Half": ("float16", 2),
+    "BFloat16": ("bfloat16", 2),
+    "c10::BFloat16": ("bfloat16", 2),
+    "Long": ("int64", 8),
+    "long int": ("int64", 8),
+    "long": ("int64", 8),
+    "Int": ("int32", 4),
+    "int": ("int32", 4),
+    "Short": ("int16", 2),
+    "short": ("int16", 2),
+    "Char": ("int8", 1),
+    "signed char": ("int8", 1),
+    "Byte": ("uint8", 1),
+    "unsigned char": ("uint8", 1),
+    "Bool": ("bool", 1),
+    "bool": ("bool", 1),
+    "ComplexFloat": ("complex64", 8),
+    "ComplexDouble": ("complex128", 16),
+    "Float8_e4m3fn": ("float8_e4m3fn", 1),
+    "Float8_e5m2": ("float8_e5m2", 1),
+    "UInt16": ("uint16", 2),
+    "UInt32": ("uint32", 4),
+    "UInt64": ("uint64", 8),
 }
 _TORCH_SIZES = {v[0]: v[1] for v in DTYPES.values()} | {"float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime"}
 _RANGE_CATS = {"user_annotation", "cpu_op", "python_function"}  # CPU-side names we look at
-_META_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
-              "Process Group Name", "Process Group Ranks", "Process Group Description", "Seq", "Root")
+_META_KEYS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
+    "Process Group Name",
+    "Process Group Ranks",
+    "Process Group Description",
+    "Seq",
+    "Root",
+)
 
 
 def is_trace(path: Path) -> bool:
@@ -74,6 +104,7 @@ def is_trace(path: Path) -> bool:
 
 
 # --------------------------------------------------------------------------- streaming JSON
+
 
 class _Num(float):
     """A JSON float that remembers its text, so µs timestamps convert to ns without rounding."""
@@ -206,6 +237,7 @@ def iter_trace(path: Path, chunk: int = 1 << 20):
 
 # --------------------------------------------------------------------------- metadata -> S
 
+
 def _dtype(raw) -> tuple[str | None, int | None]:
     if raw is None:
         return None, None
@@ -268,10 +300,17 @@ def _meta_row(args: dict) -> dict:
     nbytes, numel = message_size(op, args.get("In msg nelems"), args.get("Out msg nelems"), ts, gsize)
     ranks = args.get("Process Group Ranks")
     group = args.get("Process Group Name")
-    return {"op": op, "api": str(api) if api else None, "bytes": nbytes, "numel": numel, "dtype": dtype,
-            "group": None if group in (None, "") else str(group), "group_size": gsize,
-            "group_ranks": None if ranks in (None, "") else str(ranks).replace(" ", ""),
-            "seq": _int(args.get("Seq"))}
+    return {
+        "op": op,
+        "api": str(api) if api else None,
+        "bytes": nbytes,
+        "numel": numel,
+        "dtype": dtype,
+        "group": None if group in (None, "") else str(group),
+        "group_size": gsize,
+        "group_ranks": None if ranks in (None, "") else str(ranks).replace(" ", ""),
+        "seq": _int(args.get("Seq")),
+    }
 
 
 def _shape_meta(op: str | None, args: dict) -> dict:
@@ -290,6 +329,7 @@ def _shape_meta(op: str | None, args: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- extract
+
 
 @dataclass
 class _Range:
@@ -311,12 +351,12 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     warnings: list[str] = []
     meta: dict = {}
     kernels, launches, ranges, params, compute = [], {}, [], [], []
-    wrappers, rank_marks = [], []   # nsyscomm's record_function ranges; its rank markers (pid, fields)
+    wrappers, rank_marks = [], []  # nsyscomm's record_function ranges; its rank markers (pid, fields)
     span: dict[int, list[int]] = {}
     cpu_pids: dict[int, int] = {}  # pid -> number of CPU events
     n_events = 0
     try:
-        for kind, item in limits.checked_events(iter_trace(path), path):   # types checked once (issue 26)
+        for kind, item in limits.checked_events(iter_trace(path), path):  # types checked once (issue 26)
             if kind == "meta":
                 if item[0] in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "schemaVersion"):
                     meta[item[0]] = item[1]
@@ -361,8 +401,10 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             elif cat in _RANGE_CATS and _is_comm_range(name):
                 ranges.append(_Range(ts, end, pid, tid, name, args))
     except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as ex:
-        raise InputError(f"{path}: not a readable PyTorch profiler trace ({ex}); "
-                         f"save one with prof.export_chrome_trace(path) or torch.profiler.tensorboard_trace_handler") from None
+        raise InputError(
+            f"{path}: not a readable PyTorch profiler trace ({ex}); "
+            f"save one with prof.export_chrome_trace(path) or torch.profiler.tensorboard_trace_handler"
+        ) from None
     if not n_events and not meta:
         raise InputError(f"{path}: no trace events; pass a PyTorch profiler (Kineto) JSON trace")
 
@@ -371,39 +413,57 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     main_pid = max(cpu_pids, key=cpu_pids.get) if cpu_pids else 0
 
     rows = _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappers)
-    calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(columns=["report", "rank", "local_rank", "host",
-                                                                         "duration_ns"])
+    calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
+        columns=["report", "rank", "local_rank", "host", "duration_ns"]
+    )
     rank = _int(dist.get("rank"))
     world = _int(dist.get("world_size"))
     local, host = None, None
     marks = sorted((m for m in rank_marks if _int(m[2].get("rank")) is not None), key=lambda m: m[0])
-    if marks:   # the wrapper's marker (the first one: later ones repeat it when a --steps window opens)
+    if marks:  # the wrapper's marker (the first one: later ones repeat it when a --steps window opens)
         _ts, mpid, f = marks[0]
         rank, local = _int(f.get("rank")), _int(f.get("local_rank"))
         world = _int(f.get("world")) if _int(f.get("world")) is not None else world
         host = f.get("host") or None
         if isinstance(mpid, int):
             main_pid = mpid
-    markers = pd.DataFrame({"pid": pd.Series([main_pid] if rank is not None else [], dtype="int64"),
-                            "rank": pd.Series([rank] if rank is not None else [], dtype="Int64"),
-                            "local_rank": pd.Series([local] * (rank is not None), dtype="Int64"),
-                            "world": pd.Series([world] * (rank is not None), dtype="Int64"),
-                            "host": pd.Series([host] * (rank is not None), dtype="object")})
+    markers = pd.DataFrame(
+        {
+            "pid": pd.Series([main_pid] if rank is not None else [], dtype="int64"),
+            "rank": pd.Series([rank] if rank is not None else [], dtype="Int64"),
+            "local_rank": pd.Series([local] * (rank is not None), dtype="Int64"),
+            "world": pd.Series([world] * (rank is not None), dtype="Int64"),
+            "host": pd.Series([host] * (rank is not None), dtype="object"),
+        }
+    )
     if rank is None:
-        warnings.append(f"{report}: no distributedInfo.rank (nor nsyscomm rank marker) in the trace; "
-                        f"rank taken from the file order")
+        warnings.append(
+            f"{report}: no distributedInfo.rank (nor nsyscomm rank marker) in the trace; rank taken from the file order"
+        )
     if main_pid in span:
         first, last = span[main_pid]
         spans = pd.DataFrame({"pid": [main_pid], "first_ns": [first], "last_ns": [last]})
     else:
-        spans = pd.DataFrame({"pid": pd.Series([], dtype="int64"), "first_ns": pd.Series([], dtype="int64"),
-                              "last_ns": pd.Series([], dtype="int64")})
+        spans = pd.DataFrame(
+            {
+                "pid": pd.Series([], dtype="int64"),
+                "first_ns": pd.Series([], dtype="int64"),
+                "last_ns": pd.Series([], dtype="int64"),
+            }
+        )
     version = dist.get("nccl_version")
     compute = pd.DataFrame(compute, columns=["device", "start", "end"]).assign(pid=main_pid)
     calls = duck.frame_arrow(calls)
-    return Extract(report=report, path=path, calls=busy_before(calls, compute), markers=markers, spans=spans,
-                   session_start_utc_ns=None,
-                   nsys_version=f"kineto (NCCL {version})" if version else "kineto", warnings=warnings)
+    return Extract(
+        report=report,
+        path=path,
+        calls=busy_before(calls, compute),
+        markers=markers,
+        spans=spans,
+        session_start_utc_ns=None,
+        nsys_version=f"kineto (NCCL {version})" if version else "kineto",
+        warnings=warnings,
+    )
 
 
 def _innermost(index: dict, pid: int, tid: int, t: int, starts_cache: dict) -> _Range | None:
@@ -435,12 +495,27 @@ def _wrapper_row(w: _Range, ks, kernel_fields) -> dict:
         v = f.get(key)
         return v if v else None
 
-    row = {"pid": w.pid, "tid": w.tid, "op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX):] or None,
-           "api": txt("api"), "bytes": _int(f.get("bytes")), "dtype": txt("dtype"), "numel": _int(f.get("numel")),
-           "group": txt("pg"), "group_size": _int(f.get("gsize")), "group_ranks": txt("granks"),
-           "seq": _int(f.get("seq")), "caller": txt("caller"), "step": _int(f.get("step")),
-           "peer": _int(f.get("peer")), "cpu_start": w.start, "cpu_end": w.end, "kernels": 0, "kernel_ns": 0,
-           "source": "wrapper"}
+    row = {
+        "pid": w.pid,
+        "tid": w.tid,
+        "op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX) :] or None,
+        "api": txt("api"),
+        "bytes": _int(f.get("bytes")),
+        "dtype": txt("dtype"),
+        "numel": _int(f.get("numel")),
+        "group": txt("pg"),
+        "group_size": _int(f.get("gsize")),
+        "group_ranks": txt("granks"),
+        "seq": _int(f.get("seq")),
+        "caller": txt("caller"),
+        "step": _int(f.get("step")),
+        "peer": _int(f.get("peer")),
+        "cpu_start": w.start,
+        "cpu_end": w.end,
+        "kernels": 0,
+        "kernel_ns": 0,
+        "source": "wrapper",
+    }
     if ks:
         kf = kernel_fields(ks)
         if not row["dtype"]:
@@ -453,8 +528,8 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
     r_idx, r_starts = _index(ranges)
     p_idx, p_starts = _index(params)
     w_idx, w_starts = _index(wrappers)
-    owned: dict[int, list] = {}     # id(range) -> kernels
-    loose = []                      # kernels no range owns
+    owned: dict[int, list] = {}  # id(range) -> kernels
+    loose = []  # kernels no range owns
     unlaunched = 0
     for k in kernels:
         ts, end, name, args = k
@@ -472,8 +547,10 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
         else:
             owned.setdefault(id(r), []).append((k, launch))
     if unlaunched:
-        warnings.append(f"{report}: {unlaunched} NCCL kernel(s) have no launch event in the trace; "
-                        f"counted from the kernel name alone")
+        warnings.append(
+            f"{report}: {unlaunched} NCCL kernel(s) have no launch event in the trace; "
+            f"counted from the kernel name alone"
+        )
 
     def param_for(r: _Range) -> dict:
         """record_param_comms on the same thread that encloses the range or lies inside it."""
@@ -492,11 +569,20 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
         (k0, _l0) = ks[0]
         info = parse_kernel(k0[2])
         kargs = k0[3]
-        return {"gpu_start": k0[0], "gpu_end": max(k[0][1] for k in ks), "stream": _int(kargs.get("stream")),
-                "device": _int(kargs.get("device")), "kernel": k0[2].split("(", 1)[0],
-                "algo": info.algo, "proto": info.proto, "kernels": len(ks),
-                "kernel_ns": sum(k[0][1] - k[0][0] for k in ks), "_kop": info.op, "_kdtype": info.dtype,
-                "_kargs": kargs}
+        return {
+            "gpu_start": k0[0],
+            "gpu_end": max(k[0][1] for k in ks),
+            "stream": _int(kargs.get("stream")),
+            "device": _int(kargs.get("device")),
+            "kernel": k0[2].split("(", 1)[0],
+            "algo": info.algo,
+            "proto": info.proto,
+            "kernels": len(ks),
+            "kernel_ns": sum(k[0][1] - k[0][0] for k in ks),
+            "_kop": info.op,
+            "_kdtype": info.dtype,
+            "_kargs": kargs,
+        }
 
     rows = [_wrapper_row(w, owned.get(id(w)), kernel_fields) for w in wrappers]
     has_kernels = bool(kernels)
@@ -504,13 +590,21 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
     for r in ranges:
         ks = owned.get(id(r))
         if not ks and wrappers:
-            continue       # the wrapper's row is this call (gloo's range runs on its worker thread)
+            continue  # the wrapper's row is this call (gloo's range runs on its worker thread)
         if not ks and r.name.startswith("nccl:") and has_kernels:
-            dropped += 1   # CPU bookkeeping or a kernel outside the trace: not a call (as for nsys)
+            dropped += 1  # CPU bookkeeping or a kernel outside the trace: not a call (as for nsys)
             continue
         api = r.name.split(",", 1)[0].strip()
-        row = {"pid": main_pid if r.pid is None else r.pid, "tid": r.tid, "api": api, "op": canonical_op(api),
-               "cpu_start": r.start, "cpu_end": r.end, "kernels": 0, "source": "torch_range"}
+        row = {
+            "pid": main_pid if r.pid is None else r.pid,
+            "tid": r.tid,
+            "api": api,
+            "op": canonical_op(api),
+            "cpu_start": r.start,
+            "cpu_end": r.end,
+            "kernels": 0,
+            "source": "torch_range",
+        }
         kf = kernel_fields(ks) if ks else {}
         meta = {}
         if kf and kf["_kargs"].get("Collective name"):
@@ -531,16 +625,32 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
         row.update({k: v for k, v in kf.items() if not k.startswith("_")})
         rows.append(row)
     if dropped:
-        warnings.append(f"{report}: {dropped} nccl:* range(s) own no NCCL kernel in the trace "
-                        f"(kernels outside the capture or sampled away): not counted")
+        warnings.append(
+            f"{report}: {dropped} nccl:* range(s) own no NCCL kernel in the trace "
+            f"(kernels outside the capture or sampled away): not counted"
+        )
     for k, launch in loose:
         ts, end, name, kargs = k
         info = parse_kernel(name)
-        row = {"pid": main_pid, "tid": launch[3] if launch else None,
-               "cpu_start": launch[0] if launch else None, "cpu_end": launch[1] if launch else None,
-               "gpu_start": ts, "gpu_end": end, "stream": _int(kargs.get("stream")), "device": _int(kargs.get("device")),
-               "kernel": name.split("(", 1)[0], "api": name.split("(", 1)[0], "op": info.op, "dtype": info.dtype,
-               "algo": info.algo, "proto": info.proto, "kernels": 1, "kernel_ns": end - ts, "source": "kernel_name"}
+        row = {
+            "pid": main_pid,
+            "tid": launch[3] if launch else None,
+            "cpu_start": launch[0] if launch else None,
+            "cpu_end": launch[1] if launch else None,
+            "gpu_start": ts,
+            "gpu_end": end,
+            "stream": _int(kargs.get("stream")),
+            "device": _int(kargs.get("device")),
+            "kernel": name.split("(", 1)[0],
+            "api": name.split("(", 1)[0],
+            "op": info.op,
+            "dtype": info.dtype,
+            "algo": info.algo,
+            "proto": info.proto,
+            "kernels": 1,
+            "kernel_ns": end - ts,
+            "source": "kernel_name",
+        }
         if kargs.get("Collective name"):
             meta = _meta_row(kargs)
             for key, v in meta.items():
@@ -548,5 +658,5 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
                     row[key] = v
             row["api"] = meta["api"] or row["api"]
         rows.append(row)
-    rows.sort(key=lambda r: (r.get("gpu_start") if r.get("gpu_start") is not None else r.get("cpu_start") or 0))
+    rows.sort(key=lambda r: r.get("gpu_start") if r.get("gpu_start") is not None else r.get("cpu_start") or 0)
     return rows

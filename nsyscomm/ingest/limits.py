@@ -19,18 +19,20 @@ from pathlib import Path
 
 from nsyscomm.errors import InputError
 
-MAX_NAME = 4096            # characters kept of a name; a templated C++ kernel name fits
-CUT_MARK = "…[cut]"        # what replaces the rest
-MAX_BYTES = 1 << 50        # 1 PiB: no single message of a training job comes near it
-MAX_GROUP = 1 << 24        # ranks in a group (globalTid holds 24-bit pids; no job has more ranks)
+MAX_NAME = 4096  # characters kept of a name; a templated C++ kernel name fits
+CUT_MARK = "…[cut]"  # what replaces the rest
+MAX_BYTES = 1 << 50  # 1 PiB: no single message of a training job comes near it
+MAX_GROUP = 1 << 24  # ranks in a group (globalTid holds 24-bit pids; no job has more ranks)
 # Kineto timestamps are µs since the epoch (about 1.8e15 today), or since process start: a
 # value past 2**53 µs is no time (and its ns would not fit in 64 bits)
 MAX_TS_US = float(1 << 53)
 
 _NAME_COLUMNS = ("op", "api", "dtype", "group", "group_ranks", "caller", "source", "kernel", "algo", "proto")
-_CHECKED_VALUES = (("bytes", 0, MAX_BYTES, "message size (bytes=)"),
-                   ("numel", 0, 1 << 52, "element count (numel=)"),
-                   ("group_size", 1, MAX_GROUP, "group size (gsize=)"))
+_CHECKED_VALUES = (
+    ("bytes", 0, MAX_BYTES, "message size (bytes=)"),
+    ("numel", 0, 1 << 52, "element count (numel=)"),
+    ("group_size", 1, MAX_GROUP, "group size (gsize=)"),
+)
 
 
 def cut_name(name: str) -> str:
@@ -40,8 +42,7 @@ def cut_name(name: str) -> str:
 
 def cut_sql(expr: str) -> str:
     """SQL (DuckDB or SQLite) for cut_name(expr): for readers that take names in SQL."""
-    return (f"CASE WHEN length({expr}) > {MAX_NAME} THEN substr({expr}, 1, {MAX_NAME}) || '{CUT_MARK}' "
-            f"ELSE {expr} END")
+    return f"CASE WHEN length({expr}) > {MAX_NAME} THEN substr({expr}, 1, {MAX_NAME}) || '{CUT_MARK}' ELSE {expr} END"
 
 
 def checked(extract, path: Path, fix: str | None = None):
@@ -51,8 +52,9 @@ def checked(extract, path: Path, fix: str | None = None):
     import pyarrow.compute as pc
 
     calls = extract.calls
-    fix = fix or ("record the job again (nsyscomm run), or leave this file out; a report nsys "
-                  "wrote holds no such value")
+    fix = fix or (
+        "record the job again (nsyscomm run), or leave this file out; a report nsys wrote holds no such value"
+    )
     for col, lo, hi, what in _CHECKED_VALUES:
         if col not in calls.column_names:
             continue
@@ -63,8 +65,9 @@ def checked(extract, path: Path, fix: str | None = None):
         n = pc.sum(pc.cast(pc.fill_null(bad, False), pa.int64())).as_py() or 0
         if n:
             first = pc.filter(c, pc.fill_null(bad, False))[0].as_py()
-            raise InputError(f"{path}: {n} call(s) with an impossible {what} (e.g. {first}; "
-                             f"allowed {lo} to {hi}); {fix}")
+            raise InputError(
+                f"{path}: {n} call(s) with an impossible {what} (e.g. {first}; allowed {lo} to {hi}); {fix}"
+            )
     cut = 0
     for col in _NAME_COLUMNS:
         if col not in calls.column_names:
@@ -88,8 +91,9 @@ def checked(extract, path: Path, fix: str | None = None):
             markers.loc[long, "host"] = markers.loc[long, "host"].map(cut_name)
     extract.calls, extract.markers = calls, markers
     if cut:
-        extract.warnings.append(f"{extract.report}: {cut} name(s) longer than {MAX_NAME} characters were cut "
-                                f"(marked {CUT_MARK})")
+        extract.warnings.append(
+            f"{extract.report}: {cut} name(s) longer than {MAX_NAME} characters were cut (marked {CUT_MARK})"
+        )
     return extract
 
 
@@ -102,8 +106,10 @@ _TIME_FIELDS = ("ts", "dur")
 def _event_error(path: Path, i: int, field: str, value, want: str) -> InputError:
     shown = repr(value)
     shown = shown if len(shown) <= 40 else shown[:40] + "…"
-    return InputError(f"{path}: trace event {i} has {field} = {shown}, not {want}; pass the trace as the "
-                      f"PyTorch profiler wrote it (prof.export_chrome_trace) or leave this file out")
+    return InputError(
+        f"{path}: trace event {i} has {field} = {shown}, not {want}; pass the trace as the "
+        f"PyTorch profiler wrote it (prof.export_chrome_trace) or leave this file out"
+    )
 
 
 def checked_events(items: Iterable[tuple[str, object]], path: Path) -> Iterator[tuple[str, object]]:
@@ -119,13 +125,17 @@ def checked_events(items: Iterable[tuple[str, object]], path: Path) -> Iterator[
         except StopIteration:
             return
         except RecursionError:
-            raise InputError(f"{path}: JSON nested too deeply to read (event {i + 1}); pass the trace as the "
-                             f"PyTorch profiler wrote it (prof.export_chrome_trace)") from None
-        except ValueError as e:   # int(): more digits than Python converts (4300)
+            raise InputError(
+                f"{path}: JSON nested too deeply to read (event {i + 1}); pass the trace as the "
+                f"PyTorch profiler wrote it (prof.export_chrome_trace)"
+            ) from None
+        except ValueError as e:  # int(): more digits than Python converts (4300)
             if isinstance(e, json.JSONDecodeError) or "digits" not in str(e):
                 raise
-            raise InputError(f"{path}: a number of thousands of digits (event {i + 1}); pass the trace as the "
-                             f"PyTorch profiler wrote it (prof.export_chrome_trace)") from None
+            raise InputError(
+                f"{path}: a number of thousands of digits (event {i + 1}); pass the trace as the "
+                f"PyTorch profiler wrote it (prof.export_chrome_trace)"
+            ) from None
         kind, e = item
         if kind == "event":
             i += 1

@@ -11,20 +11,49 @@ from typing import NamedTuple
 
 # NCCL's operation names (kernel names and ncclXxx API ranges) -> canonical op
 _NCCL_OPS = {
-    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-    "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all", "alltoallv": "all_to_all",
-    "send": "send", "recv": "recv", "sendrecv": "send", "gather": "gather", "scatter": "scatter",
-    "barrier": "barrier", "bcast": "broadcast",
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall": "all_to_all",
+    "alltoallv": "all_to_all",
+    "send": "send",
+    "recv": "recv",
+    "sendrecv": "send",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+    "bcast": "broadcast",
 }
 
 # NCCL dtype spellings (<= 2.18 C type names, >= 2.19 short names) -> torch spelling
 _DTYPES = {
-    "int8_t": "int8", "i8": "int8", "char": "int8", "uint8_t": "uint8", "u8": "uint8",
-    "int32_t": "int32", "i32": "int32", "int": "int32", "uint32_t": "uint32", "u32": "uint32",
-    "int64_t": "int64", "i64": "int64", "uint64_t": "uint64", "u64": "uint64",
-    "half": "float16", "f16": "float16", "float": "float32", "f32": "float32",
-    "double": "float64", "f64": "float64", "__nv_bfloat16": "bfloat16", "bf16": "bfloat16",
-    "f8e4m3": "float8_e4m3fn", "__nv_fp8_e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+    "int8_t": "int8",
+    "i8": "int8",
+    "char": "int8",
+    "uint8_t": "uint8",
+    "u8": "uint8",
+    "int32_t": "int32",
+    "i32": "int32",
+    "int": "int32",
+    "uint32_t": "uint32",
+    "u32": "uint32",
+    "int64_t": "int64",
+    "i64": "int64",
+    "uint64_t": "uint64",
+    "u64": "uint64",
+    "half": "float16",
+    "f16": "float16",
+    "float": "float32",
+    "f32": "float32",
+    "double": "float64",
+    "f64": "float64",
+    "__nv_bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "f8e4m3": "float8_e4m3fn",
+    "__nv_fp8_e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
     "__nv_fp8_e5m2": "float8_e5m2",
 }
 _REDOPS = {"sum", "prod", "max", "min", "minmax", "premulsum", "sumpostdiv", "avg"}
@@ -78,7 +107,7 @@ def parse_kernel(name: str) -> KernelInfo:
             for i, t in enumerate(tokens):
                 if t.lower() in _REDOPS:
                     redop = t.lower()
-                    dtype = _DTYPES.get("_".join(tokens[i + 1:]).lower()) if i + 1 < len(tokens) else None
+                    dtype = _DTYPES.get("_".join(tokens[i + 1 :]).lower()) if i + 1 < len(tokens) else None
                     break
                 algo_tokens.append(t)
             algo = "_".join(algo_tokens) or None
@@ -88,7 +117,7 @@ def parse_kernel(name: str) -> KernelInfo:
             hit = re.search(rf"(?:^|_){a}_({'|'.join(_PROTOS)})(?:_|$)", joined)
             if hit:
                 algo, proto = a, hit.group(1)
-                joined = (joined[:hit.start()] + "_" + joined[hit.end():]).strip("_")
+                joined = (joined[: hit.start()] + "_" + joined[hit.end() :]).strip("_")
                 break
         tokens = [t for t in joined.split("_") if t]
         # what is left: [redop, dtype] (dtype may itself contain '_', e.g. int8_t, __nv_bfloat16)
@@ -99,10 +128,17 @@ def parse_kernel(name: str) -> KernelInfo:
             raw = "_".join(tokens)
             dtype = _DTYPES.get(raw) or _DTYPES.get(raw.lower()) or _DTYPES.get("__" + raw)
         return KernelInfo(op, algo, proto, redop, dtype)
-    m = re.match(r"^nccl([A-Z][A-Za-z]*?)(Ring|Tree|CollNet)?(LL128|LL|Simple)?Kernel(?:_([a-z]+)_([a-z0-9_]+))?$", name)
+    m = re.match(
+        r"^nccl([A-Z][A-Za-z]*?)(Ring|Tree|CollNet)?(LL128|LL|Simple)?Kernel(?:_([a-z]+)_([a-z0-9_]+))?$", name
+    )
     if m:
-        return KernelInfo(_op(m.group(1)), (m.group(2) or "").upper() or None, (m.group(3) or "").upper() or None,
-                          m.group(4), _DTYPES.get(m.group(5) or ""))
+        return KernelInfo(
+            _op(m.group(1)),
+            (m.group(2) or "").upper() or None,
+            (m.group(3) or "").upper() or None,
+            m.group(4),
+            _DTYPES.get(m.group(5) or ""),
+        )
     return _EMPTY
 
 
@@ -124,8 +160,19 @@ def canonical_op(api: str | None) -> str | None:
     if s.startswith("nccl") and len(s) > 4 and s[4].isupper():
         s = s[4:]
     key = re.sub(r"[^a-z]", "", s.lower())
-    for suffix in ("objectlist", "intotensorcoalesced", "tensorcoalesced", "coalesced", "intotensor", "base", "single",
-                   "tensor", "object", "multigpu", "list"):
+    for suffix in (
+        "objectlist",
+        "intotensorcoalesced",
+        "tensorcoalesced",
+        "coalesced",
+        "intotensor",
+        "base",
+        "single",
+        "tensor",
+        "object",
+        "multigpu",
+        "list",
+    ):
         if key.endswith(suffix) and key[: -len(suffix)] in _NCCL_OPS:
             key = key[: -len(suffix)]
             break

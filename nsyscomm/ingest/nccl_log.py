@@ -24,50 +24,77 @@ from nsyscomm.errors import InputError
 
 _MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 _SRUN_TAG = re.compile(r"^\s*\d+:\s")
-_INFO = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
+_INFO = re.compile(
+    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN) (?P<msg>.*)$"
+)
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?")
-_INIT = re.compile(r"(?:ncclCommInitRank(?:Config|Scalable)?\s+)?comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) "
-                   r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-fA-F]+)"
-                   r"(?: commId (?P<commid>0x[0-9a-f]+))?(?: localSize \d+)? - Init COMPLETE")
-_VIA = re.compile(r"Channel \d+/\d+ : \d+\[[0-9a-f]+\] -> \d+\[[0-9a-f]+\](?: \[(?:send|receive)\])? via (?P<via>\S+(?: \S+)*?)(?:/\d+)?(?:/(?P<flags>[A-Z]+))?(?:\(.*\))?\s*$")
-_CHANNELS = re.compile(r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?"
-                       r"(?P<p2p>\d+) p2p channels, (?P<perpeer>\d+) p2p channels per peer")
+_INIT = re.compile(
+    r"(?:ncclCommInitRank(?:Config|Scalable)?\s+)?comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) "
+    r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-fA-F]+)"
+    r"(?: commId (?P<commid>0x[0-9a-f]+))?(?: localSize \d+)? - Init COMPLETE"
+)
+_VIA = re.compile(
+    r"Channel \d+/\d+ : \d+\[[0-9a-f]+\] -> \d+\[[0-9a-f]+\](?: \[(?:send|receive)\])? via (?P<via>\S+(?: \S+)*?)(?:/\d+)?(?:/(?P<flags>[A-Z]+))?(?:\(.*\))?\s*$"
+)
+_CHANNELS = re.compile(
+    r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?"
+    r"(?P<p2p>\d+) p2p channels, (?P<perpeer>\d+) p2p channels per peer"
+)
 _RING = re.compile(r"Channel (?P<c>\d+)/(?P<n>\d+) :(?:\s+\d+)+\s*$")
 _NETWORK = re.compile(r"Using network (?P<net>.+?)\s*$")
-_TUNER_PLUGIN = re.compile(r"(?:TUNER/Plugin: Using tuner plugin|Using tuner plugin|TUNER/Plugin: Plugin name set by env to) (?P<t>\S+)")
-_NT_DEVICE = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d+)"
-                        r"\s+\[[^\]]*\]\s+(?P<gpu>.+?)\s*$")
-_NT_HEADER = re.compile(r"^#\s+nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+maxBytes\s+(?P<max>\d+)")
+_TUNER_PLUGIN = re.compile(
+    r"(?:TUNER/Plugin: Using tuner plugin|Using tuner plugin|TUNER/Plugin: Plugin name set by env to) (?P<t>\S+)"
+)
+_NT_DEVICE = re.compile(
+    r"^#\s+Rank\s+(?P<rank>\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d+)"
+    r"\s+\[[^\]]*\]\s+(?P<gpu>.+?)\s*$"
+)
+_NT_HEADER = re.compile(
+    r"^#\s+nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+maxBytes\s+(?P<max>\d+)"
+)
 _NT_COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+root\s+time\s+algbw\s+busbw")
-_NT_ROW = re.compile(r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>\w+)\s+(?P<redop>\w+)\s+(?P<root>-?\d+)\s+(?P<rest>.*)$")
+_NT_ROW = re.compile(
+    r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>\w+)\s+(?P<redop>\w+)\s+(?P<root>-?\d+)\s+(?P<rest>.*)$"
+)
 _NT_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>[\d.]+)")
-_NT_BINARY = re.compile(r"\b(?P<op>all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|gather|scatter|hypercube)_perf\b")
+_NT_BINARY = re.compile(
+    r"\b(?P<op>all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|gather|scatter|hypercube)_perf\b"
+)
 
 # nccl-tests binary -> canonical op
-_BINARY_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-               "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all", "sendrecv": "send",
-               "gather": "gather", "scatter": "scatter", "hypercube": "all_gather"}
+_BINARY_OPS = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall": "all_to_all",
+    "sendrecv": "send",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "all_gather",
+}
 
 
 @dataclass
 class NcclLog:
     path: str
-    version: str | None = None                 # "2.22.3"
-    cuda: str | None = None                    # "12.2", from "+cuda12.2"
-    nranks: int | None = None                  # largest communicator seen at init (or nccl-tests' rank list)
-    nodes: int | None = None                   # distinct hosts
+    version: str | None = None  # "2.22.3"
+    cuda: str | None = None  # "12.2", from "+cuda12.2"
+    nranks: int | None = None  # largest communicator seen at init (or nccl-tests' rank list)
+    nodes: int | None = None  # distinct hosts
     hosts: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
-    communicators: list[dict] = field(default_factory=list)   # {comm_id, nranks, ranks_seen}
+    communicators: list[dict] = field(default_factory=list)  # {comm_id, nranks, ranks_seen}
     transports: dict[str, int] = field(default_factory=dict)  # P2P/CUMEM: 448, NET/AWS Libfabric: 512, ...
     transport_kinds: list[str] = field(default_factory=list)  # P2P, SHM, NET, NVLS, COLLNET
-    network: str | None = None                 # "AWS Libfabric", "IB", "Socket"
-    gdr: bool | None = None                    # GPUDirect RDMA used on NET connections
-    channels: dict[str, int] = field(default_factory=dict)    # coll, collnet, nvls, p2p, p2p_per_peer
+    network: str | None = None  # "AWS Libfabric", "IB", "Socket"
+    gdr: bool | None = None  # GPUDirect RDMA used on NET connections
+    channels: dict[str, int] = field(default_factory=dict)  # coll, collnet, nvls, p2p, p2p_per_peer
     nvls: bool = False
-    tuner: str | None = None                   # "internal" or the plugin's name
+    tuner: str | None = None  # "internal" or the plugin's name
     gpus: list[str] = field(default_factory=list)
-    nccl_tests: list[dict] = field(default_factory=list)      # per result table: op, ranks, avg_busbw_GBps, peak
+    nccl_tests: list[dict] = field(default_factory=list)  # per result table: op, ranks, avg_busbw_GBps, peak
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -86,8 +113,9 @@ def _lines(path: Path):
 def _check(path) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: no such file; pass the output of a run with NCCL_DEBUG=INFO "
-                         f"(or of nccl-tests' all_reduce_perf)")
+        raise InputError(
+            f"{path}: no such file; pass the output of a run with NCCL_DEBUG=INFO (or of nccl-tests' all_reduce_perf)"
+        )
     return path
 
 
@@ -186,8 +214,9 @@ def parse(path) -> NcclLog:
     if out.channels.get("collnet") and any("CollNet" in t or "COLLNET" in t for t in transports):
         kinds.add("COLLNET")
     out.transport_kinds = sorted(kinds)
-    out.communicators = [{"comm_id": c["comm_id"], "nranks": c["nranks"], "ranks_seen": len(c["ranks_seen"])}
-                         for c in comms.values()]
+    out.communicators = [
+        {"comm_id": c["comm_id"], "nranks": c["nranks"], "ranks_seen": len(c["ranks_seen"])} for c in comms.values()
+    ]
     out.ranks = sorted(ranks or nt_ranks)
     if comms:
         out.nranks = max(c["nranks"] for c in comms.values())
@@ -203,19 +232,30 @@ def parse(path) -> NcclLog:
     curve = reference_curve(path)
     for run, g in curve.groupby("run", sort=True):
         peak = g.loc[g["busbw_GBps"].idxmax()]
-        out.nccl_tests.append({
-            "run": int(run), "op": g["op"].iloc[0], "ranks": _int_or_none(g["ranks"].iloc[0]),
-            "dtype": g["dtype"].iloc[0], "sizes": int(len(g)),
-            "min_bytes": int(g["bytes"].min()), "max_bytes": int(g["bytes"].max()),
-            "avg_busbw_GBps": _float_or_none(g["avg_busbw_GBps"].iloc[0]),
-            "peak_busbw_GBps": float(peak["busbw_GBps"]), "peak_at_bytes": int(peak["bytes"]),
-        })
+        out.nccl_tests.append(
+            {
+                "run": int(run),
+                "op": g["op"].iloc[0],
+                "ranks": _int_or_none(g["ranks"].iloc[0]),
+                "dtype": g["dtype"].iloc[0],
+                "sizes": int(len(g)),
+                "min_bytes": int(g["bytes"].min()),
+                "max_bytes": int(g["bytes"].max()),
+                "avg_busbw_GBps": _float_or_none(g["avg_busbw_GBps"].iloc[0]),
+                "peak_busbw_GBps": float(peak["busbw_GBps"]),
+                "peak_at_bytes": int(peak["bytes"]),
+            }
+        )
     if not saw_info and not out.nccl_tests:
-        out.warnings.append(f"{path.name}: no NCCL INFO line and no nccl-tests table; "
-                            f"run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING for the tuner)")
+        out.warnings.append(
+            f"{path.name}: no NCCL INFO line and no nccl-tests table; "
+            f"run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING for the tuner)"
+        )
     elif not saw_info:
-        out.warnings.append(f"{path.name}: nccl-tests output without NCCL INFO lines: "
-                            f"version and transports unknown (set NCCL_DEBUG=INFO)")
+        out.warnings.append(
+            f"{path.name}: nccl-tests output without NCCL INFO lines: "
+            f"version and transports unknown (set NCCL_DEBUG=INFO)"
+        )
     return out
 
 
@@ -234,8 +274,24 @@ def _num(tok: str) -> float | None:
         return None  # "N/A"
 
 
-_CURVE_COLUMNS = ["run", "op", "bytes", "count", "dtype", "redop", "root", "time_us", "algbw_GBps", "busbw_GBps",
-                  "wrong", "time_us_inplace", "algbw_GBps_inplace", "busbw_GBps_inplace", "ranks", "avg_busbw_GBps"]
+_CURVE_COLUMNS = [
+    "run",
+    "op",
+    "bytes",
+    "count",
+    "dtype",
+    "redop",
+    "root",
+    "time_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "wrong",
+    "time_us_inplace",
+    "algbw_GBps_inplace",
+    "busbw_GBps_inplace",
+    "ranks",
+    "avg_busbw_GBps",
+]
 
 
 def _guess_op(redop: str, root: int) -> str:
@@ -293,18 +349,39 @@ def reference_curve(path, op: str | None = None) -> pd.DataFrame:
         if len(rest) < 4:
             continue
         redop, root = m["redop"], int(m["root"])
-        row = {"run": run, "op": op or binary_op or _guess_op(redop, root), "bytes": int(m["size"]),
-               "count": int(m["count"]), "dtype": m["type"], "redop": redop, "root": root,
-               "time_us": _num(rest[0]), "algbw_GBps": _num(rest[1]), "busbw_GBps": _num(rest[2]),
-               "wrong": _num(rest[3]), "time_us_inplace": None, "algbw_GBps_inplace": None,
-               "busbw_GBps_inplace": None, "ranks": ranks_per_run.get(run)}
+        row = {
+            "run": run,
+            "op": op or binary_op or _guess_op(redop, root),
+            "bytes": int(m["size"]),
+            "count": int(m["count"]),
+            "dtype": m["type"],
+            "redop": redop,
+            "root": root,
+            "time_us": _num(rest[0]),
+            "algbw_GBps": _num(rest[1]),
+            "busbw_GBps": _num(rest[2]),
+            "wrong": _num(rest[3]),
+            "time_us_inplace": None,
+            "algbw_GBps_inplace": None,
+            "busbw_GBps_inplace": None,
+            "ranks": ranks_per_run.get(run),
+        }
         if len(rest) >= 7:
-            row.update(time_us_inplace=_num(rest[4]), algbw_GBps_inplace=_num(rest[5]), busbw_GBps_inplace=_num(rest[6]))
+            row.update(
+                time_us_inplace=_num(rest[4]), algbw_GBps_inplace=_num(rest[5]), busbw_GBps_inplace=_num(rest[6])
+            )
         rows.append(row)
     df = pd.DataFrame(rows, columns=_CURVE_COLUMNS[:-1])
     df["avg_busbw_GBps"] = df["run"].map(avg)
-    for c in ("time_us", "algbw_GBps", "busbw_GBps", "time_us_inplace", "algbw_GBps_inplace", "busbw_GBps_inplace",
-              "avg_busbw_GBps"):
+    for c in (
+        "time_us",
+        "algbw_GBps",
+        "busbw_GBps",
+        "time_us_inplace",
+        "algbw_GBps_inplace",
+        "busbw_GBps_inplace",
+        "avg_busbw_GBps",
+    ):
         df[c] = df[c].astype("float64")
     df["ranks"] = df["ranks"].astype("Int64")
     return df[_CURVE_COLUMNS]

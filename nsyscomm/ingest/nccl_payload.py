@@ -46,25 +46,67 @@ SCHEMA_OPS = {4: "AllGather", 5: "AllReduce", 6: "Broadcast", 7: "ReduceScatter"
 SCHEMA_OPS_228 = {16: "AlltoAll", 17: "Gather", 18: "Scatter"}
 
 # NCCL API (range name without "nccl") -> canonical op
-API_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-           "Broadcast": "broadcast", "Bcast": "broadcast", "Reduce": "reduce", "Send": "send", "Recv": "recv",
-           "AlltoAll": "all_to_all", "AllToAll": "all_to_all", "Gather": "gather", "Scatter": "scatter"}
-INIT_APIS = ("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable", "ncclCommSplit",
-             "ncclCommInitAll", "ncclCommGrow")
+API_OPS = {
+    "AllReduce": "all_reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast",
+    "Bcast": "broadcast",
+    "Reduce": "reduce",
+    "Send": "send",
+    "Recv": "recv",
+    "AlltoAll": "all_to_all",
+    "AllToAll": "all_to_all",
+    "Gather": "gather",
+    "Scatter": "scatter",
+}
+INIT_APIS = (
+    "ncclCommInitRank",
+    "ncclCommInitRankConfig",
+    "ncclCommInitRankScalable",
+    "ncclCommSplit",
+    "ncclCommInitAll",
+    "ncclCommGrow",
+)
 REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
 
 # NVTX payload entry types (nvToolsExtPayload.h) -> struct format
 _ENTRY_FORMATS = {
-    1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "q", 8: "Q", 9: "q", 10: "Q",
-    11: "b", 12: "B", 13: "h", 14: "H", 15: "i", 16: "I", 17: "q", 18: "Q",
-    19: "f", 20: "d", 22: "Q", 23: "Q",
+    1: "b",
+    2: "B",
+    3: "h",
+    4: "H",
+    5: "i",
+    6: "I",
+    7: "q",
+    8: "Q",
+    9: "q",
+    10: "Q",
+    11: "b",
+    12: "B",
+    13: "h",
+    14: "H",
+    15: "i",
+    16: "I",
+    17: "q",
+    18: "Q",
+    19: "f",
+    20: "d",
+    22: "Q",
+    23: "Q",
 }
 _NATURAL = {"b": 1, "B": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "Q": 8, "f": 4, "d": 8}
 
 # entry name -> field of a decoded payload
 ENTRY_FIELDS = {
-    "nccl communicator id": "comm", "message size [bytes]": "msg_bytes", "reduction operation": "redop",
-    "root": "root", "peer rank": "peer", "no. of ranks": "nranks", "rank": "rank", "cuda device": "device",
+    "nccl communicator id": "comm",
+    "message size [bytes]": "msg_bytes",
+    "reduction operation": "redop",
+    "root": "root",
+    "peer rank": "peer",
+    "no. of ranks": "nranks",
+    "rank": "rank",
+    "cuda device": "device",
     "no. of devices": "ndev",
 }
 
@@ -73,7 +115,7 @@ ENTRY_FIELDS = {
 class Schema:
     schema_id: int
     size: int | None
-    entries: list[tuple[str, int, int]] = field(default_factory=list)   # (field, type, offset)
+    entries: list[tuple[str, int, int]] = field(default_factory=list)  # (field, type, offset)
 
 
 def load_schemas(rows_schemas, rows_entries) -> dict[int, Schema]:
@@ -108,7 +150,7 @@ def load_schemas(rows_schemas, rows_entries) -> dict[int, Schema]:
 def _fmt(typ: int | None) -> str:
     if typ is None:
         return "Q"
-    if typ >= SCHEMA_BASE:   # a registered schema used as a type: NCCL's ncclRedOp_t enum (4 bytes)
+    if typ >= SCHEMA_BASE:  # a registered schema used as a type: NCCL's ncclRedOp_t enum (4 bytes)
         return "i"
     return _ENTRY_FORMATS.get(typ, "Q")
 
@@ -172,8 +214,11 @@ def decode_json(text) -> dict:
     while stack:
         o = stack.pop(0)
         if isinstance(o, dict):
-            hits = {ENTRY_FIELDS[k.strip().lower()]: v for k, v in o.items()
-                    if isinstance(k, str) and k.strip().lower() in ENTRY_FIELDS}
+            hits = {
+                ENTRY_FIELDS[k.strip().lower()]: v
+                for k, v in o.items()
+                if isinstance(k, str) and k.strip().lower() in ENTRY_FIELDS
+            }
             if hits:
                 return {k: _json_value(k, v) for k, v in hits.items()}
             stack.extend(o.values())
@@ -223,6 +268,7 @@ def nccl_tests_bytes(op: str | None, msg_bytes, nranks) -> int | None:
 
 # --------------------------------------------------------------------------- units (group semantics)
 
+
 def build_units(events: pd.DataFrame, comm_sizes: dict) -> pd.DataFrame:
     """NCCL ranges of one report (globalTid, start, end, name, fields...) -> one row per unit:
     globalTid, start, end (the interval whose launches are its kernels), op, api, bytes, group,
@@ -237,7 +283,7 @@ def build_units(events: pd.DataFrame, comm_sizes: dict) -> pd.DataFrame:
                 depth += 1
             elif e.name == "ncclGroupEnd":
                 if depth == 0:
-                    continue   # its ncclGroupStart is outside the capture window
+                    continue  # its ncclGroupStart is outside the capture window
                 depth -= 1
                 if depth == 0 and members:
                     rows.append(_unit(gtid, e.start, e.end, members, comm_sizes, grouped=True))
@@ -266,13 +312,14 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
         peers_s = {int(m.peer) for m, o in zip(members, ops) if o == "send" and _present(m.peer)}
         peers_r = {int(m.peer) for m, o in zip(members, ops) if o == "recv" and _present(m.peer)}
         if not peers_s and not peers_r and not any(_present(m.msg_bytes) for m in members):
-            op = None          # no payload: the kernels (or the enclosing PyTorch range) tell
+            op = None  # no payload: the kernels (or the enclosing PyTorch range) tell
             nbytes = None
-        elif (n and n > 1 and len(peers_s) >= n - 1 and len(peers_r) >= n - 1) or \
-                (not n and len(peers_s) >= 2 and peers_s == peers_r):
+        elif (n and n > 1 and len(peers_s) >= n - 1 and len(peers_r) >= n - 1) or (
+            not n and len(peers_s) >= 2 and peers_s == peers_r
+        ):
             op, nbytes = "all_to_all", send_b
         elif "send" in ops:
-            op, nbytes = "send", send_b   # a send (paired with receives in a sendrecv group)
+            op, nbytes = "send", send_b  # a send (paired with receives in a sendrecv group)
         else:
             op, nbytes = "recv", recv_b
         if op is not None and not any(_present(m.msg_bytes) for m in members):
@@ -282,10 +329,19 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
         parts = [nccl_tests_bytes(op, m.msg_bytes if _present(m.msg_bytes) else None, n) for m in members]
         nbytes = None if any(p is None for p in parts) else sum(parts)
     else:
-        op, nbytes = None, None   # mixed collectives in one group: the kernels tell
-    return {"globalTid": gtid, "start": start, "end": end, "op": op, "api": api, "bytes": nbytes,
-            "group": None if comm is None else str(comm),
-            "group_size": n, "redop": ",".join(sorted(redops)) or None, "members": len(members)}
+        op, nbytes = None, None  # mixed collectives in one group: the kernels tell
+    return {
+        "globalTid": gtid,
+        "start": start,
+        "end": end,
+        "op": op,
+        "api": api,
+        "bytes": nbytes,
+        "group": None if comm is None else str(comm),
+        "group_size": n,
+        "redop": ",".join(sorted(redops)) or None,
+        "members": len(members),
+    }
 
 
 def _present(v) -> bool:
@@ -293,6 +349,7 @@ def _present(v) -> bool:
 
 
 # --------------------------------------------------------------------------- reading a report
+
 
 def _meta(con, tables) -> dict:
     for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
@@ -316,7 +373,20 @@ def read_events(path, tables, warnings: list[str], report: str = "") -> tuple[pd
 
     Read with Python's sqlite3, not DuckDB: nsys declares binaryData TEXT but a blob may hold
     any bytes, which DuckDB's SQLite scanner refuses as invalid UTF-8."""
-    cols = ["globalTid", "start", "end", "name", "comm", "msg_bytes", "redop", "root", "peer", "nranks", "rank", "device"]
+    cols = [
+        "globalTid",
+        "start",
+        "end",
+        "name",
+        "comm",
+        "msg_bytes",
+        "redop",
+        "root",
+        "peer",
+        "nranks",
+        "rank",
+        "device",
+    ]
     empty = pd.DataFrame(columns=cols)
     nv = tables.get("NVTX_EVENTS")
     if nv is None:
@@ -332,8 +402,11 @@ def read_events(path, tables, warnings: list[str], report: str = "") -> tuple[pd
 def _read_events(con, tables, nv, warnings, report, cols, empty):
     schemas: dict[int, Schema] = {}
     if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
-        srows = (con.execute("SELECT schemaId, payloadSize FROM NVTX_PAYLOAD_SCHEMAS").fetchall()
-                 if "NVTX_PAYLOAD_SCHEMAS" in tables else [])
+        srows = (
+            con.execute("SELECT schemaId, payloadSize FROM NVTX_PAYLOAD_SCHEMAS").fetchall()
+            if "NVTX_PAYLOAD_SCHEMAS" in tables
+            else []
+        )
         erows = con.execute('SELECT schemaId, idx, type, name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES').fetchall()
         schemas = load_schemas(srows, erows)
     has = {c: (c in nv) for c in ("textId", "domainId", "binaryData", "jsonText", "jsonTextId")}
@@ -346,12 +419,20 @@ def _read_events(con, tables, nv, warnings, report, cols, empty):
     # NCCL's domain: by its create event when inside the window, else by the schemas NCCL registered
     domains = set()
     if has["domainId"]:
-        domains = {int(r[0]) for r in con.execute(
-            "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'").fetchall()
-            if r[0] is not None}
+        domains = {
+            int(r[0])
+            for r in con.execute(
+                "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'"
+            ).fetchall()
+            if r[0] is not None
+        }
         if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
-            domains |= {int(r[0]) for r in con.execute(
-                "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'").fetchall()}
+            domains |= {
+                int(r[0])
+                for r in con.execute(
+                    "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'"
+                ).fetchall()
+            }
     dom_filter = f"AND e.domainId IN ({','.join(map(str, sorted(domains)))})" if domains else ""
     rows = con.execute(f"""
         SELECT e.globalTid, e.start, coalesce(e."end", e.start) AS "end", {name_expr} AS name,
@@ -366,7 +447,7 @@ def _read_events(con, tables, nv, warnings, report, cols, empty):
     for gtid, start, end, name, b, js in rows:
         f = decode_json(js) if js else {}
         if not f and b is not None:
-            if isinstance(b, str):   # TEXT read back: undo surrogateescape to the original bytes
+            if isinstance(b, str):  # TEXT read back: undo surrogateescape to the original bytes
                 b = b.encode("utf-8", "surrogateescape")
                 try:
                     b = blob_bytes(b.decode("ascii"))
@@ -376,10 +457,24 @@ def _read_events(con, tables, nv, warnings, report, cols, empty):
         if f:
             with_payload += 1
         comm = f.get("comm")
-        if isinstance(comm, int):   # a string from the start: a u64 id does not survive float columns
+        if isinstance(comm, int):  # a string from the start: a u64 id does not survive float columns
             comm = f"0x{comm & 0xFFFFFFFFFFFFFFFF:016x}"
-        out.append((gtid, start, end, name, comm, f.get("msg_bytes"), f.get("redop"), f.get("root"),
-                    f.get("peer"), f.get("nranks"), f.get("rank"), f.get("device")))
+        out.append(
+            (
+                gtid,
+                start,
+                end,
+                name,
+                comm,
+                f.get("msg_bytes"),
+                f.get("redop"),
+                f.get("root"),
+                f.get("peer"),
+                f.get("nranks"),
+                f.get("rank"),
+                f.get("device"),
+            )
+        )
     ev = pd.DataFrame(out, columns=cols)
     payload_calls = ev["name"].map(lambda n: api_op(n) is not None or n in INIT_APIS).sum()
     if payload_calls and not with_payload:
@@ -390,11 +485,17 @@ def _read_events(con, tables, nv, warnings, report, cols, empty):
         if meta.get("EXPORT_PARAM_INCLUDE_JSON", "").lower() != "true":
             missing.append("--include-json=true")
         flags = " ".join(missing) or "--include-blobs=true"
-        why = (f"EXPORT_PARAM_INCLUDE_BLOBS={meta.get('EXPORT_PARAM_INCLUDE_BLOBS')}, "
-               f"EXPORT_PARAM_INCLUDE_JSON={meta.get('EXPORT_PARAM_INCLUDE_JSON')}" if meta else "no export parameters")
-        warnings.append(f"{report}: {int(payload_calls)} NCCL NVTX range(s) without payload values ({why}): "
-                        f"message sizes and communicators unknown; export again with "
-                        f"nsys export --type sqlite {flags} REPORT.nsys-rep")
+        why = (
+            f"EXPORT_PARAM_INCLUDE_BLOBS={meta.get('EXPORT_PARAM_INCLUDE_BLOBS')}, "
+            f"EXPORT_PARAM_INCLUDE_JSON={meta.get('EXPORT_PARAM_INCLUDE_JSON')}"
+            if meta
+            else "no export parameters"
+        )
+        warnings.append(
+            f"{report}: {int(payload_calls)} NCCL NVTX range(s) without payload values ({why}): "
+            f"message sizes and communicators unknown; export again with "
+            f"nsys export --type sqlite {flags} REPORT.nsys-rep"
+        )
     return ev, schemas
 
 
@@ -437,12 +538,15 @@ def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
     """Attach to each unit the NCCL kernels launched inside it on the same thread (needs the
     temp table nccl_kernels of nsyscomm.ingest.nsys.extract.extract): k_first, k_last, kernels."""
     if not len(units):
-        return units.assign(k_first=pd.Series(dtype="Int64"), k_last=pd.Series(dtype="Int64"),
-                            kernels=pd.Series(dtype="Int64"))
+        return units.assign(
+            k_first=pd.Series(dtype="Int64"), k_last=pd.Series(dtype="Int64"), kernels=pd.Series(dtype="Int64")
+        )
     u = units.reset_index(drop=True).assign(uid=lambda d: range(len(d)))
     con.register("payload_units_df", u[["uid", "globalTid", "start", "end"]].astype("int64"))
-    con.execute("CREATE OR REPLACE TEMP TABLE payload_units AS SELECT uid::BIGINT AS uid, globalTid::BIGINT AS gtid, "
-                "start::BIGINT AS ustart, \"end\"::BIGINT AS uend FROM payload_units_df")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE payload_units AS SELECT uid::BIGINT AS uid, globalTid::BIGINT AS gtid, "
+        'start::BIGINT AS ustart, "end"::BIGINT AS uend FROM payload_units_df'
+    )
     con.unregister("payload_units_df")
     # (DuckDB 1.5 has no merge join for this shape with prefer_range_joins; units are few per thread)
     con.execute("SET prefer_range_joins = false")
@@ -455,8 +559,7 @@ def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
     return u.merge(got, on="uid", how="left")
 
 
-def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
-          report: str, path) -> tuple:
+def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str], report: str, path) -> tuple:
     """The hook for nsyscomm.ingest.nsys.extract.extract: decode NCCL's payloads, fill the calls they describe,
     and add ranks from ncclCommInitRank for processes without a wrapper marker.
 
@@ -469,8 +572,9 @@ def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
       are kernels outside the capture window and are only counted in a warning."""
     # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
-    if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'"
-                       ).fetchone()[0]:
+    if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'").fetchone()[
+        0
+    ]:
         return calls, markers
     events, _schemas = read_events(path, tables, warnings, report)
     if not len(events):
@@ -528,14 +632,25 @@ def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str],
     orphan = units[units["k_first"].isna()]
     if len(orphan):
         if not has_kernels:
-            extra = pd.DataFrame({
-                "pid": [(int(g) >> 24) & 0xFFFFFF for g in orphan["globalTid"]],
-                "tid": [int(g) & 0xFFFFFF for g in orphan["globalTid"]],
-                "op": orphan["op"], "api": orphan["api"], "bytes": orphan["bytes"],
-                "group": orphan["group"], "group_size": orphan["group_size"],
-                "cpu_start": orphan["start"], "cpu_end": orphan["end"], "source": "nccl_payload", "kernels": 0})
+            extra = pd.DataFrame(
+                {
+                    "pid": [(int(g) >> 24) & 0xFFFFFF for g in orphan["globalTid"]],
+                    "tid": [int(g) & 0xFFFFFF for g in orphan["globalTid"]],
+                    "op": orphan["op"],
+                    "api": orphan["api"],
+                    "bytes": orphan["bytes"],
+                    "group": orphan["group"],
+                    "group_size": orphan["group_size"],
+                    "cpu_start": orphan["start"],
+                    "cpu_end": orphan["end"],
+                    "source": "nccl_payload",
+                    "kernels": 0,
+                }
+            )
             calls = pd.concat([calls, extra], ignore_index=True)
         else:
-            warnings.append(f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
-                            f"(capture window edge): not counted")
+            warnings.append(
+                f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
+                f"(capture window edge): not counted"
+            )
     return duck.frame_arrow(calls), markers

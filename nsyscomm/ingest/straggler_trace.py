@@ -28,8 +28,10 @@ COMM = {
     "separate-grads-all-reduce": ("all_reduce", "dp"),
     "layernorm-grads-all-reduce": ("all_reduce", "tp"),
     "embedding-grads-all-reduce": ("all_reduce", "embedding"),
-    "forward-send": ("send", "pp"), "forward-recv": ("recv", "pp"),
-    "backward-send": ("send", "pp"), "backward-recv": ("recv", "pp"),
+    "forward-send": ("send", "pp"),
+    "forward-recv": ("recv", "pp"),
+    "backward-send": ("send", "pp"),
+    "backward-recv": ("recv", "pp"),
 }
 _P2P_PEER = {"forward-send": 1, "forward-recv": -1, "backward-send": -1, "backward-recv": 1}
 # seq of a call within its communicator: the step, then the optype, then the op's order
@@ -50,13 +52,17 @@ def read_meta(path: Path) -> dict:
 
     mp = meta_path(path)
     if not mp.is_file():
-        raise InputError(f"{path}: the job description {mp.name} is not beside it; "
-                         f"put the trace's meta-<name>.yaml (dp_size, pp_size, ...) in the same folder")
+        raise InputError(
+            f"{path}: the job description {mp.name} is not beside it; "
+            f"put the trace's meta-<name>.yaml (dp_size, pp_size, ...) in the same folder"
+        )
     try:
         meta = yaml.safe_load(mp.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise InputError(f"{mp}: not readable YAML ({str(e).splitlines()[0]}); "
-                         f"write it as 'key: value' lines (dp_size, pp_size, tp_size, world_size)") from None
+        raise InputError(
+            f"{mp}: not readable YAML ({str(e).splitlines()[0]}); "
+            f"write it as 'key: value' lines (dp_size, pp_size, tp_size, world_size)"
+        ) from None
     if not isinstance(meta, dict):
         raise InputError(f"{mp}: expected 'key: value' lines (dp_size, pp_size, tp_size, world_size)")
     for k in META_SIZES:
@@ -76,19 +82,23 @@ def read(path: Path) -> tuple[pd.DataFrame, dict]:
     try:
         df = pq.read_table(path).to_pandas()
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]}); "
-                         f"write the trace again") from None
+        raise InputError(
+            f"{path}: not a readable Parquet file ({str(e).splitlines()[0]}); write the trace again"
+        ) from None
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; the what-if trace format needs "
-                         f"{', '.join(REQUIRED)}")
+        raise InputError(
+            f"{path}: missing column(s) {', '.join(missing)}; the what-if trace format needs {', '.join(REQUIRED)}"
+        )
     if df.empty:
         raise InputError(f"{path}: the trace has no operations")
     df["optype"] = df["optype"].astype(str)
     bad = ~np.isfinite(df["start_ts"].to_numpy(np.float64)) | ~(df["duration"].to_numpy(np.float64) >= 0)
     if bad.any():
-        raise InputError(f"{path}: {int(bad.sum())} operation(s) with a missing or negative time; "
-                         f"fix start_ts/duration (seconds) in the trace")
+        raise InputError(
+            f"{path}: {int(bad.sum())} operation(s) with a missing or negative time; "
+            f"fix start_ts/duration (seconds) in the trace"
+        )
     return df.reset_index(drop=True), meta
 
 
@@ -116,9 +126,16 @@ def calls(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     peer = ranks.reindex(pd.MultiIndex.from_arrays([dpr, peer_stage])).to_numpy()
     is_p2p = (kind == "pp").to_numpy()
     dp_ranks = df.drop_duplicates("rank").groupby("stage")["rank"].apply(lambda r: ",".join(map(str, sorted(r))))
-    group = np.select([kind == "dp", kind == "tp", kind == "embedding", kind == "pp"],
-                      ["dp.stage" + c["stage"].astype(str), "tp.rank" + c["rank"].astype(str),
-                       "embedding.dp" + c["dp_rank"].astype(str), "pp.dp" + c["dp_rank"].astype(str)], "world")
+    group = np.select(
+        [kind == "dp", kind == "tp", kind == "embedding", kind == "pp"],
+        [
+            "dp.stage" + c["stage"].astype(str),
+            "tp.rank" + c["rank"].astype(str),
+            "embedding.dp" + c["dp_rank"].astype(str),
+            "pp.dp" + c["dp_rank"].astype(str),
+        ],
+        "world",
+    )
     size = np.select([kind == "dp", kind == "embedding", kind == "pp"], [dp, min(2, pp), 2], 1)
     granks = np.where(kind == "dp", c["stage"].map(dp_ranks).astype(object), None)
     # a send and its receive share a seq: the p2p optypes of one direction are numbered alike
@@ -127,10 +144,24 @@ def calls(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     seq = c["step"].to_numpy(np.int64) * _SEQ_STRIDE + code * _OPTYPE_STRIDE + c["seq_id"].to_numpy(np.int64)
     out = pd.DataFrame({k: None for k in COLUMN_NAMES}, index=c.index)
     out = out.assign(
-        pid=c["rank"].astype(np.int64), tid=0, op=op, api=c["optype"], group=group, group_size=size,
-        group_ranks=granks, seq=seq, caller=c["optype"], step=c["step"].astype(np.int64),
-        cpu_start=start, cpu_end=end, gpu_start=start, gpu_end=end, device=c["rank"].astype(np.int64),
-        source=SOURCE, peer=np.where(is_p2p, peer, None))
+        pid=c["rank"].astype(np.int64),
+        tid=0,
+        op=op,
+        api=c["optype"],
+        group=group,
+        group_size=size,
+        group_ranks=granks,
+        seq=seq,
+        caller=c["optype"],
+        step=c["step"].astype(np.int64),
+        cpu_start=start,
+        cpu_end=end,
+        gpu_start=start,
+        gpu_end=end,
+        device=c["rank"].astype(np.int64),
+        source=SOURCE,
+        peer=np.where(is_p2p, peer, None),
+    )
     out["peer"] = out["peer"].astype("Int64")
     return out.drop(columns=["report", "rank", "local_rank", "host", "duration_ns"]).reset_index(drop=True)
 
@@ -146,20 +177,38 @@ def extract(path: Path, report: str | None = None):
     off = step_offsets(df).reindex(df["step"]).to_numpy()
     t0 = np.rint((df["start_ts"].to_numpy(np.float64) + off) * 1e9).astype(np.int64)
     t1 = t0 + np.rint(df["duration"].to_numpy(np.float64) * 1e9).astype(np.int64)
-    spans = (pd.DataFrame({"pid": df["rank"].astype(np.int64), "first_ns": t0, "last_ns": t1})
-             .groupby("pid").agg(first_ns=("first_ns", "min"), last_ns=("last_ns", "max")).reset_index())
+    spans = (
+        pd.DataFrame({"pid": df["rank"].astype(np.int64), "first_ns": t0, "last_ns": t1})
+        .groupby("pid")
+        .agg(first_ns=("first_ns", "min"), last_ns=("last_ns", "max"))
+        .reset_index()
+    )
     ranks = np.sort(df["rank"].unique()).astype(np.int64)
-    markers = pd.DataFrame({"pid": ranks, "rank": pd.array(ranks, dtype="Int64"),
-                            "local_rank": pd.array([None] * len(ranks), dtype="Int64"),
-                            "world": pd.array([meta["world_size"]] * len(ranks), dtype="Int64"),
-                            "host": pd.Series([None] * len(ranks), dtype="object")})
+    markers = pd.DataFrame(
+        {
+            "pid": ranks,
+            "rank": pd.array(ranks, dtype="Int64"),
+            "local_rank": pd.array([None] * len(ranks), dtype="Int64"),
+            "world": pd.array([meta["world_size"]] * len(ranks), dtype="Int64"),
+            "host": pd.Series([None] * len(ranks), dtype="object"),
+        }
+    )
     warnings = []
     if int(meta["tp_size"]) > 1 or int(meta["dsp_size"]) > 1:
-        warnings.append(f"{path.name}: tp_size/dsp_size > 1: the trace holds one worker per (dp, stage); "
-                        f"tensor/sequence-parallel peers are not in it")
-    return Extract(report=report or path.name, path=path, calls=duck.frame_arrow(rows), markers=markers,
-                   spans=spans, session_start_utc_ns=None, nsys_version="what-if trace (OSDI'25 artifact)",
-                   warnings=warnings)
+        warnings.append(
+            f"{path.name}: tp_size/dsp_size > 1: the trace holds one worker per (dp, stage); "
+            f"tensor/sequence-parallel peers are not in it"
+        )
+    return Extract(
+        report=report or path.name,
+        path=path,
+        calls=duck.frame_arrow(rows),
+        markers=markers,
+        spans=spans,
+        session_start_utc_ns=None,
+        nsys_version="what-if trace (OSDI'25 artifact)",
+        warnings=warnings,
+    )
 
 
 def job_trace(files) -> tuple[pd.DataFrame, dict] | None:

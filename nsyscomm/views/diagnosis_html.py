@@ -10,8 +10,11 @@ from nsyscomm.analyses.result import Result
 from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt
 
-PARTS = (("compute", "compute and other host time", "#9db4c0"), ("exposed", "exposed transfer", None),
-         ("wait", "waiting for the last rank", None))
+PARTS = (
+    ("compute", "compute and other host time", "#9db4c0"),
+    ("exposed", "exposed transfer", None),
+    ("wait", "waiting for the last rank", None),
+)
 
 
 def waterfall(result: Result) -> str | None:
@@ -48,8 +51,10 @@ def waterfall(result: Result) -> str | None:
             h = v / vmax * ph
             y -= h
             attr = f'fill="{fill}"' if fill else f'class="{cls}"'
-            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw * 0.7:.1f}" height="{h:.1f}" {attr}>'
-                       f'<title>{_e(f"step {step}: {name} {fmt(v)} ms")}</title></rect>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw * 0.7:.1f}" height="{h:.1f}" {attr}>'
+                f"<title>{_e(f'step {step}: {name} {fmt(v)} ms')}</title></rect>"
+            )
         if i % every == 0:
             out.append(_text(L + i * bw + bw / 2, T + ph + 16, str(step), "middle", "axis"))
     out.append(_text(L + pw / 2, H - 6, "step", "middle", "axis"))
@@ -65,12 +70,17 @@ def section(result: Result) -> str | None:
         parts.append(chart)
     per = result.late_by_rank
     if not per.empty:
-        rows = [[int(r.rank), r.cause, r.caller, int(r.count), (fmt(r.delay_ms), r.delay_ms)]
-                for r in per.head(20).itertuples()]
-        parts.append("<h3>Late arrivals by rank and cause</h3>"
-                     + _table(["rank", "cause", "caller", "late arrivals", "delay ms"], rows, numeric={0, 3, 4}))
+        rows = [
+            [int(r.rank), r.cause, r.caller, int(r.count), (fmt(r.delay_ms), r.delay_ms)]
+            for r in per.head(20).itertuples()
+        ]
+        parts.append(
+            "<h3>Late arrivals by rank and cause</h3>"
+            + _table(["rank", "cause", "caller", "late arrivals", "delay ms"], rows, numeric={0, 3, 4})
+        )
     if not parts:
         return None
-    parts.append('<p class="note">Compute is the rest of the mean rank\'s step; causes and their model: '
-                 "docs/diagnosis.md.</p>")
+    parts.append(
+        '<p class="note">Compute is the rest of the mean rank\'s step; causes and their model: docs/diagnosis.md.</p>'
+    )
     return "".join(parts)

@@ -19,14 +19,25 @@ def json_section(result: Result) -> dict:
     rows = [{k: json_value(v) for k, v in zip(LATE_KEYS, r)} for r in late[list(LATE_KEYS)].itertuples(index=False)]
     per = result.late_by_rank
     dims = result.dimensions
-    dim_rows = [{"group": r.group, "dimension": r.dimension, "source": r.source,
-                 "group_size": json_value(r.group_size),
-                 "ranks": [int(x) for x in r.ranks.split(",") if x] if isinstance(r.ranks, str) else [],
-                 "comm_ms": json_value(r.comm_ms), "wait_ms": json_value(r.wait_ms),
-                 "exposed_ms": json_value(r.exposed_ms)} for r in dims.itertuples(index=False)]
-    return {"late": rows, "dimensions": dim_rows,
-            "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
-            "late_notes": notes(result)}
+    dim_rows = [
+        {
+            "group": r.group,
+            "dimension": r.dimension,
+            "source": r.source,
+            "group_size": json_value(r.group_size),
+            "ranks": [int(x) for x in r.ranks.split(",") if x] if isinstance(r.ranks, str) else [],
+            "comm_ms": json_value(r.comm_ms),
+            "wait_ms": json_value(r.wait_ms),
+            "exposed_ms": json_value(r.exposed_ms),
+        }
+        for r in dims.itertuples(index=False)
+    ]
+    return {
+        "late": rows,
+        "dimensions": dim_rows,
+        "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
+        "late_notes": notes(result),
+    }
 
 
 def notes(result: Result) -> list[str]:
@@ -48,22 +59,28 @@ def lines(result: Result) -> list[str]:
         n = int(rows["count"].sum())
         top = rows.iloc[0]
         sample = late[(late["rank"] == rank) & (late["cause"] == top["cause"])].iloc[0]
-        out.append(f"rank {int(rank)} arrived late {n} time(s), {total:.3f} ms in all: mostly {top['cause']} "
-                   f"({top['delay_ms']:.3f} ms, {int(top['count'])} call(s)) at {top['caller']}")
+        out.append(
+            f"rank {int(rank)} arrived late {n} time(s), {total:.3f} ms in all: mostly {top['cause']} "
+            f"({top['delay_ms']:.3f} ms, {int(top['count'])} call(s)) at {top['caller']}"
+        )
         out.append(f"  why: {sample['detail']}")
         if len(out) >= 8:
             break
     best = [r for r in result.what_if if r.get("saved_ms") and r["saved_ms"] > 0]
     if best:
         b = max(best, key=lambda r: r["saved_ms"])
-        out.append(f"best what-if: {b['scenario']} saves {b['saved_ms']:.3f} ms per step "
-                   f"({b['step_ms_before']:.3f} -> {b['step_ms_after']:.3f} ms)")
+        out.append(
+            f"best what-if: {b['scenario']} saves {b['saved_ms']:.3f} ms per step "
+            f"({b['step_ms_before']:.3f} -> {b['step_ms_after']:.3f} ms)"
+        )
     dims = result.dimensions
     known = dims[dims["dimension"] != "unknown"] if not dims.empty else dims
     if len(known):
         per = known.groupby("dimension")[["comm_ms", "wait_ms"]].sum().sort_values("comm_ms", ascending=False)
-        out.append("by dimension: " + ", ".join(f"{d} {r.comm_ms:.3f} ms comm ({r.wait_ms:.3f} waiting)"
-                                               for d, r in per.iterrows()))
+        out.append(
+            "by dimension: "
+            + ", ".join(f"{d} {r.comm_ms:.3f} ms comm ({r.wait_ms:.3f} waiting)" for d, r in per.iterrows())
+        )
     out += notes(result)
     return out
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from nsyscomm.analyses.result import Result
 
-TID = 10_000   # after every GPU stream and CPU thread track of the rank (views/trace.py numbers them from 1)
+TID = 10_000  # after every GPU stream and CPU thread track of the rank (views/trace.py numbers them from 1)
 
 
 def events(result: Result, origin: int, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
@@ -17,7 +17,7 @@ def events(result: Result, origin: int, steps: tuple[int | None, int | None] | N
         return []
     lo, hi = steps or (None, None)
     out: list[dict] = []
-    lanes: dict[int, list[int]] = {}   # rank -> end of the last slice in each lane (no partial overlaps on a track)
+    lanes: dict[int, list[int]] = {}  # rank -> end of the last slice in each lane (no partial overlaps on a track)
     for r in late.sort_values(["rank", "first_arrival"]).itertuples(index=False):
         step = None if pd.isna(r.step) else int(r.step)
         if (lo is not None and (step is None or step < lo)) or (hi is not None and (step is None or step >= hi)):
@@ -28,16 +28,40 @@ def events(result: Result, origin: int, steps: tuple[int | None, int | None] | N
         if lane == len(ends):
             ends.append(end)
             label = "late arrivals (nsyscomm diagnosis)" + (f" [overlap {lane}]" if lane else "")
-            out.append({"ph": "M", "name": "thread_name", "ts": 0.0, "pid": rank, "tid": TID + lane,
-                        "args": {"name": label}})
-            out.append({"ph": "M", "name": "thread_sort_index", "ts": 0.0, "pid": rank, "tid": TID + lane,
-                        "args": {"sort_index": TID + lane}})
+            out.append(
+                {"ph": "M", "name": "thread_name", "ts": 0.0, "pid": rank, "tid": TID + lane, "args": {"name": label}}
+            )
+            out.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "ts": 0.0,
+                    "pid": rank,
+                    "tid": TID + lane,
+                    "args": {"sort_index": TID + lane},
+                }
+            )
         ends[lane] = end
-        out.append({"ph": "X", "cat": "late_arrival", "name": f"late: {r.cause}",
-                    "ts": round((start - origin) / 1000.0, 3), "dur": round((end - start) / 1000.0, 3),
-                    "pid": rank, "tid": TID + lane,
-                    "args": {"op": r.op, "group": None if pd.isna(r.group) else r.group, "seq": int(r.seq), "step": step,
-                             "caller": None if pd.isna(r.caller) else r.caller,
-                             "delay_ms": float(r.delay_ms), "cause": r.cause, "detail": r.detail,
-                             "root_rank": int(r.root_rank)}})
+        out.append(
+            {
+                "ph": "X",
+                "cat": "late_arrival",
+                "name": f"late: {r.cause}",
+                "ts": round((start - origin) / 1000.0, 3),
+                "dur": round((end - start) / 1000.0, 3),
+                "pid": rank,
+                "tid": TID + lane,
+                "args": {
+                    "op": r.op,
+                    "group": None if pd.isna(r.group) else r.group,
+                    "seq": int(r.seq),
+                    "step": step,
+                    "caller": None if pd.isna(r.caller) else r.caller,
+                    "delay_ms": float(r.delay_ms),
+                    "cause": r.cause,
+                    "detail": r.detail,
+                    "root_rank": int(r.root_rank),
+                },
+            }
+        )
     return out

@@ -24,7 +24,7 @@ def emit_with_env(result, inputs, fmt: str, units: str, by_caller: bool, emit) -
         click.echo(json.dumps(doc, indent=2, allow_nan=False, default=str))
         return
     emit(result, fmt, units, by_caller)
-    if fmt == "csv":   # one table per document: the environment would break it
+    if fmt == "csv":  # one table per document: the environment would break it
         click.echo("nsyscomm: --include-env has no place in CSV output; use --format json", err=True)
         return
     head = "## Environment" if fmt == "markdown" else "Environment (recorded in the reports; --include-env)"

@@ -27,8 +27,17 @@ from nsyscomm.gate import (
     Verdict,
 )
 
-_STYLE = {REGRESSION: "bold red", NEW: "red", MISSING: "yellow", WARN: "yellow", NOISE: "cyan",
-          IMPROVEMENT: "green", OK: "", FEW_CALLS: "dim", SKIPPED: "dim"}
+_STYLE = {
+    REGRESSION: "bold red",
+    NEW: "red",
+    MISSING: "yellow",
+    WARN: "yellow",
+    NOISE: "cyan",
+    IMPROVEMENT: "green",
+    OK: "",
+    FEW_CALLS: "dim",
+    SKIPPED: "dim",
+}
 _ICON = {REGRESSION: "❌", NEW: "🆕", MISSING: "➖", WARN: "⚠️", NOISE: "〰️", IMPROVEMENT: "✅", OK: "", FEW_CALLS: "·"}
 
 
@@ -58,9 +67,14 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
     """Flat rows (one per shown comparison, or per new/missing key) shared by text and markdown."""
     out = []
     ranks = [i for i in verdict.items if i.scope == "rank" and (show == "all" or i.changed)]
-    if show != "all" and len(ranks) > max_ranks:   # the worst ranks only: a 512-rank job must stay readable
-        worst = sorted(ranks, key=lambda i: (not i.fails, -max((abs(c.rel_pct) for c in i.comparisons
-                                                                 if c.rel_pct is not None), default=0)))
+    if show != "all" and len(ranks) > max_ranks:  # the worst ranks only: a 512-rank job must stay readable
+        worst = sorted(
+            ranks,
+            key=lambda i: (
+                not i.fails,
+                -max((abs(c.rel_pct) for c in i.comparisons if c.rel_pct is not None), default=0),
+            ),
+        )
         keep = {id(i) for i in worst[:max_ranks]}
     else:
         keep = {id(i) for i in ranks}
@@ -73,46 +87,89 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
             continue
         if it.status in (NEW, MISSING):
             calls = it.current_calls if it.status == NEW else it.baseline_calls
-            out.append({"status": it.status, "item": it.name, "metric": "key " + it.status,
-                        "baseline": "-" if it.status == NEW else f"{_v(calls, '')} calls",
-                        "current": f"{_v(calls, '')} calls" if it.status == NEW else "-",
-                        "change": "", "band": "", "note": it.note, "fails": it.fails})
+            out.append(
+                {
+                    "status": it.status,
+                    "item": it.name,
+                    "metric": "key " + it.status,
+                    "baseline": "-" if it.status == NEW else f"{_v(calls, '')} calls",
+                    "current": f"{_v(calls, '')} calls" if it.status == NEW else "-",
+                    "change": "",
+                    "band": "",
+                    "note": it.note,
+                    "fails": it.fails,
+                }
+            )
             continue
         for c in it.comparisons:
             if show != "all" and c.status in (OK, SKIPPED):
                 continue
             unit = f" {c.unit}" if c.unit else ""
-            out.append({"status": c.status, "item": it.name, "metric": c.label,
-                        "baseline": _v(c.baseline, c.unit) + unit, "current": _v(c.current, c.unit) + unit,
-                        "change": _pct(c.rel_pct), "band": _band(c),
-                        "note": c.reason or (it.note if it.status == FEW_CALLS else ""), "fails": c.fails})
+            out.append(
+                {
+                    "status": c.status,
+                    "item": it.name,
+                    "metric": c.label,
+                    "baseline": _v(c.baseline, c.unit) + unit,
+                    "current": _v(c.current, c.unit) + unit,
+                    "change": _pct(c.rel_pct),
+                    "band": _band(c),
+                    "note": c.reason or (it.note if it.status == FEW_CALLS else ""),
+                    "fails": c.fails,
+                }
+            )
         if it.scope == "rank":
             after_ranks = len(out)
     if hidden:
-        out.insert(after_ranks, {"status": "", "item": f"... {hidden} more rank(s)", "metric": "", "baseline": "",
-                                 "current": "", "change": "", "band": "",
-                                 "note": "--show all or --format json lists them", "fails": False})
+        out.insert(
+            after_ranks,
+            {
+                "status": "",
+                "item": f"... {hidden} more rank(s)",
+                "metric": "",
+                "baseline": "",
+                "current": "",
+                "change": "",
+                "band": "",
+                "note": "--show all or --format json lists them",
+                "fails": False,
+            },
+        )
     return out
 
 
 def render_text(verdict: Verdict, console: Console, show: str = "changed") -> None:
     style = "bold red" if verdict.failed else "bold green"
     console.print(f"[{style}]{escape(verdict.headline())}[/]")
-    console.print(f"baseline: {escape(', '.join(verdict.baselines))}  |  current: {escape(verdict.current)}",
-                  style="dim")
+    console.print(
+        f"baseline: {escape(', '.join(verdict.baselines))}  |  current: {escape(verdict.current)}", style="dim"
+    )
     r = rows(verdict, show)
     if r:
-        t = Table(box=box.SIMPLE_HEAD, title="What changed" if show != "all" else "Comparison",
-                  title_justify="left")
-        for name, just in (("status", "left"), ("op / size / n", "left"), ("metric", "left"),
-                           ("baseline", "right"), ("current", "right"), ("change", "right"),
-                           ("baseline band", "right"), ("note", "left")):
+        t = Table(box=box.SIMPLE_HEAD, title="What changed" if show != "all" else "Comparison", title_justify="left")
+        for name, just in (
+            ("status", "left"),
+            ("op / size / n", "left"),
+            ("metric", "left"),
+            ("baseline", "right"),
+            ("current", "right"),
+            ("change", "right"),
+            ("baseline band", "right"),
+            ("note", "left"),
+        ):
             t.add_column(name, justify=just)
         for x in r:
             st = _STYLE.get(x["status"], "")
-            t.add_row(f"[{st}]{x['status']}[/]" if st else x["status"], escape(x["item"]), escape(x["metric"]),
-                      x["baseline"], x["current"], f"[{st}]{x['change']}[/]" if st else x["change"], x["band"],
-                      escape(x["note"]))
+            t.add_row(
+                f"[{st}]{x['status']}[/]" if st else x["status"],
+                escape(x["item"]),
+                escape(x["metric"]),
+                x["baseline"],
+                x["current"],
+                f"[{st}]{x['change']}[/]" if st else x["change"],
+                x["band"],
+                escape(x["note"]),
+            )
         console.print(t)
     else:
         console.print("nothing changed beyond the thresholds")
@@ -132,18 +189,36 @@ def _md_code(s: str) -> str:
 
 def render_markdown(verdict: Verdict, show: str = "changed") -> str:
     icon = "❌" if verdict.failed else "✅"
-    lines = [f"### {icon} nsyscomm gate: {_md_escape(verdict.headline())}", "",
-             f"Baseline: {_md_escape(', '.join(verdict.baselines))} · current: {_md_escape(verdict.current)} · "
-             f"compared per {verdict._level_name()}", ""]
+    lines = [
+        f"### {icon} nsyscomm gate: {_md_escape(verdict.headline())}",
+        "",
+        f"Baseline: {_md_escape(', '.join(verdict.baselines))} · current: {_md_escape(verdict.current)} · "
+        f"compared per {verdict._level_name()}",
+        "",
+    ]
     r = rows(verdict, show)
     if r:
-        lines += ["| | op / size / n | metric | baseline | current | change | baseline band | note |",
-                  "|---|---|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "| | op / size / n | metric | baseline | current | change | baseline band | note |",
+            "|---|---|---|---:|---:|---:|---:|---|",
+        ]
         for x in r:
-            lines.append("| " + " | ".join([_ICON.get(x["status"], "") + " " + x["status"], f"`{_md_code(x['item'])}`",
-                                             x["metric"], x["baseline"], x["current"],
-                                             f"**{x['change']}**" if x["fails"] else x["change"], x["band"],
-                                             _md_escape(x["note"])]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        _ICON.get(x["status"], "") + " " + x["status"],
+                        f"`{_md_code(x['item'])}`",
+                        x["metric"],
+                        x["baseline"],
+                        x["current"],
+                        f"**{x['change']}**" if x["fails"] else x["change"],
+                        x["band"],
+                        _md_escape(x["note"]),
+                    ]
+                )
+                + " |"
+            )
     else:
         lines.append("Nothing changed beyond the thresholds.")
     if verdict.notes:
@@ -174,23 +249,35 @@ def _case_name(it: Item) -> tuple[str, str]:
 def render_junit(verdict: Verdict) -> str:
     """One test case per key (and per rank, and the job totals); regressions are failures."""
     root = ET.Element("testsuites", name="nsyscomm gate")
-    suite = ET.SubElement(root, "testsuite", name="nsyscomm.gate", tests=str(len(verdict.items)),
-                       failures=str(len(verdict.failing)), errors="0",
-                       skipped=str(sum(1 for i in verdict.items if i.status == FEW_CALLS)))
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name="nsyscomm.gate",
+        tests=str(len(verdict.items)),
+        failures=str(len(verdict.failing)),
+        errors="0",
+        skipped=str(sum(1 for i in verdict.items if i.status == FEW_CALLS)),
+    )
     for it in verdict.items:
         cls, name = _case_name(it)
         case = ET.SubElement(suite, "testcase", classname=cls, name=name, time="0")
         detail = []
         for c in it.comparisons:
             unit = f" {c.unit}" if c.unit else ""
-            detail.append(f"{c.status:11} {c.label}: baseline {_v(c.baseline, c.unit)}{unit} -> "
-                          f"current {_v(c.current, c.unit)}{unit} ({_pct(c.rel_pct)})"
-                          + (f" band {_band(c)}" if c.band else "") + (f" [{c.reason}]" if c.reason else ""))
+            detail.append(
+                f"{c.status:11} {c.label}: baseline {_v(c.baseline, c.unit)}{unit} -> "
+                f"current {_v(c.current, c.unit)}{unit} ({_pct(c.rel_pct)})"
+                + (f" band {_band(c)}" if c.band else "")
+                + (f" [{c.reason}]" if c.reason else "")
+            )
         text = "\n".join(detail) or it.note
         if it.fails:
             bad = [c for c in it.comparisons if c.fails]
-            msg = (f"{it.name}: {it.status}" if not bad else
-                   f"{it.name}: " + ", ".join(f"{c.label} {_pct(c.rel_pct)}" for c in bad))
+            msg = (
+                f"{it.name}: {it.status}"
+                if not bad
+                else f"{it.name}: " + ", ".join(f"{c.label} {_pct(c.rel_pct)}" for c in bad)
+            )
             ET.SubElement(case, "failure", message=msg, type=it.status).text = text
         elif it.status == FEW_CALLS:
             ET.SubElement(case, "skipped", message=it.note)

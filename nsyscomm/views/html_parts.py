@@ -41,22 +41,30 @@ def _num(v):
 def json_for_script(obj) -> str:
     """JSON safe inside <script>: no '</script>', no '<!--', no entity tricks."""
     s = json.dumps(obj, allow_nan=False, default=str)
-    return (s.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        s.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 # ---------------------------------------------------------------- tables
 
 
-def _table(header: list[str], rows: list[list], numeric: set[int] = frozenset(), caption: str | None = None,
-           cls: str = "") -> str:
+def _table(
+    header: list[str], rows: list[list], numeric: set[int] = frozenset(), caption: str | None = None, cls: str = ""
+) -> str:
     """rows: list of cells; a cell is a value or (display, sort_value)."""
     out = [f'<table class="sortable {cls}">']
     if caption:
         out.append(f"<caption>{_e(caption)}</caption>")
-    out.append("<thead><tr>" + "".join(
-        f'<th{" class=num" if i in numeric else ""} title="sort">{_e(h)}</th>' for i, h in enumerate(header))
-        + "</tr></thead><tbody>")
+    out.append(
+        "<thead><tr>"
+        + "".join(f'<th{" class=num" if i in numeric else ""} title="sort">{_e(h)}</th>' for i, h in enumerate(header))
+        + "</tr></thead><tbody>"
+    )
     for r in rows[:TABLE_MAX_ROWS]:
         cells = []
         for i, c in enumerate(r):
@@ -92,8 +100,10 @@ def _s(v):
 
 
 def _svg_open(w: int, h: int, label: str) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-            f'aria-label="{_e(label)}" xmlns="http://www.w3.org/2000/svg">')
+    return (
+        f'<svg class="chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{_e(label)}" xmlns="http://www.w3.org/2000/svg">'
+    )
 
 
 def _text(x, y, s, anchor="start", cls="", extra="") -> str:

@@ -37,27 +37,57 @@ from nsyscomm.views.html_parts import (
 )
 from nsyscomm.views.units import fmt, human_bytes
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
-HEATMAP_MAX_COLS = 240   # logical collectives per heatmap; more are averaged into bins
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+HEATMAP_MAX_COLS = 240  # logical collectives per heatmap; more are averaged into bins
 
 
 def summary_section(summary: pd.DataFrame) -> str:
-    header = ["op", "message size", "n", "count", "calls", "ranks", "total (ms)", "avg (ms)", "p50 (ms)",
-              "max (ms)", "algbw (GB/s)", "busbw (GB/s)", "dtype"]
-    rows = [[_s(r.op), _size(r.bytes), _i(r.group_size), _i(r.count), _i(r.calls), _i(r.ranks), _n(r.total_ms),
-             _n(r.avg_ms), _n(r.p50_ms), _n(r.max_ms), _n(r.algbw_GBps, 2), _n(r.busbw_GBps, 2), _s(r.dtype)]
-            for r in summary.itertuples()]
+    header = [
+        "op",
+        "message size",
+        "n",
+        "count",
+        "calls",
+        "ranks",
+        "total (ms)",
+        "avg (ms)",
+        "p50 (ms)",
+        "max (ms)",
+        "algbw (GB/s)",
+        "busbw (GB/s)",
+        "dtype",
+    ]
+    rows = [
+        [
+            _s(r.op),
+            _size(r.bytes),
+            _i(r.group_size),
+            _i(r.count),
+            _i(r.calls),
+            _i(r.ranks),
+            _n(r.total_ms),
+            _n(r.avg_ms),
+            _n(r.p50_ms),
+            _n(r.max_ms),
+            _n(r.algbw_GBps, 2),
+            _n(r.busbw_GBps, 2),
+            _s(r.dtype),
+        ]
+        for r in summary.itertuples()
+    ]
     if not rows:
         return '<p class="note">No collective calls.</p>'
-    return (_table(header, rows, numeric=set(range(1, 12)))
-            + '<p class="note">One row per (op, message size). count: logical collectives (a call matched across '
-              "ranks by group and sequence number counts once); calls: summed over ranks. Latency of a logical "
-              "collective: its fastest rank's duration. busbw follows nccl-tests (factor of the communicator "
-              "size n).</p>")
+    return (
+        _table(header, rows, numeric=set(range(1, 12)))
+        + '<p class="note">One row per (op, message size). count: logical collectives (a call matched across '
+        "ranks by group and sequence number counts once); calls: summed over ranks. Latency of a logical "
+        "collective: its fastest rank's duration. busbw follows nccl-tests (factor of the communicator "
+        "size n).</p>"
+    )
 
 
 # ---------------------------------------------------------------- SVG helpers
+
 
 def busbw_chart(summary: pd.DataFrame, peak_busbw: float | None = None) -> str:
     pts: dict[str, list[tuple[float, float, dict]]] = {}
@@ -67,8 +97,10 @@ def busbw_chart(summary: pd.DataFrame, peak_busbw: float | None = None) -> str:
             continue
         pts.setdefault(str(r.op), []).append((b, bw, {"count": _num(r.count), "avg_ms": _num(r.avg_ms)}))
     if not pts:
-        note = ('<p class="note">No bandwidth to plot: message sizes are unknown. Sizes come from the nsyscomm '
-                "wrapper's NVTX metadata (or NCCL's payloads, when exported with blobs).</p>")
+        note = (
+            '<p class="note">No bandwidth to plot: message sizes are unknown. Sizes come from the nsyscomm '
+            "wrapper's NVTX metadata (or NCCL's payloads, when exported with blobs).</p>"
+        )
         if peak_busbw:
             note += f'<p class="note">Peak bus bandwidth given: {_e(fmt(peak_busbw, 1))} GB/s.</p>'
         return note
@@ -96,12 +128,11 @@ def busbw_chart(summary: pd.DataFrame, peak_busbw: float | None = None) -> str:
         out.append(_text(L - 6, y + 4, _tick_label(v), "end", "axis"))
     step = max(1, math.ceil((e_hi - e_lo) / 12))
     for e in range(e_lo, e_hi + 1, step):
-        x = X(2 ** e)
+        x = X(2**e)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{T}" y2="{T + ph}" class="grid"/>')
-        out.append(_text(x, T + ph + 16, human_bytes(2 ** e).replace(".0 ", " "), "middle", "axis"))
+        out.append(_text(x, T + ph + 16, human_bytes(2**e).replace(".0 ", " "), "middle", "axis"))
     out.append(_text(L + pw / 2, H - 8, "message size (bytes, log scale)", "middle", "axis"))
-    out.append(_text(16, T + ph / 2, "busbw (GB/s)", "middle", "axis",
-                     f' transform="rotate(-90 16 {T + ph / 2:.1f})"'))
+    out.append(_text(16, T + ph / 2, "busbw (GB/s)", "middle", "axis", f' transform="rotate(-90 16 {T + ph / 2:.1f})"'))
     if peak_busbw:
         y = Y(peak_busbw)
         out.append(f'<line x1="{L}" x2="{L + pw}" y1="{y:.1f}" y2="{y:.1f}" class="peak"/>')
@@ -113,9 +144,13 @@ def busbw_chart(summary: pd.DataFrame, peak_busbw: float | None = None) -> str:
             d = " ".join(f"{'M' if j == 0 else 'L'}{X(b):.1f},{Y(v):.1f}" for j, (b, v, _) in enumerate(p))
             out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2"/>')
         for b, v, info in p:
-            tip = (f"{op} {human_bytes(int(b))}: busbw {v:.2f} GB/s, avg {fmt(info['avg_ms'])} ms, "
-                   f"{'' if info['count'] is None else int(info['count'])} logical collective(s)")
-            out.append(f'<circle cx="{X(b):.1f}" cy="{Y(v):.1f}" r="4" fill="{color}"><title>{_e(tip)}</title></circle>')
+            tip = (
+                f"{op} {human_bytes(int(b))}: busbw {v:.2f} GB/s, avg {fmt(info['avg_ms'])} ms, "
+                f"{'' if info['count'] is None else int(info['count'])} logical collective(s)"
+            )
+            out.append(
+                f'<circle cx="{X(b):.1f}" cy="{Y(v):.1f}" r="4" fill="{color}"><title>{_e(tip)}</title></circle>'
+            )
         ly = T + 14 + 18 * i
         out.append(f'<rect x="{L + pw + 14}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
         out.append(_text(L + pw + 32, ly + 1, op, "start", "legend"))
@@ -124,6 +159,7 @@ def busbw_chart(summary: pd.DataFrame, peak_busbw: float | None = None) -> str:
 
 
 # ---------------------------------------------------------------- per-rank bars
+
 
 def rank_bars(ranks: pd.DataFrame, straggler: int | None) -> str:
     if ranks.empty:
@@ -152,11 +188,14 @@ def rank_bars(ranks: pd.DataFrame, straggler: int | None) -> str:
         cls = "axis strag" if rank == straggler else "axis"
         out.append(_text(L - 8, y + bar - 4, f"rank {rank}" + (" *" if rank == straggler else ""), "end", cls))
         w1, w2 = xfer / vmax * pw, wait / vmax * pw
-        tip = (f"rank {rank}: communication {fmt(xfer + wait)} ms (transfer {fmt(xfer)} ms, wait {fmt(wait)} ms)"
-               + (f", elapsed {fmt(elapsed)} ms" if elapsed is not None else ""))
-        out.append(f'<g><title>{_e(tip)}</title>'
-                   f'<rect x="{L}" y="{y}" width="{w1:.1f}" height="{bar}" class="xfer"/>'
-                   f'<rect x="{L + w1:.1f}" y="{y}" width="{w2:.1f}" height="{bar}" class="wait"/></g>')
+        tip = f"rank {rank}: communication {fmt(xfer + wait)} ms (transfer {fmt(xfer)} ms, wait {fmt(wait)} ms)" + (
+            f", elapsed {fmt(elapsed)} ms" if elapsed is not None else ""
+        )
+        out.append(
+            f"<g><title>{_e(tip)}</title>"
+            f'<rect x="{L}" y="{y}" width="{w1:.1f}" height="{bar}" class="xfer"/>'
+            f'<rect x="{L + w1:.1f}" y="{y}" width="{w2:.1f}" height="{bar}" class="wait"/></g>'
+        )
         label = f"{fmt(xfer + wait)} ms" + (f" ({fmt(pct, 1)}% of {fmt(elapsed, 1)} ms)" if pct is not None else "")
         out.append(_text(L + w1 + w2 + 6, y + bar - 4, label, "start", "axis"))
     out.append("</svg>")
@@ -165,18 +204,35 @@ def rank_bars(ranks: pd.DataFrame, straggler: int | None) -> str:
 
 def ranks_table(ranks: pd.DataFrame) -> str:
     header = ["rank", "host", "calls", "bytes", "comm (ms)", "wait (ms)", "elapsed (ms)", "% comm"]
-    rows = [[_i(r.rank), _s(r.host), _i(r.calls), _size(r.bytes), _n(r.comm_ms), _n(r.wait_ms), _n(r.elapsed_ms),
-             _n(r.comm_pct, 2)] for r in ranks.itertuples()]
+    rows = [
+        [
+            _i(r.rank),
+            _s(r.host),
+            _i(r.calls),
+            _size(r.bytes),
+            _n(r.comm_ms),
+            _n(r.wait_ms),
+            _n(r.elapsed_ms),
+            _n(r.comm_pct, 2),
+        ]
+        for r in ranks.itertuples()
+    ]
     return _table(header, rows, numeric={0, 2, 3, 4, 5, 6, 7}) if rows else ""
 
 
 # ---------------------------------------------------------------- skew heatmap
 
+
 def _heat_color(t: float) -> str:
     """0 -> pale yellow, 1 -> dark red (a sequential scale readable in print)."""
     t = min(max(t, 0.0), 1.0)
-    stops = ((0.0, (255, 255, 229)), (0.25, (254, 217, 142)), (0.5, (254, 153, 41)), (0.75, (217, 72, 1)),
-             (1.0, (127, 39, 4)))
+    stops = (
+        (0.0, (255, 255, 229)),
+        (0.25, (254, 217, 142)),
+        (0.5, (254, 153, 41)),
+        (0.75, (217, 72, 1)),
+        (1.0, (127, 39, 4)),
+    )
     for (a, ca), (b, cb) in zip(stops, stops[1:]):
         if t <= b:
             u = (t - a) / (b - a) if b > a else 0
@@ -217,21 +273,39 @@ def skew_heatmap(matrix: pd.DataFrame) -> str:
         out.append(_text(L - 6, T + i * ch + ch / 2 + 4, f"rank {rank}", "end", "axis"))
     for (i, c), v in vals.items():
         k, step = info[c]
-        what = (f"{k[1]} seq {k[2]}" + (f" group {k[0]}" if k[0] is not None else "")
-                + (f" step {step}" if step is not None else "")) if not binned else \
-            f"collectives {c * per_bin + 1}-{min((c + 1) * per_bin, ncol_raw)} (mean)"
+        what = (
+            (
+                f"{k[1]} seq {k[2]}"
+                + (f" group {k[0]}" if k[0] is not None else "")
+                + (f" step {step}" if step is not None else "")
+            )
+            if not binned
+            else f"collectives {c * per_bin + 1}-{min((c + 1) * per_bin, ncol_raw)} (mean)"
+        )
         tip = f"rank {ranks[i]}, {what}: arrived {v:.3f} ms after the first rank"
-        out.append(f'<rect x="{L + c * cw:.2f}" y="{T + i * ch}" width="{cw + 0.3:.2f}" height="{ch}" '
-                   f'fill="{_heat_color(v / vmax if vmax > 0 else 0)}"><title>{_e(tip)}</title></rect>')
+        out.append(
+            f'<rect x="{L + c * cw:.2f}" y="{T + i * ch}" width="{cw + 0.3:.2f}" height="{ch}" '
+            f'fill="{_heat_color(v / vmax if vmax > 0 else 0)}"><title>{_e(tip)}</title></rect>'
+        )
     out.append(f'<rect x="{L}" y="{T}" width="{pw:.1f}" height="{ch * len(ranks)}" class="frame"/>')
     yb = T + ch * len(ranks)
-    out.append(_text(L, yb + 16, "logical collectives in order of first arrival"
-                     + (f" ({per_bin} per column, averaged)" if binned else f" ({ncol_raw})"), "start", "axis"))
+    out.append(
+        _text(
+            L,
+            yb + 16,
+            "logical collectives in order of first arrival"
+            + (f" ({per_bin} per column, averaged)" if binned else f" ({ncol_raw})"),
+            "start",
+            "axis",
+        )
+    )
     # legend: the colour scale
     gx, gy, gw = L, yb + 30, 240
     for j in range(48):
-        out.append(f'<rect x="{gx + j * gw / 48:.1f}" y="{gy}" width="{gw / 48 + 0.5:.1f}" height="10" '
-                   f'fill="{_heat_color(j / 47)}"/>')
+        out.append(
+            f'<rect x="{gx + j * gw / 48:.1f}" y="{gy}" width="{gw / 48 + 0.5:.1f}" height="10" '
+            f'fill="{_heat_color(j / 47)}"/>'
+        )
     out.append(_text(gx, gy + 24, "0 ms", "start", "axis"))
     out.append(_text(gx + gw, gy + 24, f"{vmax:.3f} ms late", "end", "axis"))
     out.append(_text(gx + gw + 12, gy + 9, "arrival delay behind the first rank", "start", "axis"))
@@ -245,12 +319,15 @@ def skew_text(skew: dict) -> str:
         return '<p class="note">No straggler: no rank arrived last more often than the others.</p>'
     per = {p["rank"]: p for p in skew.get("per_rank", [])}
     p = per.get(s, {})
-    return (f'<p><b>Straggler: rank {_e(s)}</b> arrived last in {_e(p.get("late_count"))} of '
-            f'{_e(skew.get("instances"))} shared collectives (mean arrival delay '
-            f'{_e(fmt(p.get("avg_arrival_delay_ms")))} ms).</p>')
+    return (
+        f"<p><b>Straggler: rank {_e(s)}</b> arrived last in {_e(p.get('late_count'))} of "
+        f"{_e(skew.get('instances'))} shared collectives (mean arrival delay "
+        f"{_e(fmt(p.get('avg_arrival_delay_ms')))} ms).</p>"
+    )
 
 
 # ---------------------------------------------------------------- exposed communication (overlap)
+
 
 def _overlap_frame(overlap) -> pd.DataFrame | None:
     if overlap is None:
@@ -290,18 +367,26 @@ def exposed_section(overlap) -> str | None:
 def _exposed_from_overlap(df: pd.DataFrame) -> str:
     """nsyscomm.api.Result.overlap: rows of scope 'rank' (whole capture) and 'step' (per rank and step)."""
     if df.empty:
-        return ('<p class="note">No GPU communication to set against compute (CPU-synchronous backends '
-                "have nothing to hide behind).</p>")
+        return (
+            '<p class="note">No GPU communication to set against compute (CPU-synchronous backends '
+            "have nothing to hide behind).</p>"
+        )
     parts = []
     st = df[(df["scope"] == "step") & df["step"].notna()]
     if not st.empty:
-        d = pd.DataFrame({"step": pd.to_numeric(st["step"], errors="coerce"),
-                          "exposed": pd.to_numeric(st["exposed_ns"], errors="coerce") / 1e6,
-                          "comm": pd.to_numeric(st["comm_busy_ns"], errors="coerce") / 1e6})
+        d = pd.DataFrame(
+            {
+                "step": pd.to_numeric(st["step"], errors="coerce"),
+                "exposed": pd.to_numeric(st["exposed_ns"], errors="coerce") / 1e6,
+                "comm": pd.to_numeric(st["comm_busy_ns"], errors="coerce") / 1e6,
+            }
+        )
         agg = d.groupby("step").max().sort_index()  # the slowest rank bounds the step
         parts.append(_step_bars(agg))
-        parts.append('<p class="note">Per step, the rank with the most exposed communication '
-                     "(and, behind it, the most communication time).</p>")
+        parts.append(
+            '<p class="note">Per step, the rank with the most exposed communication '
+            "(and, behind it, the most communication time).</p>"
+        )
     rk = df[df["scope"] == "rank"]
     if not rk.empty:
         rows = []
@@ -310,11 +395,18 @@ def _exposed_from_overlap(df: pd.DataFrame) -> str:
             pct = _num(getattr(r, "exposed_pct", None))
             if pct is None and busy:
                 pct = 100.0 * (ex or 0) / busy
-            rows.append([_i(r.rank), _i(r.calls) if hasattr(r, "calls") else "-",
-                         _n(None if busy is None else busy / 1e6), _n(None if ex is None else ex / 1e6),
-                         _n(pct, 1)])
-        parts.append(_table(["rank", "GPU calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows,
-                            numeric={0, 1, 2, 3, 4}))
+            rows.append(
+                [
+                    _i(r.rank),
+                    _i(r.calls) if hasattr(r, "calls") else "-",
+                    _n(None if busy is None else busy / 1e6),
+                    _n(None if ex is None else ex / 1e6),
+                    _n(pct, 1),
+                ]
+            )
+        parts.append(
+            _table(["rank", "GPU calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows, numeric={0, 1, 2, 3, 4})
+        )
     return "".join(parts)
 
 
@@ -340,8 +432,16 @@ def _exposed_generic(df: pd.DataFrame) -> str:
             row = []
             for v in rec:
                 f = _num(v) if not isinstance(v, str) else None
-                row.append((fmt(f, 3) if f is not None and not float(f).is_integer() else
-                            str(int(f)) if f is not None else _s(v), "" if f is None else repr(f)))
+                row.append(
+                    (
+                        fmt(f, 3)
+                        if f is not None and not float(f).is_integer()
+                        else str(int(f))
+                        if f is not None
+                        else _s(v),
+                        "" if f is None else repr(f),
+                    )
+                )
             rows.append(row)
         num = {i for i, c in enumerate(df.columns) if pd.api.types.is_numeric_dtype(df[c])}
         parts.append(_table(header, rows, numeric=num))
@@ -370,11 +470,15 @@ def _step_bars(agg: pd.DataFrame) -> str:
         x = L + i * bw
         if comm is not None:
             h = comm[i] / vmax * ph
-            out.append(f'<rect x="{x + bw * 0.1:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.8:.1f}" height="{h:.1f}" '
-                       f'class="xfer"><title>{_e(f"step {int(s)}: communication {fmt(comm[i])} ms")}</title></rect>')
+            out.append(
+                f'<rect x="{x + bw * 0.1:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.8:.1f}" height="{h:.1f}" '
+                f'class="xfer"><title>{_e(f"step {int(s)}: communication {fmt(comm[i])} ms")}</title></rect>'
+            )
         h = vals[i] / vmax * ph
-        out.append(f'<rect x="{x + bw * 0.25:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.5:.1f}" height="{h:.1f}" '
-                   f'class="exposed"><title>{_e(f"step {int(s)}: exposed {fmt(vals[i])} ms")}</title></rect>')
+        out.append(
+            f'<rect x="{x + bw * 0.25:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.5:.1f}" height="{h:.1f}" '
+            f'class="exposed"><title>{_e(f"step {int(s)}: exposed {fmt(vals[i])} ms")}</title></rect>'
+        )
         if i % every == 0:
             out.append(_text(x + bw / 2, T + ph + 16, str(int(s)), "middle", "axis"))
     out.append(_text(L + pw / 2, H - 6, "step (slowest rank)", "middle", "axis"))
@@ -385,23 +489,36 @@ def _step_bars(agg: pd.DataFrame) -> str:
 
 # ---------------------------------------------------------------- top callers
 
+
 def callers_section(by_caller: pd.DataFrame, top: int = 20) -> str:
     d = by_caller[by_caller["caller"].notna()] if "caller" in by_caller.columns else by_caller.iloc[0:0]
     if d.empty:
-        return ('<p class="note">No caller information: callers are recorded by the nsyscomm wrapper '
-                "(<code>file:line function</code> of the call site).</p>")
+        return (
+            '<p class="note">No caller information: callers are recorded by the nsyscomm wrapper '
+            "(<code>file:line function</code> of the call site).</p>"
+        )
     rows = []
     for caller, g in d.groupby("caller", sort=False):
         total = pd.to_numeric(g["total_ms"], errors="coerce").sum()
         b = pd.to_numeric(g["bytes"], errors="coerce")
         cnt = pd.to_numeric(g["count"], errors="coerce")
-        rows.append((float(total), str(caller), ", ".join(sorted(set(map(str, g["op"])))), int(cnt.sum()),
-                     int(pd.to_numeric(g["calls"], errors="coerce").sum()), float((b.fillna(0) * cnt).sum())))
+        rows.append(
+            (
+                float(total),
+                str(caller),
+                ", ".join(sorted(set(map(str, g["op"])))),
+                int(cnt.sum()),
+                int(pd.to_numeric(g["calls"], errors="coerce").sum()),
+                float((b.fillna(0) * cnt).sum()),
+            )
+        )
     rows.sort(key=lambda r: (-r[0], r[1]))
     grand = sum(r[0] for r in rows) or 1.0
     header = ["caller", "ops", "count", "calls", "bytes (per rank)", "total (ms)", "share"]
-    cells = [[c, ops, (str(n), str(n)), (str(k), str(k)), _size(b), _n(t), (f"{100 * t / grand:.1f}%", repr(t))]
-             for t, c, ops, n, k, b in rows[:top]]
+    cells = [
+        [c, ops, (str(n), str(n)), (str(k), str(k)), _size(b), _n(t), (f"{100 * t / grand:.1f}%", repr(t))]
+        for t, c, ops, n, k, b in rows[:top]
+    ]
     more = f'<p class="note">{len(rows) - top} more caller(s) not shown.</p>' if len(rows) > top else ""
     return _table(header, cells, numeric={2, 3, 4, 5, 6}, cls="callers") + more
 
@@ -470,8 +587,10 @@ document.documentElement.setAttribute('data-ready', String(data.summary.length>=
 })();
 """
 
-_CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
-        "font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
+_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
+    "font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'"
+)
 
 
 def _data_document(result) -> dict:
@@ -481,10 +600,16 @@ def _data_document(result) -> dict:
     try:
         return json_out.document(result)
     except AttributeError:  # a Result without some analysis (e.g. no overlap): the core tables
-        return {"schema": 1, "tool": "nsyscomm", "version": __version__, "reports": list(result.reports),
-                "summary": json_out.records(result.summarize(by_caller=False), json_out.SUMMARY_KEYS),
-                "ranks": json_out.records(result.ranks, json_out.RANK_KEYS), "skew": result.skew,
-                "warnings": list(result.warnings)}
+        return {
+            "schema": 1,
+            "tool": "nsyscomm",
+            "version": __version__,
+            "reports": list(result.reports),
+            "summary": json_out.records(result.summarize(by_caller=False), json_out.SUMMARY_KEYS),
+            "ranks": json_out.records(result.ranks, json_out.RANK_KEYS),
+            "skew": result.skew,
+            "warnings": list(result.warnings),
+        }
 
 
 def render(result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
@@ -504,42 +629,73 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
     total_comm = _num(pd.to_numeric(ranks["comm_ms"], errors="coerce").sum()) if len(ranks) else None
     total_wait = _num(pd.to_numeric(ranks["wait_ms"], errors="coerce").sum()) if len(ranks) else None
     logical = result.n_logical
-    cards = [("collective calls", str(n_calls)), ("logical collectives", str(logical)),
-             ("ranks", str(len(ranks))), ("communication (ms, all ranks)", fmt(total_comm)),
-             ("waiting (ms, all ranks)", fmt(total_wait)),
-             ("straggler", "-" if skew.get("straggler_rank") is None else f"rank {skew['straggler_rank']}")]
+    cards = [
+        ("collective calls", str(n_calls)),
+        ("logical collectives", str(logical)),
+        ("ranks", str(len(ranks))),
+        ("communication (ms, all ranks)", fmt(total_comm)),
+        ("waiting (ms, all ranks)", fmt(total_wait)),
+        ("straggler", "-" if skew.get("straggler_rank") is None else f"rank {skew['straggler_rank']}"),
+    ]
     data = _data_document(result)
     data["peak_busbw_GBps"] = peak_busbw
 
     sections = []
     if warnings:
-        sections.append('<div class="warn"><b>Warnings</b><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings)
-                        + "</ul></div>")
+        sections.append(
+            '<div class="warn"><b>Warnings</b><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul></div>"
+        )
     sections.append('<h2 id="summary">Summary per operation and message size</h2>' + summary_section(summary))
-    sections.append('<h2 id="busbw">Bus bandwidth against message size</h2>' + busbw_chart(summary, peak_busbw)
-                    + '<p class="note">One curve per op, as nccl-tests draws it: busbw = message size / latency '
-                      "x the op's factor (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, "
-                      "all_to_all; 1 for broadcast, reduce, send, recv)."
-                    + (" The dashed line is the peak given with --peak-busbw." if peak_busbw else "") + "</p>")
-    sections.append('<h2 id="ranks">Communication and waiting per rank</h2>'
-                    + rank_bars(ranks, skew.get("straggler_rank")) + ranks_table(ranks)
-                    + '<p class="note">wait: the part of a call beyond its logical collective\'s latency (the '
-                      "fastest rank's duration), i.e. time spent waiting for the other ranks to arrive. "
-                      "* marks the straggler.</p>")
-    sections.append('<h2 id="skew">Arrival skew: rank x collective</h2>' + skew_text(skew) + skew_heatmap(result.arrival_matrix)
-                    + '<p class="note">Each cell: how long after the first rank this rank started the collective. '
-                      "A row that stays dark is a late rank; a dark column is one slow step.</p>")
+    sections.append(
+        '<h2 id="busbw">Bus bandwidth against message size</h2>'
+        + busbw_chart(summary, peak_busbw)
+        + '<p class="note">One curve per op, as nccl-tests draws it: busbw = message size / latency '
+        "x the op's factor (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, "
+        "all_to_all; 1 for broadcast, reduce, send, recv)."
+        + (" The dashed line is the peak given with --peak-busbw." if peak_busbw else "")
+        + "</p>"
+    )
+    sections.append(
+        '<h2 id="ranks">Communication and waiting per rank</h2>'
+        + rank_bars(ranks, skew.get("straggler_rank"))
+        + ranks_table(ranks)
+        + '<p class="note">wait: the part of a call beyond its logical collective\'s latency (the '
+        "fastest rank's duration), i.e. time spent waiting for the other ranks to arrive. "
+        "* marks the straggler.</p>"
+    )
+    sections.append(
+        '<h2 id="skew">Arrival skew: rank x collective</h2>'
+        + skew_text(skew)
+        + skew_heatmap(result.arrival_matrix)
+        + '<p class="note">Each cell: how long after the first rank this rank started the collective. '
+        "A row that stays dark is a late rank; a dark column is one slow step.</p>"
+    )
     if overlap_html is not None:
-        sections.append('<h2 id="exposed">Exposed communication (not hidden behind compute)</h2>' + overlap_html
-                        + '<p class="note">Exposed: communication time not overlapped by compute kernels.</p>')
+        sections.append(
+            '<h2 id="exposed">Exposed communication (not hidden behind compute)</h2>'
+            + overlap_html
+            + '<p class="note">Exposed: communication time not overlapped by compute kernels.</p>'
+        )
     links = getattr(result, "link_metrics", None)
     if links is not None and not links.empty:
-        rows = [[r.op, (human_bytes(r.bytes), r.bytes), r.metric, int(r.calls), int(r.devices),
-                 (fmt(r.avg_value, 1), r.avg_value), (fmt(r.max_value, 1), r.max_value)] for r in links.itertuples()]
-        sections.append('<h2 id="links">Link throughput during collectives</h2>'
-                        + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
-                        + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
-                          "weighed by the time they share with the calls' kernels on the same GPU.</p>")
+        rows = [
+            [
+                r.op,
+                (human_bytes(r.bytes), r.bytes),
+                r.metric,
+                int(r.calls),
+                int(r.devices),
+                (fmt(r.avg_value, 1), r.avg_value),
+                (fmt(r.max_value, 1), r.max_value),
+            ]
+            for r in links.itertuples()
+        ]
+        sections.append(
+            '<h2 id="links">Link throughput during collectives</h2>'
+            + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
+            + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
+            "weighed by the time they share with the calls' kernels on the same GPU.</p>"
+        )
     from nsyscomm.views import (
         diagnosis_html,  # why late, step waterfall (issue 21)
         whatif_html,  # what-if replay (issue 23)
@@ -547,8 +703,9 @@ def render(result, *, peak_busbw: float | None = None, title: str | None = None)
 
     diagnosis_section = diagnosis_html.section(result)
     if diagnosis_section:
-        sections.append('<h2 id="diagnosis">Diagnosis: where each step goes, who is late and why</h2>'
-                        + diagnosis_section)
+        sections.append(
+            '<h2 id="diagnosis">Diagnosis: where each step goes, who is late and why</h2>' + diagnosis_section
+        )
     whatif_section = whatif_html.section(result)
     if whatif_section:
         sections.append('<h2 id="whatif">What-if: step time measured and replayed</h2>' + whatif_section)

@@ -43,8 +43,11 @@ class SafeConsole(Console):
         from rich.segment import Segment
 
         return super()._render_buffer(
-            Segment(visible(text), style, control) if not control and _UNSAFE.search(text) else Segment(text, style, control)
-            for text, style, control in buffer)
+            Segment(visible(text), style, control)
+            if not control and _UNSAFE.search(text)
+            else Segment(text, style, control)
+            for text, style, control in buffer
+        )
 
 
 # What spreadsheet-safe CSV writers (OWASP's CSV injection advice) neutralise: a cell starting

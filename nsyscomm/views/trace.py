@@ -27,8 +27,20 @@ from nsyscomm.views.units import human_bytes, json_value
 
 # the SQL the trace reads: every call with its logical collective's figures
 # args shown first in the UI's details pane (the rest follow in table order)
-_FIRST_ARGS = ("op", "api", "bytes", "dtype", "numel", "group", "group_size", "group_ranks", "seq",
-               "caller", "step", "source")
+_FIRST_ARGS = (
+    "op",
+    "api",
+    "bytes",
+    "dtype",
+    "numel",
+    "group",
+    "group_size",
+    "group_ranks",
+    "seq",
+    "caller",
+    "step",
+    "source",
+)
 _DERIVED_ARGS = ("participants", "latency_ns", "wait_ns", "arrival_delay_ns")
 
 
@@ -36,8 +48,10 @@ def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[di
     """The calls to draw (optionally only steps [lo, hi)), as plain dicts."""
     if steps is not None:
         if not result.has_steps:
-            raise InputError("--steps: these reports carry no training step (record steps with the nsyscomm "
-                             "wrapper's step marker), so no call can be selected by step")
+            raise InputError(
+                "--steps: these reports carry no training step (record steps with the nsyscomm "
+                "wrapper's step marker), so no call can be selected by step"
+            )
         steps = (None if steps[0] is None else int(steps[0]), None if steps[1] is None else int(steps[1]))
     df = result.timeline_calls(steps)
     cols = list(df.columns)
@@ -89,14 +103,15 @@ def _origin(rows: list[dict]) -> int:
     return int(min(times)) if times else 0
 
 
-def build(result, steps: tuple[int | None, int | None] | None = None, *, flows: bool = True,
-          what_if: str | None = None) -> dict:
+def build(
+    result, steps: tuple[int | None, int | None] | None = None, *, flows: bool = True, what_if: str | None = None
+) -> dict:
     """The trace document {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
     what_if: a scenario whose replayed timeline is added beside the measured one (issue 23)."""
     rows = calls(result, steps)
     origin = _origin(rows)
     doc = build_from_rows(rows, result, steps, flows=flows, origin=origin)
-    if rows:   # issue 21: each late arrival's cause on the late rank's own track
+    if rows:  # issue 21: each late arrival's cause on the late rank's own track
         from nsyscomm.views import diagnosis_trace
 
         doc["traceEvents"] += diagnosis_trace.events(result, origin, steps)
@@ -138,23 +153,33 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
                 sort = 1000
             if lane:
                 label += f" [overlap {lane}]"
-            events.append({"ph": "M", "name": "thread_name", "ts": 0, "pid": rank, "tid": tids[k],
-                           "args": {"name": label}})
-            events.append({"ph": "M", "name": "thread_sort_index", "ts": 0, "pid": rank, "tid": tids[k],
-                           "args": {"sort_index": sort + tids[k]}})
+            events.append(
+                {"ph": "M", "name": "thread_name", "ts": 0, "pid": rank, "tid": tids[k], "args": {"name": label}}
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "ts": 0,
+                    "pid": rank,
+                    "tid": tids[k],
+                    "args": {"sort_index": sort + tids[k]},
+                }
+            )
         return tids[k]
 
     # tracks are created in a deterministic order: sort by (rank, kind, ids)
     def _k(x):
-        return tuple((0, "") if v is None else (1, str(v)) if isinstance(v, str) else (1, f"{v:020d}")
-                     for v in x)
+        return tuple((0, "") if v is None else (1, str(v)) if isinstance(v, str) else (1, f"{v:020d}") for v in x)
 
     # host ranges of GPU calls go on their threads too; one pass over every track's slices in
     # time order keeps the lanes right when CPU-only calls and host ranges share a thread
     items = [(r, key, start, end, True) for r, key, start, end in placed]
-    items += [(r, ("cpu", r.get("pid"), r.get("tid")), r["cpu_start"], max(r["cpu_end"], r["cpu_start"]), False)
-              for r, key, _, _ in placed
-              if key[0] == "gpu" and r.get("cpu_start") is not None and r.get("cpu_end") is not None]
+    items += [
+        (r, ("cpu", r.get("pid"), r.get("tid")), r["cpu_start"], max(r["cpu_end"], r["cpu_start"]), False)
+        for r, key, _, _ in placed
+        if key[0] == "gpu" and r.get("cpu_start") is not None and r.get("cpu_end") is not None
+    ]
     items.sort(key=lambda p: (p[0]["rank"], p[1][0] != "gpu", _k(p[1][1:]), p[2], -p[3], not p[4]))
     primary: list[tuple[dict, int, int, int, int]] = []  # call, pid, tid, start, end
     for r, key, start, end, is_primary in items:
@@ -162,16 +187,24 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
         hosts.setdefault(rank, (r.get("host"), r.get("pid"), r.get("report")))
         lane = lanes[(rank, key)].place(start, end)
         tid = tid_of(rank, key, lane)
-        ev = {"ph": "X", "cat": "collective", "name": event_name(r), "ts": _us(start, origin),
-              "dur": round((end - start) / 1000.0, 3), "pid": rank, "tid": tid}
+        ev = {
+            "ph": "X",
+            "cat": "collective",
+            "name": event_name(r),
+            "ts": _us(start, origin),
+            "dur": round((end - start) / 1000.0, 3),
+            "pid": rank,
+            "tid": tid,
+        }
         if is_primary:
             ev["args"] = _args(r)
             primary.append((r, rank, tid, start, end))
         else:
             ev["cat"] = "collective_cpu"
             ev["name"] += " (host)"
-            ev["args"] = {k: r.get(k) for k in ("op", "api", "bytes", "seq", "group", "caller", "step",
-                                                  "cpu_start", "cpu_end")}
+            ev["args"] = {
+                k: r.get(k) for k in ("op", "api", "bytes", "seq", "group", "caller", "step", "cpu_start", "cpu_end")
+            }
         events.append(ev)
 
     # process names, and a counter track per rank
@@ -180,11 +213,13 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
         where = ", ".join(x for x in (str(host) if host else "", f"pid {pid}" if pid is not None else "") if x)
         label = f"rank {rank}" + (f" ({where})" if where else "")
         events.append({"ph": "M", "name": "process_name", "ts": 0, "pid": rank, "tid": 0, "args": {"name": label}})
-        events.append({"ph": "M", "name": "process_sort_index", "ts": 0, "pid": rank, "tid": 0,
-                       "args": {"sort_index": rank}})
+        events.append(
+            {"ph": "M", "name": "process_sort_index", "ts": 0, "pid": rank, "tid": 0, "args": {"sort_index": rank}}
+        )
         if report:
-            events.append({"ph": "M", "name": "process_labels", "ts": 0, "pid": rank, "tid": 0,
-                           "args": {"labels": str(report)}})
+            events.append(
+                {"ph": "M", "name": "process_labels", "ts": 0, "pid": rank, "tid": 0, "args": {"labels": str(report)}}
+            )
     by_rank: dict[int, list] = defaultdict(list)
     for r, rank, _tid, start, end in primary:
         b = r.get("bytes") or 0
@@ -200,10 +235,28 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
             out[t] = (inflight_b, inflight_n)
         for t in sorted(out):
             b, n = out[t]
-            events.append({"ph": "C", "name": "bytes in flight", "cat": "counter", "ts": _us(t, origin),
-                           "pid": rank, "tid": 0, "args": {"bytes": b}})
-            events.append({"ph": "C", "name": "calls in flight", "cat": "counter", "ts": _us(t, origin),
-                           "pid": rank, "tid": 0, "args": {"calls": n}})
+            events.append(
+                {
+                    "ph": "C",
+                    "name": "bytes in flight",
+                    "cat": "counter",
+                    "ts": _us(t, origin),
+                    "pid": rank,
+                    "tid": 0,
+                    "args": {"bytes": b},
+                }
+            )
+            events.append(
+                {
+                    "ph": "C",
+                    "name": "calls in flight",
+                    "cat": "counter",
+                    "ts": _us(t, origin),
+                    "pid": rank,
+                    "tid": 0,
+                    "args": {"calls": n},
+                }
+            )
 
     # flow arrows between the ranks' calls of one logical collective, in order of arrival
     n_flows = 0
@@ -213,7 +266,7 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
             groups[(r.get("group"), r.get("op"), r.get("seq"), r.get("logical_id"))].append((start, rank, tid, end, r))
         fid = 0
         for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
-            members = sorted(groups[key], key=lambda m: m[:4])   # ties (duplicated ranks) never compare rows
+            members = sorted(groups[key], key=lambda m: m[:4])  # ties (duplicated ranks) never compare rows
             if len({m[1] for m in members}) < 2:
                 continue
             g, op, seq, _ = key
@@ -228,10 +281,29 @@ def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True,
                 tb = _us(b[0] + off, origin)
                 if tb <= ta and ta + 0.001 <= _us(b[3], origin):
                     tb = round(ta + 0.001, 3)
-                events.append({"ph": "s", "cat": "logical_collective", "name": name, "id": fid,
-                               "ts": ta, "pid": a[1], "tid": a[2]})
-                events.append({"ph": "f", "bp": "e", "cat": "logical_collective", "name": name, "id": fid,
-                               "ts": tb, "pid": b[1], "tid": b[2]})
+                events.append(
+                    {
+                        "ph": "s",
+                        "cat": "logical_collective",
+                        "name": name,
+                        "id": fid,
+                        "ts": ta,
+                        "pid": a[1],
+                        "tid": a[2],
+                    }
+                )
+                events.append(
+                    {
+                        "ph": "f",
+                        "bp": "e",
+                        "cat": "logical_collective",
+                        "name": name,
+                        "id": fid,
+                        "ts": tb,
+                        "pid": b[1],
+                        "tid": b[2],
+                    }
+                )
         n_flows = fid
 
     for e in events:  # every event carries a float ts (metadata too: some readers expect it)
@@ -258,8 +330,9 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
-def write(result, path: str | os.PathLike | None = None, *, steps=None, per_rank_dir=None,
-          what_if: str | None = None) -> list[Path]:
+def write(
+    result, path: str | os.PathLike | None = None, *, steps=None, per_rank_dir=None, what_if: str | None = None
+) -> list[Path]:
     """Write the job's trace to ``path`` and/or one trace per rank to ``per_rank_dir/<rank>/comm.json``
     (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build()."""
     written: list[Path] = []

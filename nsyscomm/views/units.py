@@ -15,7 +15,7 @@ def human_bytes(n) -> str:
     if n == 0:
         return "0B"
     i = min(int(math.floor(math.log(n, 1024))), len(_SIZE_NAMES) - 1)
-    return f"{round(n / 1024 ** i, 2)} {_SIZE_NAMES[i]}"
+    return f"{round(n / 1024**i, 2)} {_SIZE_NAMES[i]}"
 
 
 def bandwidth(gbps_bytes, units: str) -> float | None:

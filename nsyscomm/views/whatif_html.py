@@ -40,8 +40,10 @@ def step_chart(rows: list[dict]) -> str | None:
             h = max(vals[i], 0) / vmax * ph
             w = bw * 0.8 / k
             label = f"step {s}: {name} {fmt(vals[i])} ms"
-            out.append(f'<rect x="{x + bw * 0.1 + j * w:.1f}" y="{T + ph - h:.1f}" width="{w:.1f}" height="{h:.1f}" '
-                       f'class="{cls}"><title>{_e(label)}</title></rect>')
+            out.append(
+                f'<rect x="{x + bw * 0.1 + j * w:.1f}" y="{T + ph - h:.1f}" width="{w:.1f}" height="{h:.1f}" '
+                f'class="{cls}"><title>{_e(label)}</title></rect>'
+            )
         if i % every == 0:
             out.append(_text(x + bw / 2, T + ph + 16, "job" if s is None else str(s), "middle", "axis"))
     out.append(_text(L + pw / 2, H - 6, "step", "middle", "axis"))
@@ -67,8 +69,10 @@ def attribution_bars(attr: list[dict]) -> str | None:
         w = extra / vmax * (W - L - R)
         label = f"{a['by']} {a['key']}"
         out.append(_text(L - 6, y + 12, label[:48], "end", "axis"))
-        out.append(f'<rect x="{L}" y="{y + 2}" width="{w:.1f}" height="{row_h - 5}" class="exposed">'
-                   f'<title>{_e(label)}: S = {a["slowdown"]:.4f}</title></rect>')
+        out.append(
+            f'<rect x="{L}" y="{y + 2}" width="{w:.1f}" height="{row_h - 5}" class="exposed">'
+            f"<title>{_e(label)}: S = {a['slowdown']:.4f}</title></rect>"
+        )
         out.append(_text(L + w + 4, y + 12, f"x{a['slowdown']:.3f}", "start", "axis"))
     out.append("</svg>")
     return "".join(out)
@@ -82,11 +86,23 @@ def section(result) -> str | None:
     chart = step_chart(rows)
     if chart:
         parts.append(chart)
-        table = [[r["scenario"], (fmt(r["step_ms_before"]), r["step_ms_before"]),
-                  (fmt(r["step_ms_after"]), r["step_ms_after"]), (fmt(r["saved_ms"]), r["saved_ms"]),
-                  ("-" if r["slowdown"] is None else f"{r['slowdown']:.3f}", r["slowdown"] or 0)] for r in rows]
-        parts.append(_table(["scenario", "step ms measured", "step ms after", "saved ms per step", "slowdown"],
-                            table, numeric={1, 2, 3, 4}))
+        table = [
+            [
+                r["scenario"],
+                (fmt(r["step_ms_before"]), r["step_ms_before"]),
+                (fmt(r["step_ms_after"]), r["step_ms_after"]),
+                (fmt(r["saved_ms"]), r["saved_ms"]),
+                ("-" if r["slowdown"] is None else f"{r['slowdown']:.3f}", r["slowdown"] or 0),
+            ]
+            for r in rows
+        ]
+        parts.append(
+            _table(
+                ["scenario", "step ms measured", "step ms after", "saved ms per step", "slowdown"],
+                table,
+                numeric={1, 2, 3, 4},
+            )
+        )
     bars = attribution_bars(a["attribution"])
     if bars:
         parts.append("<h3>Slowdown attributed (ideal replay with only these operations as measured)</h3>" + bars)

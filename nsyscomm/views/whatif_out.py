@@ -39,19 +39,27 @@ def render(result: Result, console: Console, top: int = 3) -> None:
         return
     console.print("[bold]What-if[/] (replay across ranks; mean step time, ms saved per step)")
     for r in rows:
-        keys = ", ".join(f"{k['key']} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
-                         for k in r["top_keys"][:top] if k["saved_ms"] > 0)
-        console.print(f"  {r['scenario']:<16} {r['step_ms_before']:10.3f} -> {r['step_ms_after']:10.3f} ms "
-                      f"saves {r['saved_ms']:9.3f} ms  (x{r['slowdown']:.3f})"
-                      + (f"  top: {escape(keys)}" if keys else ""))
+        keys = ", ".join(
+            f"{k['key']} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
+            for k in r["top_keys"][:top]
+            if k["saved_ms"] > 0
+        )
+        console.print(
+            f"  {r['scenario']:<16} {r['step_ms_before']:10.3f} -> {r['step_ms_after']:10.3f} ms "
+            f"saves {r['saved_ms']:9.3f} ms  (x{r['slowdown']:.3f})" + (f"  top: {escape(keys)}" if keys else "")
+        )
     by: dict = {}
     for row in a["attribution"]:
         if row["slowdown"] > by.get(row["by"], {"slowdown": -1})["slowdown"]:
             by[row["by"]] = row
     if by:
-        console.print("  slowdown over ideal, largest: " + ", ".join(
-            f"{k} {escape(str(v['key']))} x{v['slowdown']:.3f}" for k, v in by.items()))
+        console.print(
+            "  slowdown over ideal, largest: "
+            + ", ".join(f"{k} {escape(str(v['key']))} x{v['slowdown']:.3f}" for k, v in by.items())
+        )
     sm = a.get("straggler_model")
     if sm:
-        console.print(f"  straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
-                      f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}")
+        console.print(
+            f"  straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
+            f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}"
+        )

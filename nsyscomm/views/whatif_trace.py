@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nsyscomm.errors import InputError
 
-PID_BASE = 1_000_000   # the measured trace's processes are the ranks: these sort after them
+PID_BASE = 1_000_000  # the measured trace's processes are the ranks: these sort after them
 
 
 def events(result, scenario: str, origin: int, steps=None) -> list[dict]:
@@ -15,8 +15,9 @@ def events(result, scenario: str, origin: int, steps=None) -> list[dict]:
         tl = whatif.timeline(result, scenario)
     except KeyError:
         names = ", ".join(r["scenario"] for r in result.what_if) or "none"
-        raise InputError(f"--what-if {scenario}: not available for this job (available: {names}; "
-                         f"see the summary's notes)") from None
+        raise InputError(
+            f"--what-if {scenario}: not available for this job (available: {names}; see the summary's notes)"
+        ) from None
     if steps is not None:
         lo, hi = steps
         keep = tl["step"].notna()
@@ -27,12 +28,37 @@ def events(result, scenario: str, origin: int, steps=None) -> list[dict]:
         tl = tl[keep]
     out = []
     for rank in sorted(int(r) for r in tl["rank"].unique()):
-        out.append({"ph": "M", "name": "process_name", "ts": 0, "pid": PID_BASE + rank, "tid": 0,
-                    "args": {"name": f"rank {rank} (what-if: {scenario})"}})
-        out.append({"ph": "M", "name": "process_sort_index", "ts": 0, "pid": PID_BASE + rank, "tid": 0,
-                    "args": {"sort_index": PID_BASE + rank}})
+        out.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "ts": 0,
+                "pid": PID_BASE + rank,
+                "tid": 0,
+                "args": {"name": f"rank {rank} (what-if: {scenario})"},
+            }
+        )
+        out.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "ts": 0,
+                "pid": PID_BASE + rank,
+                "tid": 0,
+                "args": {"sort_index": PID_BASE + rank},
+            }
+        )
     for r in tl.itertuples(index=False):
-        out.append({"ph": "X", "cat": "whatif", "name": str(r.name), "ts": round((r.start_ns - origin) / 1000.0, 3),
-                    "dur": round(max(r.end_ns - r.start_ns, 0) / 1000.0, 3), "pid": PID_BASE + int(r.rank), "tid": 0,
-                    "args": {"scenario": scenario, "step": None if r.step != r.step else int(r.step)}})
+        out.append(
+            {
+                "ph": "X",
+                "cat": "whatif",
+                "name": str(r.name),
+                "ts": round((r.start_ns - origin) / 1000.0, 3),
+                "dur": round(max(r.end_ns - r.start_ns, 0) / 1000.0, 3),
+                "pid": PID_BASE + int(r.rank),
+                "tid": 0,
+                "args": {"scenario": scenario, "step": None if r.step != r.step else int(r.step)},
+            }
+        )
     return out

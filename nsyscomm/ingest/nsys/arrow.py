@@ -24,15 +24,26 @@ from nsyscomm.errors import InputError
 
 # The tables the ingest reads (nsys.reader, nsys.extract, nccl_payload, gpu_metrics): those the
 # temporary SQLite file of a report with NCCL payloads holds.
-WANTED = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
-          "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "PROCESSES",
-          "TARGET_INFO_GPU_METRICS", "GPU_METRICS", "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
+WANTED = (
+    "StringIds",
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "TARGET_INFO_SESSION_START_TIME",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "PROCESSES",
+    "TARGET_INFO_GPU_METRICS",
+    "GPU_METRICS",
+    "NVTX_PAYLOAD_SCHEMAS",
+    "NVTX_PAYLOAD_SCHEMA_ENTRIES",
+)
 # NCCL's extended NVTX payloads are decoded by nsyscomm.ingest.nccl_payload from a SQLite file
 # (with Python's sqlite3: blobs DuckDB cannot read as text). An Arrow export holding them is
 # written, its WANTED tables only, to a temporary SQLite file that takes the SQLite route.
 _PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
 _CONTINUATION = b"\xff\xff\xff\xff"
-_COUNTED_TEXT = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}   # nsys_extract._TEXT_COLUMNS
+_COUNTED_TEXT = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}  # nsys_extract._TEXT_COLUMNS
 _DIR_SUFFIXES = (".arrow", ".parquet")
 
 
@@ -79,24 +90,28 @@ def _read_streams(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dic
 
     out: dict = {}
     columns: dict[str, set[str]] = {}
-    src = pa.memory_map(str(path))   # kept open by the tables' buffers, which point into it
+    src = pa.memory_map(str(path))  # kept open by the tables' buffers, which point into it
     size = src.size()
     try:
         while src.tell() < size:
             reader = ipc.open_stream(src)
             name = (reader.schema.metadata or {}).get(b"table_name", b"").decode()
             if not name:
-                raise InputError(f"{path}: an Arrow stream at byte {src.tell()} names no nsys table; "
-                                 f"export the report again with: nsys export --type arrow REPORT.nsys-rep")
+                raise InputError(
+                    f"{path}: an Arrow stream at byte {src.tell()} names no nsys table; "
+                    f"export the report again with: nsys export --type arrow REPORT.nsys-rep"
+                )
             columns[name] = set(reader.schema.names)
             if wanted is None or name in wanted:
                 out[name] = reader.read_all()
             else:
-                for _ in reader:   # skipped: memory-mapped, nothing is copied
+                for _ in reader:  # skipped: memory-mapped, nothing is copied
                     pass
-    except (pa.ArrowInvalid, OSError) as e:   # a truncated stream is an OSError (ArrowIOError)
-        raise InputError(f"{path}: cannot read this Arrow export ({str(e).splitlines()[0]}); it may be "
-                         f"truncated: export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
+    except (pa.ArrowInvalid, OSError) as e:  # a truncated stream is an OSError (ArrowIOError)
+        raise InputError(
+            f"{path}: cannot read this Arrow export ({str(e).splitlines()[0]}); it may be "
+            f"truncated: export the report again with: nsys export --type arrow REPORT.nsys-rep"
+        ) from None
     return out, columns
 
 
@@ -124,15 +139,17 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
                 columns[name] = set(reader.schema.names)
                 if wanted is None or name in wanted:
                     out[name] = reader.read_all()
-            except pa.ArrowInvalid:   # the stream format in a file of its own
+            except pa.ArrowInvalid:  # the stream format in a file of its own
                 src.seek(0)
                 reader = ipc.open_stream(src)
                 columns[name] = set(reader.schema.names)
                 if wanted is None or name in wanted:
                     out[name] = reader.read_all()
         except (pa.ArrowInvalid, OSError) as e:
-            raise InputError(f"{f}: cannot read this table of an Arrow export ({str(e).splitlines()[0]}); "
-                             f"export the report again with nsys export") from None
+            raise InputError(
+                f"{f}: cannot read this table of an Arrow export ({str(e).splitlines()[0]}); "
+                f"export the report again with nsys export"
+            ) from None
     return out, columns
 
 
@@ -144,10 +161,14 @@ def open_export(path: Path, threads: int | None = None):
 
     path = Path(path)
     arrow, tables = read_tables(path, wanted=None)
-    if "StringIds" not in tables or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
-                                          "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
-        raise InputError(f"{path}: Arrow data without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
-                         f"pass an nsys export made with: nsys export --type arrow REPORT.nsys-rep")
+    if "StringIds" not in tables or not (
+        {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES", "META_DATA_EXPORT", "EXPORT_META_DATA"}
+        & tables.keys()
+    ):
+        raise InputError(
+            f"{path}: Arrow data without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
+            f"pass an nsys export made with: nsys export --type arrow REPORT.nsys-rep"
+        )
     warnings: list[str] = []
     fixed = 0
     for name in list(arrow):
@@ -159,7 +180,7 @@ def open_export(path: Path, threads: int | None = None):
     con = duck.connect(threads=threads)
     try:
         con.execute("CREATE SCHEMA r")
-        for name, table in arrow.items():   # names from the export: quoted, double quotes doubled
+        for name, table in arrow.items():  # names from the export: quoted, double quotes doubled
             q = name.replace('"', '""')
             con.register(f"arrow_{name}", table)
             con.execute(f'CREATE VIEW r."{q}" AS SELECT {_sqlite_columns(table.schema)} FROM "arrow_{q}"')
@@ -181,8 +202,10 @@ def _sqlite_columns(schema) -> str:
         c = '"' + f.name.replace('"', '""') + '"'
         t = f.type
         if pa.types.is_uint64(t):
-            cols.append(f"CASE WHEN {c} >= 9223372036854775808 THEN CAST({c}::HUGEINT - 18446744073709551616 "
-                        f"AS BIGINT) ELSE CAST({c} AS BIGINT) END AS {c}")
+            cols.append(
+                f"CASE WHEN {c} >= 9223372036854775808 THEN CAST({c}::HUGEINT - 18446744073709551616 "
+                f"AS BIGINT) ELSE CAST({c} AS BIGINT) END AS {c}"
+            )
         elif pa.types.is_integer(t) and t != pa.int64():
             cols.append(f"CAST({c} AS BIGINT) AS {c}")
         elif pa.types.is_floating(t) and t != pa.float64():
@@ -208,7 +231,7 @@ def _as_in_sqlite(table, keep_binary: bool = False, cast_numbers: bool = True):
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):
             try:
                 col = col.cast(pa.large_string())
-            except pa.ArrowInvalid:   # not UTF-8: decoded value by value
+            except pa.ArrowInvalid:  # not UTF-8: decoded value by value
                 if keep_binary:
                     fields.append(f)
                     cols.append(col)
@@ -235,7 +258,6 @@ def _as_in_sqlite(table, keep_binary: bool = False, cast_numbers: bool = True):
     return pa.Table.from_arrays(cols, schema=pa.schema(fields)), fixed
 
 
-
 def _has_payloads(path: Path) -> bool:
     """Whether nccl_payload will read NCCL's own NVTX ranges (names nccl..., not PyTorch's
     nccl:...), the condition of nccl_payload.apply, on the NVTX text or its registered strings."""
@@ -247,15 +269,16 @@ def _has_payloads(path: Path) -> bool:
         return False
 
     def ncclish(values) -> bool:
-        return bool(pc.any(pc.and_(pc.starts_with(values, "nccl"), pc.invert(pc.starts_with(values, "nccl:"))))
-                    .as_py())
+        return bool(pc.any(pc.and_(pc.starts_with(values, "nccl"), pc.invert(pc.starts_with(values, "nccl:")))).as_py())
 
     if "text" in nv.column_names and ncclish(nv["text"]):
         return True
     strings = arrow.get("StringIds")
     if strings is None or "textId" not in nv.column_names:
         return False
-    used = pc.is_in(strings["id"].cast("int64"), value_set=pc.unique(nv["textId"].cast("int64", safe=False)).drop_null())
+    used = pc.is_in(
+        strings["id"].cast("int64"), value_set=pc.unique(nv["textId"].cast("int64", safe=False)).drop_null()
+    )
     return ncclish(strings.filter(used)["value"])
 
 
@@ -266,17 +289,29 @@ def to_sqlite(path: Path, dst: Path, wanted: tuple[str, ...] = WANTED) -> Path:
     arrow, _ = read_tables(path, wanted)
     con = sqlite3.connect(dst)
     try:
-        for name, table in arrow.items():   # names from the caller's fixed list
+        for name, table in arrow.items():  # names from the caller's fixed list
             table, _ = _as_in_sqlite(table, keep_binary=True)
             # column names come from the export: quoted, double quotes doubled
-            decl = ", ".join('"' + f.name.replace('"', '""') + '" ' + ("TEXT" if str(f.type) in ("large_string", "binary") else
-                                               "REAL" if str(f.type) == "double" else "INTEGER")
-                             for f in table.schema)
-            con.execute(f'CREATE TABLE "{name}" ({decl})')   # name: from the caller's fixed list
+            decl = ", ".join(
+                '"'
+                + f.name.replace('"', '""')
+                + '" '
+                + (
+                    "TEXT"
+                    if str(f.type) in ("large_string", "binary")
+                    else "REAL"
+                    if str(f.type) == "double"
+                    else "INTEGER"
+                )
+                for f in table.schema
+            )
+            con.execute(f'CREATE TABLE "{name}" ({decl})')  # name: from the caller's fixed list
             # bytes that are not UTF-8 stored as TEXT, as nsys stores them (a bare bytes value is a BLOB)
             marks = ", ".join("CAST(? AS TEXT)" if str(f.type) == "binary" else "?" for f in table.schema)
-            con.executemany(f'INSERT INTO "{name}" VALUES ({marks})',
-                            zip(*(c.to_pylist() for c in table.columns)) if table.num_columns else [])
+            con.executemany(
+                f'INSERT INTO "{name}" VALUES ({marks})',
+                zip(*(c.to_pylist() for c in table.columns)) if table.num_columns else [],
+            )
         con.commit()
     finally:
         con.close()

@@ -81,13 +81,13 @@ class Extract:
 
     report: str
     path: Path
-    calls: pa.Table                     # collectives columns except rank/local_rank/host/report
-    markers: pd.DataFrame               # pid, rank, local_rank, world, host
-    spans: pd.DataFrame                 # pid, first_ns, last_ns: the process's whole time span
+    calls: pa.Table  # collectives columns except rank/local_rank/host/report
+    markers: pd.DataFrame  # pid, rank, local_rank, world, host
+    spans: pd.DataFrame  # pid, first_ns, last_ns: the process's whole time span
     session_start_utc_ns: int | None = None
     nsys_version: str | None = None
     warnings: list[str] = field(default_factory=list)
-    links: pd.DataFrame | None = None   # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
+    links: pd.DataFrame | None = None  # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
     # OS-runtime calls of HOST_CALL_MIN_NS or more (pid, tid, start, end, name); None: the report
     # has no OS-runtime trace (nsys -t osrt), so a late arrival's host time cannot be named
     host_calls: pd.DataFrame | None = None
@@ -134,8 +134,10 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
         for table, cols in _TEXT_COLUMNS.items():  # names from the fixed list above
             for c in cols:
                 if c in tables.get(table, ()):
-                    out.execute(f'UPDATE "{table}" SET "{c}" = nsyscomm_utf8(CAST("{c}" AS BLOB)) '
-                                f'WHERE typeof("{c}") = \'text\'')
+                    out.execute(
+                        f'UPDATE "{table}" SET "{c}" = nsyscomm_utf8(CAST("{c}" AS BLOB)) '
+                        f"WHERE typeof(\"{c}\") = 'text'"
+                    )
         out.commit()
     finally:
         src.close()
@@ -149,7 +151,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     opened = nsys_arrow.open_export(path, threads) if nsys_arrow.is_export(path) else open_report(path, threads)
     con, tables, warnings = opened.con, opened.tables, opened.warnings
     pool = ThreadPoolExecutor(max_workers=1)
-    kernels_read = threading.Event()   # set once nothing but the busy islands reads src_kernels
+    kernels_read = threading.Event()  # set once nothing but the busy islands reads src_kernels
     try:
         # every event of every process counts for its span: taken first, then the copy of
         # NVTX_EVENTS is dropped (only its named ranges are used below) and its memory serves the
@@ -157,14 +159,16 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         spans = duck.frame(con.execute(duck.sql("process_spans")))
         con.execute("DROP VIEW src_events")
         con.execute("DROP TABLE IF EXISTS src_nvtx")
-        if opened.nccl_names is not None:   # parsed by the C scan: those its kernels use
+        if opened.nccl_names is not None:  # parsed by the C scan: those its kernels use
             used = {i for (i,) in con.execute("SELECT DISTINCT shortName FROM src_kernels").fetchall()}
             kernel_names = [n for n in opened.nccl_names if n[0] in used]
         else:
-            kernel_names = nccl_kernel_names(con.execute("""
+            kernel_names = nccl_kernel_names(
+                con.execute("""
                 SELECT DISTINCT s.id, s.value FROM r.StringIds s
                 WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
-            """).fetchall())
+            """).fetchall()
+            )
         kn = pd.DataFrame(kernel_names, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
         # a plain table: the cursor that reads the compute kernels (below) sees it
         con.execute("""CREATE TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
@@ -177,8 +181,9 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             compute = pool.submit(islands, opened.compute)
         else:
             kernels = con.execute("SELECT count(*) FROM src_kernels").fetchone()[0]
-            compute = pool.submit(_compute_islands, con, kernels_read,
-                                  fits_in_memory(kernels, duck.memory_limit_bytes(con)))
+            compute = pool.submit(
+                _compute_islands, con, kernels_read, fits_in_memory(kernels, duck.memory_limit_bytes(con))
+            )
         con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
         kernels_read.set()
         # the launches are in nccl_kernels now: their memory serves the next steps
@@ -204,8 +209,10 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         calls = con.execute(duck.sql("calls_nsys")).to_arrow_table()
         unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
         if unlaunched:
-            warnings.append(f"{report}: {unlaunched} NCCL kernel(s) have no launch call in the report "
-                            f"(capture window edge); counted from the kernel name alone")
+            warnings.append(
+                f"{report}: {unlaunched} NCCL kernel(s) have no launch call in the report "
+                f"(capture window edge); counted from the kernel name alone"
+            )
         markers = con.execute(r"""
             SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid,
                    TRY_CAST(regexp_extract(name, '\|rank=([0-9]+)', 1) AS INTEGER)       AS rank,
@@ -229,11 +236,14 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
             session = int(row[0]) if row and row[0] is not None else None
         version = _version(con, tables)
-        host_calls = (duck.frame(con.execute(duck.sql("host_calls_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
-                      if "OSRT_API" in tables else None)
+        host_calls = (
+            duck.frame(con.execute(duck.sql("host_calls_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
+            if "OSRT_API" in tables
+            else None
+        )
     finally:
         kernels_read.set()
-        pool.shutdown(wait=True)   # its cursor reads con
+        pool.shutdown(wait=True)  # its cursor reads con
         duck.close_soon(con)
     return Extract(report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups)
 
@@ -244,8 +254,10 @@ def _look_up_held(con) -> None:
     con.execute("DELETE FROM innermost WHERE NOT holds")
     con.execute(_RANGE_THREADS)
     con.execute(_LAUNCH_HOLDERS)
-    con.execute("INSERT INTO innermost SELECT h.kid, h.kind, h.rid, true FROM held h "
-                "JOIN unheld u ON u.kid = h.kid AND u.kind = h.kind")
+    con.execute(
+        "INSERT INTO innermost SELECT h.kid, h.kind, h.rid, true FROM held h "
+        "JOIN unheld u ON u.kid = h.kid AND u.kind = h.kind"
+    )
 
 
 def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> dict | None:
@@ -296,5 +308,7 @@ def extract_arrow(path: Path, report: str | None = None, threads: int | None = N
         if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{path}: cannot read this Arrow export ({first}); "
-                         f"export the report again with: nsys export --type arrow REPORT.nsys-rep") from None
+        raise InputError(
+            f"{path}: cannot read this Arrow export ({first}); "
+            f"export the report again with: nsys export --type arrow REPORT.nsys-rep"
+        ) from None

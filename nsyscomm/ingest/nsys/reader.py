@@ -43,9 +43,20 @@ _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 # layout the wrapper writes; the name is NULL then). Where it did not, the fields are NULL and
 # sql/calls_nsys.sql splits the name. For 200k messages the split took 0.3 s of CPU in SQL, and
 # takes about 0.02 s of CPU in C, inside the scan's threads.
-MESSAGE_FIELDS = {"op": "VARCHAR", "api": "VARCHAR", "bytes": "BIGINT", "dtype": "VARCHAR", "numel": "BIGINT",
-                  "pg": "VARCHAR", "gsize": "BIGINT", "granks": "VARCHAR", "seq": "BIGINT", "step": "BIGINT",
-                  "peer": "BIGINT", "caller": "VARCHAR"}
+MESSAGE_FIELDS = {
+    "op": "VARCHAR",
+    "api": "VARCHAR",
+    "bytes": "BIGINT",
+    "dtype": "VARCHAR",
+    "numel": "BIGINT",
+    "pg": "VARCHAR",
+    "gsize": "BIGINT",
+    "granks": "VARCHAR",
+    "seq": "BIGINT",
+    "step": "BIGINT",
+    "peer": "BIGINT",
+    "caller": "VARCHAR",
+}
 _UNPARSED = "false AS parsed, " + ", ".join(f"NULL::{t} AS msg_{f}" for f, t in MESSAGE_FIELDS.items())
 
 
@@ -77,15 +88,17 @@ def table_columns(path: Path) -> dict[str, set[str]]:
     try:
         con = sqlite3.connect(read_only_uri(path), uri=True)
         try:
-            sqlite_guard.check_tables(con, path)   # before any route reads a row (issue 26)
+            sqlite_guard.check_tables(con, path)  # before any route reads a row (issue 26)
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             # table names come from the report: a parameter, never SQL text
             return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
         finally:
             con.close()
     except sqlite3.DatabaseError as e:
-        raise InputError(f"{path}: not a readable SQLite database ({e}); "
-                         f"export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+        raise InputError(
+            f"{path}: not a readable SQLite database ({e}); "
+            f"export the report again with: nsys export --type sqlite REPORT.nsys-rep"
+        ) from None
 
 
 def _col(cols: set[str], name: str) -> str:
@@ -100,7 +113,7 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     k = tables.get("CUPTI_ACTIVITY_KIND_KERNEL")
     if k is not None:
         scans.append(f"""CREATE TABLE src_kernels AS
-            SELECT start, "end", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName
+            SELECT start, "end", deviceId, streamId, correlationId, {_col(k, "globalPid")}, shortName
             FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
     else:
         # stand-ins are tables, not views: sql/nccl_kernels.sql keys the kernels by their rowid,
@@ -121,11 +134,13 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
         text_id = "e.textId" if "textId" in nv else "NULL"
         # Registered strings (textId) are resolved only for the few names that can matter; every
         # other range keeps only its times (for the process's elapsed time), not its text
-        con.execute(f"CREATE TABLE rel_strings AS SELECT id, {limits.cut_sql('value')} AS value "
-                    f"FROM r.StringIds WHERE {like_str}")
+        con.execute(
+            f"CREATE TABLE rel_strings AS SELECT id, {limits.cut_sql('value')} AS value "
+            f"FROM r.StringIds WHERE {like_str}"
+        )
         scans.append(f"""CREATE TABLE src_nvtx AS
             SELECT e.start, coalesce(e."end", e.start) AS "end", e.globalTid,
-                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN {limits.cut_sql('e.text')} END AS name
+                   CASE WHEN s.id IS NOT NULL THEN s.value WHEN {like_text} THEN {limits.cut_sql("e.text")} END AS name
             FROM r.NVTX_EVENTS e LEFT JOIN rel_strings s ON s.id = {text_id}
             WHERE e.eventType IN (34, 59, 60)""")
     # One table after the other, each scan on every core (the SQLite scanner splits a table by
@@ -136,16 +151,22 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     con.execute("SET preserve_insertion_order = true")
     # the named ranges, numbered (rid), with the same columns as the C scan's (_ranges); _check
     # makes src_ranges of them
-    con.execute(f'CREATE TABLE range_rows AS SELECT start, "end", globalTid, name, {_UNPARSED} '
-                + ("FROM src_nvtx WHERE name IS NOT NULL" if nv is not None else
-                   'FROM (SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end", NULL::BIGINT AS globalTid, '
-                   'NULL::VARCHAR AS name) WHERE false'))
+    con.execute(
+        f'CREATE TABLE range_rows AS SELECT start, "end", globalTid, name, {_UNPARSED} '
+        + (
+            "FROM src_nvtx WHERE name IS NOT NULL"
+            if nv is not None
+            else 'FROM (SELECT NULL::BIGINT AS start, NULL::BIGINT AS "end", NULL::BIGINT AS globalTid, '
+            "NULL::VARCHAR AS name) WHERE false"
+        )
+    )
     con.execute("CREATE TEMP VIEW src_ranges_all AS SELECT rowid AS rid, * FROM range_rows")
     # every event of a process, for its elapsed time (mpitrace's "elapsed")
     parts = []
     if nv is not None:
-        parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_nvtx '
-                     'WHERE globalTid IS NOT NULL')
+        parts.append(
+            'SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_nvtx WHERE globalTid IS NOT NULL'
+        )
     if rt is not None:
         parts.append('SELECT (globalTid >> 24) & 16777215 AS pid, start, "end" FROM src_runtime')
     if k is not None and "globalPid" in k:
@@ -161,8 +182,10 @@ def _check(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     # only then: DuckDB pushes it into its scan of ranges held in Arrow, through pyarrow's dataset
     # scanner
     bad = con.execute("SELECT count(*) FROM src_ranges_all WHERE start IS NULL OR globalTid IS NULL").fetchone()[0]
-    con.execute("CREATE TEMP VIEW src_ranges AS SELECT * FROM src_ranges_all"
-                + (" WHERE start IS NOT NULL AND globalTid IS NOT NULL" if bad else ""))
+    con.execute(
+        "CREATE TEMP VIEW src_ranges AS SELECT * FROM src_ranges_all"
+        + (" WHERE start IS NOT NULL AND globalTid IS NOT NULL" if bad else "")
+    )
     if bad:
         warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -199,6 +222,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     text_id = _col(nv, "textId") if nv is not None else "NULL"
     lite = sqlite3.connect(uri, uri=True)
     try:
+
         def bounds(table):  # names from the fixed list above
             if table not in tables:
                 return 1, 0
@@ -210,19 +234,28 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
 
         kernel_rows = bounds("CUPTI_ACTIVITY_KIND_KERNEL")
         if not fits_in_memory(kernel_rows[1] - kernel_rows[0] + 1, duck.memory_limit_bytes(con)):
-            return None   # DuckDB's copy, which spills past the limit
+            return None  # DuckDB's copy, which spills past the limit
         out = _sqlite_scan.scan(
             uri,
-            f"SELECT start, \"end\", deviceId, streamId, correlationId, {_col(k, 'globalPid')}, shortName "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN ? AND ?" if k is not None else None,
+            f'SELECT start, "end", deviceId, streamId, correlationId, {_col(k, "globalPid")}, shortName '
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN ? AND ?"
+            if k is not None
+            else None,
             *kernel_rows,
-            'SELECT start, "end", globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME '
-            'WHERE rowid BETWEEN ? AND ?' if rt is not None else None,
+            'SELECT start, "end", globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?'
+            if rt is not None
+            else None,
             *bounds("CUPTI_ACTIVITY_KIND_RUNTIME"),
-            f'SELECT start, "end", eventType, globalTid, {text_id}, text '
-            f'FROM NVTX_EVENTS WHERE rowid BETWEEN ? AND ?' if nv is not None else None,
+            f'SELECT start, "end", eventType, globalTid, {text_id}, text FROM NVTX_EVENTS WHERE rowid BETWEEN ? AND ?'
+            if nv is not None
+            else None,
             *bounds("NVTX_EVENTS"),
-            parts, nccl_ids, np.array([i for i, _ in rel], np.int64), [v.encode() for _, v in rel], cancel)
+            parts,
+            nccl_ids,
+            np.array([i for i, _ in rel], np.int64),
+            [v.encode() for _, v in rel],
+            cancel,
+        )
     except (ValueError, sqlite3.Error):
         return None  # the copy has the reference behaviour for what the scan did not expect
     finally:
@@ -244,8 +277,10 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     con.register("src_ranges_all", _ranges(nvtx))
     spans = out["spans"] or [(None, None, None)]
     values = ", ".join(["(?::BIGINT, ?::BIGINT, ?::BIGINT)"] * len(spans))
-    con.execute(f'CREATE TEMP TABLE span_parts AS SELECT * FROM (VALUES {values}) v(pid, start, "end") '
-                f"WHERE pid IS NOT NULL", [x for row in spans for x in row])
+    con.execute(
+        f'CREATE TEMP TABLE span_parts AS SELECT * FROM (VALUES {values}) v(pid, start, "end") WHERE pid IS NOT NULL',
+        [x for row in spans for x in row],
+    )
     con.execute("CREATE TEMP VIEW src_events AS SELECT * FROM span_parts")
     return compute, nccl_names
 
@@ -293,10 +328,12 @@ def _ranges(nvtx: dict):
     ranges = _table(nvtx, ["start", "end", "globalTid"])
     n = len(ranges)
     parsed = np.frombuffer(nvtx["parsed"][0], np.int64).astype(bool)
-    cols = {"rid": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(n, dtype=np.int64))]),
-            **{c: ranges[c] for c in ranges.column_names},
-            "name": _strings(*nvtx["name"]),
-            "parsed": pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(parsed, bitorder="little"))])}
+    cols = {
+        "rid": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(n, dtype=np.int64))]),
+        **{c: ranges[c] for c in ranges.column_names},
+        "name": _strings(*nvtx["name"]),
+        "parsed": pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(parsed, bitorder="little"))]),
+    }
     for f, typ in MESSAGE_FIELDS.items():
         cols[f"msg_{f}"] = _table(nvtx, [f]).column(0) if typ == "BIGINT" else _strings(*nvtx[f])
     return pa.Table.from_arrays(list(cols.values()), names=list(cols))
@@ -307,8 +344,9 @@ def _strings(offsets, data, valid):
     import pyarrow as pa
 
     rows, bitmap, nulls = _validity(valid)
-    return pa.Array.from_buffers(pa.large_string(), rows, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=nulls)
+    return pa.Array.from_buffers(
+        pa.large_string(), rows, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
+    )
 
 
 def read_only_uri(path) -> str:
@@ -322,10 +360,10 @@ class Opened:
     """A report read into a new in-memory DuckDB database (the report itself attached as r)."""
 
     con: duckdb.DuckDBPyConnection
-    tables: dict[str, set[str]]                       # the report's tables and their columns
+    tables: dict[str, set[str]]  # the report's tables and their columns
     warnings: list[str] = field(default_factory=list)
-    compute: dict | None = None                       # the compute kernels when _scan read them
-    nccl_names: list | None = None                    # the NCCL kernel names it parsed, then
+    compute: dict | None = None  # the compute kernels when _scan read them
+    nccl_names: list | None = None  # the NCCL kernel names it parsed, then
 
 
 def open_report(path: Path, threads: int | None = None) -> Opened:
@@ -342,7 +380,7 @@ def open_report(path: Path, threads: int | None = None) -> Opened:
 
 def _stop(started: Future, con, cancel: bytearray) -> None:
     if not started.done():
-        cancel[0] = 1   # _scan's threads look at it every 4096 rows
+        cancel[0] = 1  # _scan's threads look at it every 4096 rows
         con.interrupt()
     try:
         started.result()
@@ -354,10 +392,14 @@ def _stop(started: Future, con, cancel: bytearray) -> None:
 def _read(path: Path, con, cancel: bytearray) -> Opened:
     try:
         tables = table_columns(path)
-        if not {"StringIds"} & tables.keys() or not ({"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES",
-                                                      "META_DATA_EXPORT", "EXPORT_META_DATA"} & tables.keys()):
-            raise InputError(f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
-                             f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep")
+        if not {"StringIds"} & tables.keys() or not (
+            {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "PROCESSES", "META_DATA_EXPORT", "EXPORT_META_DATA"}
+            & tables.keys()
+        ):
+            raise InputError(
+                f"{path}: SQLite file without nsys tables (StringIds, NVTX_EVENTS, CUPTI_*); "
+                f"pass an nsys export made with: nsys export --type sqlite REPORT.nsys-rep"
+            )
         # ATTACH takes no parameters; the path is quoted as a SQL string literal. DuckDB's scanner
         # takes no immutable URI: a WAL-mode report is read from a private copy (sqlite_guard)
         quoted = str(sqlite_guard.duckdb_path(path).resolve()).replace("'", "''")

@@ -26,12 +26,15 @@ _FIX = "export the report again with: nsys export --type sqlite REPORT.nsys-rep"
 def check_tables(con: sqlite3.Connection, path: Path) -> None:
     """Refuse a report holding a view or a virtual table: nsys exports hold neither, and reading
     one runs a query of the file's choosing (the schema is read, never a view's rows)."""
-    row = con.execute("SELECT type, name FROM sqlite_master WHERE type = 'view' "
-                      "OR (type = 'table' AND upper(ltrim(sql)) LIKE 'CREATE VIRTUAL%') LIMIT 1").fetchone()
+    row = con.execute(
+        "SELECT type, name FROM sqlite_master WHERE type = 'view' "
+        "OR (type = 'table' AND upper(ltrim(sql)) LIKE 'CREATE VIRTUAL%') LIMIT 1"
+    ).fetchone()
     if row:
         kind = "a view" if row[0] == "view" else "a virtual table"
-        raise InputError(f"{path}: {row[1]!r} is {kind}, which nsys exports never hold (reading it could run "
-                         f"without end); {_FIX}")
+        raise InputError(
+            f"{path}: {row[1]!r} is {kind}, which nsys exports never hold (reading it could run without end); {_FIX}"
+        )
 
 
 def is_wal(path: Path) -> bool:
