@@ -429,7 +429,9 @@ def test_no_report_string_is_formatted_into_sql():
             if not sql_start.search(body):
                 continue
             for ph in re.findall(r"(?<!\{)\{([^{}]+)\}(?!\})", body):
-                if ph.split("!")[0].split(":")[0].strip() not in allowed:
+                # the formatter may turn 'x' into "x": compare with one kind of quote
+                key = ph.split("!")[0].split(":")[0].strip().replace('"', "'")
+                if key not in allowed:
                     line = text.count("\n", 0, m.start()) + 1
                     bad.append(f"{py.relative_to(root)}:{line}: {{{ph}}} in {body.strip()[:80]!r}")
     assert not bad, "SQL built from values (use parameters):\n" + "\n".join(bad)
