@@ -9,12 +9,18 @@ from how the case was built, never from nsyscomm's output.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import shutil
 import sqlite3
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tests.conftest import SAMPLES
+from tests.conftest import ROOT, SAMPLES
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 GLOO = SAMPLES / "synthetic_gloo_cpu.sqlite"
@@ -77,6 +83,21 @@ def journal_mode(path: Path, mode: str) -> Path:
     return path
 
 
+def hot_journal(path: Path) -> Path:
+    """A rollback-journal report whose writer died mid-transaction: a hot -journal beside it,
+    which a reader that may write would roll back into the report."""
+    copy(GLOO, path)
+    code = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN'); "
+        "c.execute(\"UPDATE StringIds SET value = value || 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'\"); "
+        "c.execute('UPDATE NVTX_EVENTS SET start = start + 1'); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    assert Path(f"{path}-journal").exists()
+    return path
+
+
 def huge_name(path: Path, size: int = 10 << 20) -> Path:
     """One wrapper message whose caller is `size` bytes long."""
     return sql(
@@ -120,6 +141,9 @@ def sqlite_cases(d: Path) -> dict[str, tuple[Path, str]]:
         sub = d / f"journal_{mode.lower()}"
         sub.mkdir()
         c[f"journal_{mode.lower()}"] = (journal_mode(sub / "r.sqlite", mode), OK)
+    sub = d / "hot_journal"
+    sub.mkdir()
+    c["hot_journal"] = (hot_journal(sub / "r.sqlite"), ANY)
     # negative and absurd message sizes in the wrapper's messages
     c["bytes_negative"] = (renamed_messages(d / "bytes_neg.sqlite", "|bytes=", "|bytes=-"), ERROR)
     c["bytes_absurd"] = (renamed_messages(d / "bytes_absurd.sqlite", "|bytes=", "|bytes=99999999999"), ERROR)
@@ -233,7 +257,8 @@ def kineto_cases(d: Path) -> dict[str, tuple[Path, str]]:
     for name, text in texts.items():
         p = d / f"{name}.json"
         p.write_text(text)
-        c[name] = (p, ERROR)
+        # distributedInfo of the wrong types is ignored with a warning (rank from the file order)
+        c[name] = (p, ANY if name == "kineto_rank_list" else ERROR)
     return c
 
 
@@ -252,6 +277,7 @@ def two_runs(d: Path) -> tuple[Path, Path]:
 
 def build(d: Path, robustness: bool = True) -> dict[str, tuple[Path, str]]:
     """name -> (input, expectation), every family built in folder d (empty)."""
+    d.mkdir(parents=True, exist_ok=True)
     c = {**sqlite_cases(d), **kineto_cases(d)}
     runs = d / "two_runs"
     runs.mkdir()
@@ -266,3 +292,191 @@ def build(d: Path, robustness: bool = True) -> dict[str, tuple[Path, str]]:
         for name, (path, expect, _needle) in build_corpus(old).items():
             c[f"robustness_{name}"] = (path, ERROR if expect == R_ERROR else OK if expect in ("ok", "partial") else ANY)
     return c
+
+
+# ---------------------------------------------------------------------------- running it
+
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+CASE_TIMEOUT_S = 240  # a case's commands together; past it the case counts as a hang
+
+
+def commands(inp: Path, out: Path, base: Path) -> list[list[str]]:
+    """Every command over one input: summarize in each format, trace, report, gate, baseline."""
+    i = str(inp)
+    return [["summarize", i, "--format", f] for f in ("text", "markdown", "csv", "json")] + [
+        ["summarize", i, "--by", "caller"],
+        ["trace", i, "-o", str(out / "t.json")],
+        ["report", i, "-o", str(out / "r.html")],
+        ["gate", i, "-b", str(base), "--no-step-summary", "--min-calls", "0", "--show", "all"],
+        [
+            "gate",
+            i,
+            "-b",
+            str(base),
+            "--no-step-summary",
+            "--min-calls",
+            "0",
+            "--format",
+            "markdown",
+            "--junit",
+            str(out / "junit.xml"),
+        ],
+        ["baseline", i, "-o", str(out / "b.json")],
+    ]
+
+
+def snapshot(d: Path) -> dict:
+    """Every file under d (bytes hash, size, mtime) and every folder's listing."""
+    out = {}
+    for p in sorted([d, *d.rglob("*")]):
+        st = p.stat()
+        if p.is_file():
+            out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns)
+        else:
+            out[str(p)] = tuple(sorted(x.name for x in p.iterdir()))
+    return out
+
+
+def run_case(name: str, inp: Path, expect: str, base: Path, out: Path) -> dict:
+    """Every command over one case, in this process (click's CliRunner): what went wrong."""
+    from click.testing import CliRunner
+
+    from nsyscomm.cli import main
+
+    out.mkdir(parents=True, exist_ok=True)
+    watched = inp if inp.is_dir() else inp.parent
+    before = snapshot(watched)
+    res = {
+        "case": name,
+        "runs": 0,
+        "one_line_errors": 0,
+        "tracebacks": [],
+        "bad_exit": [],
+        "bad_error": [],
+        "beside": [],
+        "injections": [],
+        "expectation": [],
+        "junit": [],
+    }
+    codes = []
+    for args in commands(inp, out, base):
+        r = CliRunner().invoke(main, args)
+        res["runs"] += 1
+        what = " ".join(args[:1] + args[2:4])
+        text = r.output
+        if "Traceback" in text or "internal error" in text or (r.exception and not isinstance(r.exception, SystemExit)):
+            res["tracebacks"].append(what)
+        allowed = (0, 1, 2) if args[0] == "gate" else (0, 2)
+        if r.exit_code not in allowed:
+            res["bad_exit"].append(f"{what}: {r.exit_code}")
+        if r.exit_code == 2:
+            lines = [x for x in r.stderr.splitlines() if x.strip()]
+            names = {inp.name} | ({p.name for p in inp.iterdir()} if inp.is_dir() else set())
+            if len(lines) == 1 and lines[0].startswith("nsyscomm: error:") and any(n in lines[0] for n in names):
+                res["one_line_errors"] += 1
+            else:
+                res["bad_error"].append(f"{what}: {r.stderr[:300]!r}")
+        if RAW_CONTROL.search(r.stdout) or RAW_CONTROL.search(r.stderr):
+            res["injections"].append(what)
+        if "--junit" in args and r.exit_code in (0, 1):
+            try:
+                ET.parse(out / "junit.xml")
+            except ET.ParseError as e:
+                res["junit"].append(str(e))
+        after = snapshot(watched)
+        if after != before:
+            res["beside"].append(f"{what}: {sorted(set(after.items()) ^ set(before.items()))[:3]}")
+            before = after
+        if args[0] == "summarize":
+            codes.append(r.exit_code)
+    if expect == ERROR and set(codes) != {2}:
+        res["expectation"].append(f"expected exit 2, summarize gave {codes}")
+    elif expect == OK and set(codes) != {0}:
+        res["expectation"].append(f"expected exit 0, summarize gave {codes}")
+    elif expect == ANY and len(set(codes)) != 1:
+        res["expectation"].append(f"formats disagree: {codes}")
+    return res
+
+
+def _run_one(args: tuple) -> dict:
+    """One case in its own process, so that a hang is caught by a timeout and killed."""
+    name, inp, expect, base, out, env = args
+    code = (
+        "import json, sys; from pathlib import Path; from tests.hostile_corpus import run_case; "
+        "print(json.dumps(run_case(sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), "
+        "Path(sys.argv[5]))))"
+    )
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", code, name, str(inp), expect, str(base), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=CASE_TIMEOUT_S,
+            env=env,
+            cwd=ROOT,
+        )
+    except subprocess.TimeoutExpired:
+        return {"case": name, "runs": 0, "hang": True}
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"case": name, "runs": 0, "tracebacks": [f"runner died: {p.stderr[-500:]}"]}
+
+
+TOTALS = (
+    "cases",
+    "command runs",
+    "exit-2 one-liners",
+    "tracebacks",
+    "hangs",
+    "files written beside inputs",
+    "injections",
+    "other failures",
+)
+
+
+def run_corpus(d: Path, workers: int = 2, robustness: bool = True) -> tuple[dict, list[dict]]:
+    """Build the corpus in folder d and run every command over every case: (totals, per case)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from click.testing import CliRunner
+
+    from nsyscomm.cli import main
+
+    cases = build(d / "in", robustness=robustness)
+    base = d / "baseline.json"
+    env = {
+        **os.environ,
+        "NSYSCOMM_CACHE_DIR": str(d / "cache"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    r = CliRunner().invoke(main, ["baseline", str(DDP), "-o", str(base)])
+    assert r.exit_code == 0, r.output
+    jobs = [(n, p, e, base, d / "out" / n, env) for n, (p, e) in cases.items()]
+    with ThreadPoolExecutor(workers) as pool:
+        per = list(pool.map(_run_one, jobs))
+    totals = dict.fromkeys(TOTALS, 0)
+    totals["cases"] = len(per)
+    for c in per:
+        totals["command runs"] += c.get("runs", 0)
+        totals["exit-2 one-liners"] += c.get("one_line_errors", 0)
+        totals["tracebacks"] += len(c.get("tracebacks", []))
+        totals["hangs"] += bool(c.get("hang"))
+        totals["files written beside inputs"] += len(c.get("beside", []))
+        totals["injections"] += len(c.get("injections", []))
+        totals["other failures"] += sum(len(c.get(k, [])) for k in ("bad_exit", "bad_error", "expectation", "junit"))
+    return totals, per
+
+
+if __name__ == "__main__":  # python -m tests.hostile_corpus: the totals the README quotes
+    import tempfile
+    import time
+
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        totals, per = run_corpus(Path(tmp))
+    for c in per:
+        bad = {k: v for k, v in c.items() if v and k not in ("case", "runs", "one_line_errors")}
+        if bad:
+            print(c["case"], bad)
+    print(", ".join(f"{k}: {v}" for k, v in totals.items()) + f" ({time.monotonic() - t0:.0f} s)")
