@@ -5,8 +5,11 @@
 -- cpu_end: when the CPU came to launch it), the compute-kernel busy time in the device gap (B(t) of
 -- nsyscomm/ingest/busy.py: busy_at_start minus the previous call's busy_at_end; NULL without
 -- kernels), and for the late rank the OS-runtime calls of the calling thread in the host gap
--- (previous call's cpu_end to this call's cpu_start), clipped to it.
--- Inputs: collectives, logical_collectives, host_calls, osrt_reports.
+-- (previous call's cpu_end to this call's cpu_start), clipped to it; likewise the program's own
+-- NVTX ranges on that thread, except those that enclose the whole host gap (a "train_step" range
+-- around both calls explains nothing): nvtx_ns is the longest one's share of the gap (nested
+-- ranges would count twice in a sum).
+-- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports.
 WITH timeline AS (
     SELECT rank, report, pid, tid, logical_id, caller, cpu_start,
            coalesce(gpu_start, cpu_start)                                   AS arrive,
@@ -50,8 +53,20 @@ host AS (
     JOIN host_calls h ON h.report = r.report AND h.pid = r.pid AND h.tid = r.tid
          AND h."end" > r.prev_cpu_end AND h.start < r.cpu_start
     GROUP BY ALL
+),
+user_ranges AS (
+    SELECT r.logical_id, h.name,
+           max(least(h."end", r.cpu_start) - greatest(h.start, r.prev_cpu_end)) AS ns
+    FROM late_rank r
+    JOIN host_ranges h ON h.report = r.report AND h.pid = r.pid AND h.tid = r.tid
+         AND h."end" > r.prev_cpu_end AND h.start < r.cpu_start
+         AND NOT (h.start <= r.prev_cpu_end AND h."end" >= r.cpu_start)
+    GROUP BY ALL
 )
 SELECT r.*,
+       (SELECT max(ns) FROM user_ranges u WHERE u.logical_id = r.logical_id)                AS nvtx_ns,
+       (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC)
+        FROM (SELECT * FROM user_ranges u WHERE u.logical_id = r.logical_id ORDER BY ns DESC LIMIT 3)) AS nvtx_ranges,
        (SELECT sum(ns) FROM host h WHERE h.logical_id = r.logical_id)                       AS osrt_ns,
        (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC)
         FROM host h WHERE h.logical_id = r.logical_id)                                      AS osrt_calls

@@ -4,7 +4,9 @@ Four ranks in one nsys-schema report (nsyscomm.synth's writer), three communicat
 A = {0, 1}, B = {1, 2}, C = {2, 3}, after a warm-up all_reduce on the world. Rank 0 comes
 HOST_DELAY_NS late to A (its CPU busy: with `osrt`, a clock_nanosleep that nsys -t osrt would
 record on its thread); rank 1 is then late to B only because A ended late, and rank 2 late to C
-because B did: a two-link chain whose root is rank 0.
+because B did: a two-link chain whose root is rank 0. With `ranges`, the program's own NVTX
+ranges on every rank: a "train_step" around all four calls (it encloses every gap: never a cause)
+and, on rank 0, a "load_batch" range around the host delay (data loading, by its own account).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ CALLERS = {
 }
 
 
-def write_chain_job(out: Path, *, osrt: bool) -> Path:
+LOAD_RANGE = "load_batch"
+
+
+def write_chain_job(out: Path, *, osrt: bool, ranges: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     rep = synth.Report("report.sqlite", cuda=False)
     procs = {}
@@ -66,6 +71,11 @@ def write_chain_job(out: Path, *, osrt: bool) -> Path:
     coll("A", 1, (0, 1), late={0: HOST_DELAY_NS})
     coll("B", 2, (1, 2))
     coll("C", 3, (2, 3))
+    if ranges:
+        for p in procs.values():
+            rep.range(p, p.pid, T0 + 5 * US, max(free.values()) + GAP, text="train_step")
+        p0 = procs[0]
+        rep.range(p0, p0.pid, sleep_start, sleep_start + HOST_DELAY_NS, text=LOAD_RANGE)
     path = out / "report.sqlite"
     synth.write_sqlite(rep, path, seed=5)
     if osrt:

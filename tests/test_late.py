@@ -184,11 +184,13 @@ def test_html_waterfall_parts_add_up_to_each_measured_step():
     assert (br["wait_ms"] > 0).any() and (br["exposed_ms"] >= 0).all()
 
 
-@pytest.mark.parametrize("osrt", [False, True], ids=["no-osrt", "osrt"])
-def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt):
+@pytest.mark.parametrize(
+    "osrt,ranges", [(False, False), (True, False), (False, True), (True, True)], ids=["bare", "osrt", "nvtx", "both"]
+)
+def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt, ranges):
     from . import late_jobs as lj
 
-    res = load([lj.write_chain_job(tmp_path, osrt=osrt)], cache=False)
+    res = load([lj.write_chain_job(tmp_path, osrt=osrt, ranges=ranges)], cache=False)
     late = res.late.set_index("group")
     assert set(late.index) == {"1", "2", "3"}  # A, B, C; the warm-up was on time
     a, b, c = late.loc["1"], late.loc["2"], late.loc["3"]
@@ -203,10 +205,16 @@ def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt):
     assert b["root_rank"] == c["root_rank"] == 0
     assert "held up in all_reduce seq 0 of group 1" in b["detail"]
     assert "held up in all_reduce seq 0 of group 2" in c["detail"] and "root: rank 0" in c["detail"]
+    # the enclosing train_step range is never named; load_batch is, with or without OSRT
+    assert "train_step" not in a["detail"]
     if osrt:
         assert a["cause"] == "host" and "clock_nanosleep 2.0 ms" in a["detail"]
         assert res.osrt_traced
-    else:
+    if ranges:
+        assert a["cause"] == "host" and f"{lj.LOAD_RANGE} 2.0 ms" in a["detail"]
+    if ranges and not osrt:
+        assert a["detail"].startswith("NVTX ranges on the calling thread") and "no OS-runtime trace" in a["detail"]
+    if not osrt and not ranges:
         assert a["cause"] == "unknown" and "no OS-runtime trace" in a["detail"]
     assert a["caller"] == lj.CALLERS["A"]
 

@@ -13,8 +13,10 @@ the other ranks. Causes, in the order they are tried:
   the later it arrives, the more of the same backward kernels fall inside its gap.)
 - ``host``: the CPU came late to the call (its host gap is longer by most of the extra): OS-runtime
   calls of the calling thread in that gap (nsys -t osrt: sleep, I/O, futex...) when they cover
-  most of it; else "host time that nothing recorded explains" (the report has the OS-runtime
-  trace, nothing in it fills the gap). On CPU-only jobs (gloo) every gap is a host gap.
+  most of it, and the program's own NVTX ranges there (data loading, checkpointing) when one
+  covers most of it, even without the OS-runtime trace; else "host time that nothing recorded
+  explains" (the report has the OS-runtime trace, nothing in it fills the gap). On CPU-only jobs
+  (gloo) every gap is a host gap.
 - ``unknown``, with the reason: the report has no OS-runtime trace and no kernel explains the
   gap, or the late call is the rank's first. Never a guess.
 
@@ -62,12 +64,24 @@ def _cause(r) -> tuple[str, str]:
                 f"other ranks (median)"
             )
         ms = host_extra / 1e6
+    # the program's own NVTX ranges in the gap (data loading, checkpointing): its own account of
+    # what the host did, named beside (or, without an OS-runtime trace, instead of) the calls
+    ranges = not pd.isna(r.nvtx_ns) and r.nvtx_ns >= 0.5 * host_extra
     if r.has_osrt:
         osrt = 0 if pd.isna(r.osrt_ns) else r.osrt_ns
         if osrt >= 0.5 * host_extra:
-            return "host", f"OS-runtime calls on the calling thread: {r.osrt_calls}"
+            inside = f"; in NVTX ranges: {r.nvtx_ranges}" if ranges else ""
+            return "host", f"OS-runtime calls on the calling thread: {r.osrt_calls}{inside}"
+        if ranges:
+            return "host", f"NVTX ranges on the calling thread: {r.nvtx_ranges} (no OS-runtime call fills them)"
         return "host", (
-            f"{ms:.3f} ms of host time that nothing recorded explains (no OS-runtime call or kernel fills it)"
+            f"{ms:.3f} ms of host time that nothing recorded explains "
+            f"(no OS-runtime call, NVTX range or kernel fills it)"
+        )
+    if ranges:
+        return "host", (
+            f"NVTX ranges on the calling thread: {r.nvtx_ranges} "
+            f"(no OS-runtime trace in the report to say what they waited on)"
         )
     reason = "no OS-runtime trace in the report (profile with nsys -t osrt, as nsyscomm run does)"
     return "unknown", f"the CPU came {ms:.3f} ms later than the other ranks to launch it; {reason}"

@@ -26,10 +26,11 @@ def shift(con: duckdb.DuckDBPyConnection, offsets: dict[str, int]) -> None:
         if not off:
             continue
         con.execute("UPDATE report_offsets SET off = off + $off WHERE report = $r", {"off": off, "r": report})
-        con.execute(
-            'UPDATE host_calls SET start = start + $off, "end" = "end" + $off WHERE report = $r',
-            {"off": off, "r": report},
-        )
+        for table in ("host_calls", "host_ranges"):  # names from this fixed list
+            con.execute(
+                f'UPDATE {table} SET start = start + $off, "end" = "end" + $off WHERE report = $r',
+                {"off": off, "r": report},
+            )
         con.execute(
             "UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
             {"off": off, "r": report},

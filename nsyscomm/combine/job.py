@@ -73,6 +73,14 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
         '"end"::BIGINT AS "end", name::VARCHAR AS name',
     )
+    # the program's own NVTX ranges, for the same diagnosis
+    register(
+        con,
+        "host_ranges",
+        stack(extracts, "host_ranges", ["pid", "tid", "start", "end", "name"]),
+        "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
+        '"end"::BIGINT AS "end", name::VARCHAR AS name',
+    )
     register(
         con,
         "group_descs",

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nsyscomm.ingest.nsys.extract import Extract
 
-CACHE_FORMAT = 5  # 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups
-_FRAMES = ("calls", "markers", "spans", "links", "host_calls", "groups")
+# 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups;
+# 6: host_ranges
+CACHE_FORMAT = 6
+_FRAMES = ("calls", "markers", "spans", "links", "host_calls", "groups", "host_ranges")
 
 
 def cache_dir() -> Path:
@@ -106,6 +108,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             links=frames["links"],
             host_calls=frames["host_calls"],
             groups=frames["groups"],
+            host_ranges=frames["host_ranges"],
             session_start_utc_ns=meta["session_start_utc_ns"],
             nsys_version=meta["nsys_version"],
             warnings=list(meta["warnings"]),

@@ -92,6 +92,9 @@ class Extract:
     # has no OS-runtime trace (nsys -t osrt), so a late arrival's host time cannot be named
     host_calls: pd.DataFrame | None = None
     groups: pd.DataFrame | None = None  # group, desc: the wrapper's group markers (DeviceMesh dimensions)
+    # the program's own NVTX ranges of HOST_CALL_MIN_NS or more (pid, tid, start, end, name):
+    # what a late rank's host was doing by its own account; None: the report has no NVTX events
+    host_ranges: pd.DataFrame | None = None
 
 
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
@@ -241,11 +244,19 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             if "OSRT_API" in tables
             else None
         )
+        nvtx_cols = tables.get("NVTX_EVENTS", set())
+        host_ranges = (
+            duck.frame(con.execute(duck.sql("host_ranges_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
+            if {"start", "end", "globalTid", "eventType", "text", "textId"} <= nvtx_cols
+            else None
+        )
     finally:
         kernels_read.set()
         pool.shutdown(wait=True)  # its cursor reads con
         duck.close_soon(con)
-    return Extract(report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups)
+    return Extract(
+        report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups, host_ranges
+    )
 
 
 def _look_up_held(con) -> None:
