@@ -9,9 +9,15 @@
 -- NVTX ranges on that thread, except those that enclose the whole host gap (a "train_step" range
 -- around both calls explains nothing): nvtx_ns is the longest one's share of the gap (nested
 -- ranges would count twice in a sum).
--- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports.
+-- For a late rank on a device, the compute kernels queued ahead of the call since the previous one,
+-- by name (gap_kernels: the TOP names per call, nsyscomm/ingest/gap_kernels.py), against the same
+-- names on the other ranks (their median; a name not among another rank's top counts 0 there):
+-- slower_kernels, the three that ran longest beyond the others, each explaining at least 5% of the
+-- late rank's extra busy time (a few microseconds of jitter on a 1 ms excess names nothing).
+-- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports, gap_kernels,
+-- gap_kernel_reports.
 WITH timeline AS (
-    SELECT rank, report, pid, tid, logical_id, caller, cpu_start,
+    SELECT rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start,
            coalesce(gpu_start, cpu_start)                                   AS arrive,
            lag(coalesce(gpu_end, cpu_end)) OVER w                           AS prev_done,
            lag(cpu_end) OVER w                                              AS prev_cpu_end,
@@ -27,7 +33,7 @@ late AS (
     WHERE participants >= 2 AND last_arrival - first_arrival > $noise_ns
 ),
 members AS (
-    SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late,
+    SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late, t.report, t.pid, t.device, t.gpu_start,
            t.arrive - t.prev_done AS gap, t.host_gap, t.busy_gap
     FROM late l JOIN timeline t ON t.logical_id = l.logical_id
 ),
@@ -41,7 +47,8 @@ late_rank AS (
            t.rank, t.report, t.pid, t.tid, t.caller, t.cpu_start, t.prev_cpu_end, t.prev_logical,
            t.arrive - t.prev_done AS gap, t.host_gap, t.on_device, t.busy_gap,
            o.gap AS others_gap, o.host_gap AS others_host_gap, o.busy_gap AS others_busy_gap,
-           t.report IN (SELECT report FROM osrt_reports) AS has_osrt
+           t.report IN (SELECT report FROM osrt_reports) AS has_osrt,
+           t.report IN (SELECT report FROM gap_kernel_reports) AS has_gap_kernels
     FROM late l
     JOIN timeline t ON t.logical_id = l.logical_id AND t.rank = l.last_rank
     LEFT JOIN others o ON o.logical_id = l.logical_id
@@ -62,8 +69,27 @@ user_ranges AS (
          AND h."end" > r.prev_cpu_end AND h.start < r.cpu_start
          AND NOT (h.start <= r.prev_cpu_end AND h."end" >= r.cpu_start)
     GROUP BY ALL
+),
+late_kernels AS (
+    SELECT m.logical_id, g.name, g.ns
+    FROM members m
+    JOIN gap_kernels g ON g.report = m.report AND g.pid = m.pid AND g.device = m.device
+         AND g.gpu_start = m.gpu_start
+    WHERE m.is_late
+),
+kernel_extra AS (
+    SELECT k.logical_id, k.name, any_value(k.ns) - median(coalesce(g.ns, 0)) AS extra
+    FROM late_kernels k
+    JOIN members m ON m.logical_id = k.logical_id AND NOT m.is_late
+    LEFT JOIN gap_kernels g ON g.report = m.report AND g.pid = m.pid AND g.device = m.device
+         AND g.gpu_start = m.gpu_start AND g.name = k.name
+    GROUP BY ALL
 )
 SELECT r.*,
+       (SELECT string_agg(name || ' +' || round(extra / 1e6, 3) || ' ms', ', ' ORDER BY extra DESC)
+        FROM (SELECT * FROM kernel_extra k WHERE k.logical_id = r.logical_id AND extra > 0
+                AND extra >= 0.05 * (r.busy_gap - coalesce(r.others_busy_gap, 0))
+              ORDER BY extra DESC LIMIT 3))                                                 AS slower_kernels,
        (SELECT max(ns) FROM user_ranges u WHERE u.logical_id = r.logical_id)                AS nvtx_ns,
        (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC)
         FROM (SELECT * FROM user_ranges u WHERE u.logical_id = r.logical_id ORDER BY ns DESC LIMIT 3)) AS nvtx_ranges,

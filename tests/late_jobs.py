@@ -101,11 +101,13 @@ def _add_osrt(path: Path, calls: list[tuple[int, int, int, str]]) -> None:
 
 
 SLOW_KERNEL_NS = 2_000 * US  # how much longer rank 1's compute kernel runs before each all_reduce
+SLOW_KERNEL = "ampere_sgemm_128x64_nn"
+EVEN_KERNEL = "vectorized_elementwise_kernel"
 
 
 def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
-    """Two GPU ranks; in each step a compute kernel (rank 1's SLOW_KERNEL_NS longer) then an
-    all_reduce launched right after it on the CPU and queued behind it on the device: rank 1's
+    """Two GPU ranks; in each step two compute kernels (EVEN_KERNEL as long on both, SLOW_KERNEL
+    SLOW_KERNEL_NS longer on rank 1) then an all_reduce launched right after it on the CPU and queued behind it on the device: rank 1's
     launch is on time, its NCCL kernel starts late because its compute ran longer."""
     import random
 
@@ -142,9 +144,10 @@ def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
         pend = []
         for s in sims:
             s.cpu[s.main] = max(x.cpu[x.main] for x in sims)  # both CPUs in step
+            s.compute(s.main, EVEN_KERNEL, 7, 300 * US)  # as long on both ranks (but for jitter)
             s.compute(
                 s.main,
-                "ampere_sgemm_128x64_nn",
+                SLOW_KERNEL,
                 7,
                 1_000 * US + (SLOW_KERNEL_NS if s.rank == 1 else 0),
                 record=f"k{step}",

@@ -229,3 +229,18 @@ def test_slower_kernel_on_one_rank_is_gpu_compute(tmp_path):
     for row in late.itertuples():
         assert row.delay_ms == pytest.approx(lj.SLOW_KERNEL_NS / 1e6, rel=0.08)  # + the kernels' < 5% jitter
         assert "launched on time" in row.detail
+    # the kernel that ran longer is named first, with its extra time read from the report's own
+    # kernel rows: rank 1's SLOW_KERNEL minus rank 0's in the same step (the only other rank)
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "report.sqlite")
+    rows = con.execute(
+        'SELECT k.deviceId, k."end" - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+        "JOIN StringIds s ON s.id = k.shortName WHERE s.value = ? ORDER BY k.start",
+        (lj.SLOW_KERNEL,),
+    ).fetchall()
+    con.close()
+    durs = {0: [d for dev, d in rows if dev == 0], 1: [d for dev, d in rows if dev == 1]}
+    for row, slow, fast in zip(late.sort_values("seq").itertuples(), durs[1], durs[0]):
+        named = row.detail.split("longer than on the other ranks: ")[1]
+        assert named.startswith(f"{lj.SLOW_KERNEL} +{round((slow - fast) / 1e6, 3)} ms"), row.detail

@@ -411,6 +411,7 @@ def test_no_report_string_is_formatted_into_sql():
         # ingest/limits.cut_sql of a constant column: a CASE cutting it to the name bound
         "limits.cut_sql('value')",
         "limits.cut_sql('e.text')",
+        "limits.cut_sql('s.value')",
         # ingest/nsys/arrow: table and column names from the export, quoted with double
         # quotes doubled; the table names of to_sqlite come from a fixed list
         "q",

@@ -9,7 +9,8 @@ the other ranks. Causes, in the order they are tried:
 - ``gpu_compute``: the gap on the device is longer than the others' but the CPU came to launch
   the collective no later than theirs (its host gap is not longer): the kernels queued ahead of
   it on the device ran longer. The detail gives the compute busy time in the gap against the
-  others' median. (Comparing busy time alone would blame compute whenever a rank arrives late:
+  others' median, and the kernels by name that ran longest beyond the same kernels on the other
+  ranks (nsyscomm/ingest/gap_kernels.py). (Comparing busy time alone would blame compute whenever a rank arrives late:
   the later it arrives, the more of the same backward kernels fall inside its gap.)
 - ``host``: the CPU came late to the call (its host gap is longer by most of the extra): OS-runtime
   calls of the calling thread in that gap (nsys -t osrt: sleep, I/O, futex...) when they cover
@@ -58,10 +59,19 @@ def _cause(r) -> tuple[str, str]:
                     f"and no compute kernels in the report to explain it"
                 )
             others_busy = 0 if pd.isna(r.others_busy_gap) else r.others_busy_gap
+            if isinstance(r.slower_kernels, str):
+                kernels = f"; longer than on the other ranks: {r.slower_kernels}"
+            elif r.has_gap_kernels:
+                kernels = (
+                    "; no kernel by name ran longer than on the other ranks by 5% of the extra busy time "
+                    "(the extra is spread over many kernels, or in kernels that overlapped the previous collective)"
+                )
+            else:
+                kernels = "; kernel names not kept (the report's kernels did not fit in memory)"
             return "gpu_compute", (
                 f"launched on time but the device was busy {r.busy_gap / 1e6:.3f} ms with compute "
                 f"kernels since the previous collective, against {others_busy / 1e6:.3f} ms on the "
-                f"other ranks (median)"
+                f"other ranks (median){kernels}"
             )
         ms = host_extra / 1e6
     # the program's own NVTX ranges in the gap (data loading, checkpointing): its own account of

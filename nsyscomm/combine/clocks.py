@@ -31,6 +31,7 @@ def shift(con: duckdb.DuckDBPyConnection, offsets: dict[str, int]) -> None:
                 f'UPDATE {table} SET start = start + $off, "end" = "end" + $off WHERE report = $r',
                 {"off": off, "r": report},
             )
+        con.execute("UPDATE gap_kernels SET gpu_start = gpu_start + $off WHERE report = $r", {"off": off, "r": report})
         con.execute(
             "UPDATE proc_spans SET first_ns = first_ns + $off, last_ns = last_ns + $off WHERE report = $r",
             {"off": off, "r": report},

@@ -81,6 +81,14 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
         '"end"::BIGINT AS "end", name::VARCHAR AS name',
     )
+    # the compute kernels queued ahead of each call, by name, for the same diagnosis
+    register(
+        con,
+        "gap_kernels",
+        stack(extracts, "gap_kernels", ["pid", "device", "gpu_start", "name", "ns", "count"]),
+        "report::VARCHAR AS report, pid::BIGINT AS pid, device::INTEGER AS device, "
+        "gpu_start::BIGINT AS gpu_start, name::VARCHAR AS name, ns::BIGINT AS ns, count::BIGINT AS count",
+    )
     register(
         con,
         "group_descs",
@@ -92,6 +100,14 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         "osrt_reports",
         pd.DataFrame(
             {"report": [e.report for e in extracts if getattr(e, "host_calls", None) is not None]}, dtype=object
+        ),
+        "report::VARCHAR AS report",
+    )
+    register(
+        con,
+        "gap_kernel_reports",
+        pd.DataFrame(
+            {"report": [e.report for e in extracts if getattr(e, "gap_kernels", None) is not None]}, dtype=object
         ),
         "report::VARCHAR AS report",
     )

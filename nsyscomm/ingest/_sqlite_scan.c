@@ -3,7 +3,8 @@
  * (nsyscomm/ingest/nsys_tables.py, _scan()):
  *
  *   kernels   NCCL kernels whole (about 10% of the rows); the compute kernels' process, device,
- *             start and end (for the busy islands, nsyscomm/ingest/busy.py);
+ *             start, end and name id (for the busy islands, nsyscomm/ingest/busy.py, and the
+ *             kernels in each call's gap, nsyscomm/ingest/gap_kernels.py);
  *   runtime   the launches whose (process, correlation id) is an NCCL kernel's;
  *   NVTX      the ranges whose name can matter (a registered name nsys_tables passes, or inline
  *             text with one of the prefixes of nsys_tables._RANGE_PATTERNS); the wrapper's
@@ -78,8 +79,8 @@ typedef struct {
     const char *sql;
     int64_t rows;                    /* capacity of each output: the rowid range's length */
     int ncols, ncols2;
-    col_t out[10], out2[4];
-    PyObject *bufs[22];              /* the bytearrays behind out/out2 (values, then validity) */
+    col_t out[10], out2[5];
+    PyObject *bufs[24];              /* the bytearrays behind out/out2 (values, then validity) */
     int64_t *text_end[TEXTS];        /* NVTX: end offset of each string in its chunk's text */
     uint8_t *text_ok[TEXTS];         /* NVTX: whether the row has that string (else NULL) */
 } table_t;
@@ -237,6 +238,7 @@ static int kernel_row(thread_t *th, chunk_t *ch, sqlite3_stmt *st) {
         put(&t->out2[1], i, ok[2] ? v[2] : -1, ok[6] ? 1 : 2);
         put(&t->out2[2], i, v[0], 1);
         put(&t->out2[3], i, v[1], 1);
+        put(&t->out2[4], i, ok[6] ? v[6] : -1, ok[6]);
     }
     return 0;
 }
@@ -627,7 +629,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         if (!PyBytes_Check(b)) { PyErr_SetString(PyExc_ValueError, "bytes expected"); goto done; }
         j->rel_str[i] = PyBytes_AS_STRING(b); j->rel_len[i] = PyBytes_GET_SIZE(b);
     }
-    if (setup_table(&j->t[KERNELS], ksql, klo, khi, 7, 4, 0) < 0 || setup_table(&j->t[RUNTIME], rsql, rlo, rhi, 4, 0, 0) < 0
+    if (setup_table(&j->t[KERNELS], ksql, klo, khi, 7, 5, 0) < 0 || setup_table(&j->t[RUNTIME], rsql, rlo, rhi, 4, 0, 0) < 0
         || setup_table(&j->t[NVTX], nsql, nlo, nhi, 4 + MSG_INTS, 0, TEXTS) < 0)
         goto done;
     int64_t nch = 0;
@@ -661,7 +663,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         goto done;
     }
     static const char *kn[] = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"};
-    static const char *kn2[] = {"compute_pid", "compute_device", "compute_start", "compute_end"};
+    static const char *kn2[] = {"compute_pid", "compute_device", "compute_start", "compute_end", "compute_name"};
     static const char *rn[] = {"start", "end", "globalTid", "correlationId"};
     static const char *nn[] = {"start", "end", "globalTid", "parsed", "bytes", "numel", "gsize", "seq", "step", "peer"};
     static const char *tn[TEXTS] = {"name", "op", "api", "dtype", "pg", "granks", "caller"};
@@ -693,7 +695,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
 done:
     if (sync) { pthread_mutex_destroy(&j->mu); pthread_cond_destroy(&j->cv); }
     for (int t = 0; t < 3; t++) {
-        for (int b = 0; b < 22; b++) Py_XDECREF(j->t[t].bufs[b]);
+        for (int b = 0; b < 24; b++) Py_XDECREF(j->t[t].bufs[b]);
         for (int k = 0; k < TEXTS; k++) { free(j->t[t].text_end[k]); free(j->t[t].text_ok[k]); }
     }
     if (j->chunks)

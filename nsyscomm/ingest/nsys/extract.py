@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import gpu_metrics, nccl_payload
+from nsyscomm.ingest import gap_kernels, gpu_metrics, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
@@ -95,6 +95,9 @@ class Extract:
     # the program's own NVTX ranges of HOST_CALL_MIN_NS or more (pid, tid, start, end, name):
     # what a late rank's host was doing by its own account; None: the report has no NVTX events
     host_ranges: pd.DataFrame | None = None
+    # per call, the compute kernels queued ahead of it on its device since the previous call, by
+    # name (pid, device, gpu_start, name, ns, count; nsyscomm.ingest.gap_kernels); None: not kept
+    gap_kernels: pd.DataFrame | None = None
 
 
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
@@ -181,7 +184,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
         # compute busy islands do not depend on the calls: made on a second core meanwhile
         if opened.compute is not None:
-            compute = pool.submit(islands, opened.compute)
+            compute = pool.submit(lambda c: (islands(c), c), opened.compute)
         else:
             kernels = con.execute("SELECT count(*) FROM src_kernels").fetchone()[0]
             compute = pool.submit(
@@ -231,8 +234,12 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         """).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
-        by_device = compute.result()
+        by_device, kernels = compute.result()
         calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
+        # what each call's device ran since the previous call, by kernel name (the late-arrival
+        # diagnosis); not for reports whose kernels do not fit in memory
+        gaps = gap_kernels.with_names(gap_kernels.top_in_gaps(calls, kernels), con) if kernels is not None else None
+        del kernels
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
@@ -255,7 +262,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         pool.shutdown(wait=True)  # its cursor reads con
         duck.close_soon(con)
     return Extract(
-        report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups, host_ranges
+        report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups, host_ranges, gaps
     )
 
 
@@ -271,22 +278,23 @@ def _look_up_held(con) -> None:
     )
 
 
-def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> dict | None:
-    """The islands as busy.islands() makes them, or None: made as table compute_islands instead
-    (busy.islands_in_duckdb), for kernels that do not fit in memory."""
+def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> tuple[dict | None, dict | None]:
+    """The islands as busy.islands() makes them and the compute kernels' arrays, or (None, None):
+    the islands made as table compute_islands instead (busy.islands_in_duckdb), for kernels that
+    do not fit in memory."""
     cur = duck.quiet(con.cursor())
     try:
         if not in_memory:
             islands_in_duckdb(cur)
             kernels_read.wait()
             cur.execute("DROP TABLE IF EXISTS src_kernels")
-            return None
+            return None, None
         compute = cur.execute(duck.sql("compute_kernels")).fetchnumpy()
         # once the caller has read src_kernels too, its memory serves the next steps (6M-row
         # report: 110 MB less at the peak)
         kernels_read.wait()
         cur.execute("DROP TABLE IF EXISTS src_kernels")
-        return islands(compute)
+        return islands(compute), compute
     finally:
         cur.close()
 

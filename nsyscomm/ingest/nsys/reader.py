@@ -61,10 +61,10 @@ _UNPARSED = "false AS parsed, " + ", ".join(f"NULL::{t} AS msg_{f}" for f, t in 
 
 
 # Memory the in-memory route takes per kernel at its peak: the compute kernels' process, device,
-# start and end with their validity (36 bytes, as _sqlite_scan holds them), and busy.islands()
+# start, end and name with their validity (45 bytes, as _sqlite_scan holds them), and busy.islands()
 # sorting them (43 bytes per kernel measured with tracemalloc, 1.8M kernels); an NCCL kernel
 # held by the scan with its launch takes about as much.
-IN_MEMORY_BYTES_PER_KERNEL = 100
+IN_MEMORY_BYTES_PER_KERNEL = 110
 
 
 def fits_in_memory(kernels: int, memory_limit: int | None) -> bool:
@@ -263,7 +263,9 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     kernels = _table(out["kernels"], kcols)
     launches = _table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
     nvtx = out["nvtx"]
-    compute = {n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end")}
+    compute = {
+        n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end", "name")
+    }
     # kernels without a name are compute kernels only in a report without NCCL kernels
     # (sql/compute_kernels.sql: NULL NOT IN (empty set) is true)
     named = np.frombuffer(out["kernels"]["compute_device"][1], np.uint8) != 2
