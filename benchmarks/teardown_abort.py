@@ -1,8 +1,9 @@
-"""How often the 4-rank gloo DeviceMesh job (benchmarks/mesh_teardown_job.py) fails at teardown,
-bare, with only the wrapper (the `nsyscomm run` startup hook on PYTHONPATH, no nsys) and under
-`nsyscomm run`. Issue 26.
+"""How often a gloo job fails at teardown, bare, with only the wrapper (the `nsyscomm run` startup
+hook on PYTHONPATH, no nsys), under nsys alone with the launcher's flags (no wrapper) and under
+`nsyscomm run`. Issue 26. Jobs: `mesh`, the 4-rank DeviceMesh job (benchmarks/mesh_teardown_job.py);
+`late`, the 2-rank job of the late-arrival test (tests/data/late_job.py).
 
-    python benchmarks/teardown_abort.py --runs 20 --modes bare,hook,run [--launcher spawn]
+    python benchmarks/teardown_abort.py --runs 20 --modes bare,hook,nsys,run [--job late] [--launcher spawn]
 
 Prints, per mode: runs, failures (nonzero exit), and how many printed "terminate called".
 """
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-JOB = HERE / "mesh_teardown_job.py"
+JOBS = {"mesh": (HERE / "mesh_teardown_job.py", 4), "late": (HERE.parent / "tests" / "data" / "late_job.py", 2)}
+JOB, NPROC = JOBS["mesh"]
 HOOK = HERE.parent / "nsyscomm" / "capture" / "_hook"
 LAUNCHER = "torchrun"
 
@@ -28,9 +30,14 @@ def one(mode: str, tmp: Path, i: int) -> tuple[int, bool, float]:
     if LAUNCHER == "spawn":
         cmd = [sys.executable, str(JOB), str(tmp / f"store-{mode}-{i}")]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB)]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC), str(JOB)]
     if mode == "hook":
         env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(HERE.parent), env.get("PYTHONPATH", "")])
+    elif mode == "nsys":
+        from nsyscomm.capture.launcher import PRESETS, _nsys_profile_args
+
+        trace = ",".join(PRESETS["default"])
+        cmd = [*_nsys_profile_args("nsys", str(tmp / f"nsys-{i}"), None, None, trace), *cmd]
     elif mode == "run":
         # this checkout's nsyscomm, whatever is installed
         env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
@@ -56,9 +63,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--modes", default="bare,hook,run")
     ap.add_argument("--launcher", choices=["torchrun", "spawn"], default="torchrun")
+    ap.add_argument("--job", choices=sorted(JOBS), default="mesh")
     a = ap.parse_args()
-    global LAUNCHER
+    global LAUNCHER, JOB, NPROC
     LAUNCHER = a.launcher
+    JOB, NPROC = JOBS[a.job]
+    if a.launcher == "spawn" and a.job != "mesh":
+        ap.error("--launcher spawn runs the mesh job only")
     modes = a.modes.split(",")
     counts = {m: [0, 0, 0, 0.0] for m in modes}
     with tempfile.TemporaryDirectory() as d:

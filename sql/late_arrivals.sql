@@ -15,7 +15,7 @@
 -- slower_kernels, the three that ran longest beyond the others, each explaining at least 5% of the
 -- late rank's extra busy time (a few microseconds of jitter on a 1 ms excess names nothing).
 -- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports, gap_kernels,
--- gap_kernel_reports.
+-- gap_kernel_names, gap_kernel_reports.
 WITH timeline AS (
     SELECT rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start,
            coalesce(gpu_start, cpu_start)                                   AS arrive,
@@ -70,19 +70,19 @@ user_ranges AS (
          AND NOT (h.start <= r.prev_cpu_end AND h."end" >= r.cpu_start)
     GROUP BY ALL
 ),
-late_kernels AS (
-    SELECT m.logical_id, g.name, g.ns
+member_kernels AS (  -- names are per report (StringIds): joined here, for late collectives only
+    SELECT m.logical_id, m.rank, m.is_late, n.name, g.ns
     FROM members m
     JOIN gap_kernels g ON g.report = m.report AND g.pid = m.pid AND g.device = m.device
          AND g.gpu_start = m.gpu_start
-    WHERE m.is_late
+    JOIN gap_kernel_names n ON n.report = g.report AND n.name_id = g.name_id
 ),
 kernel_extra AS (
-    SELECT k.logical_id, k.name, any_value(k.ns) - median(coalesce(g.ns, 0)) AS extra
-    FROM late_kernels k
+    SELECT k.logical_id, k.name, any_value(k.ns) - median(coalesce(o.ns, 0)) AS extra
+    FROM member_kernels k
     JOIN members m ON m.logical_id = k.logical_id AND NOT m.is_late
-    LEFT JOIN gap_kernels g ON g.report = m.report AND g.pid = m.pid AND g.device = m.device
-         AND g.gpu_start = m.gpu_start AND g.name = k.name
+    LEFT JOIN member_kernels o ON o.logical_id = k.logical_id AND o.rank = m.rank AND o.name = k.name
+    WHERE k.is_late
     GROUP BY ALL
 )
 SELECT r.*,

@@ -154,6 +154,23 @@ def stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["report", *columns])
 
 
+def stack_arrow(extracts, attr: str, columns: list[str]) -> pa.Table:
+    """stack() for frames of many rows and numeric columns: an Arrow table whose report column is
+    dictionary-encoded (one string per report, not one per row, which pandas would convert row by
+    row on the way to DuckDB)."""
+    tables = []
+    for e in extracts:
+        df = getattr(e, attr, None)
+        if df is None or not len(df):
+            continue
+        t = pa.Table.from_pandas(df[columns], preserve_index=False)
+        report = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(df), dtype=np.int32)), pa.array([e.report]))
+        tables.append(t.append_column("report", report))
+    if not tables:
+        return pa.Table.from_pandas(pd.DataFrame(columns=["report", *columns]), preserve_index=False)
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
 def register(
     con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | pa.Table, select: str
 ) -> None:  # df: pandas or Arrow

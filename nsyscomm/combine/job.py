@@ -11,9 +11,9 @@ from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
 from nsyscomm.combine import clocks
-from nsyscomm.combine.calls import TIME_COLS, JobCalls, create_collectives, fill_op, register, stack
+from nsyscomm.combine.calls import TIME_COLS, JobCalls, create_collectives, fill_op, register, stack, stack_arrow
 from nsyscomm.combine.ranks import assign_ranks
-from nsyscomm.ingest import gpu_metrics
+from nsyscomm.ingest import gap_kernels, gpu_metrics
 from nsyscomm.ingest.nsys.extract import Extract
 
 
@@ -85,9 +85,15 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     register(
         con,
         "gap_kernels",
-        stack(extracts, "gap_kernels", ["pid", "device", "gpu_start", "name", "ns", "count"]),
+        stack_arrow(extracts, "gap_kernels", gap_kernels.COLUMNS),
         "report::VARCHAR AS report, pid::BIGINT AS pid, device::INTEGER AS device, "
-        "gpu_start::BIGINT AS gpu_start, name::VARCHAR AS name, ns::BIGINT AS ns, count::BIGINT AS count",
+        "gpu_start::BIGINT AS gpu_start, name_id::BIGINT AS name_id, ns::BIGINT AS ns, count::BIGINT AS count",
+    )
+    register(
+        con,
+        "gap_kernel_names",
+        stack(extracts, "gap_kernel_names", gap_kernels.NAME_COLUMNS),
+        "report::VARCHAR AS report, name_id::BIGINT AS name_id, name::VARCHAR AS name",
     )
     register(
         con,

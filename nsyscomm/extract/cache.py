@@ -25,9 +25,19 @@ if TYPE_CHECKING:
     from nsyscomm.ingest.nsys.extract import Extract
 
 # 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups;
-# 6: host_ranges, gap_kernels
-CACHE_FORMAT = 6
-_FRAMES = ("calls", "markers", "spans", "links", "host_calls", "groups", "host_ranges", "gap_kernels")
+# 6: host_ranges; 7: gap_kernels, gap_kernel_names
+CACHE_FORMAT = 7
+_FRAMES = (
+    "calls",
+    "markers",
+    "spans",
+    "links",
+    "host_calls",
+    "groups",
+    "host_ranges",
+    "gap_kernels",
+    "gap_kernel_names",
+)
 
 
 def cache_dir() -> Path:
@@ -110,6 +120,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             groups=frames["groups"],
             host_ranges=frames["host_ranges"],
             gap_kernels=frames["gap_kernels"],
+            gap_kernel_names=frames["gap_kernel_names"],
             session_start_utc_ns=meta["session_start_utc_ns"],
             nsys_version=meta["nsys_version"],
             warnings=list(meta["warnings"]),

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 TOP = 5  # names kept per call
 COLUMNS = ["pid", "device", "gpu_start", "name_id", "ns", "count"]
+NAME_COLUMNS = ["name_id", "name"]
 
 
 def _ints(col, missing: int = -1) -> np.ndarray:
@@ -41,60 +42,92 @@ def top_in_gaps(calls: pa.Table, compute: dict) -> pd.DataFrame:
         return empty
     cpid, cdev, cstart, cend = (_ints(calls[c])[ok] for c in ("pid", "device", "gpu_start", "gpu_end"))
     kpid = np.asarray(compute["pid"], dtype=np.int64)
-    kdev = np.nan_to_num(np.asarray(compute["device"], dtype=np.float64), nan=-1).astype(np.int64)
+    kdev = _ints_np(compute["device"])
     kstart = np.asarray(compute["start"], dtype=np.int64)
     kend = np.asarray(compute["end"], dtype=np.int64)
-    kname = np.nan_to_num(np.asarray(compute["name"], dtype=np.float64), nan=-1).astype(np.int64)
+    kname = _ints_np(compute["name"])
 
-    # (pid, device) numbered from the calls' pairs; a kernel on a device without calls has none
+    # one (pid, device) pair at a time: the temporaries are one pair's kernels, not the report's
+    # (a report of several ranks holds several pairs; docs/performance.md measures the peak)
     ckey = cpid * (1 << 32) + (cdev + 1)
     keys, ccode = np.unique(ckey, return_inverse=True)
     kkey = kpid * (1 << 32) + (kdev + 1)
-    pos = np.minimum(np.searchsorted(keys, kkey), len(keys) - 1)
-    kcode = np.where(keys[pos] == kkey, pos, -1)
-    # one sorted timeline for all pairs: each pair's times shifted past the previous pair's
-    t0 = min(int(cstart.min()), int(kstart.min()))
-    span = max(int(cend.max()), int(kend.max())) - t0 + 1
-    call_t = (cstart - t0) + ccode * span
-    order = np.argsort(call_t, kind="stable")
-    call_t, ccode_s, cend_s = call_t[order], ccode[order], cend[order]
-    # the call each kernel is queued ahead of: the first call of its pair starting at or after the
-    # kernel's end; kept when that call has a previous one on the pair that ended before the kernel began
-    use = (kcode >= 0) & (kname >= 0)
-    j = np.searchsorted(call_t, (kend - t0) + kcode * span, side="left")
-    use &= (j < len(call_t)) & (j > 0)
-    jj = np.where(use, j, 1)
-    use &= (ccode_s[np.minimum(jj, len(call_t) - 1)] == kcode) & (ccode_s[jj - 1] == kcode)
-    use &= kstart >= cend_s[jj - 1]
-    if not use.any():
+    named = kname >= 0
+    parts = []
+    for c, key in enumerate(keys):
+        ci = np.flatnonzero(ccode == c)
+        ci = ci[np.argsort(cstart[ci], kind="stable")]
+        ki = np.flatnonzero((kkey == key) & named)
+        if len(ki):
+            parts.append(_top_of_pair(ci, cstart[ci], cend[ci], kstart[ki], kend[ki], kname[ki]))
+    if not parts:
         return empty
-    j, name, dur = j[use], kname[use], (kend - kstart)[use]
-    df = pd.DataFrame({"j": j, "name_id": name, "ns": dur})
-    g = df.groupby(["j", "name_id"], sort=False).agg(ns=("ns", "sum"), count=("ns", "size")).reset_index()
-    g = g.sort_values(["j", "ns"], ascending=[True, False], kind="stable")
-    g = g[g.groupby("j", sort=False).cumcount() < TOP]
-    call = order[g["j"].to_numpy()]
+    call, name_id, ns, count = (np.concatenate(a) for a in zip(*parts))
     return pd.DataFrame(
         {
             "pid": cpid[call],
             "device": cdev[call],
             "gpu_start": cstart[call],
-            "name_id": g["name_id"].to_numpy(),
-            "ns": g["ns"].to_numpy(),
-            "count": g["count"].to_numpy(),
+            "name_id": name_id,
+            "ns": ns,
+            "count": count,
         }
     )
 
 
-def with_names(gaps: pd.DataFrame, con) -> pd.DataFrame:
-    """gaps with name_id replaced by the kernel's name from the attached report's StringIds (r),
-    cut to the name bound (nsyscomm.ingest.limits)."""
+def _ints_np(a) -> np.ndarray:
+    """int64 of a numpy column that may hold NaN (NULL): -1 there."""
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64, copy=False)
+    return np.nan_to_num(a.astype(np.float64, copy=False), nan=-1).astype(np.int64)
+
+
+def _top_of_pair(ci, cstart, cend, kstart, kend, kname):
+    """The TOP names per call of one (pid, device) pair: calls ci sorted by start (cstart, cend),
+    its named kernels. Returns (call index, name id, ns, count) arrays."""
+    # the call each kernel is queued ahead of: the first call starting at or after the kernel's
+    # end; kept when that call has a previous one that ended before the kernel began
+    j = np.searchsorted(cstart, kend, side="left")
+    use = (j > 0) & (j < len(cstart))
+    use[use] &= kstart[use] >= cend[j[use] - 1]
+    j, name, dur = j[use], kname[use], (kend - kstart)[use]
+    if not len(j):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z
+    # sum per (call, name): a hash of the pair's key, not a sort of every kernel
+    width = int(name.max()) + 1
+    pair, first = pd.factorize(j * width + name)
+    ns = np.bincount(pair, weights=dur).astype(np.int64)
+    count = np.bincount(pair).astype(np.int64)
+    pj, pname = np.divmod(first, width)
+    # the TOP names by time within each call: sorted by call, then longest first, in one sort of
+    # one int64 key (call in the high bits, the time's complement below; a tie keeps the order
+    # the pairs first appeared in, as the kernels came)
+    jbits = max(1, int(pj.max()).bit_length())
+    nsbits = 62 - jbits
+    if nsbits >= 24:
+        cap = (1 << nsbits) - 1
+        order = np.argsort((pj << nsbits) | (cap - np.minimum(ns, cap)), kind="stable")
+    else:  # more calls than fit beside the time: two keys
+        order = np.lexsort((-ns, pj))
+    pj, pname, ns, count = pj[order], pname[order], ns[order], count[order]
+    starts = np.flatnonzero(np.r_[True, pj[1:] != pj[:-1]])
+    rank = np.arange(len(pj)) - np.repeat(starts, np.diff(np.r_[starts, len(pj)]))
+    keep = rank < TOP
+    return ci[pj[keep]], pname[keep], ns[keep], count[keep]
+
+
+def names_of(gaps: pd.DataFrame, con) -> pd.DataFrame:
+    """The kernel names of gaps' name ids (name_id, name), from the attached report's StringIds
+    (r), cut to the name bound (nsyscomm.ingest.limits). A few distinct names for up to millions
+    of gap rows: the rows keep their ids, and names are joined only where a late arrival is
+    described (sql/late_arrivals.sql)."""
     from nsyscomm.ingest import limits
 
-    out = gaps.drop(columns=["name_id"]).assign(name=pd.Series(dtype=object))
-    if gaps.empty:
-        return out[["pid", "device", "gpu_start", "name", "ns", "count"]]
     ids = pd.DataFrame({"id": np.unique(gaps["name_id"].to_numpy())})
+    if ids.empty:
+        return pd.DataFrame({"name_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
     con.register("gap_kernel_ids", ids)
     try:
         names = dict(
@@ -104,5 +137,9 @@ def with_names(gaps: pd.DataFrame, con) -> pd.DataFrame:
         )
     finally:
         con.unregister("gap_kernel_ids")
-    out["name"] = [names.get(int(i), f"kernel #{int(i)}") for i in gaps["name_id"]]
-    return out[["pid", "device", "gpu_start", "name", "ns", "count"]]
+    return pd.DataFrame(
+        {
+            "name_id": ids["id"],
+            "name": pd.Series([names.get(int(i), f"kernel #{int(i)}") for i in ids["id"]], dtype=object),
+        }
+    )

@@ -96,8 +96,10 @@ class Extract:
     # what a late rank's host was doing by its own account; None: the report has no NVTX events
     host_ranges: pd.DataFrame | None = None
     # per call, the compute kernels queued ahead of it on its device since the previous call, by
-    # name (pid, device, gpu_start, name, ns, count; nsyscomm.ingest.gap_kernels); None: not kept
+    # name id (pid, device, gpu_start, name_id, ns, count; nsyscomm.ingest.gap_kernels), and the
+    # names of those ids (name_id, name); None: not kept
     gap_kernels: pd.DataFrame | None = None
+    gap_kernel_names: pd.DataFrame | None = None
 
 
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:
@@ -235,11 +237,12 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         by_device, kernels = compute.result()
-        calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
         # what each call's device ran since the previous call, by kernel name (the late-arrival
-        # diagnosis); not for reports whose kernels do not fit in memory
-        gaps = gap_kernels.with_names(gap_kernels.top_in_gaps(calls, kernels), con) if kernels is not None else None
+        # diagnosis), on the second core while this one goes on; not for reports whose kernels do
+        # not fit in memory
+        gap_rows = pool.submit(gap_kernels.top_in_gaps, calls, kernels) if kernels is not None else None
         del kernels
+        calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = None
         if "TARGET_INFO_SESSION_START_TIME" in tables:
@@ -257,12 +260,29 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             if {"start", "end", "globalTid", "eventType", "text", "textId"} <= nvtx_cols
             else None
         )
+        gaps = gap_names = None
+        if gap_rows is not None:
+            gaps = gap_rows.result()
+            gap_names = gap_kernels.names_of(gaps, con)
     finally:
         kernels_read.set()
         pool.shutdown(wait=True)  # its cursor reads con
         duck.close_soon(con)
     return Extract(
-        report, path, calls, markers, spans, session, version, warnings, links, host_calls, groups, host_ranges, gaps
+        report,
+        path,
+        calls,
+        markers,
+        spans,
+        session,
+        version,
+        warnings,
+        links,
+        host_calls,
+        groups,
+        host_ranges,
+        gaps,
+        gap_names,
     )
 
 
