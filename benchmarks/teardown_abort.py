@@ -4,6 +4,7 @@ hook on PYTHONPATH, no nsys), under nsys alone with the launcher's flags (no wra
 `late`, the 2-rank job of the late-arrival test (tests/data/late_job.py).
 
     python benchmarks/teardown_abort.py --runs 20 --modes bare,hook,nsys,run [--job late] [--launcher spawn]
+    python benchmarks/teardown_abort.py --runs 40 --modes bare --script my_job.py --nproc 2
 
 Prints, per mode: runs, failures (nonzero exit), and how many printed "terminate called".
 """
@@ -64,11 +65,13 @@ def main() -> None:
     ap.add_argument("--modes", default="bare,hook,run")
     ap.add_argument("--launcher", choices=["torchrun", "spawn"], default="torchrun")
     ap.add_argument("--job", choices=sorted(JOBS), default="mesh")
+    ap.add_argument("--script", type=Path, help="another job script, run under torchrun (with --nproc)")
+    ap.add_argument("--nproc", type=int, default=2)
     a = ap.parse_args()
     global LAUNCHER, JOB, NPROC
     LAUNCHER = a.launcher
-    JOB, NPROC = JOBS[a.job]
-    if a.launcher == "spawn" and a.job != "mesh":
+    JOB, NPROC = (a.script.resolve(), a.nproc) if a.script else JOBS[a.job]
+    if a.launcher == "spawn" and (a.job != "mesh" or a.script):
         ap.error("--launcher spawn runs the mesh job only")
     modes = a.modes.split(",")
     counts = {m: [0, 0, 0, 0.0] for m in modes}

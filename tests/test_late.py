@@ -87,8 +87,11 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
     waited_ms = sum(p["wait_ms"] for p in doc["skew"]["per_rank"])
     ns = next(w for w in doc["diagnosis"]["what_if"] if w["scenario"] == "no_straggler")
     assert ns["total_saved_ms"] == pytest.approx(waited_ms, rel=0.10), (ns, waited_ms)
-    # and in each later step about the sleep
-    for st in ns["steps"][1:]:
+    # and in each later step about the sleep (steps 1-5; after the sixth optimizer step only the
+    # job's closing barrier remains)
+    later = [st for st in ns["steps"] if 1 <= st["step"] <= 5]
+    assert len(later) == 5, ns["steps"]
+    for st in later:
         assert st["saved_ms"] == pytest.approx(150, rel=0.25), st
 
 

@@ -49,6 +49,22 @@ if mode == "hang":
     while time.time() < deadline:
         dist.all_reduce(t)
         time.sleep(0.02)
+dist.barrier()  # both ranks done before either tears gloo down (docs/capture.md: teardown aborts)
+dist.destroy_process_group()
+"""
+
+# The work done, then an abort in the process's teardown, after Python's exit handlers: as torch's
+# gloo sometimes does when the ranks destroy the process group right after their last collective.
+# Registered before torch is imported, so before nsyscomm's own exit handler: it runs after it.
+TEARDOWN_JOB = """
+import atexit, os
+atexit.register(os.abort)
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1024)
+for i in range(5):
+    dist.all_reduce(t)
+dist.barrier()
 dist.destroy_process_group()
 """
 
@@ -88,6 +104,26 @@ def test_training_crash_keeps_and_summarizes_the_report(job, tmp_path):
     doc = json.loads(r.stdout)
     assert doc["summary"] and doc["summary"][0]["op"] == "all_reduce"
     assert "nsyscomm/" not in r.stderr  # no traceback of ours (the job's own is fine)
+    assert "failed in its teardown" not in r.stderr  # it failed in its work: a Python exception
+
+
+@needs_nsys
+@needs_torchrun
+def test_an_abort_after_the_work_is_named_a_teardown_failure(tmp_path):
+    """Every rank's program ran to its end, then a rank aborted: the launcher says the failure came
+    in the teardown and the report is complete, read from the flight records."""
+    job = tmp_path / "teardown_job.py"
+    job.write_text(TEARDOWN_JOB)
+    out = tmp_path / "out"
+    r = _nsyscomm(["run", "-o", out, "--format", "json", "--", *_torchrun(job)])
+    assert r.returncode != 0, r.stderr[-3000:]
+    assert "the job failed in its teardown, after its work" in r.stderr, r.stderr[-3000:]
+    assert "of 2 rank(s) ran their program to its end" in r.stderr
+    import json
+
+    doc = json.loads(r.stdout)
+    assert {x["rank"] for x in doc["ranks"]} == {0, 1}
+    assert sum(row["calls"] for row in doc["summary"] if row["op"] == "all_reduce") == 10
 
 
 @needs_nsys

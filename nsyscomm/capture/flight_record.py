@@ -294,3 +294,27 @@ def mark_stopped(directory: str | os.PathLike, note: str) -> list[int]:
         finally:
             mm.close()
     return pids
+
+
+def teardown_note(rings: list[Ring]) -> str | None:
+    """For a job that exited with an error: a note when its flight records say the work was done
+    (no collective open on any rank, no Python exception, at least one program ran to its end),
+    so the failure came in the processes' teardown, not in the training. None otherwise.
+
+    torch's gloo backend can abort a rank there ("terminate called without an active
+    exception", with no Python frame left) when the ranks destroy the process group right after
+    their last collective, profiled or not (docs/capture.md measures it)."""
+    # the launcher's own process (torchrun's agent) has a ring without a rank or a collective; it
+    # raised because a worker failed
+    rings = [r for r in rings if r.rank >= 0 or r.entered]
+    if not rings or any(r.state == "raised" or r.entered != r.finished for r in rings):
+        return None
+    done = sum(r.state == "exited" for r in rings)
+    if not done:
+        return None
+    return (
+        f"{done} of {len(rings)} rank(s) ran their program to its end and no collective was open on "
+        f"any rank: the job failed in its teardown, after its work, and the report is complete "
+        f'(torch\'s gloo can abort a rank there, "terminate called without an active exception", '
+        f"profiled or not: a dist.barrier() before destroy_process_group() avoids it; docs/capture.md)"
+    )

@@ -435,6 +435,9 @@ def run(
         rc = hang_watch.EXIT_HUNG
     elif rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
+        note = flight_record.teardown_note(flight_record.read_dir(records)) if records.is_dir() else None
+        if note:
+            warnings_.append(note)
 
     log = StageLog(out_dir)  # issue 24: each stage after the job shown and logged
     log.line(f"job exited with status {rc} after {time.perf_counter() - started:.2f} s (nsys profile --trace={trace})")
