@@ -396,7 +396,9 @@ def test_internal_error_is_not_a_regression(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(g, "compare", boom)
+    from nsyscomm.gate import verdict
+
+    monkeypatch.setattr(verdict, "compare", boom)  # where run_gate looks it up
     r = run_gate("-b", base, base)
     assert r.exit_code == 3 and "internal error" in r.stderr
 

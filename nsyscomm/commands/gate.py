@@ -230,7 +230,7 @@ def gate(
 def _baseline(inputs, output, append, keep, each, label):
     from nsyscomm import gate as g
 
-    json_in = [s for s in inputs if g._looks_json(Path(s))]
+    json_in = [s for s in inputs if g.looks_json(Path(s))]
     reports = [s for s in inputs if s not in json_in]
     runs = []
     if each:

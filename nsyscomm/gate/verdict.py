@@ -1,0 +1,360 @@
+"""The comparison of a current run against baseline runs, item by item, and the verdict."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from nsyscomm import __version__
+from nsyscomm.errors import InputError
+from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _num, per_rank
+from nsyscomm.gate.runs import Run, load_run, load_runs
+from nsyscomm.gate.settings import Settings, Threshold
+
+REGRESSION, IMPROVEMENT, OK, NOISE, WARN, SKIPPED = "regression", "improvement", "ok", "noise", "warn", "skipped"
+NEW, MISSING, FEW_CALLS = "new", "missing", "few_calls"
+
+
+@dataclass
+class Comparison:
+    metric: str
+    label: str
+    unit: str
+    better: str
+    baseline: float | None  # the reference: median over the baseline runs
+    band: tuple[float, float] | None
+    runs: int  # baseline runs that carry the value
+    current: float | None
+    delta: float | None
+    rel_pct: float | None
+    threshold: Threshold
+    status: str
+    reason: str = ""
+
+    @property
+    def fails(self) -> bool:
+        return self.status == REGRESSION
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": self.metric,
+            "label": self.label,
+            "unit": self.unit,
+            "better": self.better,
+            "baseline": self.baseline,
+            "band": list(self.band) if self.band else None,
+            "runs": self.runs,
+            "current": self.current,
+            "delta": self.delta,
+            "change_pct": self.rel_pct,
+            "threshold": {"rel_pct": self.threshold.rel, "abs": self.threshold.abs},
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Item:
+    """One gated thing: a summary key, a rank, or the job; fails when a comparison does, or by policy."""
+
+    scope: str  # key | rank | job
+    name: str  # human label: "all_reduce 25.0 MB n=4", "rank 3", "job"
+    key: Key | None = None
+    rank: int | None = None
+    status: str = OK  # regression | improvement | ok | new | missing | few_calls | noise
+    fails: bool = False
+    baseline_calls: float | None = None
+    current_calls: float | None = None
+    comparisons: list[Comparison] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.status != OK or any(c.status not in (OK, SKIPPED) for c in self.comparisons)
+
+    def to_dict(self) -> dict:
+        return {
+            "scope": self.scope,
+            "name": self.name,
+            "key": self.key.as_dict() if self.key else None,
+            "rank": self.rank,
+            "status": self.status,
+            "fails": self.fails,
+            "baseline_calls": self.baseline_calls,
+            "current_calls": self.current_calls,
+            "note": self.note,
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        }
+
+
+@dataclass
+class Verdict:
+    items: list[Item]
+    level: str
+    baselines: list[str]
+    current: str
+    settings: Settings
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(i.fails for i in self.items)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    @property
+    def failing(self) -> list[Item]:
+        return [i for i in self.items if i.fails]
+
+    def headline(self) -> str:
+        f = self.failing
+        if not f:
+            n = sum(1 for i in self.items if i.scope == "key")
+            return (
+                f"PASS: no communication regression ({n} key(s) compared per {self._level_name()}, "
+                f"{len(self.baselines)} baseline run(s))"
+            )
+        parts = []
+        for i in f[:3]:
+            if i.status in (NEW, MISSING):
+                parts.append(f"{i.name} ({i.status})")
+            else:
+                worst = [c for c in i.comparisons if c.fails]
+                parts.append(f"{i.name} (" + ", ".join(f"{c.label} {_pct(c.rel_pct)}" for c in worst) + ")")
+        more = f" and {len(f) - 3} more" if len(f) > 3 else ""
+        n_keys = sum(1 for i in f if i.scope == "key")
+        n_ranks = sum(1 for i in f if i.scope == "rank")
+        what = ", ".join(
+            x
+            for x in (
+                f"{n_keys} key(s)" if n_keys else "",
+                f"{n_ranks} rank(s)" if n_ranks else "",
+                "job totals" if any(i.scope == "job" for i in f) else "",
+            )
+            if x
+        )
+        return f"FAIL: regression in {what}: " + "; ".join(parts) + more
+
+    def _level_name(self) -> str:
+        return "op, size, group size, caller" if self.level == "caller" else "op, size, group size"
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA_VERSION,
+            "tool": "nsyscomm",
+            "version": __version__,
+            "kind": "gate",
+            "status": "fail" if self.failed else "pass",
+            "exit_code": self.exit_code,
+            "headline": self.headline(),
+            "level": self.level,
+            "baselines": self.baselines,
+            "current": self.current,
+            "notes": self.notes,
+            "settings": self.settings.to_dict(),
+            "items": [i.to_dict() for i in self.items],
+        }
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if math.isinf(x):
+        return "+inf%" if x > 0 else "-inf%"
+    return f"{x:+.1f}%"
+
+
+def compare_values(
+    metric: Metric, thr: Threshold, base: list[float], cur: float | None, noise_sigma: float = 0.0
+) -> Comparison:
+    """One metric of one item: baseline values (one per run that has it) against the current value."""
+
+    def comp(status, reason="", **kw):
+        return Comparison(
+            metric.id,
+            metric.label,
+            metric.unit,
+            metric.better,
+            kw.get("ref"),
+            kw.get("band"),
+            len(base),
+            cur,
+            kw.get("delta"),
+            kw.get("rel"),
+            thr,
+            status,
+            reason,
+        )
+
+    if not base or cur is None:
+        return comp(
+            SKIPPED,
+            "not in the current run" if base else "not in the baseline",
+            ref=statistics.median(base) if base else None,
+        )
+    ref = statistics.median(base)
+    spread = statistics.stdev(base) if len(base) > 1 else 0.0
+    lo, hi = min(base) - noise_sigma * spread, max(base) + noise_sigma * spread
+    delta = cur - ref
+    rel = (delta / abs(ref) * 100.0) if ref else (0.0 if delta == 0 else math.copysign(math.inf, delta))
+    kw = {"ref": ref, "band": (lo, hi) if len(base) > 1 else None, "delta": delta, "rel": rel}
+    if not thr.enabled:
+        return comp(SKIPPED, "metric disabled", **kw)
+    exceeds = abs(delta) > thr.abs and abs(rel) > thr.rel
+    if not exceeds:
+        return comp(OK, **kw)
+    worse = delta < 0 if metric.better == "higher" else delta > 0
+    if not worse:
+        return comp(IMPROVEMENT, **kw)
+    outside = cur < lo if metric.better == "higher" else cur > hi
+    if not outside:
+        return comp(NOISE, f"inside the baseline runs' band [{lo:.4g}, {hi:.4g}]", **kw)
+    if not thr.fail:
+        return comp(WARN, "reported only (fail = false)", **kw)
+    return comp(REGRESSION, f"beyond {thr.rel:g}% and {thr.abs:g} {metric.unit}".rstrip(), **kw)
+
+
+def _level(baselines: list[Run], current: Run, want: str) -> tuple[str, list[str]]:
+    have = all(r.caller_rows is not None for r in [*baselines, current])
+    if want == "caller" and not have:
+        lacking = [r.source for r in [*baselines, current] if r.caller_rows is None]
+        return "op", [f"compared per op, not per caller: no caller information in {', '.join(lacking[:3])}"]
+    if want == "op":
+        return "op", []
+    return ("caller" if have else "op"), []
+
+
+def _policy_status(item: Item, policy: str, status: str, gated: bool) -> None:
+    item.status = status
+    item.fails = policy == "fail" and gated
+    if not gated:
+        item.note = f"fewer calls than min_calls; {status} key not gated"
+    elif policy != "fail":
+        item.note = f"{status} key ({policy}: reported only)"
+
+
+def compare(baselines: list[Run], current: Run, settings: Settings | None = None) -> Verdict:
+    """Compare the current run against the baseline runs: one Item per key, rank and the job."""
+    s = settings or Settings()
+    if not baselines:
+        raise InputError("no baseline run given: pass --baseline BASELINE.json (make it with nsyscomm baseline)")
+    notes: list[str] = []
+    if current.empty and any(not b.empty for b in baselines):
+        raise InputError(
+            f"{current.source}: no collective calls found, while the baseline has some; "
+            f"the capture likely failed (profile with nsys --trace=cuda,nvtx and nsyscomm.annotate())"
+        )
+    level, level_notes = _level(baselines, current, s.level)
+    notes += level_notes
+    items: list[Item] = []
+
+    # --- keys
+    base_rows = [b.rows(level) for b in baselines]
+    cur_rows = current.rows(level)
+    keys = list(dict.fromkeys([k for rows in base_rows for k in rows] + list(cur_rows)))
+    keys.sort(key=lambda k: (k.op, k.bytes is None, k.bytes or 0, k.group_size or 0, k.caller or ""))
+    key_metrics = [m for m in METRICS if m.scope == "key"]
+    for k in keys:
+        in_base = [rows[k] for rows in base_rows if k in rows]
+        cur = cur_rows.get(k)
+        bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
+        bcall = statistics.median(bcalls) if bcalls else None
+        ccall = _num(cur.get("calls")) if cur else None
+        item = Item("key", k.label(), key=k, baseline_calls=bcall, current_calls=ccall)
+        items.append(item)
+        if not in_base:
+            if s.new_keys != "ignore":
+                _policy_status(item, s.new_keys, NEW, (ccall or 0) >= s.min_calls)
+            else:
+                items.pop()
+            continue
+        if cur is None:
+            if s.missing_keys != "ignore":
+                _policy_status(item, s.missing_keys, MISSING, (bcall or 0) >= s.min_calls)
+            else:
+                items.pop()
+            continue
+        gated = min(bcall or 0, ccall or 0) >= s.min_calls
+        for m in key_metrics:
+            base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
+            cv = _num(cur.get(m.name))
+            if not base_vals and cv is None:
+                continue  # neither side has this metric (e.g. busbw without bytes)
+            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma)
+            if c.status == REGRESSION and not gated:
+                c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
+            item.comparisons.append(c)
+        _settle(item, gated)
+
+    # --- ranks and job
+    rank_metrics = [m for m in METRICS if m.scope == "rank"]
+    rank_items: dict[int, Item] = {}
+    for m in rank_metrics:
+        base_maps = [m.extract(b.doc) for b in baselines]
+        cur_map = m.extract(current.doc)
+        if cur_map is None or all(bm is None for bm in base_maps):
+            continue  # the section is not on both sides: nothing to compare
+        for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
+            vals = [bm[rank] for bm in base_maps if bm and rank in bm]
+            it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))
+            it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma))
+    for rank in sorted(rank_items):
+        _settle(rank_items[rank], True)
+        items.append(rank_items[rank])
+    base_ranks = set().union(*(set(per_rank("ranks", "calls")(b.doc) or {}) for b in baselines))
+    cur_ranks = set(per_rank("ranks", "calls")(current.doc) or {})
+    if base_ranks and cur_ranks and base_ranks != cur_ranks:
+        notes.append(f"ranks differ: baseline {_ranges(base_ranks)}, current {_ranges(cur_ranks)}")
+    bs = {(b.doc.get("skew") or {}).get("straggler_rank") for b in baselines} - {None}
+    cs = (current.doc.get("skew") or {}).get("straggler_rank")
+    if cs is not None and bs and cs not in bs:
+        notes.append(f"straggler changed: rank {cs} now arrives last most often (baseline: rank(s) {_ranges(bs)})")
+
+    job = Item("job", "job totals")
+    for m in (m for m in METRICS if m.scope == "job"):
+        base_vals = [v for v in (m.extract(b.doc) for b in baselines) if v is not None]
+        cv = m.extract(current.doc)
+        if base_vals and cv is not None:
+            job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma))
+    if job.comparisons:
+        _settle(job, True)
+        items.append(job)
+    if current.empty and all(b.empty for b in baselines):
+        notes.append("no collective calls on either side: nothing to compare")
+    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes)
+
+
+def _settle(item: Item, gated: bool) -> None:
+    sts = {c.status for c in item.comparisons}
+    item.fails = REGRESSION in sts
+    if item.fails:
+        item.status = REGRESSION
+    elif not gated:
+        item.status = FEW_CALLS
+        item.note = "fewer calls than min_calls: reported, not gated"
+    elif IMPROVEMENT in sts and not (sts & {WARN, NOISE}):
+        item.status = IMPROVEMENT
+    elif WARN in sts:
+        item.status = WARN
+    elif NOISE in sts:
+        item.status = NOISE
+    elif IMPROVEMENT in sts:
+        item.status = IMPROVEMENT
+    else:
+        item.status = OK
+
+
+def _ranges(xs) -> str:
+    xs = sorted(xs)
+    return f"{xs[0]}-{xs[-1]}" if len(xs) > 2 and xs == list(range(xs[0], xs[-1] + 1)) else ",".join(map(str, xs))
+
+
+def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Settings | None = None) -> Verdict:
+    """Load both sides and compare: the library call behind ``nsyscomm gate``."""
+    baselines = load_runs(baseline_sources)
+    current = load_run(current_sources)
+    return compare(baselines, current, settings)
