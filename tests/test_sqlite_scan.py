@@ -79,6 +79,12 @@ def _same(a, b):
     assert a.warnings == b.warnings
     assert (a.session_start_utc_ns, a.nsys_version) == (b.session_start_utc_ns, b.nsys_version)
     assert (a.links is None) == (b.links is None)
+    # what the late-arrival diagnosis reads: the host's activity and the kernels in each gap
+    for attr in ("host_calls", "host_ranges", "gap_kernels", "gap_kernel_names"):
+        x, y = getattr(a, attr), getattr(b, attr)
+        assert (x is None) == (y is None), attr
+        if x is not None:
+            assert _frame(x).equals(_frame(y)), attr
 
 
 def _reports():
@@ -92,6 +98,27 @@ def test_same_extract_as_the_copy(path, monkeypatch):
     scanned, copied, seen = _extract_both(path, monkeypatch)
     assert seen and seen[0] is not None, "the C scan was not used"
     _same(scanned, copied)
+
+
+@needs_scan
+@pytest.mark.parametrize("ranges", [False, True], ids=["wrapper_only", "own_ranges"])
+def test_long_ranges_counted_for_the_host_ranges_pass(tmp_path, ranges, monkeypatch):
+    """The scan counts the NVTX ranges sql/host_ranges_nsys.sql could keep, so that a report with
+    none skips that pass: the wrapper's long collective ranges and a marker are not counted; the
+    program's own ranges are, and come out as the query gives them."""
+    from tests import late_jobs as lj
+
+    path = lj.write_chain_job(tmp_path, osrt=True, ranges=ranges)
+    opened = nsys_reader.open_report(path)
+    try:
+        assert opened.long_ranges == (5 if ranges else 0)  # a train_step per rank, one load_batch
+    finally:
+        opened.con.close()
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    assert seen and seen[0] is not None
+    _same(scanned, copied)
+    names = sorted(scanned.host_ranges["name"]) if len(scanned.host_ranges) else []
+    assert names == (sorted(["train_step"] * 4 + [lj.LOAD_RANGE]) if ranges else [])
 
 
 def _copy(tmp_path, src=FSDP) -> Path:
@@ -282,6 +309,7 @@ def test_scan_splits_the_wrapper_layout_only(tmp_path):
         np.zeros(0, np.int64),
         [],
         bytearray(1),
+        100_000,
     )["nvtx"]
 
     def row(i):
@@ -413,6 +441,7 @@ def test_cancel_stops_the_scan():
             np.zeros(0, np.int64),
             [],
             bytearray(b"\x01"),
+            100_000,
         )
 
 

@@ -10,7 +10,9 @@
  *             text with one of the prefixes of nsys_tables._RANGE_PATTERNS); the wrapper's
  *             messages in the layout it writes are split into their fields instead (split_message);
  *
- * and every process's first start and last end over the three (its elapsed time). Each output
+ * and every process's first start and last end over the three (its elapsed time), and how many
+ * NVTX ranges might be the program's own long ones (sql/host_ranges_nsys.sql): when none, the
+ * caller skips that second pass over NVTX_EVENTS. Each output
  * equals what the DuckDB statements of the other path (nsys_tables._copy_tables and the SQL after
  * it) select; tests/test_sqlite_scan.py compares the two.
  *
@@ -105,12 +107,14 @@ typedef struct {
     int64_t *set_pid, *set_corr; uint64_t set_mask;
     /* NVTX: the registered names that matter, sorted by id */
     const int64_t *rel_ids; const char **rel_str; Py_ssize_t *rel_len; Py_ssize_t n_rel;
+    int64_t long_ns;                 /* NVTX: the shortest range counted in long_ranges */
 } job_t;
 
 struct thread_s {
     job_t *job;
     spans_t spans;
     int last_pid;                    /* runtime: the last launch's process, in job->bm_pid */
+    int64_t long_ranges;             /* NVTX: ranges that may be the program's own long ones */
     char err[256];
 };
 
@@ -370,6 +374,16 @@ static int nvtx_row(thread_t *th, chunk_t *ch, sqlite3_stmt *st) {
     if (!ok[2] || (v[2] != 34 && v[2] != 59 && v[2] != 60)) return 0;   /* marks and ranges only */
     for (int c = 0; c < 5; c++)
         if (c != 2 && (ok[c] = get_i64(st, c, &v[c])) < 0) BAD_TYPE(th, "NVTX_EVENTS");
+    /* a push/pop or start/end range of long_ns or more on a thread: sql/host_ranges_nsys.sql may
+     * keep it unless its name (text first, then the registered one) is one of the prefixes it
+     * leaves out; only the names this scan knows are checked here, so the count errs high */
+    if ((v[2] == 59 || v[2] == 60) && ok[0] && ok[1] && ok[3] && v[1] - v[0] >= j->long_ns) {
+        sqlite3_value *lv = sqlite3_column_value(st, 5);
+        int ltype = sqlite3_value_type(lv), known = 0;
+        if (ltype == SQLITE_TEXT) known = has_prefix(sqlite3_value_text(lv), sqlite3_value_bytes(lv));
+        else if (ltype == SQLITE_NULL) known = ok[4] && in_sorted(j->rel_ids, j->n_rel, v[4], NULL);
+        if (!known) th->long_ranges++;
+    }
     if (!ok[1]) { v[1] = v[0]; ok[1] = ok[0]; }            /* coalesce("end", start) */
     if (ok[3]) span_add(&th->spans, PID_OF(v[3]), ok[0], v[0], ok[1], v[1]);
     Py_ssize_t at;
@@ -599,8 +613,9 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
     long long klo, khi, rlo, rhi, nlo, nhi;
     int nthreads;
     PyObject *ids_o, *rel_ids_o, *rel_strs, *cancel_o;
-    if (!PyArg_ParseTuple(args, "szLLzLLzLLiOOOO", &uri, &ksql, &klo, &khi, &rsql, &rlo, &rhi, &nsql, &nlo, &nhi,
-                          &nthreads, &ids_o, &rel_ids_o, &rel_strs, &cancel_o))
+    long long long_ns;
+    if (!PyArg_ParseTuple(args, "szLLzLLzLLiOOOOL", &uri, &ksql, &klo, &khi, &rsql, &rlo, &rhi, &nsql, &nlo, &nhi,
+                          &nthreads, &ids_o, &rel_ids_o, &rel_strs, &cancel_o, &long_ns))
         return NULL;
     job_t *j = calloc(1, sizeof(job_t));
     thread_t *ths = NULL;
@@ -618,7 +633,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "one bytes object per registered id expected");
         goto done;
     }
-    j->uri = uri; j->cancel = (volatile char *)cancel.buf;
+    j->uri = uri; j->cancel = (volatile char *)cancel.buf; j->long_ns = long_ns;
     j->nccl_ids = ids.buf; j->n_nccl_ids = ids.len / 8;
     j->rel_ids = rel_ids.buf; j->n_rel = rel_ids.len / 8;
     j->rel_str = calloc((size_t)j->n_rel + 1, sizeof(char *));
@@ -689,8 +704,11 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "more than %d processes", PIDS);
     }
     free(all);
+    long long long_ranges = 0;
+    for (int i = 0; i < nthreads; i++) long_ranges += ths[i].long_ranges;
     if (k && r && n && sp)
-        result = Py_BuildValue("{sNsNsNsN}", "kernels", k, "runtime", r, "nvtx", n, "spans", sp);
+        result = Py_BuildValue("{sNsNsNsNsL}", "kernels", k, "runtime", r, "nvtx", n, "spans", sp, "long_ranges",
+                               long_ranges);
     else { Py_XDECREF(k); Py_XDECREF(r); Py_XDECREF(n); Py_XDECREF(sp); }
 done:
     if (sync) { pthread_mutex_destroy(&j->mu); pthread_cond_destroy(&j->cv); }
@@ -715,7 +733,8 @@ done:
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(uri, kernel_sql, klo, khi, runtime_sql, rlo, rhi, nvtx_sql, nlo, nhi, threads, nccl_ids, rel_ids,\n"
-     "     rel_values, cancel) -> {'kernels': ..., 'runtime': ..., 'nvtx': ..., 'spans': [(pid, first, last)]}\n"
+     "     rel_values, cancel, long_ns) -> {'kernels': ..., 'runtime': ..., 'nvtx': ..., 'spans': [(pid, first, last)],\n"
+     "     'long_ranges': NVTX ranges of long_ns or more that may be the program's own}\n"
      "A table whose SQL is None is not read. cancel: a bytearray whose first byte, set, stops the scan."},
     {NULL, NULL, 0, NULL},
 };

@@ -26,6 +26,9 @@ MAX_GROUP = 1 << 24  # ranks in a group (globalTid holds 24-bit pids; no job has
 # Kineto timestamps are µs since the epoch (about 1.8e15 today), or since process start: a
 # value past 2**53 µs is no time (and its ns would not fit in 64 bits)
 MAX_TS_US = float(1 << 53)
+# The shortest OS-runtime call or NVTX range of the program's own kept for the late-arrival
+# diagnosis: 100 us, below any delay it reports (nsyscomm.analyses.late's noise threshold is larger)
+HOST_MIN_NS = 100_000
 
 _NAME_COLUMNS = ("op", "api", "dtype", "group", "group_ranks", "caller", "source", "kernel", "algo", "proto")
 _CHECKED_VALUES = (

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import gap_kernels, gpu_metrics, nccl_payload
+from nsyscomm.ingest import gap_kernels, gpu_metrics, limits, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
@@ -70,9 +70,17 @@ FROM (SELECT DISTINCT globalTid FROM src_ranges WHERE globalTid IS NOT NULL) d,
      (SELECT min(start) AS t0, max("end") AS t1, max("end") - min(start) + 1 AS stride FROM src_ranges) b"""
 
 
-# The shortest OS-runtime call kept for the late-arrival diagnosis: 100 us, below any delay the
-# diagnosis reports (nsyscomm.analyses.late's noise threshold is larger)
-HOST_CALL_MIN_NS = 100_000
+HOST_CALL_MIN_NS = limits.HOST_MIN_NS
+# what sql/host_ranges_nsys.sql gives when it finds nothing
+_NO_HOST_RANGES = pd.DataFrame(
+    {
+        "pid": pd.Series(dtype="int64"),
+        "tid": pd.Series(dtype="int64"),
+        "start": pd.Series(dtype="int64"),
+        "end": pd.Series(dtype="int64"),
+        "name": pd.Series(dtype=object),
+    }
+)
 
 
 @dataclass
@@ -255,11 +263,15 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             else None
         )
         nvtx_cols = tables.get("NVTX_EVENTS", set())
-        host_ranges = (
-            duck.frame(con.execute(duck.sql("host_ranges_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
-            if {"start", "end", "globalTid", "eventType", "text", "textId"} <= nvtx_cols
-            else None
-        )
+        host_ranges = None
+        if {"start", "end", "globalTid", "eventType", "text", "textId"} <= nvtx_cols:
+            # the C scan counted the ranges this query could keep: none, and its second pass over
+            # NVTX_EVENTS (the whole table, through DuckDB's scanner) is skipped
+            host_ranges = (
+                _NO_HOST_RANGES.copy()
+                if opened.long_ranges == 0
+                else duck.frame(con.execute(duck.sql("host_ranges_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
+            )
         gaps = gap_names = None
         if gap_rows is not None:
             gaps = gap_rows.result()

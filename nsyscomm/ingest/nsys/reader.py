@@ -255,6 +255,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
             np.array([i for i, _ in rel], np.int64),
             [v.encode() for _, v in rel],
             cancel,
+            limits.HOST_MIN_NS,
         )
     except (ValueError, sqlite3.Error):
         return None  # the copy has the reference behaviour for what the scan did not expect
@@ -284,7 +285,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
         [x for row in spans for x in row],
     )
     con.execute("CREATE TEMP VIEW src_events AS SELECT * FROM span_parts")
-    return compute, nccl_names
+    return compute, nccl_names, int(out["long_ranges"])
 
 
 def _sqlite_scan_module():
@@ -366,6 +367,9 @@ class Opened:
     warnings: list[str] = field(default_factory=list)
     compute: dict | None = None  # the compute kernels when _scan read them
     nccl_names: list | None = None  # the NCCL kernel names it parsed, then
+    # how many NVTX ranges may be the program's own long ones (sql/host_ranges_nsys.sql), as _scan
+    # counted them; None: not counted (that query must run to know)
+    long_ranges: int | None = None
 
 
 def open_report(path: Path, threads: int | None = None) -> Opened:
@@ -413,8 +417,8 @@ def _read(path: Path, con, cancel: bytearray) -> Opened:
         if scanned is None:
             _copy_tables(con, tables, warnings)
         _check(con, tables, warnings)
-        compute, nccl_names = scanned or (None, None)
-        return Opened(con, tables, warnings, compute, nccl_names)
+        compute, nccl_names, long_ranges = scanned or (None, None, None)
+        return Opened(con, tables, warnings, compute, nccl_names, long_ranges)
     except BaseException:
         con.close()
         raise
