@@ -63,6 +63,8 @@ def top_in_gaps(calls: pa.Table, compute: dict) -> pd.DataFrame:
     if not parts:
         return empty
     call, name_id, ns, count = (np.concatenate(a) for a in zip(*parts))
+    del parts, kkey, named
+    # the columns as they are, not copied into one block: this frame is the extract's largest
     return pd.DataFrame(
         {
             "pid": cpid[call],
@@ -71,7 +73,8 @@ def top_in_gaps(calls: pa.Table, compute: dict) -> pd.DataFrame:
             "name_id": name_id,
             "ns": ns,
             "count": count,
-        }
+        },
+        copy=False,
     )
 
 
