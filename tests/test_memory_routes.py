@@ -103,7 +103,7 @@ def test_same_extract_in_duckdb(path, monkeypatch):
         )
     if has_kernels:  # without kernels there is nothing to hold: either route
         assert routes == ["copy", "islands"]
-    _same(in_memory, in_duckdb)
+    _same(in_memory, in_duckdb, gaps=not has_kernels)
 
 
 @pytest.mark.skipif(nsys_reader._sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
