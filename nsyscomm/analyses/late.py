@@ -10,8 +10,9 @@ the other ranks. Causes, in the order they are tried:
   the collective no later than theirs (its host gap is not longer): the kernels queued ahead of
   it on the device ran longer. The detail gives the compute busy time in the gap against the
   others' median, and the kernels by name that ran longest beyond the same kernels on the other
-  ranks (nsyscomm/ingest/gap_kernels.py). (Comparing busy time alone would blame compute whenever a rank arrives late:
-  the later it arrives, the more of the same backward kernels fall inside its gap.)
+  ranks (nsyscomm/ingest/gap_kernels.py). (Comparing busy time alone would blame compute
+  whenever a rank arrives late: the later it arrives, the more of the same backward kernels fall
+  inside its gap.)
 - ``host``: the CPU came late to the call (its host gap is longer by most of the extra): OS-runtime
   calls of the calling thread in that gap (nsys -t osrt: sleep, I/O, futex...) when they cover
   most of it, and the program's own NVTX ranges there (data loading, checkpointing) when one
@@ -67,7 +68,7 @@ def _cause(r) -> tuple[str, str]:
                     "(the extra is spread over many kernels, or in kernels that overlapped the previous collective)"
                 )
             else:
-                kernels = "; kernel names not kept (the report's kernels did not fit in memory)"
+                kernels = "; kernel names not kept for this report (nsys exports whose kernels fit in memory keep them)"
             return "gpu_compute", (
                 f"launched on time but the device was busy {r.busy_gap / 1e6:.3f} ms with compute "
                 f"kernels since the previous collective, against {others_busy / 1e6:.3f} ms on the "
