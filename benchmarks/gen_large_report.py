@@ -100,11 +100,11 @@ class _Writer:
 def _kernel_row(w: _Writer, name: str, start, end, device, stream, corr, gpid, grid) -> tuple:
     shape = w.shapes.get(name)  # string ids are per report
     if shape is None:
-        s = synth._kernel_shape(name)
+        s = synth.kernel_shape(name)
         shape = w.shapes[name] = (
-            w.sid(synth._demangled(name)),
+            w.sid(synth.demangled(name)),
             w.sid(name),
-            w.sid(synth._mangled(name)),
+            w.sid(synth.mangled(name)),
             s["launchType"],
             s["cacheConfig"],
             s["registersPerThread"],

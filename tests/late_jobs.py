@@ -118,7 +118,7 @@ def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
     for rank in range(2):
         proc = rep.process(6100 + rank, "python3", {6100 + rank: "python3"})
         sim = synth.RankSim(rep, proc, rng, rank=rank, device=rank, start=T0)
-        synth._add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=2, host="gpu-host")
+        synth.add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=2, host="gpu-host")
         sims.append(sim)
     # a warm-up all_reduce, on time: every later call has a previous one to measure its gap from
     pend = [

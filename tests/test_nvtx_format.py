@@ -120,7 +120,7 @@ def tiny_report(path: Path, messages: list[str], registered: bool = True) -> Non
     con = sqlite3.connect(path)
     for t in ("StringIds", "NVTX_EVENTS", "META_DATA_EXPORT"):
         con.execute(synth.create_statement(t))
-    cols = synth._cols("NVTX_EVENTS")
+    cols = synth.cols("NVTX_EVENTS")
     rows, strings = [], []
     rows.append({"start": 0, "end": None, "eventType": 75, "text": fmt.DOMAIN, "globalTid": GTID, "domainId": 1})
     for i, m in enumerate(messages):

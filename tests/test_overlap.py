@@ -11,7 +11,7 @@ from nsyscomm import duck
 from nsyscomm.analyses import overlap
 from nsyscomm.api import Result
 from nsyscomm.ingest.busy import busy_before
-from nsyscomm.synth import _minus_len
+from nsyscomm.synth import minus_len
 
 
 def _job(seed):
@@ -81,8 +81,8 @@ def _expected(calls, compute, by_step):
         comm = list(zip(g["gpu_start"].astype(int), g["gpu_end"].astype(int)))
         out = (int(g["rank"].iloc[0]), None if not by_step or pd.isna(key[3]) else int(key[3]))
         n, busy, exposed = rows.get(out, (0, 0, 0))
-        union = _minus_len(comm, [])
-        rows[out] = (n + len(g), busy + union, exposed + _minus_len(comm, list(zip(c["start"], c["end"]))))
+        union = minus_len(comm, [])
+        rows[out] = (n + len(g), busy + union, exposed + minus_len(comm, list(zip(c["start"], c["end"]))))
     return rows
 
 

@@ -422,7 +422,7 @@ def test_no_report_string_is_formatted_into_sql():
     sql_start = re.compile(r"^\s*(SELECT|CREATE|UPDATE|ATTACH|PRAGMA|INSERT|DELETE|WITH|LOAD)\b", re.I)
     bad = []
     for py in root.rglob("*.py"):
-        if py.name == "synth.py":  # writes the synthetic samples, reads no report
+        if "synth" in py.relative_to(root).parts:  # writes the synthetic samples, reads no report
             continue
         text = py.read_text()
         for m in re.finditer(r'\bf("""|\'\'\'|"|\')(.*?)\1', text, re.S):

@@ -81,7 +81,7 @@ def test_truth_json_is_sorted_and_integer_times(generated):
         for row in truth["collectives"]:
             for k in ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "duration_ns", "latency_ns", "wait_ns"):
                 assert row[k] is None or isinstance(row[k], int), (name, k)
-        keys = [synth._summary_key(r) for r in truth["by_caller"]]
+        keys = [synth.summary_key(r) for r in truth["by_caller"]]
         assert keys == sorted(keys)
         assert truth["collectives_count"] == len(truth["collectives"])
 
@@ -301,5 +301,5 @@ def test_kernel_name_parsing():
 
 
 def test_exposed_interval_arithmetic():
-    assert synth._minus_len([(0, 10), (5, 20)], [(2, 4), (15, 30)]) == 20 - 2 - 5
-    assert synth._minus_len([(0, 10)], []) == 10
+    assert synth.minus_len([(0, 10), (5, 20)], [(2, 4), (15, 30)]) == 20 - 2 - 5
+    assert synth.minus_len([(0, 10)], []) == 10
