@@ -48,18 +48,6 @@ def assert_offline(page: str) -> None:
     assert "default-src 'none'" in html.unescape(page)
 
 
-class _NoOverlap:
-    """A Result without the overlap analysis (older library, or another source)."""
-
-    def __init__(self, result):
-        self._r = result
-
-    def __getattr__(self, name):
-        if name == "overlap":
-            raise AttributeError(name)
-        return getattr(self._r, name)
-
-
 @pytest.mark.parametrize("path", INPUTS)
 def test_report_sections(path):
     res = loaded(path)
@@ -77,28 +65,42 @@ def test_report_sections(path):
     assert ('class="peak"' in page) == bool(has_bw)
     if not has_bw:
         assert "message sizes are unknown" in page
-    # exposed communication only when the Result provides the overlap analysis
-    assert ('id="exposed"' in page) == (getattr(res, "overlap", None) is not None)
+    assert 'id="exposed"' in page  # every Result has the overlap analysis (empty without GPU calls)
 
 
-def test_exposed_section_only_with_overlap():
-    res = loaded(_any_input())
-    assert 'id="exposed"' not in html_report.render(_NoOverlap(res))
-    if hasattr(res, "overlap"):
-        page = html_report.render(res)
-        assert 'id="exposed"' in page
-        if not res.overlap.empty and (res.overlap["scope"] == "step").any() and res.overlap["step"].notna().any():
-            assert 'aria-label="exposed communication per step"' in page
-
-
-def test_exposed_section_generic_shapes():
+def test_exposed_section_from_result_overlap():
+    """Result.overlap's shape: per rank and step ('step' rows) and per rank ('rank' rows). The
+    step bars show, per step, the rank with the most exposed time; the table the rank rows."""
     import pandas as pd
 
     assert html_report.exposed_section(None) is None
-    df = pd.DataFrame({"step": [0, 1, 1], "rank": [0, 0, 1], "exposed_ms": [1.0, 2.0, 3.0]})
+    ms = 1_000_000
+    df = pd.DataFrame(
+        {
+            "scope": ["step", "step", "step", "step", "rank", "rank"],
+            "rank": [0, 1, 0, 1, 0, 1],
+            "step": [0, 0, 1, 1, None, None],
+            "calls": [2, 2, 2, 2, 4, 4],
+            "comm_busy_ns": [4 * ms, 6 * ms, 5 * ms, 5 * ms, 9 * ms, 11 * ms],
+            "exposed_ns": [1 * ms, 3 * ms, 2 * ms, 0, 3 * ms, 3 * ms],
+        }
+    )
+    df["exposed_pct"] = 100.0 * df["exposed_ns"] / df["comm_busy_ns"]
     out = html_report.exposed_section(df)
-    assert "exposed communication per step" in out and "<table" in out
-    assert "nothing" in html_report.exposed_section(pd.DataFrame())
+    assert 'aria-label="exposed communication per step"' in out and "<table" in out
+    # rank 1's row: 11 ms busy, 3 ms exposed, 27.3 %
+    assert "11.000" in out or "11.00" in out, out
+    assert "27.3" in out
+    empty = html_report.exposed_section(df.iloc[0:0])
+    assert "No GPU communication" in empty
+
+
+def test_exposed_section_on_every_input():
+    res = loaded(_any_input())
+    page = html_report.render(res)
+    assert 'id="exposed"' in page
+    if not res.overlap.empty and (res.overlap["scope"] == "step").any() and res.overlap["step"].notna().any():
+        assert 'aria-label="exposed communication per step"' in page
 
 
 def test_untrusted_text_is_escaped():

@@ -1,0 +1,180 @@
+"""The HTML report's tables and the text around them: summary per (op, size), per-rank table,
+arrival skew, exposed communication (from Result.overlap), top callers."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from nsyscomm.views.html_charts import step_bars
+from nsyscomm.views.html_parts import (
+    _e,
+    _i,
+    _n,
+    _num,
+    _s,
+    _size,
+    _table,
+)
+from nsyscomm.views.units import fmt
+
+
+def summary_section(summary: pd.DataFrame) -> str:
+    header = [
+        "op",
+        "message size",
+        "n",
+        "count",
+        "calls",
+        "ranks",
+        "total (ms)",
+        "avg (ms)",
+        "p50 (ms)",
+        "max (ms)",
+        "algbw (GB/s)",
+        "busbw (GB/s)",
+        "dtype",
+    ]
+    rows = [
+        [
+            _s(r.op),
+            _size(r.bytes),
+            _i(r.group_size),
+            _i(r.count),
+            _i(r.calls),
+            _i(r.ranks),
+            _n(r.total_ms),
+            _n(r.avg_ms),
+            _n(r.p50_ms),
+            _n(r.max_ms),
+            _n(r.algbw_GBps, 2),
+            _n(r.busbw_GBps, 2),
+            _s(r.dtype),
+        ]
+        for r in summary.itertuples()
+    ]
+    if not rows:
+        return '<p class="note">No collective calls.</p>'
+    return (
+        _table(header, rows, numeric=set(range(1, 12)))
+        + '<p class="note">One row per (op, message size). count: logical collectives (a call matched across '
+        "ranks by group and sequence number counts once); calls: summed over ranks. Latency of a logical "
+        "collective: its fastest rank's duration. busbw follows nccl-tests (factor of the communicator "
+        "size n).</p>"
+    )
+
+
+def ranks_table(ranks: pd.DataFrame) -> str:
+    header = ["rank", "host", "calls", "bytes", "comm (ms)", "wait (ms)", "elapsed (ms)", "% comm"]
+    rows = [
+        [
+            _i(r.rank),
+            _s(r.host),
+            _i(r.calls),
+            _size(r.bytes),
+            _n(r.comm_ms),
+            _n(r.wait_ms),
+            _n(r.elapsed_ms),
+            _n(r.comm_pct, 2),
+        ]
+        for r in ranks.itertuples()
+    ]
+    return _table(header, rows, numeric={0, 2, 3, 4, 5, 6, 7}) if rows else ""
+
+
+def skew_text(skew: dict) -> str:
+    s = skew.get("straggler_rank")
+    if s is None:
+        return '<p class="note">No straggler: no rank arrived last more often than the others.</p>'
+    per = {p["rank"]: p for p in skew.get("per_rank", [])}
+    p = per.get(s, {})
+    return (
+        f"<p><b>Straggler: rank {_e(s)}</b> arrived last in {_e(p.get('late_count'))} of "
+        f"{_e(skew.get('instances'))} shared collectives (mean arrival delay "
+        f"{_e(fmt(p.get('avg_arrival_delay_ms')))} ms).</p>"
+    )
+
+
+def exposed_section(overlap: pd.DataFrame | None) -> str | None:
+    """The exposed-communication section from Result.overlap (rows of scope 'rank', the whole
+    capture, and 'step', per rank and step), or None without it."""
+    if overlap is None:
+        return None
+    return _exposed_from_overlap(overlap)
+
+
+def _exposed_from_overlap(df: pd.DataFrame) -> str:
+    if df.empty:
+        return (
+            '<p class="note">No GPU communication to set against compute (CPU-synchronous backends '
+            "have nothing to hide behind).</p>"
+        )
+    parts = []
+    st = df[(df["scope"] == "step") & df["step"].notna()]
+    if not st.empty:
+        d = pd.DataFrame(
+            {
+                "step": pd.to_numeric(st["step"], errors="coerce"),
+                "exposed": pd.to_numeric(st["exposed_ns"], errors="coerce") / 1e6,
+                "comm": pd.to_numeric(st["comm_busy_ns"], errors="coerce") / 1e6,
+            }
+        )
+        agg = d.groupby("step").max().sort_index()  # the slowest rank bounds the step
+        parts.append(step_bars(agg))
+        parts.append(
+            '<p class="note">Per step, the rank with the most exposed communication '
+            "(and, behind it, the most communication time).</p>"
+        )
+    rk = df[df["scope"] == "rank"]
+    if not rk.empty:
+        rows = []
+        for r in rk.itertuples():
+            busy, ex = _num(r.comm_busy_ns), _num(r.exposed_ns)
+            pct = _num(getattr(r, "exposed_pct", None))
+            if pct is None and busy:
+                pct = 100.0 * (ex or 0) / busy
+            rows.append(
+                [
+                    _i(r.rank),
+                    _i(r.calls) if hasattr(r, "calls") else "-",
+                    _n(None if busy is None else busy / 1e6),
+                    _n(None if ex is None else ex / 1e6),
+                    _n(pct, 1),
+                ]
+            )
+        parts.append(
+            _table(["rank", "GPU calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows, numeric={0, 1, 2, 3, 4})
+        )
+    return "".join(parts)
+
+
+def callers_section(by_caller: pd.DataFrame, top: int = 20) -> str:
+    d = by_caller[by_caller["caller"].notna()] if "caller" in by_caller.columns else by_caller.iloc[0:0]
+    if d.empty:
+        return (
+            '<p class="note">No caller information: callers are recorded by the nsyscomm wrapper '
+            "(<code>file:line function</code> of the call site).</p>"
+        )
+    rows = []
+    for caller, g in d.groupby("caller", sort=False):
+        total = pd.to_numeric(g["total_ms"], errors="coerce").sum()
+        b = pd.to_numeric(g["bytes"], errors="coerce")
+        cnt = pd.to_numeric(g["count"], errors="coerce")
+        rows.append(
+            (
+                float(total),
+                str(caller),
+                ", ".join(sorted(set(map(str, g["op"])))),
+                int(cnt.sum()),
+                int(pd.to_numeric(g["calls"], errors="coerce").sum()),
+                float((b.fillna(0) * cnt).sum()),
+            )
+        )
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    grand = sum(r[0] for r in rows) or 1.0
+    header = ["caller", "ops", "count", "calls", "bytes (per rank)", "total (ms)", "share"]
+    cells = [
+        [c, ops, (str(n), str(n)), (str(k), str(k)), _size(b), _n(t), (f"{100 * t / grand:.1f}%", repr(t))]
+        for t, c, ops, n, k, b in rows[:top]
+    ]
+    more = f'<p class="note">{len(rows) - top} more caller(s) not shown.</p>' if len(rows) > top else ""
+    return _table(header, cells, numeric={2, 3, 4, 5, 6}, cls="callers") + more
