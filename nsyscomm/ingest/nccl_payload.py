@@ -29,326 +29,44 @@ Hook into ``nsyscomm.ingest.nsys.extract.extract`` (while its DuckDB connection 
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import re
-import struct
-from dataclasses import dataclass, field
-
 import pandas as pd
 
 from nsyscomm import duck
-
-SCHEMA_BASE = 1 << 24
-# stable since 2.19 (docs/architecture.md, "Facts about NCCL"); used only when a range's name is not an NCCL API name
-SCHEMA_OPS = {4: "AllGather", 5: "AllReduce", 6: "Broadcast", 7: "ReduceScatter", 8: "Reduce", 9: "Send", 10: "Recv"}
-SCHEMA_OPS_228 = {16: "AlltoAll", 17: "Gather", 18: "Scatter"}
-
-# NCCL API (range name without "nccl") -> canonical op
-API_OPS = {
-    "AllReduce": "all_reduce",
-    "AllGather": "all_gather",
-    "ReduceScatter": "reduce_scatter",
-    "Broadcast": "broadcast",
-    "Bcast": "broadcast",
-    "Reduce": "reduce",
-    "Send": "send",
-    "Recv": "recv",
-    "AlltoAll": "all_to_all",
-    "AllToAll": "all_to_all",
-    "Gather": "gather",
-    "Scatter": "scatter",
-}
-INIT_APIS = (
-    "ncclCommInitRank",
-    "ncclCommInitRankConfig",
-    "ncclCommInitRankScalable",
-    "ncclCommSplit",
-    "ncclCommInitAll",
-    "ncclCommGrow",
+from nsyscomm.ingest import nvtx_payload
+from nsyscomm.ingest.nccl_api import (
+    ENTRY_FIELDS,
+    INIT_APIS,
+    SCHEMA_OPS,
+    SCHEMA_OPS_228,
+    api_op,
+    build_units,
+    json_value,
+    nccl_tests_bytes,
+    present,
+    redop_name,
 )
-REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+from nsyscomm.ingest.nvtx_payload import SCHEMA_BASE, Schema, blob_bytes, decode_binary
 
-# NVTX payload entry types (nvToolsExtPayload.h) -> struct format
-_ENTRY_FORMATS = {
-    1: "b",
-    2: "B",
-    3: "h",
-    4: "H",
-    5: "i",
-    6: "I",
-    7: "q",
-    8: "Q",
-    9: "q",
-    10: "Q",
-    11: "b",
-    12: "B",
-    13: "h",
-    14: "H",
-    15: "i",
-    16: "I",
-    17: "q",
-    18: "Q",
-    19: "f",
-    20: "d",
-    22: "Q",
-    23: "Q",
-}
-_NATURAL = {"b": 1, "B": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "Q": 8, "f": 4, "d": 8}
-
-# entry name -> field of a decoded payload
-ENTRY_FIELDS = {
-    "nccl communicator id": "comm",
-    "message size [bytes]": "msg_bytes",
-    "reduction operation": "redop",
-    "root": "root",
-    "peer rank": "peer",
-    "no. of ranks": "nranks",
-    "rank": "rank",
-    "cuda device": "device",
-    "no. of devices": "ndev",
-}
-
-
-@dataclass
-class Schema:
-    schema_id: int
-    size: int | None
-    entries: list[tuple[str, int, int]] = field(default_factory=list)  # (field, type, offset)
+__all__ = [
+    "apply",
+    "api_op",
+    "build_units",
+    "decode_binary",
+    "load_schemas",
+    "nccl_tests_bytes",
+    "read_events",
+    "redop_name",
+]
 
 
 def load_schemas(rows_schemas, rows_entries) -> dict[int, Schema]:
-    """NVTX_PAYLOAD_SCHEMAS rows (schemaId, payloadSize) and NVTX_PAYLOAD_SCHEMA_ENTRIES rows
-    (schemaId, idx, type, name, offset) -> schemaId -> Schema (duplicates, one per process, collapse).
-    A missing offset is computed with natural alignment, as NVTX does."""
-    sizes = {int(s): (None if z is None else int(z)) for s, z in rows_schemas}
-    by_id: dict[int, dict[int, tuple]] = {}
-    for sid, idx, typ, name, off in rows_entries:
-        by_id.setdefault(int(sid), {})[int(idx)] = (name, None if typ is None else int(typ), off)
-    out = {}
-    for sid, ents in by_id.items():
-        sch = Schema(sid, sizes.get(sid))
-        pos = 0
-        for idx in sorted(ents):
-            name, typ, off = ents[idx]
-            fmt = _fmt(typ)
-            width = _NATURAL.get(fmt, 8)
-            if off is None:
-                off = (pos + width - 1) // width * width
-            off = int(off)
-            pos = off + width
-            f = ENTRY_FIELDS.get((name or "").strip().lower())
-            if f:
-                sch.entries.append((f, typ, off))
-        if sch.size is None:
-            sch.size = pos
-        out[sid] = sch
-    return out
-
-
-def _fmt(typ: int | None) -> str:
-    if typ is None:
-        return "Q"
-    if typ >= SCHEMA_BASE:  # a registered schema used as a type: NCCL's ncclRedOp_t enum (4 bytes)
-        return "i"
-    return _ENTRY_FORMATS.get(typ, "Q")
-
-
-def blob_bytes(value) -> bytes | None:
-    """binaryData as exported: BLOB bytes, or TEXT holding hex (optionally 0x-prefixed) or base64."""
-    if value is None:
-        return None
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    s = str(value).strip()
-    if not s:
-        return None
-    h = s[2:] if s.lower().startswith("0x") else s
-    h = re.sub(r"[\s:-]", "", h)
-    if len(h) % 2 == 0 and re.fullmatch(r"[0-9a-fA-F]+", h):
-        return bytes.fromhex(h)
-    try:
-        return base64.b64decode(s, validate=True)
-    except (binascii.Error, ValueError):
-        return s.encode("latin-1", "replace")
-
-
-def decode_binary(value, schemas: dict[int, Schema], schema_id: int | None = None) -> dict:
-    """Decode one payload. ``schema_id`` picks the layout when known; otherwise a 16-byte
-    nvtxPayloadData_t-like header {u64 schemaId, u64 size} naming a known schema is honoured,
-    else the schema whose static size equals the blob's length (ambiguity -> {})."""
-    data = blob_bytes(value)
-    if not data:
-        return {}
-    sch = None
-    if len(data) >= 16:
-        sid, size = struct.unpack_from("<QQ", data, 0)
-        if sid in schemas and size == len(data) - 16:
-            sch, data = schemas[sid], data[16:]
-    if sch is None and schema_id is not None:
-        sch = schemas.get(schema_id)
-    if sch is None:
-        fits = [s for s in schemas.values() if s.size == len(data)]
-        if len({tuple(s.entries) for s in fits}) == 1:
-            sch = fits[0]
-    if sch is None:
-        return {}
-    out = {}
-    for f, typ, off in sch.entries:
-        fmt = _fmt(typ)
-        if off + _NATURAL[fmt] <= len(data):
-            out[f] = struct.unpack_from("<" + fmt, data, off)[0]
-    return out
+    """The report's payload layouts with NCCL's entries (nvtx_payload.load_schemas)."""
+    return nvtx_payload.load_schemas(rows_schemas, rows_entries, ENTRY_FIELDS)
 
 
 def decode_json(text) -> dict:
-    """jsonText -> fields: the first JSON object (at any depth) whose keys are schema entry names."""
-    if not text:
-        return {}
-    try:
-        obj = json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return {}
-    stack = [obj]
-    while stack:
-        o = stack.pop(0)
-        if isinstance(o, dict):
-            hits = {
-                ENTRY_FIELDS[k.strip().lower()]: v
-                for k, v in o.items()
-                if isinstance(k, str) and k.strip().lower() in ENTRY_FIELDS
-            }
-            if hits:
-                return {k: _json_value(k, v) for k, v in hits.items()}
-            stack.extend(o.values())
-        elif isinstance(o, list):
-            stack.extend(o)
-    return {}
-
-
-def _json_value(key, v):
-    if key == "redop" and isinstance(v, str):
-        low = v.strip().lower()
-        return {"product": "prod"}.get(low, low)
-    if isinstance(v, str):
-        try:
-            return int(v, 0)
-        except ValueError:
-            return v
-    return v
-
-
-def redop_name(v) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    return REDOPS.get(int(v), f"premulsum{int(v)}" if int(v) >= 5 else str(v))
-
-
-def api_op(name: str | None, schema_id: int | None = None) -> str | None:
-    if name and name.startswith("nccl"):
-        return API_OPS.get(name[4:])
-    if schema_id is not None:
-        k = schema_id - SCHEMA_BASE
-        return API_OPS.get(SCHEMA_OPS.get(k) or SCHEMA_OPS_228.get(k, ""))
-    return None
-
-
-def nccl_tests_bytes(op: str | None, msg_bytes, nranks) -> int | None:
-    """NCCL's payload size -> nccl-tests S (docs/architecture.md, "Message size and bus bandwidth"): all_gather / reduce_scatter / gather / scatter
-    carry the per-rank size: S = n x that (None when n is unknown); the others are S already."""
-    if msg_bytes is None or op is None:
-        return None
-    if op in ("all_gather", "reduce_scatter", "gather", "scatter"):
-        return int(msg_bytes) * int(nranks) if nranks else None
-    return int(msg_bytes)
-
-
-# --------------------------------------------------------------------------- units (group semantics)
-
-
-def build_units(events: pd.DataFrame, comm_sizes: dict) -> pd.DataFrame:
-    """NCCL ranges of one report (globalTid, start, end, name, fields...) -> one row per unit:
-    globalTid, start, end (the interval whose launches are its kernels), op, api, bytes, group,
-    group_size, members. ``comm_sizes``: comm id -> nranks (from the init payloads)."""
-    rows = []
-    for gtid, ev in events.sort_values(["globalTid", "start", "end"]).groupby("globalTid", sort=False):
-        depth, members = 0, []
-        for e in ev.itertuples(index=False):
-            if e.name == "ncclGroupStart":
-                if depth == 0:
-                    members = []
-                depth += 1
-            elif e.name == "ncclGroupEnd":
-                if depth == 0:
-                    continue  # its ncclGroupStart is outside the capture window
-                depth -= 1
-                if depth == 0 and members:
-                    rows.append(_unit(gtid, e.start, e.end, members, comm_sizes, grouped=True))
-            elif api_op(e.name) is not None:
-                if depth > 0:
-                    members.append(e)
-                else:
-                    rows.append(_unit(gtid, e.start, e.end, [e], comm_sizes, grouped=False))
-    cols = ["globalTid", "start", "end", "op", "api", "bytes", "group", "group_size", "redop", "members"]
-    return pd.DataFrame(rows, columns=cols)
-
-
-def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
-    ops = [api_op(m.name) for m in members]
-    comms = {m.comm for m in members if _present(m.comm)}
-    comm = next(iter(comms)) if len(comms) == 1 else None
-    n = comm_sizes.get(comm) if comm is not None else None
-    names = pd.Series([m.name for m in members]).value_counts()
-    api = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in names.items())
-    if grouped:
-        api = f"ncclGroupEnd({api})"
-    redops = {redop_name(m.redop) for m in members if _present(m.redop)}
-    if set(ops) <= {"send", "recv"}:
-        send_b = sum(int(m.msg_bytes) for m, o in zip(members, ops) if o == "send" and _present(m.msg_bytes))
-        recv_b = sum(int(m.msg_bytes) for m, o in zip(members, ops) if o == "recv" and _present(m.msg_bytes))
-        peers_s = {int(m.peer) for m, o in zip(members, ops) if o == "send" and _present(m.peer)}
-        peers_r = {int(m.peer) for m, o in zip(members, ops) if o == "recv" and _present(m.peer)}
-        if not peers_s and not peers_r and not any(_present(m.msg_bytes) for m in members):
-            op = None  # no payload: the kernels (or the enclosing PyTorch range) tell
-            nbytes = None
-        elif (n and n > 1 and len(peers_s) >= n - 1 and len(peers_r) >= n - 1) or (
-            not n and len(peers_s) >= 2 and peers_s == peers_r
-        ):
-            op, nbytes = "all_to_all", send_b
-        elif "send" in ops:
-            op, nbytes = "send", send_b  # a send (paired with receives in a sendrecv group)
-        else:
-            op, nbytes = "recv", recv_b
-        if op is not None and not any(_present(m.msg_bytes) for m in members):
-            nbytes = None
-    elif len(set(ops)) == 1:
-        op = ops[0]
-        parts = [nccl_tests_bytes(op, m.msg_bytes if _present(m.msg_bytes) else None, n) for m in members]
-        nbytes = None if any(p is None for p in parts) else sum(parts)
-    else:
-        op, nbytes = None, None  # mixed collectives in one group: the kernels tell
-    return {
-        "globalTid": gtid,
-        "start": start,
-        "end": end,
-        "op": op,
-        "api": api,
-        "bytes": nbytes,
-        "group": None if comm is None else str(comm),
-        "group_size": n,
-        "redop": ",".join(sorted(redops)) or None,
-        "members": len(members),
-    }
-
-
-def _present(v) -> bool:
-    return v is not None and not (isinstance(v, float) and v != v) and v is not pd.NA
-
-
-# --------------------------------------------------------------------------- reading a report
+    """A jsonText payload's NCCL fields (nvtx_payload.decode_json)."""
+    return nvtx_payload.decode_json(text, ENTRY_FIELDS, json_value)
 
 
 def _meta(con, tables) -> dict:
@@ -522,13 +240,13 @@ def rank_markers(events: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """(markers: pid, rank, local_rank, world, host) from ncclCommInitRank* payloads, taking each
     process's largest communicator (the world), and comm id -> nranks for every communicator."""
     init = events[events["name"].isin(INIT_APIS) & events["nranks"].notna()]
-    sizes = {c: int(n) for c, n in zip(init["comm"], init["nranks"]) if _present(c)}
+    sizes = {c: int(n) for c, n in zip(init["comm"], init["nranks"]) if present(c)}
     rows = []
     if len(init):
         init = init.assign(pid=[(int(g) >> 24) & 0xFFFFFF for g in init["globalTid"]])
         for pid, g in init.sort_values("start").groupby("pid"):
             top = g.loc[g["nranks"].astype(int).idxmax()]
-            if _present(top["rank"]):
+            if present(top["rank"]):
                 rows.append((int(pid), int(top["rank"]), None, int(top["nranks"]), None))
     markers = pd.DataFrame(rows, columns=["pid", "rank", "local_rank", "world", "host"])
     return markers, sizes
@@ -616,11 +334,11 @@ def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str], 
                 matched += 1
         for i, us in per_row.items():
             b = [u.bytes for u in us]
-            calls.at[i, "bytes"] = None if any(not _present(x) for x in b) else int(sum(b))
+            calls.at[i, "bytes"] = None if any(not present(x) for x in b) else int(sum(b))
             groups = {u.group for u in us if u.group}
             if len(groups) == 1:
                 calls.at[i, "group"] = groups.pop()
-            sizes_ = {u.group_size for u in us if _present(u.group_size)}
+            sizes_ = {u.group_size for u in us if present(u.group_size)}
             if len(sizes_) == 1:
                 calls.at[i, "group_size"] = int(sizes_.pop())
             if calls.at[i, "source"] == "kernel_name":
