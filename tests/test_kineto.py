@@ -12,7 +12,7 @@ import pytest
 from nsyscomm import api
 from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto
+from nsyscomm.ingest import kineto, kineto_meta, kineto_stream
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "kineto"
 need_real = pytest.mark.skipif(not REAL.is_dir(), reason="shared/real/kineto is absent")
@@ -147,28 +147,28 @@ def test_folder_of_ranks_through_pipeline(tmp_path):
 def test_stream_parser_chunk_boundaries(tmp_path):
     trace = make_trace(0)
     p = write(tmp_path / "t.json", trace)
-    events = [v for k, v in kineto.iter_trace(p, chunk=7) if k == "event"]
-    meta = dict(v for k, v in kineto.iter_trace(p, chunk=7) if k == "meta")
+    events = [v for k, v in kineto_stream.iter_trace(p, chunk=7) if k == "event"]
+    meta = dict(v for k, v in kineto_stream.iter_trace(p, chunk=7) if k == "meta")
     assert events == trace["traceEvents"]
     assert meta["distributedInfo"]["rank"] == 0
     # a bare event array is a trace too
     q = tmp_path / "bare.json"
     q.write_text(json.dumps(trace["traceEvents"]))
-    assert [v for _k, v in kineto.iter_trace(q, chunk=5)] == trace["traceEvents"]
+    assert [v for _k, v in kineto_stream.iter_trace(q, chunk=5)] == trace["traceEvents"]
 
 
 def test_to_ns_exact():
-    assert kineto.to_ns(kineto._Num("1669783687570192.125")) == 1669783687570192125
-    assert kineto.to_ns(kineto._Num("0.0005")) == 1
-    assert kineto.to_ns(1682725898240951) == 1682725898240951000
+    assert kineto_stream.to_ns(kineto_stream.Num("1669783687570192.125")) == 1669783687570192125
+    assert kineto_stream.to_ns(kineto_stream.Num("0.0005")) == 1
+    assert kineto_stream.to_ns(1682725898240951) == 1682725898240951000
 
 
 def test_message_size_rules():
-    assert kineto.message_size("all_gather", 10, 40, 4, 4) == (160, 40)
-    assert kineto.message_size("reduce_scatter", 40, 10, 2, 4) == (80, 40)
-    assert kineto.message_size("all_reduce", 10, 10, 8, 4) == (80, 10)
-    assert kineto.message_size("all_to_all", 12, 12, 1, 4) == (12, 12)
-    assert kineto.message_size("barrier", None, None, None, 4) == (0, 0)
+    assert kineto_meta.message_size("all_gather", 10, 40, 4, 4) == (160, 40)
+    assert kineto_meta.message_size("reduce_scatter", 40, 10, 2, 4) == (80, 40)
+    assert kineto_meta.message_size("all_reduce", 10, 10, 8, 4) == (80, 10)
+    assert kineto_meta.message_size("all_to_all", 12, 12, 1, 4) == (12, 12)
+    assert kineto_meta.message_size("barrier", None, None, None, 4) == (0, 0)
 
 
 def test_bad_file(tmp_path):

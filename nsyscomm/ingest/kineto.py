@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,292 +42,20 @@ from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
+from nsyscomm.ingest.kineto_meta import int_or_none, meta_row, shape_meta
+from nsyscomm.ingest.kineto_stream import iter_trace, to_ns
 from nsyscomm.ingest.names import canonical_op, parse_kernel
 from nsyscomm.ingest.nsys.extract import Extract
 from nsyscomm.schema import COLUMN_NAMES
 
-# c10 ScalarType names (as in record_param_comms' "dtype") and record_shapes' "Input type"
-# spellings -> (torch spelling, bytes per element)
-DTYPES = {
-    "Float": ("float32", 4),
-    "float": ("float32", 4),
-    "Double": ("float64", 8),
-    "double": ("float64", 8),
-    "Half": ("float16", 2),
-    "c10::Half": ("float16", 2),
-    "BFloat16": ("bfloat16", 2),
-    "c10::BFloat16": ("bfloat16", 2),
-    "Long": ("int64", 8),
-    "long int": ("int64", 8),
-    "long": ("int64", 8),
-    "Int": ("int32", 4),
-    "int": ("int32", 4),
-    "Short": ("int16", 2),
-    "short": ("int16", 2),
-    "Char": ("int8", 1),
-    "signed char": ("int8", 1),
-    "Byte": ("uint8", 1),
-    "unsigned char": ("uint8", 1),
-    "Bool": ("bool", 1),
-    "bool": ("bool", 1),
-    "ComplexFloat": ("complex64", 8),
-    "ComplexDouble": ("complex128", 16),
-    "Float8_e4m3fn": ("float8_e4m3fn", 1),
-    "Float8_e5m2": ("float8_e5m2", 1),
-    "UInt16": ("uint16", 2),
-    "UInt32": ("uint32", 4),
-    "UInt64": ("uint64", 8),
-}
-_TORCH_SIZES = {v[0]: v[1] for v in DTYPES.values()} | {"float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
-
 TRACE_SUFFIXES = (".json", ".json.gz")
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime"}
 _RANGE_CATS = {"user_annotation", "cpu_op", "python_function"}  # CPU-side names we look at
-_META_KEYS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "Group size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Ranks",
-    "Process Group Description",
-    "Seq",
-    "Root",
-)
 
 
 def is_trace(path: Path) -> bool:
     name = path.name.lower()
     return name.endswith(TRACE_SUFFIXES)
-
-
-# --------------------------------------------------------------------------- streaming JSON
-
-
-class _Num(float):
-    """A JSON float that remembers its text, so µs timestamps convert to ns without rounding."""
-
-    __slots__ = ("text",)
-
-    def __new__(cls, text: str):
-        f = float.__new__(cls, text)
-        f.text = text
-        return f
-
-
-def to_ns(us) -> int | None:
-    """Kineto µs (int, float or _Num) -> integer ns, exact for the decimal text in the file."""
-    if us is None:
-        return None
-    if isinstance(us, int):
-        return us * 1000
-    text = getattr(us, "text", None)
-    if text is not None and "e" not in text.lower():
-        neg = text.startswith("-")
-        whole, _, frac = text.lstrip("-").partition(".")
-        frac = (frac + "000")[:4]  # ns digits + one to round half up
-        ns = int(whole or 0) * 1000 + int(frac[:3])
-        if int(frac[3]) >= 5:
-            ns += 1
-        return -ns if neg else ns
-    if isinstance(us, float) and math.isfinite(us):
-        return int(round(us * 1000))
-    return None
-
-
-def _open_text(path: Path):
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
-
-
-def iter_trace(path: Path, chunk: int = 1 << 20):
-    """Stream a Chrome/Kineto trace: yields ("event", dict) for every traceEvents element and
-    ("meta", (key, value)) for every other top-level key. A bare JSON array of events works too."""
-    dec = json.JSONDecoder(parse_float=_Num)
-    ws = " \t\r\n"
-    with _open_text(path) as f:
-        buf, pos, eof = "", 0, False
-
-        def more() -> bool:
-            nonlocal buf, pos, eof
-            if eof:
-                return False
-            data = f.read(chunk)
-            if not data:
-                eof = True
-                return False
-            buf = buf[pos:] + data
-            pos = 0
-            return True
-
-        def skip_ws():
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos] in ws:
-                    pos += 1
-                if pos < len(buf) or not more():
-                    return
-
-        def peek() -> str:
-            skip_ws()
-            return buf[pos] if pos < len(buf) else ""
-
-        def value():
-            nonlocal pos
-            skip_ws()
-            while True:
-                try:
-                    v, end = dec.raw_decode(buf, pos)
-                    # a number at the end of the buffer may continue in the next chunk
-                    if end == len(buf) and not eof and isinstance(v, (int, float)):
-                        raise json.JSONDecodeError("number at chunk end", buf, pos)
-                    pos = end
-                    return v
-                except json.JSONDecodeError:
-                    if not more():
-                        raise
-
-        def expect(ch: str):
-            nonlocal pos
-            if peek() != ch:
-                raise json.JSONDecodeError(f"expected {ch!r}", buf, pos)
-            pos += 1
-
-        def events():
-            nonlocal pos
-            expect("[")
-            if peek() == "]":
-                pos += 1
-                return
-            while True:
-                yield value()
-                c = peek()
-                pos += 1
-                if c == "]":
-                    return
-                if c != ",":
-                    raise json.JSONDecodeError("expected ',' or ']' in traceEvents", buf, pos)
-
-        first = peek()
-        if first == "[":
-            for e in events():
-                yield "event", e
-            return
-        expect("{")
-        if peek() == "}":
-            return
-        while True:
-            key = value()
-            expect(":")
-            if key == "traceEvents" and peek() == "[":
-                for e in events():
-                    yield "event", e
-            else:
-                yield "meta", (key, value())
-            c = peek()
-            pos += 1
-            if c == "}":
-                return
-            if c != ",":
-                raise json.JSONDecodeError("expected ',' or '}' at top level", buf, pos)
-
-
-# --------------------------------------------------------------------------- metadata -> S
-
-
-def _dtype(raw) -> tuple[str | None, int | None]:
-    if raw is None:
-        return None, None
-    raw = str(raw)
-    if raw in DTYPES:
-        return DTYPES[raw]
-    low = raw.lower().replace("torch.", "")
-    if low in _TORCH_SIZES:
-        return low, _TORCH_SIZES[low]
-    return raw, None
-
-
-def _int(v) -> int | None:
-    try:
-        if v is None or v == "":
-            return None
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def message_size(op: str | None, in_nelems, out_nelems, typesize, group_size) -> tuple[int | None, int | None]:
-    """(S bytes, numel) in nccl-tests terms from PyTorch's In/Out msg nelems (per rank).
-
-    all_gather:     In = per-rank input, Out = n x In   -> S = n x In x typesize
-    reduce_scatter: In = n x Out, Out = per-rank output -> S = n x Out x typesize
-    gather/scatter: S = n x per-rank chunk
-    barrier: 0; others: S = In x typesize (all_to_all: what one rank sends)."""
-    i, o, n = _int(in_nelems), _int(out_nelems), _int(group_size)
-    if op == "barrier":
-        return 0, 0
-    if not typesize or op is None:
-        return None, i
-    if op == "all_gather":
-        if i is not None and n:
-            return n * i * typesize, n * i
-        return (o * typesize, o) if o is not None else (None, None)
-    if op == "reduce_scatter":
-        if o is not None and n:
-            return n * o * typesize, n * o
-        return (i * typesize, i) if i is not None else (None, None)
-    if op == "gather":
-        if i is not None and n:
-            return n * i * typesize, n * i
-        return None, None
-    if op == "scatter":
-        if o is not None and n:
-            return n * o * typesize, n * o
-        return None, None
-    count = i if i is not None else o
-    return (count * typesize, count) if count is not None else (None, None)
-
-
-def _meta_row(args: dict) -> dict:
-    """Normalized metadata from record_param_comms / kernel args (empty values -> None)."""
-    api = args.get("Collective name")
-    op = canonical_op(str(api)) if api else None
-    dtype, ts = _dtype(args.get("dtype"))
-    gsize = _int(args.get("Group size"))
-    nbytes, numel = message_size(op, args.get("In msg nelems"), args.get("Out msg nelems"), ts, gsize)
-    ranks = args.get("Process Group Ranks")
-    group = args.get("Process Group Name")
-    return {
-        "op": op,
-        "api": str(api) if api else None,
-        "bytes": nbytes,
-        "numel": numel,
-        "dtype": dtype,
-        "group": None if group in (None, "") else str(group),
-        "group_size": gsize,
-        "group_ranks": None if ranks in (None, "") else str(ranks).replace(" ", ""),
-        "seq": _int(args.get("Seq")),
-    }
-
-
-def _shape_meta(op: str | None, args: dict) -> dict:
-    """record_shapes fallback (older traces: the nccl:* range's Input Dims/type) for ops whose S
-    is simply count x typesize of the input."""
-    dims, types = args.get("Input Dims"), args.get("Input type")
-    if op not in ("all_reduce", "broadcast", "reduce", "send", "recv", "all_to_all") or not dims or not types:
-        return {}
-    if not isinstance(dims[0], list) or not dims[0]:
-        return {}
-    numel = 1
-    for d in dims[0]:
-        numel *= int(d)
-    dtype, ts = _dtype(types[0])
-    return {"numel": numel, "dtype": dtype, "bytes": numel * ts if ts else None}
-
-
-# --------------------------------------------------------------------------- extract
 
 
 @dataclass
@@ -377,7 +104,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
                 if name.startswith("nccl"):
                     kernels.append((ts, end, name, args))
                 else:
-                    compute.append((_int(args.get("device")), ts, end))
+                    compute.append((int_or_none(args.get("device")), ts, end))
                 continue
             if cat in ("gpu_memcpy", "gpu_memset", "gpu_user_annotation"):
                 continue
@@ -416,14 +143,14 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
         columns=["report", "rank", "local_rank", "host", "duration_ns"]
     )
-    rank = _int(dist.get("rank"))
-    world = _int(dist.get("world_size"))
+    rank = int_or_none(dist.get("rank"))
+    world = int_or_none(dist.get("world_size"))
     local, host = None, None
-    marks = sorted((m for m in rank_marks if _int(m[2].get("rank")) is not None), key=lambda m: m[0])
+    marks = sorted((m for m in rank_marks if int_or_none(m[2].get("rank")) is not None), key=lambda m: m[0])
     if marks:  # the wrapper's marker (the first one: later ones repeat it when a --steps window opens)
         _ts, mpid, f = marks[0]
-        rank, local = _int(f.get("rank")), _int(f.get("local_rank"))
-        world = _int(f.get("world")) if _int(f.get("world")) is not None else world
+        rank, local = int_or_none(f.get("rank")), int_or_none(f.get("local_rank"))
+        world = int_or_none(f.get("world")) if int_or_none(f.get("world")) is not None else world
         host = f.get("host") or None
         if isinstance(mpid, int):
             main_pid = mpid
@@ -500,16 +227,16 @@ def _wrapper_row(w: _Range, ks, kernel_fields) -> dict:
         "tid": w.tid,
         "op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX) :] or None,
         "api": txt("api"),
-        "bytes": _int(f.get("bytes")),
+        "bytes": int_or_none(f.get("bytes")),
         "dtype": txt("dtype"),
-        "numel": _int(f.get("numel")),
+        "numel": int_or_none(f.get("numel")),
         "group": txt("pg"),
-        "group_size": _int(f.get("gsize")),
+        "group_size": int_or_none(f.get("gsize")),
         "group_ranks": txt("granks"),
-        "seq": _int(f.get("seq")),
+        "seq": int_or_none(f.get("seq")),
         "caller": txt("caller"),
-        "step": _int(f.get("step")),
-        "peer": _int(f.get("peer")),
+        "step": int_or_none(f.get("step")),
+        "peer": int_or_none(f.get("peer")),
         "cpu_start": w.start,
         "cpu_end": w.end,
         "kernels": 0,
@@ -572,8 +299,8 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
         return {
             "gpu_start": k0[0],
             "gpu_end": max(k[0][1] for k in ks),
-            "stream": _int(kargs.get("stream")),
-            "device": _int(kargs.get("device")),
+            "stream": int_or_none(kargs.get("stream")),
+            "device": int_or_none(kargs.get("device")),
             "kernel": k0[2].split("(", 1)[0],
             "algo": info.algo,
             "proto": info.proto,
@@ -608,13 +335,13 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
         kf = kernel_fields(ks) if ks else {}
         meta = {}
         if kf and kf["_kargs"].get("Collective name"):
-            meta = _meta_row(kf["_kargs"])
+            meta = meta_row(kf["_kargs"])
         if not meta:
             pargs = param_for(r)
             if pargs:
-                meta = _meta_row(pargs)
+                meta = meta_row(pargs)
         if not meta:
-            meta = _shape_meta(row["op"], r.args)
+            meta = shape_meta(row["op"], r.args)
         for key, v in meta.items():
             if v is not None and key not in ("op", "api"):
                 row[key] = v
@@ -639,8 +366,8 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
             "cpu_end": launch[1] if launch else None,
             "gpu_start": ts,
             "gpu_end": end,
-            "stream": _int(kargs.get("stream")),
-            "device": _int(kargs.get("device")),
+            "stream": int_or_none(kargs.get("stream")),
+            "device": int_or_none(kargs.get("device")),
             "kernel": name.split("(", 1)[0],
             "api": name.split("(", 1)[0],
             "op": info.op,
@@ -652,7 +379,7 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
             "source": "kernel_name",
         }
         if kargs.get("Collective name"):
-            meta = _meta_row(kargs)
+            meta = meta_row(kargs)
             for key, v in meta.items():
                 if v is not None and key != "api":
                     row[key] = v
