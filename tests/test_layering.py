@@ -141,6 +141,14 @@ def test_pipeline_does_not_import_synth(module):
     )
 
 
+@pytest.mark.parametrize("module", [m for m in MODULES if _under(m, ("nsyscomm.gate",))])
+def test_gate_reads_the_contract_not_a_view(module):
+    """The gate compares schema-1 documents made from a Result by nsyscomm.analyses.contract; a
+    view (json_out, text, ...) is what a user reads, not what the gate computes from."""
+    views = sorted(m for m in _own(module) if _under(m, ("nsyscomm.views",)) and m != "nsyscomm.views.units")
+    assert not views, f"{module} reads views: {views}"
+
+
 VIEWS = [m for m in MODULES if _under(m, ("nsyscomm.views",))]
 
 

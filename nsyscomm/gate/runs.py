@@ -116,7 +116,7 @@ def _merge_rows(rows: list[dict], with_caller: bool) -> dict[Key, dict]:
 
 def run_from_result(result, label: str | None = None) -> Run:
     """An api.Result -> Run, keeping both the per-op and the per-caller summary."""
-    from nsyscomm.views.json_out import SUMMARY_KEYS, document, records
+    from nsyscomm.analyses.contract import SUMMARY_KEYS, document, records
 
     doc = document(result, by_caller=False)
     by_caller = records(result.summarize(by_caller=True), SUMMARY_KEYS)

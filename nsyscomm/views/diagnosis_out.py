@@ -1,50 +1,14 @@
-"""The diagnosis in the views (issue 21): the JSON `diagnosis.late` rows and the short
-"Diagnosis" block at the top of the text summary: the straggler, why, what it costs, the best
-what-if. Reads only the Result (late, skew, what_if)."""
+"""The diagnosis in the text summary (issue 21): the short "Diagnosis" block at its top: the
+straggler, why, what it costs, the best what-if. Reads only the Result (late, skew, what_if);
+the JSON `diagnosis` rows are the contract's (nsyscomm.analyses.contract)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
 
+from nsyscomm.analyses.contract import notes
 from nsyscomm.analyses.result import Result
-from nsyscomm.views.units import json_value
-
-LATE_KEYS = ("rank", "group", "seq", "op", "caller", "delay_ms", "cause", "detail")
-
-
-def json_section(result: Result) -> dict:
-    """The keys this analysis adds to the JSON document's `diagnosis` object."""
-    late = result.late
-    rows = [{k: json_value(v) for k, v in zip(LATE_KEYS, r)} for r in late[list(LATE_KEYS)].itertuples(index=False)]
-    per = result.late_by_rank
-    dims = result.dimensions
-    dim_rows = [
-        {
-            "group": r.group,
-            "dimension": r.dimension,
-            "source": r.source,
-            "group_size": json_value(r.group_size),
-            "ranks": [int(x) for x in r.ranks.split(",") if x] if isinstance(r.ranks, str) else [],
-            "comm_ms": json_value(r.comm_ms),
-            "wait_ms": json_value(r.wait_ms),
-            "exposed_ms": json_value(r.exposed_ms),
-        }
-        for r in dims.itertuples(index=False)
-    ]
-    return {
-        "late": rows,
-        "dimensions": dim_rows,
-        "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
-        "late_notes": notes(result),
-    }
-
-
-def notes(result: Result) -> list[str]:
-    out = []
-    if not result.osrt_traced:
-        out.append("some reports have no OS-runtime trace (nsys -t osrt): host time there cannot be named")
-    return out
 
 
 def lines(result: Result) -> list[str]:

@@ -22,8 +22,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from nsyscomm import __version__
+from nsyscomm.analyses.contract import json_value
 from nsyscomm.errors import InputError
-from nsyscomm.views.units import human_bytes, json_value
+from nsyscomm.views.units import human_bytes
 
 # the SQL the trace reads: every call with its logical collective's figures
 # args shown first in the UI's details pane (the rest follow in table order)

@@ -29,19 +29,3 @@ def fmt(x, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:.{digits}f}"
-
-
-def json_value(v):
-    """A pandas/numpy scalar as a JSON value: NA/NaN/inf -> None, numpy scalars -> Python."""
-    if v is None:
-        return None
-    try:
-        if v != v:  # NaN, pd.NA
-            return None
-    except (TypeError, ValueError):  # pd.NA compares to NA
-        return None
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and math.isinf(v):
-        return None
-    return v

@@ -1,33 +1,13 @@
-"""The what-if replay in the views: the JSON `diagnosis` keys (what_if, attribution) and the
-text summary's short "What-if" block. Reads only Result.what_if_analysis."""
+"""The what-if replay in the text summary: its short "What-if" block. Reads only
+Result.what_if_analysis; the JSON `diagnosis` keys (what_if, attribution) are the contract's
+(nsyscomm.analyses.contract)."""
 
 from __future__ import annotations
-
-import math
 
 from rich.console import Console
 from rich.markup import escape
 
 from nsyscomm.analyses.result import Result
-
-
-def _finite(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
-    return v
-
-
-def json_section(result: Result) -> dict:
-    """The keys this analysis adds to the JSON document's `diagnosis` object."""
-    a = result.what_if_analysis
-    out = {"what_if": a["what_if"], "attribution": a["attribution"], "what_if_notes": a["notes"]}
-    if "straggler_model" in a:
-        out["straggler_model"] = a["straggler_model"]
-    return _finite(out)
 
 
 def render(result: Result, console: Console, top: int = 3) -> None:

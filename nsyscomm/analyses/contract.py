@@ -1,0 +1,214 @@
+"""The JSON output contract ("schema": 1; docs/architecture.md, "JSON contract"): the document a
+Result makes, which `summarize --format json` prints, baselines hold and the gate compares. It
+lives with the analyses, below the views and the gate, so both read it from the Result and
+neither reads the other: views/json_out serializes it, nsyscomm.gate compares it."""
+
+from __future__ import annotations
+
+import math
+
+from nsyscomm import __version__
+from nsyscomm.analyses.result import SCHEMA_VERSION, Result
+
+
+def json_value(v):
+    """A pandas/numpy scalar as a JSON value: NA/NaN/inf -> None, numpy scalars -> Python."""
+    if v is None:
+        return None
+    try:
+        if v != v:  # NaN, pd.NA
+            return None
+    except (TypeError, ValueError):  # pd.NA compares to NA
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isinf(v):
+        return None
+    return v
+
+
+SUMMARY_KEYS = (
+    "op",
+    "bytes",
+    "count",
+    "calls",
+    "ranks",
+    "total_ms",
+    "avg_ms",
+    "p50_ms",
+    "max_ms",
+    "algbw_GBps",
+    "busbw_GBps",
+    "group_size",
+    "dtype",
+    "caller",
+)
+RANK_KEYS = ("rank", "host", "calls", "bytes", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct")
+_INT_KEYS = {
+    "bytes",
+    "count",
+    "calls",
+    "ranks",
+    "devices",
+    "group_size",
+    "rank",
+    "step",
+    "seq",
+    "bin_lo",
+    "bin_hi",
+    "participants",
+    "last_rank",
+    "max_rank",
+}
+
+
+def _clean(v, key=None):
+    v = json_value(v)
+    if key in _INT_KEYS and isinstance(v, float):
+        return int(v)
+    return v
+
+
+def records(df, keys) -> list[dict]:
+    cols = [k for k in keys if k in df.columns]
+    return [{k: _clean(row[k], k) for k in cols} for row in df[cols].to_dict("records")]
+
+
+def _ms(df, cols):
+    df = df.copy()
+    for c in cols:
+        df[c.replace("_ns", "_ms")] = df[c] / 1e6
+    return df
+
+
+_PRIVATE_LOG_KEYS = ("hosts", "ranks", "communicators", "gpus")  # site details: left out of outputs
+
+
+def nccl_section(result: Result, by_caller: bool = False) -> dict:
+    logs = [{k: v for k, v in log.to_dict().items() if k not in _PRIVATE_LOG_KEYS} for log in result.nccl_logs]
+    ref = result.reference if result.reference is not None else None
+    return {
+        "logs": logs,
+        "reference": records(ref, ("op", "bytes", "busbw_GBps", "algbw_GBps", "time_us", "ranks"))
+        if ref is not None
+        else [],
+        "vs_reference": records(
+            result.vs_reference(by_caller),
+            ("op", "bytes", "group_size", "busbw_GBps", "ref_busbw_GBps", "busbw_vs_ref"),
+        ),
+    }
+
+
+def document(result: Result, by_caller: bool = False) -> dict:
+    result.prefetch(
+        ("summary", {"by_caller": by_caller}),
+        ("ranks", {}),
+        ("skew", {}),
+        ("steps", {}),
+        ("size_histogram", {}),
+        ("top_skew", {"limit": 10}),
+        ("unmatched", {}),
+        ("link_metrics", {}),
+    )
+    doc = {
+        "schema": SCHEMA_VERSION,
+        "tool": "nsyscomm",
+        "version": __version__,
+        "reports": result.reports,
+        "summary": records(result.summarize(by_caller=by_caller), SUMMARY_KEYS),
+        "ranks": records(result.ranks, RANK_KEYS),
+        "skew": result.skew,
+        # beyond the schema-1 keys (extra keys are allowed): cross-rank detail
+        "overlap": None,  # filled last, below
+        "steps": records(
+            result.steps, ("step", "calls", "comm_ms", "max_rank_comm_ms", "max_rank", "avg_skew_ms", "max_skew_ms")
+        ),
+        "size_histogram": records(result.size_histogram, ("op", "bin_lo", "bin_hi", "calls", "avg_bytes", "total_ms")),
+        "top_skew": records(
+            result.top_skew(10),
+            ("op", "group", "seq", "bytes", "step", "caller", "participants", "last_rank", "skew_ms", "latency_ms"),
+        ),
+        "unmatched": records(
+            result.unmatched.head(100),
+            ("op", "group", "seq", "step", "bytes", "group_size", "participants", "ranks_seen"),
+        ),
+        "warnings": list(result.warnings),
+    }
+    # last: its per-call parts are still being made on another thread (nsyscomm.api.combine)
+    # while the sections above are queried
+    ov = _ms(result.overlap, ["comm_busy_ns", "exposed_ns"])
+    ov_keys = ("rank", "step", "calls", "comm_busy_ms", "exposed_ms", "exposed_pct")
+    doc["overlap"] = {
+        "per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
+        "per_step": records(ov[ov["scope"] == "step"], ov_keys),
+    }
+    links = result.link_metrics
+    if not links.empty:
+        doc["link_metrics"] = records(
+            links, ("op", "bytes", "metric", "calls", "devices", "covered_ms", "avg_value", "max_value")
+        )
+    if result.nccl_logs:
+        doc["nccl"] = nccl_section(result, by_caller)
+    diagnosis = whatif_section(result)  # what-if replay (issue 23): diagnosis.what_if / .attribution
+    diagnosis.update(diagnosis_section(result))  # why late (issue 21): diagnosis.late
+    doc["diagnosis"] = diagnosis
+    from nsyscomm.analyses.hang import contract  # issue 22
+
+    doc["hang"] = contract(result.hang)
+    return doc
+
+
+def _finite(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def whatif_section(result: Result) -> dict:
+    """The keys the what-if replay adds to the document's `diagnosis` object."""
+    a = result.what_if_analysis
+    out = {"what_if": a["what_if"], "attribution": a["attribution"], "what_if_notes": a["notes"]}
+    if "straggler_model" in a:
+        out["straggler_model"] = a["straggler_model"]
+    return _finite(out)
+
+
+LATE_KEYS = ("rank", "group", "seq", "op", "caller", "delay_ms", "cause", "detail")
+
+
+def diagnosis_section(result: Result) -> dict:
+    """The keys the late-arrival diagnosis adds to the document's `diagnosis` object."""
+    late = result.late
+    rows = [{k: json_value(v) for k, v in zip(LATE_KEYS, r)} for r in late[list(LATE_KEYS)].itertuples(index=False)]
+    per = result.late_by_rank
+    dims = result.dimensions
+    dim_rows = [
+        {
+            "group": r.group,
+            "dimension": r.dimension,
+            "source": r.source,
+            "group_size": json_value(r.group_size),
+            "ranks": [int(x) for x in r.ranks.split(",") if x] if isinstance(r.ranks, str) else [],
+            "comm_ms": json_value(r.comm_ms),
+            "wait_ms": json_value(r.wait_ms),
+            "exposed_ms": json_value(r.exposed_ms),
+        }
+        for r in dims.itertuples(index=False)
+    ]
+    return {
+        "late": rows,
+        "dimensions": dim_rows,
+        "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
+        "late_notes": notes(result),
+    }
+
+
+def notes(result: Result) -> list[str]:
+    out = []
+    if not result.osrt_traced:
+        out.append("some reports have no OS-runtime trace (nsys -t osrt): host time there cannot be named")
+    return out
