@@ -12,6 +12,7 @@ from nsyscomm.errors import InputError
 from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _num, per_rank
 from nsyscomm.gate.runs import Run, load_run, load_runs
 from nsyscomm.gate.settings import Settings, Threshold
+from nsyscomm.views.units import signed_pct
 
 REGRESSION, IMPROVEMENT, OK, NOISE, WARN, SKIPPED = "regression", "improvement", "ok", "noise", "warn", "skipped"
 NEW, MISSING, FEW_CALLS = "new", "missing", "few_calls"
@@ -161,11 +162,7 @@ class Verdict:
 
 
 def _pct(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if math.isinf(x):
-        return "+inf%" if x > 0 else "-inf%"
-    return f"{x:+.1f}%"
+    return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
 
 
 def compare_values(

@@ -26,6 +26,7 @@ from nsyscomm.gate import (
     Item,
     Verdict,
 )
+from nsyscomm.views.units import signed_pct
 
 _STYLE = {
     REGRESSION: "bold red",
@@ -52,11 +53,7 @@ def _v(x: float | None, unit: str = "") -> str:
 
 
 def _pct(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if math.isinf(x):
-        return "new" if x > 0 else "-100%"
-    return f"{x:+.1f}%"
+    return signed_pct(x)  # a table cell: "-" when unknown, "new" for a value that was 0
 
 
 def _band(c: Comparison) -> str:

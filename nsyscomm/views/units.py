@@ -29,3 +29,13 @@ def fmt(x, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:.{digits}f}"
+
+
+def signed_pct(x: float | None, none: str = "-", up: str = "new", down: str = "-100%") -> str:
+    """A relative change in percent with its sign ('+12.5%'); None and the infinite changes of a
+    value that appeared (from 0) or vanished are written as the caller's words for them."""
+    if x is None:
+        return none
+    if math.isinf(x):
+        return up if x > 0 else down
+    return f"{x:+.1f}%"
