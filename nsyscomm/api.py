@@ -23,7 +23,10 @@ __all__ = [
     "combine",
     "discover",
     "extract_one",
+    "environment",
+    "gate_sources",
     "load",
+    "run_gate",
     "sample_jobs",
     "sample_reports_dir",
 ]
@@ -60,3 +63,34 @@ def load(
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
     result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
     return result
+
+
+def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
+    """Sources for nsyscomm.gate, its report paths loaded: JSON summaries and baselines, documents,
+    Results and Runs stay as they are; each report path (a file, folder or glob) becomes its own
+    job's Result, or with one_job=True all of them one job's, first (the current side of a gate)."""
+    from pathlib import Path
+
+    from nsyscomm.gate import looks_json
+
+    sources = list(sources)
+    is_report = [isinstance(s, (str, os.PathLike)) and not looks_json(Path(s)) for s in sources]
+    if one_job:
+        reports = [Path(s) for s, r in zip(sources, is_report) if r]
+        return ([load(reports)] if reports else []) + [s for s, r in zip(sources, is_report) if not r]
+    return [load([Path(s)]) if r else s for s, r in zip(sources, is_report)]
+
+
+def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings=None):
+    """Compare a current run against baseline runs (nsyscomm.gate.run_gate), loading the report
+    paths among them: the library call behind ``nsyscomm gate``."""
+    from nsyscomm import gate
+
+    return gate.run_gate(gate_sources(baseline_sources), gate_sources(current_sources, one_job=True), settings)
+
+
+def environment(paths) -> dict:
+    """The recorded environment of the reports at paths (``summarize --include-env``)."""
+    from nsyscomm.ingest import environment as env
+
+    return env.for_reports(discover(paths))

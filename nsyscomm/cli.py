@@ -174,9 +174,11 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
         if inputs:
             result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
             if include_env:
+                from nsyscomm.api import environment
                 from nsyscomm.views.env_out import emit_with_env
 
-                _run_guarded(lambda: emit_with_env(result, list(inputs), fmt, units, by == "caller", emit), debug)
+                envs = _run_guarded(lambda: environment(list(inputs)), debug)
+                _run_guarded(lambda: emit_with_env(result, envs, fmt, units, by == "caller", emit), debug)
                 return
             _run_guarded(lambda result=result: emit(result, fmt, units, by == "caller"), debug)
             return

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from nsyscomm import api
 from nsyscomm import gate as g
 from nsyscomm.commands.gate import baseline as baseline_cmd
 from nsyscomm.commands.gate import gate as gate_cmd
@@ -36,7 +37,7 @@ DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 
 @cache
 def _doc_of(path: str) -> str:
-    return json.dumps(g.load_runs([path])[0].doc)
+    return json.dumps(g.load_runs(api.gate_sources([path]))[0].doc)
 
 
 def doc_of(path) -> dict:

@@ -46,20 +46,11 @@ BASE = (
 ASIDE = ("nsyscomm.capture", "nsyscomm.synth")
 VIEWS_MAY_NOT = ("duckdb", "sqlite3", "nsyscomm.discover", "nsyscomm.extract", "nsyscomm.ingest")
 
-# known upward imports still to remove (issue 25): the gate and the environment view load
-# reports themselves; xfail(strict=False) until they read a Result, then drop them from here
-PENDING_UPWARD = {
-    "nsyscomm.views.env_out": "views/env_out calls nsyscomm.api.discover",
-    "nsyscomm.gate.runs": "gate/runs loads jobs through nsyscomm.api itself (load_run of report paths)",
-    "nsyscomm.analyses.hang": "analyses/hang's gate helper (gate_check) loads reports through nsyscomm.api: "
-    "it belongs to the gate package (gateviews)",
-}
-# one import known to close a cycle: left out of the graph below, checked on its own
-PENDING_EDGE = ("nsyscomm.analyses.hang", "nsyscomm.api")
+# known upward imports still to remove: none since the gate and the environment view read a
+# Result (issue 25); an entry here marks a module xfail(strict=False) until it is fixed
+PENDING_UPWARD: dict[str, str] = {}
 PENDING_CYCLES: dict[str, str] = {}
-PENDING_VIEW_READS = {
-    "nsyscomm.views.env_out": "views/env_out opens the reports (nsyscomm.api.discover, ingest.environment)",
-}
+PENDING_VIEW_READS: dict[str, str] = {}
 # views that run SQL on the Result's connection themselves (what they need becomes a Result method)
 SQL_CALLS = ("execute", "executemany", "sql", "con")
 PENDING_SQL: dict[str, str] = {}
@@ -180,7 +171,6 @@ def _graph() -> dict[str, set[str]]:
     for m in graph:
         graph[m] = {d for d in graph[m] if not (d.startswith(m + ".") and _is_package(m))}
     graph["nsyscomm"] = set()
-    graph[PENDING_EDGE[0]].discard(PENDING_EDGE[1])
     return graph
 
 
@@ -205,13 +195,9 @@ def test_no_import_cycle(module):
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="analyses/hang.gate_check loads reports through nsyscomm.api "
-    "(hang -> api -> analyses/result -> hang): it belongs to the gate package (gateviews)",
-)
 def test_analyses_hang_does_not_load_jobs():
-    assert PENDING_EDGE[1] not in imports(PENDING_EDGE[0])
+    """The gate's hang check reads Results (nsyscomm/gate/hang.py): the analysis loads nothing."""
+    assert "nsyscomm.api" not in imports("nsyscomm.analyses.hang")
 
 
 def test_the_checks_see_the_pipeline():

@@ -337,32 +337,3 @@ def failing(h: dict) -> str | None:
         m = h["mismatches"][0]
         where = (where + "; " if where else "") + f"{m['field']} mismatch at communicator {m['group']} seq {m['seq']}"
     return f"the run {h['status']}: {where}"
-
-
-def gate_check(inputs) -> str | None:
-    """failing() of the gate's current inputs: a JSON summary's ``hang`` key, or the reports' diagnosis."""
-    import json
-
-    docs, reports = [], []
-    for p in inputs:
-        path = Path(p)
-        if path.is_file() and path.suffix == ".json":
-            try:
-                docs.append(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError):
-                continue  # the gate itself reports an unreadable input
-        else:
-            reports.append(p)
-    for d in docs:
-        if isinstance(d, dict) and isinstance(d.get("hang"), dict) and "status" in d["hang"]:
-            h = d["hang"]
-            why = failing(
-                {"status": h["status"], "blocked": h.get("blocked") or [], "mismatches": h.get("mismatches") or []}
-            )
-            if why:
-                return why
-    if reports:
-        from nsyscomm.api import load
-
-        return failing(load(reports).hang)
-    return None

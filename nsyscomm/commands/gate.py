@@ -57,10 +57,13 @@ def _gate(
         noise_sigma=noise_sigma,
         level=by,
     )
-    verdict = g.run_gate(list(baselines), list(inputs), settings)
-    from nsyscomm.analyses.hang import gate_check  # issue 22: a run that hung or desynced fails
+    from nsyscomm import api
+    from nsyscomm.gate.hang import hang_failure as hang_of
 
-    hang_failure = gate_check(list(inputs))
+    base = api.gate_sources(baselines)
+    current = api.gate_sources(inputs, one_job=True)  # the reports loaded once, for both checks
+    verdict = g.run_gate(base, current, settings)
+    hang_failure = hang_of(current)  # issue 22: a run that hung or desynced fails
     if fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
     elif fmt == "markdown":
@@ -233,10 +236,12 @@ def _baseline(inputs, output, append, keep, each, label):
     json_in = [s for s in inputs if g.looks_json(Path(s))]
     reports = [s for s in inputs if s not in json_in]
     runs = []
+    from nsyscomm import api
+
     if each:
-        runs += [r for s in reports for r in g.load_runs([s])]
+        runs += g.load_runs(api.gate_sources(reports))
     elif reports:
-        runs.append(g.load_run(reports))
+        runs.append(g.load_run(api.gate_sources(reports, one_job=True)))
     runs += g.load_runs(json_in)
     if label:
         for r in runs:

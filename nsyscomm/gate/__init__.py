@@ -5,10 +5,14 @@ One module per step: ``metrics`` (what is compared), ``settings`` (thresholds an
 this package is their front door.
 
     from nsyscomm import gate
-    baselines = gate.load_runs(["baseline.json"])            # one or several runs (noise band)
-    current = gate.load_run(["new_run.sqlite"])              # reports, a folder, or a JSON summary
+    from nsyscomm import api, gate
+    baselines = gate.load_runs(["baseline.json"])                  # one or several runs (noise band)
+    current = gate.load_run([api.load(["new_run.sqlite"])])        # a Result, or a JSON summary
     verdict = gate.compare(baselines, current, gate.settings_from())
-    verdict.exit_code                                        # 0 pass, 1 regression
+    verdict.exit_code                                              # 0 pass, 1 regression
+    api.run_gate(["baseline.json"], ["new_run.sqlite"])            # the same, report paths loaded
+
+The gate reads Results and schema-1 documents, never reports: nsyscomm.api loads them.
 
 Everything compared is a *metric*: an entry of ``METRICS`` that reads one number per item from a
 schema-1 JSON document (docs/architecture.md, "JSON contract"). Items are summary keys (op, bytes, group size[, caller]),

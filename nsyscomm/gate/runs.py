@@ -192,9 +192,16 @@ def runs_from_json(data: Any, where: str) -> list[Run]:
     return [run_from_doc(data, where)]
 
 
+# the gate reads Results, never reports: nsyscomm.api loads them (api.run_gate, api.gate_sources)
+_REPORT_PATH = (
+    "{}: not a JSON summary or baseline; load reports with nsyscomm.api.load and pass the Result, "
+    "or compare through nsyscomm.api.run_gate"
+)
+
+
 def load_runs(sources: Iterable) -> list[Run]:
-    """Each source -> its runs: a JSON summary (1 run), a baseline JSON (its runs), a Run, an
-    api.Result, a dict, or report paths (a file, folder or glob: one run)."""
+    """Each source -> its runs: a JSON summary (1 run), a baseline JSON (its runs), a Run, a
+    Result (nsyscomm.api.load) or a dict."""
     out: list[Run] = []
     for src in sources:
         if isinstance(src, Run):
@@ -205,28 +212,19 @@ def load_runs(sources: Iterable) -> list[Run]:
             out.append(run_from_result(src))
         else:
             p = Path(src)
-            if looks_json(p):
-                out.extend(runs_from_json(read_json(p), str(p)))
-            else:
-                from nsyscomm.api import load
-
-                out.append(run_from_result(load([p])))
+            if not looks_json(p):
+                raise InputError(_REPORT_PATH.format(p))
+            out.extend(runs_from_json(read_json(p), str(p)))
     return out
 
 
 def load_run(sources: Iterable) -> Run:
-    """The current run: JSON summaries are taken one each; report paths together form one job."""
+    """The current run: one JSON summary, document, Run or Result (the reports of one job, loaded
+    by nsyscomm.api.load)."""
     sources = list(sources)
     if not sources:
         raise InputError("no current run given: pass report files, a folder of reports, or a JSON summary")
-    reports = [s for s in sources if isinstance(s, (str, os.PathLike)) and not looks_json(Path(s))]
-    others = [s for s in sources if s not in reports]
-    runs: list[Run] = []
-    if reports:
-        from nsyscomm.api import load
-
-        runs.append(run_from_result(load([Path(s) for s in reports])))
-    runs.extend(load_runs(others))
+    runs = load_runs(sources)
     if len(runs) != 1:
         names = ", ".join(r.source for r in runs)
         raise InputError(

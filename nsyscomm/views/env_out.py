@@ -7,15 +7,8 @@ import json
 import click
 
 
-def environment(inputs) -> dict:
-    from nsyscomm.api import discover
-    from nsyscomm.ingest import environment as env
-
-    return env.for_reports(discover(inputs))
-
-
-def emit_with_env(result, inputs, fmt: str, units: str, by_caller: bool, emit) -> None:
-    envs = environment(inputs)
+def emit_with_env(result, envs: dict, fmt: str, units: str, by_caller: bool, emit) -> None:
+    """The summary with the reports' recorded environment (nsyscomm.api.environment) after it."""
     if fmt == "json":
         from nsyscomm.views.json_out import document
 
