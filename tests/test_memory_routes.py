@@ -106,7 +106,7 @@ def test_same_extract_in_duckdb(path, monkeypatch):
     _same(in_memory, in_duckdb, gaps=not has_kernels)
 
 
-@pytest.mark.skipif(nsys_reader._sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
+@pytest.mark.skipif(nsys_reader.sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
 def test_the_route_follows_the_memory_limit(monkeypatch):
     """In memory up to a quarter of DuckDB's limit (as DuckDB states it: 64MB is 61.0 MiB)."""
     fsdp = SAMPLES / "synthetic_fsdp_8rank.sqlite"

@@ -66,8 +66,8 @@ def test_reading_stage_does_not_import_pandas(scan):
     """Not while it reads: the CLI imports pandas meanwhile. The C scan's rows go to DuckDB
     through Arrow at the end, where DuckDB's Python client imports pandas (the CLI has by then)."""
     spy = (
-        "real = nsys_reader._table; "  # after the scan, as its rows are handed over
-        "nsys_reader._table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; "
+        "real = nsys_reader.arrow_table; "  # after the scan, as its rows are handed over
+        "nsys_reader.arrow_table = lambda *a: (seen.append('pandas' in sys.modules), real(*a))[1]; "
     )
     code = (
         "import sys; seen = []; from nsyscomm.ingest.nsys import reader as nsys_reader; from nsyscomm.extract import cache; from nsyscomm import duck; "
@@ -78,7 +78,7 @@ def test_reading_stage_does_not_import_pandas(scan):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) > 0 and out[1] == "False"
-    assert out[2] == str(scan == "c" and nsys_reader._sqlite_scan_module() is not None)
+    assert out[2] == str(scan == "c" and nsys_reader.sqlite_scan_module() is not None)
 
 
 def test_cli_lone_report_with_and_without_cache(tmp_path, monkeypatch):

@@ -32,31 +32,13 @@ from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
 from nsyscomm.ingest.nsys import sqlite_guard
+from nsyscomm.ingest.nsys.scan_arrow import MESSAGE_FIELDS, arrow_table, ranges_table, sqlite_scan_module
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Prefixes of NVTX names that matter to us, so the NVTX scan can drop everything else early.
 _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 
-# The wrapper messages' fields (nsyscomm/nvtx_format.py) as columns msg_<field> of src_ranges,
-# and parsed: whether the C scan split the message (split_message in _sqlite_scan.c, for the
-# layout the wrapper writes; the name is NULL then). Where it did not, the fields are NULL and
-# sql/calls_nsys.sql splits the name. For 200k messages the split took 0.3 s of CPU in SQL, and
-# takes about 0.02 s of CPU in C, inside the scan's threads.
-MESSAGE_FIELDS = {
-    "op": "VARCHAR",
-    "api": "VARCHAR",
-    "bytes": "BIGINT",
-    "dtype": "VARCHAR",
-    "numel": "BIGINT",
-    "pg": "VARCHAR",
-    "gsize": "BIGINT",
-    "granks": "VARCHAR",
-    "seq": "BIGINT",
-    "step": "BIGINT",
-    "peer": "BIGINT",
-    "caller": "VARCHAR",
-}
 _UNPARSED = "false AS parsed, " + ", ".join(f"NULL::{t} AS msg_{f}" for f, t in MESSAGE_FIELDS.items())
 
 
@@ -201,7 +183,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     names it parsed (nsyscomm.ingest.names.nccl_kernel_names). None: the extension
     is not built, the kernels do not fit in memory (fits_in_memory), or the scan met something
     unexpected; nothing was created then."""
-    _sqlite_scan = _sqlite_scan_module()
+    _sqlite_scan = sqlite_scan_module()
     if _sqlite_scan is None:
         return None
     import numpy as np
@@ -261,8 +243,8 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
         return None  # the copy has the reference behaviour for what the scan did not expect
     finally:
         lite.close()
-    kernels = _table(out["kernels"], kcols)
-    launches = _table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
+    kernels = arrow_table(out["kernels"], kcols)
+    launches = arrow_table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
     nvtx = out["nvtx"]
     compute = {
         n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end", "name")
@@ -277,7 +259,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     con.from_arrow(kernels).create("src_kernels")
     con.from_arrow(launches).create("src_runtime")
     # the ranges stay in Arrow, read where they are (copied into DuckDB, 0.06 s for 200k ranges)
-    con.register("src_ranges_all", _ranges(nvtx))
+    con.register("src_ranges_all", ranges_table(nvtx))
     spans = out["spans"] or [(None, None, None)]
     values = ", ".join(["(?::BIGINT, ?::BIGINT, ?::BIGINT)"] * len(spans))
     con.execute(
@@ -286,70 +268,6 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     )
     con.execute("CREATE TEMP VIEW src_events AS SELECT * FROM span_parts")
     return compute, nccl_names, int(out["long_ranges"])
-
-
-def _sqlite_scan_module():
-    """nsyscomm.ingest._sqlite_scan, or None where it was not built (no C compiler or SQLite headers)."""
-    try:
-        from nsyscomm.ingest import _sqlite_scan
-    except ImportError:
-        return None
-    return _sqlite_scan
-
-
-def _table(out: dict, names: list[str]):
-    """Columns of _sqlite_scan's (values, valid) buffers as an Arrow table, without a copy
-    (from_buffers: pa.array() and pa.table() would import pandas)."""
-    import pyarrow as pa
-
-    cols = []
-    for n in names:
-        values, valid = out[n]
-        rows, bitmap, nulls = _validity(valid)
-        cols.append(pa.Array.from_buffers(pa.int64(), rows, [bitmap, pa.py_buffer(values)], null_count=nulls))
-    return pa.Table.from_arrays(cols, names=names)
-
-
-def _validity(valid) -> tuple:
-    """(rows, Arrow validity bitmap or None, NULL count) of _sqlite_scan's one-byte-a-row flags."""
-    import numpy as np
-    import pyarrow as pa
-
-    ok = np.frombuffer(valid, np.uint8).astype(bool)
-    nulls = len(ok) - int(ok.sum())
-    return len(ok), pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None, nulls
-
-
-def _ranges(nvtx: dict):
-    """src_ranges_all from _sqlite_scan's NVTX output: rid (the range's number), start, end,
-    globalTid, name (NULL for a message the scan split), parsed and the messages' fields
-    (MESSAGE_FIELDS). Strings as Arrow large_string: DuckDB reads it as VARCHAR, whatever the
-    strings' total size."""
-    import numpy as np
-    import pyarrow as pa
-
-    ranges = _table(nvtx, ["start", "end", "globalTid"])
-    n = len(ranges)
-    parsed = np.frombuffer(nvtx["parsed"][0], np.int64).astype(bool)
-    cols = {
-        "rid": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(n, dtype=np.int64))]),
-        **{c: ranges[c] for c in ranges.column_names},
-        "name": _strings(*nvtx["name"]),
-        "parsed": pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(parsed, bitorder="little"))]),
-    }
-    for f, typ in MESSAGE_FIELDS.items():
-        cols[f"msg_{f}"] = _table(nvtx, [f]).column(0) if typ == "BIGINT" else _strings(*nvtx[f])
-    return pa.Table.from_arrays(list(cols.values()), names=list(cols))
-
-
-def _strings(offsets, data, valid):
-    """A string column of _sqlite_scan's (offsets, data, valid) buffers as Arrow, without a copy."""
-    import pyarrow as pa
-
-    rows, bitmap, nulls = _validity(valid)
-    return pa.Array.from_buffers(
-        pa.large_string(), rows, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
-    )
 
 
 def read_only_uri(path) -> str:
