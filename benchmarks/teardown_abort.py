@@ -35,10 +35,10 @@ def one(mode: str, tmp: Path, i: int) -> tuple[int, bool, float]:
     if mode == "hook":
         env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(HERE.parent), env.get("PYTHONPATH", "")])
     elif mode == "nsys":
-        from nsyscomm.capture.launcher import PRESETS, _nsys_profile_args
+        from nsyscomm.capture.nsys_command import PRESETS, nsys_profile_args
 
         trace = ",".join(PRESETS["default"])
-        cmd = [*_nsys_profile_args("nsys", str(tmp / f"nsys-{i}"), None, None, trace), *cmd]
+        cmd = [*nsys_profile_args("nsys", str(tmp / f"nsys-{i}"), None, None, trace), *cmd]
     elif mode == "run":
         # this checkout's nsyscomm, whatever is installed
         env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])

@@ -15,9 +15,7 @@ the launcher runs QdstrmImporter itself, then ``nsys export --type sqlite``.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -29,18 +27,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsyscomm.capture.nsys_command import (
+    find_nsys,
+    has_gpu,
+    job_env,
+    nsys_profile_args,
+    torchrun_split,
+    trace_for,
+)
 from nsyscomm.capture.post import EXPORTS, StageLog, find_importer, import_and_export  # noqa: F401 - issue 24
 from nsyscomm.errors import InputError
-
-MIN_NSYS = (2021, 3)
-INSTALL_HINT = (
-    "install Nsight Systems: on Debian/Ubuntu add the non-free component and "
-    "`apt-get install --no-install-recommends nsight-systems nsight-systems-target`, "
-    "or download it from https://developer.nvidia.com/nsight-systems"
-)
-CAPTURE_RANGE = "nsyscomm.capture"
-HOOK_DIR = Path(__file__).resolve().parent / "_hook"
-PKG_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 @dataclass
@@ -53,39 +49,6 @@ class RunResult:
 
 
 # ---------------------------------------------------------------- nsys discovery
-
-
-def find_nsys() -> tuple[str, tuple]:
-    nsys = os.environ.get("NSYSCOMM_NSYS") or shutil.which("nsys")
-    if not nsys:
-        raise InputError(f"nsys (Nsight Systems) is not on PATH: {INSTALL_HINT}")
-    try:
-        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except Exception as e:
-        raise InputError(f"nsys at {nsys} does not run ({e}): {INSTALL_HINT}") from None
-    m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?", out or "")
-    if not m:
-        raise InputError(f"cannot read the version of {nsys} ({out.strip()!r}): {INSTALL_HINT}")
-    ver = tuple(int(x) for x in m.groups() if x is not None)
-    if ver[:2] < MIN_NSYS:
-        raise InputError(
-            f"nsys {'.'.join(map(str, ver))} is too old (need >= {'.'.join(map(str, MIN_NSYS))}): {INSTALL_HINT}"
-        )
-    return nsys, ver
-
-
-def _has_gpu() -> bool:
-    """A GPU is visible (device nodes alone are not enough: containers expose /dev/nvidiactl without one)."""
-    if glob.glob("/proc/driver/nvidia/gpus/*"):
-        return True
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            r = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-            return r.returncode == 0 and "GPU" in r.stdout
-        except Exception:
-            return False
-    return False
 
 
 def _parse_steps(steps: str) -> tuple[int, int]:
@@ -104,107 +67,7 @@ def _parse_steps(steps: str) -> tuple[int, int]:
 # ---------------------------------------------------------------- torchrun rewriting (--per-rank)
 
 
-def _torchrun_split(cmd: list[str]):
-    """Split a torchrun command into (launcher part, module flag, script+args), or None if not torchrun."""
-    if not cmd:
-        return None
-    head = os.path.basename(cmd[0])
-    if head == "torchrun":
-        start = 1
-    elif (
-        re.fullmatch(r"python[\d.]*", head)
-        and len(cmd) > 2
-        and cmd[1] == "-m"
-        and cmd[2] in ("torch.distributed.run", "torch.distributed.launch")
-    ):
-        start = 3
-    else:
-        return None
-    try:
-        from torch.distributed.run import get_args_parser
-
-        parser = get_args_parser()
-        flags = set()
-        for a in parser._actions:
-            if a.nargs == 0:
-                flags.update(a.option_strings)
-    except Exception:
-        flags = {
-            "--standalone",
-            "--no-python",
-            "--no_python",
-            "-m",
-            "--module",
-            "--run-path",
-            "--run_path",
-            "--virtual-local-rank",
-            "--virtual_local_rank",
-            "-h",
-            "--help",
-        }
-    i = start
-    module = False
-    opts = []
-    while i < len(cmd):
-        a = cmd[i]
-        if a == "--":
-            i += 1
-            break
-        if not a.startswith("-"):
-            break
-        if a in ("-m", "--module"):
-            module = True
-        elif a in ("--no-python", "--no_python"):
-            raise InputError(
-                "--per-rank cannot wrap a torchrun command that already uses --no-python; "
-                "drop --per-rank to get one report for the whole process tree"
-            )
-        else:
-            opts.append(a)
-        if "=" not in a and a not in flags:
-            i += 1
-            if i < len(cmd):
-                opts.append(cmd[i])
-        i += 1
-    return cmd[:start] + opts, module, cmd[i:]
-
-
 # ---------------------------------------------------------------- run
-
-
-def _env(steps_ab) -> dict:
-    env = dict(os.environ)
-    parts = [str(HOOK_DIR), str(PKG_PARENT)]
-    if env.get("PYTHONPATH"):
-        parts.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    env["NSYSCOMM_ANNOTATE"] = "1"
-    if steps_ab is not None:
-        env["NSYSCOMM_CAPTURE_STEPS"] = f"{steps_ab[0]}:{steps_ab[1]}"
-        env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
-    return env
-
-
-# issue 24: what nsys traces. default: what the analyses need (the OS runtime calls give the
-# causes of late arrivals); light: NVTX (and CUDA) only, for jobs where the capture overhead
-# matters (docs/performance.md measures both).
-PRESETS = {"default": ("nvtx", "osrt"), "light": ("nvtx",)}
-
-
-def trace_for(preset: str, gpu: bool) -> str:
-    """The --trace value of a preset: cuda first when a GPU is visible."""
-    if preset not in PRESETS:
-        raise InputError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}")
-    return ",".join((("cuda",) if gpu else ()) + PRESETS[preset])
-
-
-def _nsys_profile_args(nsys, out_base: str, steps_ab, nsys_args: str | None, trace: str) -> list[str]:
-    args = [nsys, "profile", f"--trace={trace}", "-s", "none", "--cpuctxsw=none", "-o", out_base, "-f", "true"]
-    if steps_ab is not None:
-        args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@nsyscomm", "--capture-range-end=stop"]
-    if nsys_args:
-        args += shlex.split(nsys_args)
-    return args
 
 
 def _check_output(output: str | None) -> Path:
@@ -320,7 +183,7 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         warnings_.append("--per-rank is implied with --profiler torch (one trace per rank)")
     if nsys_args:
         warnings_.append("--nsys-args ignored with --profiler torch")
-    env = _env(steps_ab)
+    env = job_env(steps_ab)
     env.pop("NSYS_NVTX_PROFILER_REGISTER_ONLY", None)
     env["NSYSCOMM_PROFILER"] = "torch"
     env["NSYSCOMM_TRACE_DIR"] = str(out_dir)
@@ -380,8 +243,8 @@ def run(
     warnings_: list[str] = []
     if export not in EXPORTS:
         raise InputError(f"unknown export {export!r}: use one of {', '.join(EXPORTS)}")
-    trace = trace_for(preset, _has_gpu())
-    env = _env(steps_ab)
+    trace = trace_for(preset, has_gpu())
+    env = job_env(steps_ab)
     if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
     # ---- issue 22: flight records and --hang-timeout (nsyscomm.capture.hang_watch) ----
@@ -394,16 +257,16 @@ def run(
     # ---- end issue 22 ----
 
     if per_rank:
-        split = _torchrun_split(cmd)
+        split = torchrun_split(cmd)
         if split is None:
             warnings_.append("--per-rank applies to torchrun commands; one report for the whole process tree")
             per_rank = False
     if per_rank:
         launcher_part, module, script = split
-        prof = _nsys_profile_args(nsys, str(out_dir / "report.rank%q{RANK}"), steps_ab, nsys_args, trace)
+        prof = nsys_profile_args(nsys, str(out_dir / "report.rank%q{RANK}"), steps_ab, nsys_args, trace)
         full = launcher_part + ["--no-python"] + prof + [sys.executable, "-u"] + (["-m"] if module else []) + script
     else:
-        full = _nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace) + cmd
+        full = nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace) + cmd
 
     try:
         (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
