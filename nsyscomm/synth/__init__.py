@@ -24,13 +24,21 @@ nsyscomm's SQL), following the rules below (the spec the ingest implements):
 Use ``python -m nsyscomm.synth OUTDIR`` to regenerate the samples.
 
 Modules: ``report`` (the in-memory report), ``sqlite_writer`` (an nsys SQLite export of it),
-``ranksim`` (a per-rank GPU job simulator), ``truth`` (the ground truth) and ``samples`` (the
-bundled samples and the command line); this package is their front door. Nothing at run time
-imports it: it makes test reports.
+``ranksim`` (a per-rank GPU job simulator), ``truth`` (the ground truth, with ``kernel_names``
+and ``intervals``) and ``samples`` (the bundled samples and the command line); this package is
+their front door. Nothing at run time imports it: it makes test reports.
 """
 
 from __future__ import annotations
 
+from nsyscomm.synth.intervals import (
+    minus_len,
+    union,
+    union_len,
+)
+from nsyscomm.synth.kernel_names import (
+    parse_kernel_name,
+)
 from nsyscomm.synth.ranksim import (
     RankSim,
     add_rank_marker,
@@ -82,8 +90,6 @@ from nsyscomm.synth.sqlite_writer import (
 )
 from nsyscomm.synth.truth import (
     compute_truth,
-    minus_len,
-    parse_kernel_name,
     summary_key,
 )
 
@@ -131,6 +137,8 @@ __all__ = [
     "summary_key",
     "tid_of",
     "truth_json",
+    "union",
+    "union_len",
     "write_sqlite",
     "xfer",
 ]

@@ -10,6 +10,8 @@ import numpy
 
 from nsyscomm import nvtx_format
 from nsyscomm.busbw import busbw_factor
+from nsyscomm.synth.intervals import minus_len
+from nsyscomm.synth.kernel_names import parse_kernel_name
 from nsyscomm.synth.report import (
     GENERATOR_VERSION,
     NVTX_MARK,
@@ -25,56 +27,6 @@ from nsyscomm.synth.report import (
 # Ground truth (plain Python, from the generated events)
 # ---------------------------------------------------------------------------------------
 
-_FAMILY = {
-    "AllReduce": "all_reduce",
-    "AllGather": "all_gather",
-    "ReduceScatter": "reduce_scatter",
-    "Broadcast": "broadcast",
-    "Reduce": "reduce",
-    "SendRecv": "send",
-    "AllToAll": "all_to_all",
-    "Gather": "gather",
-    "Scatter": "scatter",
-}
-_ALGOS = ("RING", "TREE", "COLLNET", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT")
-_PROTOS = ("LL", "LL128", "SIMPLE")
-_DTYPES = {
-    "float": "float32",
-    "f32": "float32",
-    "half": "float16",
-    "f16": "float16",
-    "bf16": "bfloat16",
-    "double": "float64",
-    "f64": "float64",
-    "int8_t": "int8",
-    "i8": "int8",
-    "uint8_t": "uint8",
-    "u8": "uint8",
-    "int32_t": "int32",
-    "i32": "int32",
-    "uint32_t": "uint32",
-    "u32": "uint32",
-    "int64_t": "int64",
-    "i64": "int64",
-    "uint64_t": "uint64",
-    "u64": "uint64",
-    "f8e4m3": "float8_e4m3fn",
-    "f8e5m2": "float8_e5m2",
-}
-
-
-def parse_kernel_name(name: str) -> dict:
-    """op family, algo, proto, dtype (torch spelling) from an NCCL kernel name (all three families)."""
-    tokens = name.split("_")
-    fam = tokens[1] if len(tokens) > 1 else ""
-    return {
-        "op": _FAMILY.get(fam),
-        "algo": next((t for t in tokens[2:] if t in _ALGOS), None),
-        "proto": next((t for t in tokens[2:] if t in _PROTOS), None),
-        "dtype": next((_DTYPES[t] for t in tokens[2:] if t in _DTYPES), None),
-    }
-
-
 _TORCH_RANGE = re.compile(r"^nccl:([a-z_]+)(,|$)")
 
 
@@ -84,34 +36,6 @@ def _none_if_empty(v):
 
 def _int_or_none(v):
     return None if v in (None, "") else int(v)
-
-
-def _union(intervals):
-    out = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
-def _union_len(intervals):
-    return sum(e - s for s, e in _union(intervals))
-
-
-def minus_len(a, b):
-    """length of union(a) minus union(b)."""
-    ua, ub = _union(a), _union(b)
-    total = 0
-    for s, e in ua:
-        covered = 0
-        for bs, be in ub:
-            lo, hi = max(s, bs), min(e, be)
-            if hi > lo:
-                covered += hi - lo
-        total += (e - s) - covered
-    return total
 
 
 def _num(x):

@@ -1,0 +1,31 @@
+"""Unions and differences of time intervals, for the ground truth's busy and exposed time."""
+
+from __future__ import annotations
+
+
+def union(intervals):
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def union_len(intervals):
+    return sum(e - s for s, e in union(intervals))
+
+
+def minus_len(a, b):
+    """length of union(a) minus union(b)."""
+    ua, ub = union(a), union(b)
+    total = 0
+    for s, e in ua:
+        covered = 0
+        for bs, be in ub:
+            lo, hi = max(s, bs), min(e, be)
+            if hi > lo:
+                covered += hi - lo
+        total += (e - s) - covered
+    return total
