@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -16,6 +17,9 @@ from nsyscomm.combine import JobCalls, combine
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir
 from nsyscomm.extract.readers import extract_one
 from nsyscomm.ingest import straggler_trace
+
+if TYPE_CHECKING:
+    from nsyscomm.gate import Settings, Verdict
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -81,7 +85,7 @@ def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
     return [load([Path(s)]) if r else s for s, r in zip(sources, is_report)]
 
 
-def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings=None):
+def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Settings | None = None) -> Verdict:
     """Compare a current run against baseline runs (nsyscomm.gate.run_gate), loading the report
     paths among them: the library call behind ``nsyscomm gate``."""
     from nsyscomm import gate
@@ -89,7 +93,7 @@ def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings=Non
     return gate.run_gate(gate_sources(baseline_sources), gate_sources(current_sources, one_job=True), settings)
 
 
-def environment(paths) -> dict:
+def environment(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> dict:
     """The recorded environment of the reports at paths (``summarize --include-env``)."""
     from nsyscomm.ingest import environment as env
 

@@ -231,13 +231,12 @@ def gate(
 
 
 def _baseline(inputs, output, append, keep, each, label):
+    from nsyscomm import api
     from nsyscomm import gate as g
 
     json_in = [s for s in inputs if g.looks_json(Path(s))]
     reports = [s for s in inputs if s not in json_in]
     runs = []
-    from nsyscomm import api
-
     if each:
         runs += g.load_runs(api.gate_sources(reports))
     elif reports:
