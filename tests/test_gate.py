@@ -510,3 +510,26 @@ def test_baseline_command_inputs(tmp_path):
         r = runner.invoke(baseline_cmd, ["--each", str(d), str(d), "-o", str(out)])
         assert r.exit_code == 0, r.output
         assert len(json.loads(out.read_text())["runs"]) == 2
+
+
+# ------------------------------------------------------------------------- who loads reports
+
+
+def test_the_gate_opens_no_report(tmp_path):
+    """nsyscomm.gate reads Results and JSON documents; a report path is the front door's to load."""
+    with pytest.raises(InputError, match=r"api\.load"):
+        g.load_runs([DDP])
+    with pytest.raises(InputError, match=r"api\.run_gate"):
+        g.load_run([DDP])
+
+
+def test_gate_sources_load_report_paths_in_place(tmp_path):
+    base = write(tmp_path, "b.json", doc([row()]))
+    side = api.gate_sources([base, DDP])  # baselines: each report path its own job, in order
+    assert side[0] == base and isinstance(side[1], api.Result) and side[1].reports == [DDP.name]
+    current = api.gate_sources([base, DDP], one_job=True)  # the current side: the reports first
+    assert isinstance(current[0], api.Result) and current[1] == base
+    # and the gate over them is the gate over the same reports by path
+    by_path = api.run_gate([DDP], [DDP])
+    by_result = g.run_gate([api.load([DDP])], [api.load([DDP])])
+    assert by_path.exit_code == by_result.exit_code == 0
