@@ -25,12 +25,20 @@ Use ``python -m nsyscomm.synth OUTDIR`` to regenerate the samples.
 
 Modules: ``report`` (the in-memory report), ``sqlite_writer`` (an nsys SQLite export of it),
 ``ranksim`` (a per-rank GPU job simulator), ``truth`` (the ground truth, with ``kernel_names``
-and ``intervals``) and ``samples`` (the bundled samples and the command line); this package is
-their front door. Nothing at run time imports it: it makes test reports.
+and ``intervals``), ``samples`` (the bundled samples' jobs) and ``generate`` (writing them, and
+the command line); this package is their front door. Nothing at run time imports it: it makes
+test reports.
 """
 
 from __future__ import annotations
 
+from nsyscomm.synth.generate import (
+    SAMPLES,
+    generate,
+    generate_all,
+    main,
+    truth_json,
+)
 from nsyscomm.synth.intervals import (
     minus_len,
     union,
@@ -70,15 +78,10 @@ from nsyscomm.synth.report import (
 )
 from nsyscomm.synth.samples import (
     DDP_BUCKETS,
-    SAMPLES,
     gen_ddp_4rank,
     gen_fsdp_8rank,
     gen_gloo_cpu,
     gen_nowrapper_2node,
-    generate,
-    generate_all,
-    main,
-    truth_json,
 )
 from nsyscomm.synth.sqlite_writer import (
     cols,

@@ -2,6 +2,6 @@
 
 import sys
 
-from nsyscomm.synth.samples import main
+from nsyscomm.synth.generate import main
 
 sys.exit(main())
