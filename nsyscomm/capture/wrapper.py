@@ -32,8 +32,6 @@ import threading
 import warnings
 
 from nsyscomm import nvtx_format as _fmt
-from nsyscomm.capture import dispatch_layer, nvtx_emitter
-from nsyscomm.capture.api_specs import C10D_SPECS, FUNCOL_SPECS, arg
 
 _lock = threading.RLock()
 _enabled = False
@@ -104,9 +102,68 @@ _domain_keepalive = None
 
 
 def _init_emitter():
-    """Bind _push/_pop/_mark to nvtx (nsyscomm.capture.nvtx_emitter)."""
+    """Bind _push/_pop/_mark to nvtx. Fast path for nvtx <= 0.2.11's Cython API, public API otherwise."""
     global _push, _pop, _mark, _emitter_kind, _domain_keepalive
-    _push, _pop, _mark, _emitter_kind, _domain_keepalive = nvtx_emitter.make(_fastpath, _tls, _warn_once)
+    try:
+        import nvtx  # noqa: F401
+    except Exception as e:  # no nvtx: no annotation
+        _warn_once(
+            "nvtx",
+            f"nsyscomm: the nvtx package is not importable ({e!r}); collectives are not annotated. "
+            "Install it with: pip install 'nvtx==0.2.11'",
+        )
+        _push = _pop = _mark = _noop
+        _emitter_kind = "none"
+        return
+    try:
+        from nvtx._lib.lib import Domain, EventAttributes, StringHandle, mark, pop_range, push_range
+
+        class _Message(StringHandle):
+            # a registered string that is its own `.handle` (all EventAttributes reads of a message):
+            # saves nvtx's Python RegisteredString wrapper on every call
+            __slots__ = ()
+            handle = property(lambda self: self)
+
+        dom = Domain(_fmt.DOMAIN)
+        h = dom.handle
+
+        def push(msg, _E=EventAttributes, _M=_Message, _p=push_range, _h=h, _t=_tls):
+            # one EventAttributes per thread, re-pointed at each message (nvtx copies it at the push);
+            # not lru-cached like nvtx.annotate: messages are unique per call
+            a = _t.attrs
+            if a is None:
+                a = _t.attrs = _E(_M(_h, msg), None)
+            else:
+                a.message = _M(_h, msg)
+            _p(a, _h)
+
+        def pop(_p=pop_range, _h=h):
+            _p(_h)
+
+        def mark_(msg, _E=EventAttributes, _M=_Message, _m=mark, _h=h):
+            _m(_E(_M(_h, msg), None), _h)
+
+        EventAttributes(_Message(h, "nsyscomm"), None).message = _Message(h, "nsyscomm")  # the API we expect
+        if _fastpath is not None:  # the same two functions in C: no Python frame per push and pop
+            _fastpath.nvtx_configure(EventAttributes, _Message, push_range, pop_range, h, _tls)
+            push, pop = _fastpath.push, _fastpath.pop
+        _domain_keepalive = dom
+        _push, _pop, _mark = push, pop, mark_
+        _emitter_kind = "nvtx-fast"
+    except Exception:
+        import nvtx
+
+        def push(msg):
+            nvtx.push_range(msg, domain=_fmt.DOMAIN)
+
+        def pop():
+            nvtx.pop_range(domain=_fmt.DOMAIN)
+
+        def mark_(msg):
+            nvtx.mark(msg, domain=_fmt.DOMAIN)
+
+        _push, _pop, _mark = push, pop, mark_
+        _emitter_kind = "nvtx-public"
 
 
 def _warn_once(key, text):
@@ -389,6 +446,12 @@ def _compose(g, op, api, dt, nbytes, numel, seq, asy, peer=None):
     return msg if peer is None else _fmt.with_peer(msg, peer)
 
 
+def _arg(args, kwargs, idx, kw, default=None):
+    if idx is not None and len(args) > idx:
+        return args[idx]
+    return kwargs.get(kw, default)
+
+
 def _call_below(fn, args, kwargs, tls, rf, pushed):
     """Run the wrapped call below autograd (so the dispatcher layer does not annotate it again),
     with inner collectives passing through; then close what the wrapper opened."""
@@ -426,14 +489,14 @@ def _make_wrapper(
 
     def message(args, kwargs):
         if funcol:
-            g = _funcol_group(arg(args, kwargs, g_idx, g_kw), arg(args, kwargs, g_idx + 1, "tag", ""))
+            g = _funcol_group(_arg(args, kwargs, g_idx, g_kw), _arg(args, kwargs, g_idx + 1, "tag", ""))
         else:
-            pg = arg(args, kwargs, g_idx, g_kw)
+            pg = _arg(args, kwargs, g_idx, g_kw)
             if pg is not None and pg is _c10d.GroupMember.NON_GROUP_MEMBER:
                 return None
             g = _group(pg)
         if size_rule == "t" or size_rule == "t_n":
-            t = arg(args, kwargs, t_idx, t_kw)
+            t = _arg(args, kwargs, t_idx, t_kw)
             numel = t.numel()
             nbytes = numel * t.element_size()
             dt = t.dtype
@@ -441,7 +504,7 @@ def _make_wrapper(
                 nbytes *= g.size
                 numel *= g.size
         elif size_rule == "list" or size_rule == "list_n":
-            nbytes, numel, dt = _sum_bytes(arg(args, kwargs, t_idx, t_kw))
+            nbytes, numel, dt = _sum_bytes(_arg(args, kwargs, t_idx, t_kw))
             if size_rule == "list_n":
                 nbytes *= g.size
                 numel *= g.size
@@ -452,7 +515,7 @@ def _make_wrapper(
         if always_async:
             asy = "1"
         else:
-            asy = "1" if arg(args, kwargs, a_idx, a_kw, False) else "0"
+            asy = "1" if _arg(args, kwargs, a_idx, a_kw, False) else "0"
         peer = None
         if p2p is not None:
             peer = p2p(args, kwargs, g)
@@ -552,6 +615,75 @@ def _funcol_group(group, tag):
     return _group(pg)
 
 
+def _peer_send(args, kwargs, g):
+    dst = _arg(args, kwargs, 1, "dst")
+    if dst is None:
+        gd = kwargs.get("group_dst")
+        dst = g.ranks[gd] if gd is not None else -1
+    return dst
+
+
+def _peer_recv(args, kwargs, g):
+    src = _arg(args, kwargs, 1, "src")
+    if src is None:
+        gs = kwargs.get("group_src")
+        src = g.ranks[gs] if gs is not None else -1
+    return src
+
+
+# api -> (op, size_rule, tensor idx, tensor kw, group idx, group kw, async idx, extra)
+_C10D_SPECS = {
+    "all_reduce": ("all_reduce", "t", 0, "tensor", 2, "group", 3, {}),
+    "broadcast": ("broadcast", "t", 0, "tensor", 2, "group", 3, {}),
+    "reduce": ("reduce", "t", 0, "tensor", 3, "group", 4, {}),
+    "all_gather": ("all_gather", "list", 0, "tensor_list", 2, "group", 3, {}),
+    "all_gather_single": ("all_gather", "t", 0, "output_tensor", 2, "group", 3, {}),
+    "all_gather_into_tensor": ("all_gather", "t", 0, "output_tensor", 2, "group", 3, {}),
+    "all_gather_coalesced": ("all_gather", "list", 0, "output_tensor_lists", 2, "group", 3, {}),
+    "reduce_scatter": ("reduce_scatter", "list", 1, "input_list", 3, "group", 4, {}),
+    "reduce_scatter_single": ("reduce_scatter", "t", 1, "input", 3, "group", 4, {}),
+    "reduce_scatter_tensor": ("reduce_scatter", "t", 1, "input", 3, "group", 4, {}),
+    "all_to_all": ("all_to_all", "list", 1, "input_tensor_list", 2, "group", 3, {}),
+    "all_to_all_single": ("all_to_all", "t", 1, "input", 4, "group", 5, {}),
+    "all_reduce_coalesced": ("all_reduce", "list", 0, "tensors", 2, "group", 3, {}),
+    "gather": ("gather", "t_n", 0, "tensor", 3, "group", 4, {}),
+    "scatter": ("scatter", "t_n", 0, "tensor", 3, "group", 4, {}),
+    "barrier": ("barrier", "none", None, None, 0, "group", 1, {}),
+    "monitored_barrier": ("barrier", "none", None, None, 0, "group", None, {}),
+    "send": ("send", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_send}),
+    "recv": ("recv", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_recv}),
+    "isend": ("send", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_send, "always_async": True}),
+    "irecv": ("recv", "t", 0, "tensor", 2, "group", None, {"p2p": _peer_recv, "always_async": True}),
+    "broadcast_object_list": ("broadcast", "obj", None, None, 2, "group", None, {}),
+    "all_gather_object": ("all_gather", "obj", None, None, 2, "group", None, {}),
+    "gather_object": ("gather", "obj", None, None, 3, "group", None, {}),
+    "scatter_object_list": ("scatter", "obj", None, None, 3, "group", None, {}),
+    "send_object_list": ("send", "obj", None, None, 2, "group", None, {}),
+    "recv_object_list": ("recv", "obj", None, None, 2, "group", None, {}),
+}
+
+# functional collectives: api -> (op, size_rule, tensor idx, tensor kw, group idx)
+_FUNCOL_SPECS = {
+    "broadcast": ("broadcast", "t", 0, "self", 2),
+    "all_reduce": ("all_reduce", "t", 0, "self", 2),
+    "all_gather_single": ("all_gather", "t_n", 0, "self", 2),
+    "all_gather_tensor": ("all_gather", "t_n", 0, "self", 2),
+    "all_gather_tensor_autograd": ("all_gather", "t_n", 0, "self", 2),
+    "all_gather_single_autograd": ("all_gather", "t_n", 0, "self", 2),
+    "reduce_scatter_single": ("reduce_scatter", "t", 0, "self", 3),
+    "reduce_scatter_tensor": ("reduce_scatter", "t", 0, "self", 3),
+    "reduce_scatter_tensor_autograd": ("reduce_scatter", "t", 0, "self", 3),
+    "reduce_scatter_single_autograd": ("reduce_scatter", "t", 0, "self", 3),
+    "all_reduce_coalesced": ("all_reduce", "list", 0, "self", 2),
+    "all_gather_single_coalesced": ("all_gather", "list_n", 0, "self", 1),
+    "all_gather_into_tensor_coalesced": ("all_gather", "list_n", 0, "self", 1),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", "list", 0, "inputs", 3),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", "list", 0, "inputs", 3),
+    "all_to_all_single": ("all_to_all", "t", 0, "self", 3),
+    "all_to_all_single_autograd": ("all_to_all", "t", 0, "self", 3),
+    "permute_tensor": ("send", "t", 0, "self", 2),
+}
+
 _KEEP = ("isend", "irecv")  # identity-checked by P2POp / batch_isend_irecv: stay wrapped (pass-through when off)
 
 
@@ -566,7 +698,7 @@ def _install_layer1():
 
     c10d = _c10d
     made = {}
-    for api, (op, rule, ti, tk, gi, gk, ai, extra) in C10D_SPECS.items():
+    for api, (op, rule, ti, tk, gi, gk, ai, extra) in _C10D_SPECS.items():
         orig = getattr(c10d, api, None)
         if orig is None or getattr(orig, "_nsyscomm", False):
             continue
@@ -648,7 +780,7 @@ def _install_layer1():
     except Exception:
         fc = None
     if fc is not None:
-        for api, (op, rule, ti, tk, gi) in FUNCOL_SPECS.items():
+        for api, (op, rule, ti, tk, gi) in _FUNCOL_SPECS.items():
             orig = getattr(fc, api, None)
             if orig is None or getattr(orig, "_nsyscomm", False):
                 continue
@@ -656,6 +788,209 @@ def _install_layer1():
                 orig, "funcol." + api, op, rule, ti, tk, gi, "group", None, always_async=True, funcol=True
             )
             _patch(fc, api, w)
+
+
+# ---------------------------------------------------------------- layer 2: dispatcher catch-all
+
+# c10d op -> (family, arg index of the tensors that give S, multiply by group size)
+_OP_SPECS = {
+    "allreduce_": ("all_reduce", 0, False),
+    "allreduce_coalesced_": ("all_reduce", 0, False),
+    "broadcast_": ("broadcast", 0, False),
+    "reduce_": ("reduce", 0, False),
+    "allgather_": ("all_gather", 0, False),
+    "_allgather_base_": ("all_gather", 0, False),
+    "allgather_coalesced_": ("all_gather", 0, False),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0, False),
+    "reduce_scatter_": ("reduce_scatter", 1, False),
+    "_reduce_scatter_base_": ("reduce_scatter", 1, False),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, False),
+    "alltoall_": ("all_to_all", 1, False),
+    "alltoall_base_": ("all_to_all", 1, False),
+    "gather_": ("gather", 1, True),
+    "scatter_": ("scatter", 0, True),
+    "send": ("send", 0, False),
+    "recv_": ("recv", 0, False),
+    "recv_any_source_": ("recv", 0, False),
+    "barrier": ("barrier", None, False),
+    "monitored_barrier_": ("barrier", None, False),
+}
+
+
+_DDP_FILE = os.path.join("nn", "parallel", "distributed.py")
+_AUTOGRAD_DIR = os.sep + "autograd" + os.sep
+_ddp_code: dict = {}  # code object -> True when its frames mean "called by DDP"
+
+
+def _dispatch_api(name):
+    """Label a call that reached the dispatcher without a Python wrapper: DDP's reducer, DDP's broadcasts, other."""
+    if _tls.api:
+        return _tls.api
+    f = sys._getframe(2)
+    known = _ddp_code
+    while f is not None:
+        code = f.f_code
+        ddp = known.get(code)
+        if ddp is None:
+            fn = code.co_filename
+            # the C++ reducer runs from autograd's backward; bucket broadcasts from DDP's Python
+            ddp = known[code] = fn.endswith(_DDP_FILE) or (_AUTOGRAD_DIR in fn and fn.startswith(_skip_dirs))
+        if ddp:
+            return "ddp." + name.strip("_")
+        f = f.f_back
+    return "c10d." + name.strip("_")
+
+
+# _c10d_functional op -> (family, arg index of the tensor(s), multiply by group size, arg index of
+# the group name). What torch.compile'd code calls (Inductor emits these ops, in place where it
+# can), and what eager code reaches when it calls a functional collective not through the module
+# attribute nsyscomm wraps (e.g. a name imported before annotate()).
+_FUNCOL_OP_SPECS = {
+    "all_reduce": ("all_reduce", 0, False, 2),
+    "all_reduce_": ("all_reduce", 0, False, 2),
+    "all_reduce_coalesced": ("all_reduce", 0, False, 2),
+    "all_reduce_coalesced_": ("all_reduce", 0, False, 2),
+    "all_gather_into_tensor": ("all_gather", 0, True, 2),
+    "all_gather_into_tensor_out": ("all_gather", 0, True, 2),
+    "all_gather_into_tensor_coalesced": ("all_gather", 0, True, 2),
+    "reduce_scatter_tensor": ("reduce_scatter", 0, False, 3),
+    "reduce_scatter_tensor_out": ("reduce_scatter", 0, False, 3),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0, False, 3),
+    "all_to_all_single": ("all_to_all", 0, False, 3),
+    "broadcast": ("broadcast", 0, False, 2),
+    "broadcast_": ("broadcast", 0, False, 2),
+}
+
+
+def _funcol_op_message(name, args):
+    op, ti, times_n, gi = _FUNCOL_OP_SPECS[name]
+    pg = args[gi]
+    if not isinstance(pg, _c10d.ProcessGroup):
+        pg = _c10d._resolve_process_group(pg)
+    g = _group(pg)
+    nbytes, numel, dt = _sum_bytes(args[ti])
+    if times_n:
+        nbytes *= g.size
+        numel *= g.size
+    return _compose(g, op, "_c10d_functional." + name, dt, nbytes, numel, next(g.counter), "1")
+
+
+def _tracing(args) -> bool:
+    """A call being traced (torch.compile, make_fx), not a collective that runs: its tensors are
+    fake or functional (tensor subclasses). A plain tensor is a real call, even with a dispatch
+    mode active (AOTAutograd runs a compiled graph's first call under one)."""
+    try:
+        T = _torch.Tensor
+        for a in args:
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, T) and type(t) is not T and not isinstance(t, _torch.nn.Parameter):
+                    return True
+    except Exception:
+        return True
+    return False
+
+
+def _dispatch_message(name, args):
+    spec = _OP_SPECS[name]
+    op, ti, times_n = spec
+    pg = None
+    pg_pos = None
+    for i, a in enumerate(args):
+        if isinstance(a, _c10d.ProcessGroup):
+            pg, pg_pos = a, i
+            break
+    g = _group(pg)
+    if ti is None:
+        nbytes, numel, dt = 0, 0, None
+    else:
+        nbytes, numel, dt = _sum_bytes(args[ti])
+        if times_n:
+            nbytes *= g.size
+            numel *= g.size
+    peer = None
+    if op in ("send", "recv") and pg_pos is not None:
+        peer = -1
+        try:
+            if name != "recv_any_source_":
+                peer = g.ranks[int(args[pg_pos + 1])]
+        except Exception:
+            pass
+        seq = g.p2p_seq(peer)
+    else:
+        seq = next(g.counter)
+    return _compose(g, op, _dispatch_api(name), dt, nbytes, numel, seq, "1", peer)
+
+
+def _make_kernel(name, opov, message=None):
+    message = message or _dispatch_message
+    functional = message is _funcol_op_message
+
+    def kernel(*args, **kwargs):
+        pushed = False
+        rf = None
+        if _enabled and not (functional and _tracing(args)):
+            try:
+                msg = message(name, args)
+                _push(msg)
+                pushed = True
+                if _prof._is_profiler_enabled:
+                    rf = _rf_enter(msg, None)
+            except Exception as e:
+                _warn_once("c10d." + name, f"nsyscomm: could not annotate c10d::{name} ({e!r})")
+        try:
+            with _Below():
+                return opov(*args, **kwargs)
+        finally:
+            if rf is not None:
+                _rf_close(rf)
+            if pushed:
+                try:
+                    _pop()
+                except Exception:
+                    pass
+
+    return kernel
+
+
+def _install_layer2():
+    global _lib
+    torch = _torch
+    lib = torch.library.Library("c10d", "IMPL")
+    n = 0
+    for name in _OP_SPECS:
+        packet = getattr(torch.ops.c10d, name, None)
+        if packet is None:
+            continue
+        opov = packet.default
+        for key in ("AutogradCPU", "AutogradCUDA"):
+            try:
+                lib.impl(name, _make_kernel(name, opov), key)
+                n += 1
+            except Exception as e:
+                _warn_once("impl" + name + key, f"nsyscomm: no dispatcher hook for c10d::{name} on {key} ({e!r})")
+    # functional collectives as ops (torch.compile'd code); ops whose own autograd kernel is
+    # registered per backend are left alone (ours would replace it)
+    try:
+        flib = torch.library.Library("_c10d_functional", "IMPL")
+    except Exception as e:
+        flib = None
+        _warn_once("impl_funcol", f"nsyscomm: no dispatcher hook for _c10d_functional ops ({e!r})")
+    for name in _FUNCOL_OP_SPECS if flib is not None else ():
+        packet = getattr(torch.ops._c10d_functional, name, None)
+        if packet is None:
+            continue
+        for key in ("AutogradCPU", "AutogradCUDA"):
+            try:
+                if torch._C._dispatch_has_kernel_for_dispatch_key(f"_c10d_functional::{name}", key):
+                    continue
+                flib.impl(name, _make_kernel(name, packet.default, _funcol_op_message), key)
+                n += 1
+            except Exception as e:
+                _warn_once(
+                    "impl" + name + key, f"nsyscomm: no dispatcher hook for _c10d_functional::{name} on {key} ({e!r})"
+                )
+    _lib = (lib, flib) if flib is not None else (lib,)
+    return n
 
 
 # ---------------------------------------------------------------- annotate
@@ -743,7 +1078,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
             _patched[:] = [p for p in _patched if getattr(p[0], p[1], None) is p[3]]
             _install_layer1()
             if ddp:
-                _lib, _ = dispatch_layer.install(sys.modules[__name__])
+                _install_layer2()
             try:
                 from torch.optim.optimizer import register_optimizer_step_post_hook
 
