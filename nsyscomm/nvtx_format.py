@@ -31,6 +31,9 @@ step is known. ``seq`` counts calls per group name in each process, from 0.
 from __future__ import annotations
 
 DOMAIN = "nsyscomm"
+# the range the wrapper holds open over the steps `nsyscomm run --steps A:B` captures; nsys starts
+# and stops on it (-c nvtx -p CAPTURE_RANGE@DOMAIN)
+CAPTURE_RANGE = "nsyscomm.capture"
 COLLECTIVE_PREFIX = "nsyscomm:"
 RANK_PREFIX = "nsyscomm.rank"
 GROUP_PREFIX = "nsyscomm.group"

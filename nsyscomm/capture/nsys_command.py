@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from nsyscomm.errors import InputError
+from nsyscomm.nvtx_format import CAPTURE_RANGE, DOMAIN
 
 MIN_NSYS = (2021, 3)
 INSTALL_HINT = (
@@ -20,7 +21,6 @@ INSTALL_HINT = (
     "`apt-get install --no-install-recommends nsight-systems nsight-systems-target`, "
     "or download it from https://developer.nvidia.com/nsight-systems"
 )
-CAPTURE_RANGE = "nsyscomm.capture"
 HOOK_DIR = Path(__file__).resolve().parent / "_hook"
 PKG_PARENT = Path(__file__).resolve().parent.parent.parent
 
@@ -152,7 +152,7 @@ def trace_for(preset: str, gpu: bool) -> str:
 def nsys_profile_args(nsys, out_base: str, steps_ab, nsys_args: str | None, trace: str) -> list[str]:
     args = [nsys, "profile", f"--trace={trace}", "-s", "none", "--cpuctxsw=none", "-o", out_base, "-f", "true"]
     if steps_ab is not None:
-        args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@nsyscomm", "--capture-range-end=stop"]
+        args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@{DOMAIN}", "--capture-range-end=stop"]
     if nsys_args:
         args += shlex.split(nsys_args)
     return args

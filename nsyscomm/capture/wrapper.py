@@ -405,7 +405,7 @@ def _update_capture(i):
             _profile_hook.finish()
 
 
-CAPTURE_RANGE = "nsyscomm.capture"
+CAPTURE_RANGE = _fmt.CAPTURE_RANGE
 
 
 def step(i: int):
