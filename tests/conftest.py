@@ -25,6 +25,20 @@ def real_nsys_files() -> list[Path]:
     return sorted(REAL_NSYS.glob("*.sqlite")) if REAL_NSYS.exists() else []
 
 
+# what `nsyscomm run` says when the flight records show every rank's program ran to its end and
+# the job failed after that (nsyscomm.capture.flight_record.teardown_note)
+TEARDOWN = "the job failed in its teardown, after its work"
+
+
+def job_did_its_work(exit_code: int, messages) -> bool:
+    """A profiled job under `nsyscomm run` did its work: it exited 0, or nsyscomm found from the
+    flight records that it failed only in its teardown. torch's gloo aborts a rank there now and
+    then, profiled or not, even after a barrier (docs/capture.md, "A job that fails in its
+    teardown"); the report is complete then, and what the test asserts of it still holds."""
+    text = messages if isinstance(messages, str) else "\n".join(messages)
+    return exit_code == 0 or TEARDOWN in text
+
+
 def ro(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(read_only_uri(path), uri=True)
 

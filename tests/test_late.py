@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from nsyscomm.api import load
+from tests.conftest import job_did_its_work
 
 from .conftest import SAMPLES
 
@@ -72,7 +73,7 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
         env=env,
         timeout=600,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert job_did_its_work(r.returncode, r.stderr), r.stderr[-3000:]
     doc = json.loads(r.stdout)
     late = [row for row in doc["diagnosis"]["late"] if row["rank"] == 1]
     line = _line("LATE_LINE")
@@ -124,7 +125,7 @@ def test_real_device_mesh_dimensions_are_named(tmp_path):
         text=True,
         timeout=600,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert job_did_its_work(r.returncode, r.stderr), r.stderr[-3000:]
     dims = json.loads(r.stdout)["diagnosis"]["dimensions"]
     by_ranks = {tuple(d["ranks"]): d for d in dims}
     for ranks, dim in [((0, 1), "tp"), ((2, 3), "tp"), ((0, 2), "dp"), ((1, 3), "dp"), ((0, 1, 2, 3), "world")]:

@@ -316,5 +316,5 @@ def teardown_note(rings: list[Ring]) -> str | None:
         f"{done} of {len(rings)} rank(s) ran their program to its end and no collective was open on "
         f"any rank: the job failed in its teardown, after its work, and the report is complete "
         f'(torch\'s gloo can abort a rank there, "terminate called without an active exception", '
-        f"profiled or not: a dist.barrier() before destroy_process_group() avoids it; docs/capture.md)"
+        f"profiled or not: a dist.barrier() before destroy_process_group() makes it rarer; docs/capture.md)"
     )
