@@ -66,7 +66,7 @@ def write_job(
             mm = fr.open_ring(
                 rdir / f"rank{rank}.ring", rank=rank, pid=dead_pid if state == fr.RUNNING else os.getpid()
             )
-            push, pop = fr._py_chain(lambda m: None, lambda: None, mm)
+            push, pop, _raising = fr._py_chain(lambda m: None, lambda: None, mm)
             for i, (op, nbytes, dtype, caller, finished) in enumerate(cs):
                 push(_message(op, nbytes, dtype, i, caller))
                 if finished:

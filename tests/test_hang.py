@@ -146,7 +146,7 @@ os.environ['RANK'] = '5'
 os.environ['NSYSCOMM_RING_PY'] = {"1" if python_ring else "0"!r}
 from nsyscomm.capture import flight_record as fr
 from nsyscomm import nvtx_format as f
-push, pop = fr.chain(lambda m: None, lambda: None)
+push, pop, raising = fr.chain(lambda m: None, lambda: None)
 for i in range(101):
     push('nsyscomm.step|step=1')   # not a collective: not recorded
     push(f.format_collective('all_reduce', api='all_reduce', bytes=i, dtype='float32', numel=i, pg=0, gsize=2,
@@ -163,6 +163,88 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert [int(c.fields["seq"]) for c in ring.calls] == list(range(37, 101))
     assert all(c.finished for c in ring.calls[:-1]) and not ring.calls[-1].finished
     assert ring.calls[-1].fields["caller"] == "x.py:1 f"
+
+
+@pytest.mark.parametrize("python_ring", [False, True])
+def test_ring_flags_a_call_left_by_an_exception(tmp_path, python_ring):
+    """raising() before a pop flags that call only: it ended (the header counts it) but never
+    completed; the flag is cleared when its slot is written again, and a pop of a range that is
+    not a collective consumes it."""
+    code = f"""
+import os
+os.environ['NSYSCOMM_RECORD_DIR'] = {str(tmp_path)!r}
+os.environ['RANK'] = '3'
+os.environ['NSYSCOMM_RING_PY'] = {"1" if python_ring else "0"!r}
+from nsyscomm.capture import flight_record as fr
+from nsyscomm import nvtx_format as f
+push, pop, raising = fr.chain(lambda m: None, lambda: None)
+def call(i):
+    push(f.format_collective('all_reduce', api='all_reduce', bytes=i, dtype='float32', numel=i, pg=0,
+                             gsize=2, seq=i, caller='x.py:1 f'))
+call(0); raising(); pop()                                   # seq 0 left by an exception
+push('nsyscomm.step|step=1'); raising(); pop()              # not a collective: flag consumed
+call(1); pop()                                              # seq 1 completes
+for i in range(2, 66):  # seq 64 rewrites seq 0's slot
+    call(i); pop()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    ring = fr.read_ring(tmp_path / "rank3.ring")
+    assert (ring.entered, ring.finished) == (66, 66)
+    assert all(c.finished and not c.raised for c in ring.calls)  # seq 0's slot was rewritten
+    code = code.replace("range(2, 66)", "range(2, 3)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    ring = fr.read_ring(tmp_path / "rank3.ring")
+    assert (ring.entered, ring.finished) == (3, 3)
+    assert [(int(c.fields["seq"]), c.finished, c.raised) for c in ring.calls] == [
+        (0, False, True),
+        (1, True, False),
+        (2, True, False),
+    ]
+
+
+_RAISES_IN_CALL = """
+import os, tempfile
+import torch
+import torch.distributed as dist
+from nsyscomm.capture import wrapper as W
+W.annotate(True)
+fd, path = tempfile.mkstemp(); os.close(fd); os.unlink(path)
+dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+x = torch.ones(4)
+dist.all_reduce(x)
+try:  # raised inside torch's all_reduce, after the wrapper's push
+    dist.all_reduce(torch.ones(2, dtype=torch.complex64), op=dist.ReduceOp.MAX)
+except ValueError as e:
+    print("raised:", e)
+dist.all_reduce(x)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize(("fastpath", "python_ring"), [("1", "0"), ("0", "0"), ("0", "1")])
+def test_wrapped_collective_that_raises_is_recorded_unfinished(tmp_path, fastpath, python_ring):
+    """A collective the wrapper annotated and torch left by an exception is entered, not
+    finished, in the flight record, from the C fast path and the Python wrapper alike; the
+    exception reaches the program unchanged."""
+    pytest.importorskip("torch")
+    env = dict(
+        os.environ,
+        NSYSCOMM_RECORD_DIR=str(tmp_path),
+        RANK="0",
+        NSYSCOMM_FASTPATH=fastpath,
+        NSYSCOMM_RING_PY=python_ring,
+    )
+    p = subprocess.run([sys.executable, "-c", _RAISES_IN_CALL], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "raised: all_reduce does not support" in p.stdout
+    ring = fr.read_ring(tmp_path / "rank0.ring")
+    assert [(int(c.fields["seq"]), c.finished, c.raised) for c in ring.calls] == [
+        (0, True, False),
+        (1, False, True),
+        (2, True, False),
+    ]
 
 
 def test_ring_clean_exit_and_exception(tmp_path):

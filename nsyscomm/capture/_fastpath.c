@@ -70,7 +70,7 @@ static PyTypeObject BusyType = {
 };
 
 static PyObject *s_enabled, *s_rank_marked, *s_prof, *s_is_prof, *s_groups, *s_step,
-    *s_call_sites, *s_site, *s_push, *s_pop, *s_below, *s_warn_once, *s_counter, *s_numel, *s_dtype,
+    *s_call_sites, *s_site, *s_push, *s_pop, *s_raising, *s_below, *s_warn_once, *s_counter, *s_numel, *s_dtype,
     *s_element_size, *s_enter, *s_exit, *s_one, *s_zero, *s_empty, *s_pop_key;
 
 typedef struct {
@@ -217,6 +217,12 @@ static PyObject *below(Hot *self, PyObject *const *args, size_t nargsf, PyObject
     PyErr_Fetch(&type, &value, &tb);  /* the collective's own exception passes through unchanged */
     t_busy = 0;
     if (pushed) {
+        if (!r) {  /* left by an exception: the flight record flags the call as not completed */
+            PyObject *raising = G(self, s_raising);
+            PyObject *y = raising ? PyObject_CallNoArgs(raising) : NULL;
+            Py_XDECREF(y);
+            PyErr_Clear();
+        }
         PyObject *pop = G(self, s_pop);
         PyObject *x = pop ? PyObject_CallNoArgs(pop) : NULL;
         if (x)
@@ -511,7 +517,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     } names[] = {{&s_enabled, "_enabled"}, {&s_rank_marked, "_rank_marked"},
                  {&s_prof, "_prof"}, {&s_is_prof, "_is_profiler_enabled"}, {&s_groups, "_groups"},
                  {&s_step, "_step"}, {&s_call_sites, "_call_sites"}, {&s_site, "_site"}, {&s_push, "_push"},
-                 {&s_pop, "_pop"}, {&s_below, "_Below"}, {&s_warn_once, "_warn_once"}, {&s_counter, "counter"},
+                 {&s_pop, "_pop"}, {&s_raising, "_raising"}, {&s_below, "_Below"}, {&s_warn_once, "_warn_once"}, {&s_counter, "counter"},
                  {&s_numel, "numel"}, {&s_dtype, "dtype"}, {&s_element_size, "element_size"},
                  {&s_enter, "__enter__"}, {&s_exit, "__exit__"}, {&s_one, "1"}, {&s_zero, "0"}, {&s_empty, ""}, {&s_pop_key, "pop"}, {&s_attrs, "attrs"},
                  {&s_message, "message"}};

@@ -2,7 +2,9 @@
  * file layout and holds the Python fallback): push(msg) writes a collective's message into the
  * next slot of the memory-mapped ring, then calls the NVTX push; pop() calls the NVTX pop, then
  * writes the finish time. Both run for every annotated call, so they are C: a memcpy and a
- * clock read each, no Python frame.
+ * clock read each, no Python frame. raising() tells the next pop of this thread that its call is
+ * being left by an exception: the slot is flagged, so the call reads as entered and not finished
+ * (a rank whose collective failed because a peer died never completed it).
  *
  * Writes go to a MAP_SHARED file mapping: they are in the page cache as soon as they are stored,
  * so a SIGKILL or abort() of the process does not lose them. A slot's entry number is zeroed
@@ -25,6 +27,8 @@
 #define OFF_FINISHED 40
 #define OFF_LAST_EXIT 48
 #define STACK_MAX 32
+#define OFF_FLAGS 36
+#define FLAG_RAISED 1u
 
 static Py_buffer g_view;
 static int g_have_view = 0;
@@ -35,6 +39,7 @@ static PyObject *g_push = NULL, *g_pop = NULL;
 /* this thread's open ranges: the slot offset of each collective, -1 for other ranges */
 static _Thread_local long t_stack[STACK_MAX];
 static _Thread_local int t_depth = 0;
+static _Thread_local int t_raising = 0;
 
 static const char PREFIX[] = "nsyscomm:";
 
@@ -93,6 +98,7 @@ static PyObject *ring_push(PyObject *mod, PyObject *msg) {
         *u64(off + 16) = 0;
         *u64(off + 24) = (uint64_t)pthread_self();
         memcpy(g_base + off + 32, &ln, 4);
+        memset(g_base + off + OFF_FLAGS, 0, 4);
         __atomic_store_n(u64(off), n, __ATOMIC_RELEASE);
         __atomic_store_n(u64(OFF_ENTERED), n, __ATOMIC_RELEASE);
     }
@@ -108,11 +114,17 @@ static PyObject *ring_pop(PyObject *mod, PyObject *noargs) {
         return NULL;
     }
     PyObject *r = PyObject_CallNoArgs(g_pop);
+    int raised = t_raising;
+    t_raising = 0;
     if (t_depth > 0) {
         t_depth--;
         long off = t_depth < STACK_MAX ? t_stack[t_depth] : -1;
         if (off >= 0) {
             uint64_t t = now_ns();
+            if (raised) {
+                uint32_t flags = FLAG_RAISED;
+                memcpy(g_base + off + OFF_FLAGS, &flags, 4);
+            }
             *u64(off + 16) = t;
             *u64(OFF_FINISHED) += 1;
             *u64(OFF_LAST_EXIT) = t;
@@ -121,10 +133,16 @@ static PyObject *ring_pop(PyObject *mod, PyObject *noargs) {
     return r;
 }
 
+static PyObject *ring_raising(PyObject *mod, PyObject *noargs) {
+    t_raising = 1;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(mmap, push, pop): record into mmap, then call push/pop"},
     {"push", ring_push, METH_O, "push(msg): record a collective's entry, then push its NVTX range"},
     {"pop", ring_pop, METH_NOARGS, "pop(): pop the NVTX range, then record the finish"},
+    {"raising", ring_raising, METH_NOARGS, "raising(): this thread's next pop leaves its call by an exception"},
     {NULL, NULL, 0, NULL},
 };
 

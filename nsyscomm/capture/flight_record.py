@@ -15,7 +15,13 @@ functions as the fallback; both keep the same layout:
         state u32, entered u64, finished u64, last_exit_ns u64, created_ns u64, stopped_ns u64
         (when the launcher stopped it), note (440 bytes)
     slot (512 bytes): n u64 (1-based entry number, 0 = being written), t_enter_ns u64,
-        t_exit_ns u64 (0 = not finished), tid u64, len u32, pad u32, message (472 bytes, UTF-8)
+        t_exit_ns u64 (0 = not finished), tid u64, len u32, flags u32 (1: left by an exception),
+        message (472 bytes, UTF-8)
+
+A call left by an exception (gloo's "connection closed" when a peer died, a timeout) ended
+without completing: its slot is flagged and it reads as not finished, so the ranks that were
+waiting in it when a peer failed are reported waiting there, whichever of them torchrun stops
+first. The header's finished count still counts it: it measures progress, not success.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ OFF_STOPPED = 64
 NOTE_OFF, NOTE_MAX = 72, HEADER_SIZE - 72
 # header field offsets (see the layout above)
 OFF_STATE, OFF_ENTERED, OFF_FINISHED, OFF_LAST_EXIT = 28, 32, 40, 48
+OFF_SLOT_FLAGS, FLAG_RAISED = 36, 1
 STATES = {0: "running", 1: "exited", 2: "raised", 3: "stopped"}
 RUNNING, EXITED, RAISED, STOPPED = 0, 1, 2, 3
 _HEAD = struct.Struct("<8sIIIiIIQQQQ")
@@ -97,10 +104,17 @@ def open_ring(path: Path, slots: int = SLOTS, rank: int | None = None, pid: int 
 # ---------------------------------------------------------------- the Python fallback of the hot path
 
 
+def _no_raising() -> None:
+    return None
+
+
 def _py_chain(push, pop, mm: mmap.mmap):
     slots = struct.unpack_from("<I", mm, 12)[0]
     q = struct.Struct("<Q")
     stack_of = threading.local()  # this ring's open ranges per thread (slot offset, -1: not a collective)
+
+    def rec_raising(_st=stack_of):
+        _st.raising = True
 
     def rec_push(msg, _push=push, _mm=mm, _q=q, _slot=_SLOT, _t=time.time_ns, _st=stack_of):
         stack = getattr(_st, "v", None)
@@ -122,16 +136,20 @@ def _py_chain(push, pop, mm: mmap.mmap):
 
     def rec_pop(_pop=pop, _mm=mm, _q=q, _t=time.time_ns, _st=stack_of):
         r = _pop()
+        raised = getattr(_st, "raising", False)
+        _st.raising = False
         stack = getattr(_st, "v", None)
         off = stack.pop() if stack else -1
         if off >= 0:
             now = _t()
+            if raised:
+                struct.pack_into("<I", _mm, off + OFF_SLOT_FLAGS, FLAG_RAISED)
             _q.pack_into(_mm, off + 16, now)
             _q.pack_into(_mm, OFF_FINISHED, _q.unpack_from(_mm, OFF_FINISHED)[0] + 1)
             _q.pack_into(_mm, OFF_LAST_EXIT, now)
         return r
 
-    return rec_push, rec_pop
+    return rec_push, rec_pop, rec_raising
 
 
 def set_state(mm, state: int, note: str = "") -> None:
@@ -161,12 +179,14 @@ def _chain_excepthook():
 
 
 def chain(push, pop):
-    """(push, pop) that also record collectives in this process's ring, when NSYSCOMM_RECORD_DIR
-    is set; else push and pop unchanged. Called once by the wrapper when it binds its emitter."""
+    """(push, pop, raising) that also record collectives in this process's ring, when
+    NSYSCOMM_RECORD_DIR is set; else push and pop unchanged and a raising that does nothing.
+    raising() is called before the pop of a call that is being left by an exception.
+    Called once by the wrapper when it binds its emitter."""
     global _mm
     directory = os.environ.get(ENV_DIR)
     if not directory:
-        return push, pop
+        return push, pop, _no_raising
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         mm = open_ring(ring_path(directory))
@@ -178,13 +198,13 @@ def chain(push, pop):
             RuntimeWarning,
             stacklevel=2,
         )
-        return push, pop
+        return push, pop, _no_raising
     _mm = mm
     atexit.register(_on_exit)
     _chain_excepthook()
     if _flightring is not None and os.environ.get("NSYSCOMM_RING_PY") != "1":
         _flightring.configure(mm, push, pop)
-        return _flightring.push, _flightring.pop
+        return _flightring.push, _flightring.pop, _flightring.raising
     return _py_chain(push, pop, mm)
 
 
@@ -199,10 +219,11 @@ class Call:
     tid: int
     message: str
     fields: dict = field(default_factory=dict)
+    raised: bool = False  # left by an exception: ended, never completed
 
     @property
     def finished(self) -> bool:
-        return self.t_exit_ns is not None
+        return self.t_exit_ns is not None and not self.raised
 
 
 @dataclass
@@ -249,7 +270,7 @@ def read_ring(path: Path) -> Ring | None:
         off = HEADER_SIZE + i * slot_size
         if off + slot_size > len(data):
             break
-        n, t_in, t_out, tid, ln, _ = _SLOT.unpack_from(data, off)
+        n, t_in, t_out, tid, ln, flags = _SLOT.unpack_from(data, off)
         if n == 0 or n > entered:
             continue
         msg = data[off + 40 : off + 40 + min(ln, MSG_MAX)].decode("utf-8", "replace")
@@ -261,7 +282,7 @@ def read_ring(path: Path) -> Ring | None:
         # such as KeyboardInterrupt closes the range too): it did not finish
         if stopped_ns and t_out >= stopped_ns:
             t_out = 0
-        calls.append(Call(n, t_in, t_out or None, tid, msg, fields))
+        calls.append(Call(n, t_in, t_out or None, tid, msg, fields, bool(flags & FLAG_RAISED)))
     calls.sort(key=lambda c: c.n)
     name = STATES.get(state, "running")
     if name == "running" and not _alive(pid):
@@ -307,7 +328,9 @@ def teardown_note(rings: list[Ring]) -> str | None:
     # the launcher's own process (torchrun's agent) has a ring without a rank or a collective; it
     # raised because a worker failed
     rings = [r for r in rings if r.rank >= 0 or r.entered]
-    if not rings or any(r.state == "raised" or r.entered != r.finished for r in rings):
+    if not rings or any(
+        r.state == "raised" or r.entered != r.finished or any(c.raised for c in r.calls) for r in rings
+    ):
         return None
     done = sum(r.state == "exited" for r in rings)
     if not done:

@@ -97,6 +97,7 @@ def _noop(*_a):
 _push = _noop
 _pop = _noop
 _mark = _noop
+_raising = _noop  # before the pop of a call left by an exception (the flight record flags it)
 _emitter_kind = "none"
 _domain_keepalive = None
 
@@ -456,15 +457,20 @@ def _call_below(fn, args, kwargs, tls, rf, pushed):
     """Run the wrapped call below autograd (so the dispatcher layer does not annotate it again),
     with inner collectives passing through; then close what the wrapper opened."""
     tls.busy = True
+    done = False
     try:
         with _Below():
-            return fn(*args, **kwargs)
+            r = fn(*args, **kwargs)
+        done = True
+        return r
     finally:
         tls.busy = False
         if rf is not None:
             _rf_close(rf)
         if pushed:
             try:
+                if not done:
+                    _raising()
                 _pop()
             except Exception as e:
                 _warn_once("pop", f"nsyscomm: NVTX pop failed ({e!r})")
@@ -937,14 +943,19 @@ def _make_kernel(name, opov, message=None):
                     rf = _rf_enter(msg, None)
             except Exception as e:
                 _warn_once("c10d." + name, f"nsyscomm: could not annotate c10d::{name} ({e!r})")
+        done = False
         try:
             with _Below():
-                return opov(*args, **kwargs)
+                r = opov(*args, **kwargs)
+            done = True
+            return r
         finally:
             if rf is not None:
                 _rf_close(rf)
             if pushed:
                 try:
+                    if not done:
+                        _raising()
                     _pop()
                 except Exception:
                     pass
@@ -1014,6 +1025,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
     Returns True when annotation is active after the call.
     """
     global _enabled, _installed, _torch, _c10d, _Below, _skip_dirs, _capture, _opt_hook, _lib, _step, _push, _pop
+    global _raising
     global _prof, _rf_enter, _rf_exit, _profile_hook
     with _lock:
         if not enable:
@@ -1072,7 +1084,7 @@ def annotate(enable: bool = True, *, ddp: bool = True):
                 # issue 22: every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR)
                 from nsyscomm.capture import flight_record
 
-                _push, _pop = flight_record.chain(_push, _pop)
+                _push, _pop, _raising = flight_record.chain(_push, _pop)
             if os.environ.get("NSYSCOMM_CAPTURE_STEPS"):
                 _capture = _parse_capture(os.environ["NSYSCOMM_CAPTURE_STEPS"])
             _patched[:] = [p for p in _patched if getattr(p[0], p[1], None) is p[3]]
