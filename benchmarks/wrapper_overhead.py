@@ -54,6 +54,7 @@ def main():
     import torch
     import torch.distributed as dist
 
+    from nsyscomm.capture import python_layer
     from nsyscomm.capture import wrapper as W
 
     store = dist.TCPStore("127.0.0.1", 0, 1, True)
@@ -77,7 +78,7 @@ def main():
 
     ds_comm, ds_timed, ds_why = _deepspeed()
     W.annotate(True)
-    wn = W._make_wrapper(noop, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
+    wn = python_layer.make_wrapper(noop, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
     arms = {"wrapper": wn}
     if getattr(wn, "_slow", None) is not None:  # the C fast path is built: its Python fallback too
         arms["Python wrapper (no C fast path)"] = wn._slow
@@ -184,7 +185,7 @@ def _ring_emitters(W) -> dict:
     if FR._flightring is not None:
         FR._flightring.configure(FR.open_ring(d / "c.ring", rank=0), W._push, W._pop)
         out[" + flight record (C)"] = (FR._flightring.push, FR._flightring.pop)
-    out[" + flight record (Python)"] = FR._py_chain(W._push, W._pop, FR.open_ring(d / "py.ring", rank=0))
+    out[" + flight record (Python)"] = FR._py_chain(W._push, W._pop, FR.open_ring(d / "py.ring", rank=0))[:2]
     return out
 
 
@@ -220,7 +221,7 @@ def _ring_alone(a) -> None:
     if FR._flightring is not None:
         FR._flightring.configure(FR.open_ring(d / "c.ring", rank=0), push, pop)
         arms["C ring"] = (FR._flightring.push, FR._flightring.pop)
-    arms["Python ring"] = FR._py_chain(push, pop, FR.open_ring(d / "py.ring", rank=0))
+    arms["Python ring"] = FR._py_chain(push, pop, FR.open_ring(d / "py.ring", rank=0))[:2]
     per = {k: [] for k in arms}
     for _ in range(a.rounds):
         for k, (pu, po) in arms.items():

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 from nsyscomm import nvtx_format as fmt  # noqa: E402
+from nsyscomm.capture import python_layer  # noqa: E402
 from nsyscomm.capture import wrapper as W  # noqa: E402
 from tests.conftest import single_rank_gloo  # noqa: E402
 
@@ -481,7 +482,7 @@ def test_fast_guard_equals_autograd_guard(pg):
 
     W.annotate(True)
     try:
-        wn = W._make_wrapper(probe, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
+        wn = python_layer.make_wrapper(probe, "all_reduce", "all_reduce", "t", 0, "tensor", 2, "group", 3)
         t = torch.ones(2)
         for configured in (True, False):
             if not configured:

@@ -453,10 +453,11 @@ class _Boom(Exception):
 
 
 def _wrap(fn, api="all_reduce"):
-    from nsyscomm.capture import wrapper as W
+    from nsyscomm.capture import python_layer
+    from nsyscomm.capture.api_specs import C10D_SPECS
 
-    op, rule, ti, tk, gi, gk, ai, extra = W._C10D_SPECS[api]
-    return W._make_wrapper(fn, api, op, rule, ti, tk, gi, gk, ai, **extra)
+    op, rule, ti, tk, gi, gk, ai, extra = C10D_SPECS[api]
+    return python_layer.make_wrapper(fn, api, op, rule, ti, tk, gi, gk, ai, **extra)
 
 
 @pytest.fixture

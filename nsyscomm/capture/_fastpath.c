@@ -2,7 +2,7 @@
  * broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single), in C: every Python statement there is per-call overhead, and the issue's budget is
  * 2 us per call, caller included.
  *
- * It does exactly what the Python hot wrapper in wrapper.py does, reading that module's globals
+ * It does exactly what the Python hot wrapper in python_layer.py does, reading wrapper.py's globals
  * at each call (so annotate(False), step changes and test monkeypatches take effect at once).
  * Whenever something is not in steady state (rank marker not yet emitted, torch.profiler
  * recording, a group or (group, dtype) template not cached yet, an argument it cannot read), it
@@ -394,7 +394,7 @@ static PyTypeObject HotType = {
     .tp_clear = (inquiry)hot_clear,
     .tp_dealloc = (destructor)hot_dealloc,
     .tp_dictoffset = offsetof(Hot, dict),
-    .tp_doc = "The C steady-state path of a hot collective wrapper (see wrapper.py).",
+    .tp_doc = "The C steady-state path of a hot collective wrapper (see python_layer.py).",
 };
 
 /* configure(libc10_path, keyset) -> bool: resolve ExcludeDispatchKeyGuard in the loaded libc10 */
