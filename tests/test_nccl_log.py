@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nsyscomm.analyses import vs_reference
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import nccl_log
 
@@ -118,7 +119,7 @@ def test_compare_interpolates(tmp_path):
             "busbw_GBps": [0.045, 0.07, 1.0],
         }
     )
-    out = nccl_log.compare(s, curve)
+    out = vs_reference.compare(s, curve)
     assert out["ref_busbw_GBps"].iloc[0] == pytest.approx(0.09)
     assert out["busbw_vs_ref"].iloc[0] == pytest.approx(0.5)
     assert 0.05 < out["ref_busbw_GBps"].iloc[1] < 0.09

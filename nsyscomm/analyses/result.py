@@ -147,7 +147,7 @@ class Result:
         """Summary rows beside the nccl-tests reference busbw at the same size (empty without a curve)."""
         if self.reference is None or self.reference.empty:
             return pd.DataFrame()
-        from nsyscomm.ingest.nccl_log import compare
+        from nsyscomm.analyses.vs_reference import compare
 
         out = compare(self.summarize(by_caller=by_caller), self.reference)
         return out[out["ref_busbw_GBps"].notna()]

@@ -385,23 +385,3 @@ def reference_curve(path, op: str | None = None) -> pd.DataFrame:
         df[c] = df[c].astype("float64")
     df["ranks"] = df["ranks"].astype("Int64")
     return df[_CURVE_COLUMNS]
-
-
-def compare(summary: pd.DataFrame, curve: pd.DataFrame) -> pd.DataFrame:
-    """Join a summary (op, bytes, busbw_GBps) with the reference curve: for each row the reference
-    busbw at the nearest nccl-tests size of the same op (log-size interpolation between the two
-    surrounding sizes) and the ratio measured/reference."""
-    import numpy as np
-
-    out = summary.copy()
-    refs = []
-    for r in out.itertuples():
-        c = curve[(curve["op"] == r.op) & curve["busbw_GBps"].notna()].sort_values("bytes")
-        if not len(c) or pd.isna(r.bytes) or not r.bytes:
-            refs.append(None)
-            continue
-        x = np.log2(c["bytes"].to_numpy(dtype=float))
-        refs.append(float(np.interp(np.log2(float(r.bytes)), x, c["busbw_GBps"].to_numpy(dtype=float))))
-    out["ref_busbw_GBps"] = pd.Series(refs, index=out.index, dtype="float64")
-    out["busbw_vs_ref"] = out["busbw_GBps"].astype("float64") / out["ref_busbw_GBps"]
-    return out
