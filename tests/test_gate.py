@@ -397,9 +397,9 @@ def test_internal_error_is_not_a_regression(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("bug")
 
-    from nsyscomm.gate import verdict
+    import nsyscomm.gate
 
-    monkeypatch.setattr(verdict, "compare", boom)  # where run_gate looks it up
+    monkeypatch.setattr(nsyscomm.gate, "compare", boom)  # where `nsyscomm gate` looks it up
     r = run_gate("-b", base, base)
     assert r.exit_code == 3 and "internal error" in r.stderr
 

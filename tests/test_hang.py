@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,36 @@ def test_gate_fails_on_hung_run_and_names_it(hung_job, tmp_path):
     assert "the run hung" in r.stderr and "missing rank(s) 1" in r.stderr
     ok = _nsyscomm("gate", str(good / "report.sqlite"), "--baseline", str(good / "report.sqlite"))
     assert ok.returncode == 0, ok.stderr
+
+
+def test_gate_reads_a_hung_runs_json_summary_once(hung_job, tmp_path, monkeypatch):
+    """The current run given as a JSON summary: read once for both the comparison and the hang
+    check, and it fails on the hang; a 'hang' key nsyscomm did not write is a one-line exit 2."""
+    from click.testing import CliRunner
+
+    from nsyscomm.cli import main
+
+    good = tmp_path / "good"
+    hs.write_job(good, {r: hs.ok_calls(4) for r in range(4)}, records=True)
+    summary = tmp_path / "hung.json"
+    r = _nsyscomm("summarize", str(hung_job / "report.sqlite"), "--format", "json")
+    summary.write_text(r.stdout)
+    base = tmp_path / "good.json"
+    base.write_text(_nsyscomm("summarize", str(good / "report.sqlite"), "--format", "json").stdout)
+    reads = []
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda p, *a, **k: reads.append(str(p)) or real(p, *a, **k))
+    out = CliRunner().invoke(main, ["gate", str(summary), "--baseline", str(base)])
+    assert out.exit_code == 1, out.output
+    assert "the run hung" in out.output and "missing rank(s) 1" in out.output
+    assert reads.count(str(summary)) == 1
+    doc = json.loads(summary.read_text())
+    doc["hang"] = {"status": "hung", "blocked": [{"group": "0"}], "mismatches": []}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    out = CliRunner().invoke(main, ["gate", str(bad), "--baseline", str(base)])
+    assert out.exit_code == 2 and str(bad) in out.output and "Traceback" not in out.output
+    assert len(out.output.strip().splitlines()) == 1, out.output
 
 
 def test_size_and_dtype_mismatch_from_reports_alone(tmp_path):

@@ -60,9 +60,9 @@ def _gate(
     from nsyscomm import api
     from nsyscomm.gate.hang import hang_failure as hang_of
 
-    base = api.gate_sources(baselines)
-    current = api.gate_sources(inputs, one_job=True)  # the reports loaded once, for both checks
-    verdict = g.run_gate(base, current, settings)
+    base = g.load_runs(api.gate_sources(baselines))
+    current = g.load_run(api.gate_sources(inputs, one_job=True))  # read once, for both checks
+    verdict = g.compare(base, current, settings)
     hang_failure = hang_of(current)  # issue 22: a run that hung or desynced fails
     if fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
