@@ -9,7 +9,8 @@ the bundled 4-rank sample (text, and --format json; --no-cache and with the cach
 --baseline DIR: the same commands run from another checkout of nsyscomm (e.g. an older commit
 unpacked with `git archive`), put first on sys.path, in the same alternation.
 
-Also prints, from `python -X importtime`, the modules imported by `import nsyscomm.cli` and by a
+The runs write and use .pyc files, as an installed package does, even where
+PYTHONDONTWRITEBYTECODE is set. Also prints, from `python -X importtime`, the modules imported by `import nsyscomm.cli` and by a
 summarize, the largest first (cumulative microseconds).
 """
 
@@ -75,9 +76,14 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12, help="modules listed from -X importtime")
     args = ap.parse_args()
 
-    envs = {"this": dict(os.environ)}
+    # an installed package has its .pyc files (pip compiles them); with PYTHONDONTWRITEBYTECODE
+    # set, as in this project's sandbox, every run would compile nsyscomm's sources again
+    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if "PYTHONDONTWRITEBYTECODE" in os.environ:
+        print("# PYTHONDONTWRITEBYTECODE is set here: unset for the runs, so that the warm-up writes .pyc files")
+    envs = {"this": base_env}
     if args.baseline:
-        envs["baseline"] = dict(os.environ, PYTHONPATH=str(args.baseline.resolve()))
+        envs["baseline"] = dict(base_env, PYTHONPATH=str(args.baseline.resolve()))
     cases = [
         (f"{name} [{which}]" if args.baseline else name, cmd, env)
         for name, cmd in variants(SAMPLE).items()
