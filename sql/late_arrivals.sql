@@ -86,15 +86,16 @@ kernel_extra AS (
     GROUP BY ALL
 )
 SELECT r.*,
-       (SELECT string_agg(name || ' +' || round(extra / 1e6, 3) || ' ms', ', ' ORDER BY extra DESC)
+       (SELECT string_agg(name || ' +' || round(extra / 1e6, 3) || ' ms', ', ' ORDER BY extra DESC, name)
         FROM (SELECT * FROM kernel_extra k WHERE k.logical_id = r.logical_id AND extra > 0
                 AND extra >= 0.05 * (r.busy_gap - coalesce(r.others_busy_gap, 0))
-              ORDER BY extra DESC LIMIT 3))                                                 AS slower_kernels,
+              ORDER BY extra DESC, name LIMIT 3))                                                 AS slower_kernels,
        (SELECT max(ns) FROM user_ranges u WHERE u.logical_id = r.logical_id)                AS nvtx_ns,
-       (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC)
-        FROM (SELECT * FROM user_ranges u WHERE u.logical_id = r.logical_id ORDER BY ns DESC LIMIT 3)) AS nvtx_ranges,
+       (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC, name)
+        FROM (SELECT * FROM user_ranges u WHERE u.logical_id = r.logical_id ORDER BY ns DESC, name LIMIT 3)) AS nvtx_ranges,
        (SELECT sum(ns) FROM host h WHERE h.logical_id = r.logical_id)                       AS osrt_ns,
-       (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC)
+       (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC, name)
         FROM host h WHERE h.logical_id = r.logical_id)                                      AS osrt_calls
 FROM late_rank r
-ORDER BY r.rank, r.delay DESC
+-- ties broken by the collective, so that equal delays come out in the same order every run
+ORDER BY r.rank, r.delay DESC, r."group", r.seq

@@ -175,3 +175,39 @@ def write_slow_kernel_job(out: Path, steps: int = 4) -> Path:
     path = out / "report.sqlite"
     synth.write_sqlite(rep, path, seed=11)
     return path
+
+
+def write_tied_delays_job(out: Path, calls: int = 3000) -> Path:
+    """Two ranks, three communicators over both, `calls` all-reduces in turn: rank 1 arrives
+    exactly HOST_DELAY_NS late to every one (equal delays: the order of the late arrivals must
+    come from the collectives, group then seq, not from how the database sorted its ties)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rep = synth.Report("report.sqlite", cuda=False)
+    procs = {}
+    for rank in range(2):
+        p = rep.process(8100 + rank, "python3", {8100 + rank: "python3"})
+        rep.domain_create(p, p.pid, T0, nvtx_format.DOMAIN, 1)
+        rep.mark(p, p.pid, T0 + 1000, registered=nvtx_format.format_rank_marker(rank, rank, 2, "h"), domain=1)
+        procs[rank] = p
+    t = T0 + 10 * US
+    for i in range(calls):
+        pg = i % 3
+        for r in (0, 1):
+            msg = nvtx_format.format_collective(
+                "all_reduce",
+                api="all_reduce",
+                bytes=4096,
+                dtype="float32",
+                numel=1024,
+                pg=pg,
+                gsize=2,
+                granks=() if pg == 0 else (0, 1),
+                seq=i // 3,
+                caller=CALLERS["A"],
+            )
+            arrive = t + GAP + (HOST_DELAY_NS if r == 1 else 0)
+            rep.range(procs[r], procs[r].pid, arrive, t + GAP + HOST_DELAY_NS + XFER, registered=msg, domain=1)
+        t += GAP + HOST_DELAY_NS + XFER
+    path = out / "report.sqlite"
+    synth.write_sqlite(rep, path, seed=7)
+    return path

@@ -248,3 +248,20 @@ def test_slower_kernel_on_one_rank_is_gpu_compute(tmp_path):
     for row, slow, fast in zip(late.sort_values("seq").itertuples(), durs[1], durs[0]):
         named = row.detail.split("longer than on the other ranks: ")[1]
         assert named.startswith(f"{lj.SLOW_KERNEL} +{round((slow - fast) / 1e6, 3)} ms"), row.detail
+
+
+def test_equal_delays_come_out_in_the_collectives_order(tmp_path):
+    """3,000 late arrivals of exactly the same delay (tests/late_jobs.py): the rows, and the JSON
+    list made from them, are ordered by rank, delay, then group and seq, the same in every run."""
+    from nsyscomm.analyses.contract import document
+
+    from . import late_jobs as lj
+
+    res = load([lj.write_tied_delays_job(tmp_path)], cache=False)
+    late = res.late
+    assert len(late) == 3000 and (late["rank"] == 1).all()
+    assert (late["delay_ms"] * 1e6).round().eq(lj.HOST_DELAY_NS).all()
+    got = list(zip(late["group"], late["seq"]))
+    assert got == sorted(got)
+    rows = document(res, by_caller=False)["diagnosis"]["late"]
+    assert [(r["group"], r["seq"]) for r in rows] == got

@@ -120,34 +120,39 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     df = duck.frame(con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}))
     if df.empty:
         return pd.DataFrame(columns=cols)
-    causes = [_cause(r) for r in df.itertuples()]
-    df["cause"] = [c for c, _ in causes]
-    df["detail"] = [d for _, d in causes]
-    by_id = {int(r.logical_id): r for r in df.itertuples()}
+    # the rows are made once: Arrow-backed columns iterate element by element, in Python
+    rows = list(df.itertuples())
+    causes = [_cause(r) for r in rows]
+    cause = [c for c, _ in causes]
+    detail = [d for _, d in causes]
+    at = {int(r.logical_id): i for i, r in enumerate(rows)}
     roots, details = [], []
-    for r in df.itertuples():
-        if r.cause != "previous_comm":
+    for i, r in enumerate(rows):
+        if cause[i] != "previous_comm":
             roots.append(int(r.rank))
-            details.append(r.detail)
+            details.append(detail[i])
             continue
         # follow the holds: the previous collective of the rank, if it was itself a late arrival
-        seen, cur, chain = set(), r, []
-        while cur.cause == "previous_comm" and not pd.isna(cur.prev_logical):
-            nxt = by_id.get(int(cur.prev_logical))
-            if nxt is None or int(nxt.logical_id) in seen:
+        seen, cur, chain = set(), i, []
+        while cause[cur] == "previous_comm" and not pd.isna(rows[cur].prev_logical):
+            nxt = at.get(int(rows[cur].prev_logical))
+            if nxt is None or nxt in seen:
                 break
-            seen.add(int(nxt.logical_id))
+            seen.add(nxt)
             chain.append(nxt)
             cur = nxt
-        if chain and cur.cause != "previous_comm":
-            roots.append(int(cur.rank))
+        c = rows[cur]
+        if chain and cause[cur] != "previous_comm":
+            first = rows[chain[0]]
+            roots.append(int(c.rank))
             details.append(
-                f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}; root: "
-                f"rank {int(cur.rank)} late to {cur.op} seq {cur.seq} ({cur.cause}: {cur.detail})"
+                f"held up in {first.op} seq {first.seq} of group {first.group}; root: "
+                f"rank {int(c.rank)} late to {c.op} seq {c.seq} ({cause[cur]}: {detail[cur]})"
             )
         elif chain:
-            roots.append(int(cur.rank))
-            details.append(f"held up in {chain[0].op} seq {chain[0].seq} of group {chain[0].group}")
+            first = rows[chain[0]]
+            roots.append(int(c.rank))
+            details.append(f"held up in {first.op} seq {first.seq} of group {first.group}")
         else:
             roots.append(int(r.rank))
             details.append(
@@ -155,6 +160,7 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                 "above the threshold: a chain below the noise threshold, or the previous call "
                 "itself ran long"
             )
+    df["cause"] = cause
     df["root_rank"] = roots
     df["detail"] = details
     df["delay_ms"] = df["delay"] / 1e6
