@@ -1,9 +1,10 @@
 -- Calls at the same (communicator, seq) that differ across ranks, in Flight Recorder's classes:
 -- op, message size, dtype, group membership. All-to-all sizes may differ by design (uneven
 -- splits): not compared. Flight Recorder's fifth class, state (finished on some ranks, not on
--- others), is not one here: a call that raised is recorded as finished (the wrapper closes its
--- range either way), so the ranks of a collective that failed would differ in state without any
--- desync. A member missing from a collective is hang_blocked's. One row per (group, seq, field, rank).
+-- others), is not one here: when a collective fails (a peer died, a timeout), some ranks leave
+-- it by an exception, recorded as not finished, while others were stopped in it or completed it,
+-- so its ranks differ in state without any desync. A member missing from a collective is
+-- hang_blocked's. One row per (group, seq, field, rank).
 -- The keys that differ are found in one aggregation; only their calls are unpivoted. A key is
 -- compared only when at least two ranks hold it, each once: a trace of one rank, or a source
 -- whose seq is not unique per call (a PyTorch profiler trace's kernels), shows no desync.
