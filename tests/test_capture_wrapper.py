@@ -537,3 +537,17 @@ def test_compiled_functional_collectives_are_annotated(rec, backend):
     # the user's function (its compiled frame reports the def line, or the call's line)
     line = _compiled_step.__code__.co_firstlineno
     assert {m["caller"] for m in msgs} <= {f"{THIS}:{n} _compiled_step" for n in (line, line + 1, line + 2)}
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [("10:20", (10, 20)), ("5:", (5, 1 << 62)), (":7", (0, 7)), ("3", (3, 4)), ("bad", None), ("5:2", None)],
+)
+def test_capture_steps_follow_the_one_step_range_rule(text, window):
+    """NSYSCOMM_CAPTURE_STEPS is read by nsyscomm.steps' rule, as `run --steps` and `trace --steps`
+    are ('3' is step 3 alone); a value that rule refuses is warned about and ignored."""
+    W._warned.discard("steps")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert W._parse_capture(text) == window
+    assert bool(seen) == (window is None)

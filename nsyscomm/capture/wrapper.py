@@ -39,6 +39,7 @@ from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
 from nsyscomm.capture import dispatch_layer, groups, nvtx_emitter, python_layer
+from nsyscomm.steps import parse_step_range
 
 _lock = threading.RLock()
 _enabled = False
@@ -274,14 +275,14 @@ def _compose(g, op, api, dt, nbytes, numel, seq, asy, peer=None):
 
 
 def _parse_capture(text):
+    """NSYSCOMM_CAPTURE_STEPS (`nsyscomm run --steps` writes it) by nsyscomm.steps' one rule,
+    from step 0 and to no end when a side is open; a value it refuses is warned about and ignored."""
     try:
-        a, _, b = text.partition(":")
-        a = int(a) if a.strip() else 0
-        b = int(b) if b.strip() else 1 << 62
-        return (a, b)
-    except Exception:
-        _warn_once("steps", f"nsyscomm: ignoring NSYSCOMM_CAPTURE_STEPS={text!r} (expected A:B)")
+        lo, hi = parse_step_range(text) or (None, None)
+    except ValueError as e:
+        _warn_once("steps", f"nsyscomm: ignoring NSYSCOMM_CAPTURE_STEPS: {e}")
         return None
+    return (max(lo or 0, 0), 1 << 62 if hi is None else hi)
 
 
 def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
