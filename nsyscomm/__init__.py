@@ -12,24 +12,33 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING  # noqa: E402
+
 from nsyscomm.errors import InputError  # noqa: E402
 
+if TYPE_CHECKING:  # hints only: `import nsyscomm` stays light (pandas, duckdb load with load())
+    import os
+    from collections.abc import Iterable
+    from typing import Any
 
-def load(paths=None, **kwargs):
+    from nsyscomm.analyses.result import Result
+
+
+def load(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None, **kwargs: Any) -> Result:
     """Read reports (files, folders or globs; None = the bundled samples) into a Result."""
     from nsyscomm.api import load as _load
 
     return _load(paths, **kwargs)
 
 
-def annotate(enable: bool = True, **kwargs):
+def annotate(enable: bool = True, **kwargs: Any) -> bool:
     """Make every torch.distributed collective emit an NVTX range (needs the [torch] extra)."""
     from nsyscomm.capture.wrapper import annotate as _annotate
 
     return _annotate(enable, **kwargs)
 
 
-def step(i: int):
+def step(i: int) -> None:
     """Declare the training step that the following collectives belong to."""
     from nsyscomm.capture.wrapper import step as _step
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from click.utils import make_default_short_help
@@ -17,10 +20,13 @@ from nsyscomm import __version__
 from nsyscomm.commands import console
 from nsyscomm.commands import guard as _run_guarded
 
+if TYPE_CHECKING:  # hints only: the CLI starts without pandas and DuckDB (benchmarks/bench_startup.py)
+    from nsyscomm.analyses.result import Result
+
 FORMATS = ("text", "markdown", "csv", "json")
 
 
-def emit(result, fmt: str, units: str, by_caller: bool) -> None:
+def emit(result: Result, fmt: str, units: str, by_caller: bool) -> None:
     # report text is shown with its control characters visible (views/safe.py, issue 26); JSON
     # escapes them itself
     from nsyscomm.views.safe import visible, visible_line
@@ -102,7 +108,7 @@ _LAZY = {
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nsyscomm")
-def main():
+def main() -> None:
     """nsyscomm: where the communication time of distributed training goes (Nsight Systems)."""
 
 
@@ -159,7 +165,19 @@ def main():
     "NSYSCOMM_TEMP_DIR (default: the system's temporary folder). Also NSYSCOMM_MEMORY_LIMIT.",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, dask_address, memory_limit, debug):
+def summarize(
+    inputs: tuple[str, ...],
+    by: str,
+    fmt: str,
+    units: str,
+    nccl_logs: tuple[str, ...],
+    include_env: bool,
+    no_cache: bool,
+    jobs: int | None,
+    dask_address: str | None,
+    memory_limit: str | None,
+    debug: bool,
+) -> None:
     """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
@@ -170,7 +188,12 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
             from nsyscomm.api import load, sample_jobs
             from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
 
-        scale_opts = {"jobs": jobs, "cache": not no_cache, "dask": dask_address, "memory_limit": memory_limit}
+        scale_opts: dict[str, Any] = {
+            "jobs": jobs,
+            "cache": not no_cache,
+            "dask": dask_address,
+            "memory_limit": memory_limit,
+        }
         if inputs:
             result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
             if include_env:
@@ -180,18 +203,18 @@ def summarize(inputs, by, fmt, units, nccl_logs, include_env, no_cache, jobs, da
                 envs = _run_guarded(lambda: environment(list(inputs)), debug)
                 _run_guarded(lambda: emit_with_env(result, envs, fmt, units, by == "caller", emit), debug)
                 return
-            _run_guarded(lambda result=result: emit(result, fmt, units, by == "caller"), debug)
+            _run_guarded(functools.partial(emit, result, fmt, units, by == "caller"), debug)
             return
         # no input: a tour of the bundled synthetic samples, each its own job
-        jobs = sample_jobs()
+        samples = sample_jobs()
         if fmt in ("json", "csv"):
-            jobs = jobs[:1]
-            click.echo(f"nsyscomm: no input given: showing the bundled sample {jobs[0].name}", err=True)
-        for job in jobs:
+            samples = samples[:1]
+            click.echo(f"nsyscomm: no input given: showing the bundled sample {samples[0].name}", err=True)
+        for job in samples:
             if fmt in ("text", "markdown"):
                 click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
-            result = _run_guarded(lambda job=job: load([job], nccl_logs=nccl_logs, **scale_opts), debug)
-            _run_guarded(lambda result=result: emit(result, fmt, units, by == "caller"), debug)
+            result = _run_guarded(functools.partial(load, [job], nccl_logs=nccl_logs, **scale_opts), debug)
+            _run_guarded(functools.partial(emit, result, fmt, units, by == "caller"), debug)
     except KeyboardInterrupt:  # during the imports, before any guard: the same line and status
         click.echo("nsyscomm: interrupted", err=True)
         sys.exit(130)
@@ -290,7 +313,20 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
 )
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_timeout, export, preset, debug, cmd):
+def run(
+    output: str | None,
+    steps: str | None,
+    per_rank: bool,
+    nsys_args: str | None,
+    profiler: str,
+    fmt: str,
+    no_summary: bool,
+    hang_timeout: str | None,
+    export: str,
+    preset: str,
+    debug: bool,
+    cmd: tuple[str, ...],
+) -> NoReturn:
     """Run CMD under nsys with every torch.distributed collective annotated, then summarize.
 
     \b
@@ -335,7 +371,7 @@ def run(output, steps, per_rank, nsys_args, profiler, fmt, no_summary, hang_time
     sys.exit(res.exit_code)
 
 
-def entry(args=None) -> None:
+def entry(args: Sequence[str] | None = None) -> None:
     """The `nsyscomm` command: main(), then a quick exit. Python's last garbage collection, at
     exit, walks every object pandas and pyarrow made: 0.08-0.09 s of every run (measured on a
     summarize of 6M rows, and on `import pandas` alone). Frozen objects are skipped. Nothing

@@ -8,6 +8,7 @@ import itertools
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ import duckdb
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 
 @functools.cache
@@ -117,7 +119,7 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
 
 
 @contextlib.contextmanager
-def memory_limit(limit: str | None):
+def memory_limit(limit: str | None) -> Iterator[None]:
     """Set MEMORY_LIMIT_ENV for the databases made inside the block (and the worker processes
     started there), as it was afterwards."""
     if not limit:
@@ -217,7 +219,7 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return arrow_frame(cur.to_arrow_table())
 
 
-def frame_arrow(df: pd.DataFrame):
+def frame_arrow(df: pd.DataFrame) -> pa.Table:
     """arrow_frame()'s way back: a pandas frame as an Arrow table without its index or pandas'
     schema metadata, as the sources hand over calls they built in pandas (Extract.calls)."""
     import pyarrow as pa
@@ -225,7 +227,7 @@ def frame_arrow(df: pd.DataFrame):
     return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
 
 
-def arrow_frame(t) -> pd.DataFrame:
+def arrow_frame(t: pa.Table) -> pd.DataFrame:
     """An Arrow table as pandas with the dtypes DuckDB's ``.df()`` gives: integers keep numpy
     dtypes unless they hold NULLs (then pandas' nullable ones); HUGEINT (DuckDB's sum of
     BIGINTs) arrives as a 128-bit decimal and becomes float64, and an all-NULL text column holds

@@ -72,16 +72,16 @@ def format_collective(
     *,
     api: str,
     bytes: int,
-    dtype,
-    numel,
-    pg,
-    gsize,
-    granks=(),
+    dtype: str | None,
+    numel: int | None,
+    pg: str | int,
+    gsize: int | None,
+    granks: list[int] | tuple[int, ...] = (),
     seq: int,
     async_op: bool = False,
-    step=None,
+    step: int | None = None,
     caller: str = "",
-    peer=None,
+    peer: int | None = None,
 ) -> str:
     fields = {
         "api": api,
@@ -102,7 +102,9 @@ def format_collective(
     return f"{COLLECTIVE_PREFIX}{op}|{body}|caller={caller or ''}"
 
 
-def collective_template(op: str, *, api: str, dtype, pg, gsize, granks=()) -> str:
+def collective_template(
+    op: str, *, api: str, dtype: str | None, pg: str | int, gsize: int | None, granks: list[int] | tuple[int, ...] = ()
+) -> str:
     """A ``%``-template for the hot path: ``template % (bytes, numel, seq, async, step, caller)``.
 
     ``collective_template(op, api=a, dtype=d, pg=p, gsize=g, granks=r) % (b, n, s, "1" or "0", step or "", c)``
@@ -121,7 +123,7 @@ def collective_template(op: str, *, api: str, dtype, pg, gsize, granks=()) -> st
     )
 
 
-def with_peer(message: str, peer) -> str:
+def with_peer(message: str, peer: int) -> str:
     """Add the peer field to a point-to-point message made from a template (before caller, which is last)."""
     return message.replace("|caller=", f"|peer={_clean(peer)}|caller=", 1)
 
@@ -130,7 +132,7 @@ def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str
     return f"{RANK_PREFIX}|rank={rank}|local_rank={local_rank}|world={world}|host={_clean(host)}"
 
 
-def format_group_marker(pg, desc: str) -> str:
+def format_group_marker(pg: str | int, desc: str) -> str:
     """Once per process group the wrapper meets: its description (torch's group_desc; DeviceMesh
     names its groups ``mesh_<dimension name>``), for the parallelism dimensions (issue 21)."""
     return f"{GROUP_PREFIX}|pg={_clean(pg)}|desc={_clean(desc)}"

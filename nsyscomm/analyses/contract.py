@@ -6,12 +6,17 @@ neither reads the other: views/json_out serializes it, nsyscomm.gate compares it
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from nsyscomm import __version__
 from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def json_value(v):
+
+def json_value(v: Any) -> Any:
     """A pandas/numpy scalar as a JSON value: NA/NaN/inf -> None, numpy scalars -> Python."""
     if v is None:
         return None
@@ -69,7 +74,7 @@ def _clean(v, key=None):
     return v
 
 
-def records(df, keys) -> list[dict]:
+def records(df: pd.DataFrame, keys: Iterable[str]) -> list[dict]:
     cols = [k for k in keys if k in df.columns]
     return [{k: _clean(row[k], k) for k in cols} for row in df[cols].to_dict("records")]
 

@@ -17,13 +17,19 @@ never finished and how each process ended. SQL: sql/hang_*.sql.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.capture import flight_record as fr
 from nsyscomm.ingest import flight_recorder as frd
+
+if TYPE_CHECKING:
+    import duckdb
 
 STATUSES = ("hung", "desynced", "aborted", "ok")
 RECORDS_DIR = "records"
@@ -44,7 +50,7 @@ _RECORD_COLS = [
 ]
 
 
-def record_dirs(sources) -> list[Path]:
+def record_dirs(sources: Iterable[str | os.PathLike] | None) -> list[Path]:
     """Folders of flight records that belong to these inputs: records/ beside a report, or
     ring files in a folder given."""
     out = []
@@ -65,7 +71,7 @@ def _int(v, default=None):
         return default
 
 
-def read_records(dirs) -> tuple[pd.DataFrame, dict]:
+def read_records(dirs: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, dict]:
     """The records' calls (hang_records) and each rank's process state {rank: (state, note)}."""
     rows, procs = [], {}
     for d in dirs:
@@ -98,7 +104,7 @@ def read_records(dirs) -> tuple[pd.DataFrame, dict]:
     return pd.DataFrame(rows, columns=_RECORD_COLS), procs
 
 
-def read_dumps(sources) -> pd.DataFrame:
+def read_dumps(sources: Iterable[str | os.PathLike] | None) -> pd.DataFrame:
     """The Flight Recorder dumps among the inputs, as hang_records rows with their states."""
     rows = []
     for s in sources or ():
@@ -152,7 +158,7 @@ def _clean(v):
     return v
 
 
-def diagnose(con, sources=()) -> dict:
+def diagnose(con: duckdb.DuckDBPyConnection, sources: Sequence[str | os.PathLike] = ()) -> dict:
     """The hang diagnosis of a job (see the module docstring) on the Result's connection."""
     records, procs = read_records(record_dirs(sources))
     dumps = read_dumps(sources)

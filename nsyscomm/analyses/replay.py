@@ -19,8 +19,12 @@ one node) once, and each level is replayed with a few numpy calls for all its ra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 @dataclass
@@ -46,7 +50,9 @@ class CycleError(ValueError):
     """The dependencies (with each group as one node) are not acyclic: no replay order exists."""
 
 
-def build(n: int, src, dst, group=None, origin=None) -> Graph:
+def build(
+    n: int, src: ArrayLike, dst: ArrayLike, group: ArrayLike | None = None, origin: ArrayLike | None = None
+) -> Graph:
     """The graph of n operations with edges src[i] -> dst[i] (dst starts after src ends) and
     synchronising groups (group[i] >= 0 joins op i to the other members of that group)."""
     src = np.asarray(src, dtype=np.int64)
@@ -116,7 +122,9 @@ def _levels(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return level
 
 
-def replay(g: Graph, dur, delay=None, reduce="max") -> tuple[np.ndarray, np.ndarray]:
+def replay(
+    g: Graph, dur: ArrayLike, delay: ArrayLike | None = None, reduce: str | ArrayLike = "max"
+) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every op under these durations (transfer times for group members) and
     launch delays. reduce: "max" a group starts when its last member arrives; "min" when its
     first does (nobody waits for a late member; the late member is then shown starting with
@@ -194,7 +202,7 @@ def _replay_module():
     return _replay
 
 
-def transfer_times(g: Graph, start, end) -> np.ndarray:
+def transfer_times(g: Graph, start: ArrayLike, end: ArrayLike) -> np.ndarray:
     """Each group member's transfer time as measured: its end minus its group's last arrival
     (never negative: clocks of two hosts can disagree by a little)."""
     start = np.asarray(start, dtype=np.float64)
@@ -207,7 +215,7 @@ def transfer_times(g: Graph, start, end) -> np.ndarray:
     return out
 
 
-def launch_delays(g: Graph, start, end) -> np.ndarray:
+def launch_delays(g: Graph, start: ArrayLike, end: ArrayLike) -> np.ndarray:
     """Each op's start minus the moment it could have started (its predecessors' last end, or
     its origin): the time the dependency model does not explain."""
     start = np.asarray(start, dtype=np.float64)

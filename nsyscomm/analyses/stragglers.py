@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from nsyscomm.analyses import pipeline_deps, replay
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 # a launch delay this negative is a clock or model artefact, not time: it is dropped (as the artifact does)
 NEGATIVE_DELAY_S = 1e-2
@@ -52,7 +56,9 @@ class Trace:
         np.maximum.at(last, self.step_code, end)
         return last - self.step_start
 
-    def run(self, dur=None, delay=None, reduce="max") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(
+        self, dur: ArrayLike | None = None, delay: ArrayLike | None = None, reduce: str | ArrayLike = "max"
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, step times) of a replay (measured durations and delays by default)."""
         start, end = replay.replay(
             self.graph, self.dur if dur is None else dur, self.delay if delay is None else delay, reduce

@@ -14,11 +14,15 @@ call end. Times are seconds from the step's first call. The limits are in docs/w
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from nsyscomm.errors import InputError
+
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 
 TAIL = ("gc", "layernorm-grads-all-reduce", "embedding-grads-all-reduce", "optimizer-clip-main-grad", "optimizer")
 
@@ -128,12 +132,13 @@ def frame(ops: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return df.sort_values(["step", "rank", "start_ts"], kind="stable").reset_index(drop=True), meta
 
 
-def write(result, out_dir: str | Path, name: str = "nsyscomm") -> list[Path]:
+def write(result: Result, out_dir: str | Path, name: str = "nsyscomm") -> list[Path]:
     """Write the job as OUT_DIR/trace-<name>.parquet and OUT_DIR/meta-<name>.yaml."""
     import yaml
 
-    if getattr(result, "op_trace", None) is not None:
-        df, meta = result.op_trace
+    op_trace = getattr(result, "op_trace", None)
+    if op_trace is not None:
+        df, meta = op_trace
         meta = dict(meta)
     else:
         df, meta = frame(result._query("replay_ops"))

@@ -7,11 +7,16 @@ artifact, to DP ranks, stages and op types). The model is in docs/whatif.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from nsyscomm.analyses import replay, stragglers
+
+if TYPE_CHECKING:
+    import duckdb
+    from numpy.typing import ArrayLike
 
 TOP_KEYS = 10  # keys listed per scenario
 MAX_KEYS = 20  # keys replayed one by one (the largest by measured time)
@@ -45,6 +50,19 @@ NOTES = [
 ]
 
 
+class _ResultLike(Protocol):
+    """What of_result() and timeline() read of a Result (nsyscomm.analyses.result.Result, which
+    imports this module, so it is not imported back)."""
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection: ...
+    @property
+    def op_trace(self) -> tuple | None: ...  # (ops, meta) of a per-op trace input
+    @property
+    def reference(self) -> pd.DataFrame | None: ...
+    def _query(self, name: str, **params: Any) -> pd.DataFrame: ...
+
+
 @dataclass
 class Model:
     """A job ready to replay: graph, measured durations and delays in ms, labels per op."""
@@ -76,7 +94,9 @@ class Model:
         prev = np.concatenate(([first[0]], last[:-1]))
         return last - prev
 
-    def run(self, dur=None, delay=None, reduce="max") -> np.ndarray:
+    def run(
+        self, dur: ArrayLike | None = None, delay: ArrayLike | None = None, reduce: str | ArrayLike = "max"
+    ) -> np.ndarray:
         s, e = replay.replay(
             self.graph, self.dur if dur is None else dur, self.delay if delay is None else delay, reduce
         )
@@ -298,11 +318,12 @@ def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
     return out
 
 
-def of_result(result) -> dict:
+def of_result(result: _ResultLike) -> dict:
     """The what-if analysis of a Result: its per-op trace when it was read from one (with the
     artifact's own figures under 'straggler_model'), else its collectives."""
-    if getattr(result, "op_trace", None) is not None:
-        ops, meta = result.op_trace
+    op_trace = getattr(result, "op_trace", None)
+    if op_trace is not None:
+        ops, meta = op_trace
         trace = stragglers.prepare(ops, meta)
         out = analyse(from_trace(trace))
         paper = stragglers.analyse(trace)
@@ -347,13 +368,14 @@ def of_result(result) -> dict:
     return analyse(from_ops(ops), getattr(result, "reference", None))
 
 
-def timeline(result, scenario: str) -> pd.DataFrame:
+def timeline(result: _ResultLike, scenario: str) -> pd.DataFrame:
     """Every replayed operation's start and end (ns, on the measured clock) under a scenario:
     rank, step, name, start_ns, end_ns. Raises KeyError for a scenario the job does not allow."""
-    if getattr(result, "op_trace", None) is not None:
+    op_trace = getattr(result, "op_trace", None)
+    if op_trace is not None:
         from nsyscomm.ingest import straggler_trace
 
-        ops, meta = result.op_trace
+        ops, meta = op_trace
         trace = stragglers.prepare(ops, meta)
         m = from_trace(trace)
         names = trace.ops["optype"].astype(str).to_numpy()

@@ -7,14 +7,16 @@ so that every Python process of the job annotates itself without a change to the
 
 from __future__ import annotations
 
+from typing import Any
 
-def annotate(enable: bool = True, **kwargs):
+
+def annotate(enable: bool = True, **kwargs: Any) -> bool:
     from nsyscomm.capture.wrapper import annotate as _annotate
 
     return _annotate(enable, **kwargs)
 
 
-def step(i: int):
+def step(i: int) -> None:
     from nsyscomm.capture.wrapper import step as _step
 
     return _step(i)

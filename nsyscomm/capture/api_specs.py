@@ -5,17 +5,21 @@ argument readers the specs name."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nsyscomm.capture.groups import Group
 
 
-def arg(args, kwargs, idx, kw, default=None):
+def arg(args: Sequence[Any], kwargs: Mapping[str, Any], idx: int | None, kw: str | None, default: Any = None) -> Any:
     """Argument idx (positional) or kw (keyword) of a call, else default."""
     if idx is not None and len(args) > idx:
         return args[idx]
-    return kwargs.get(kw, default)
+    return default if kw is None else kwargs.get(kw, default)
 
 
-def peer_send(args, kwargs, g):
+def peer_send(args: Sequence[Any], kwargs: Mapping[str, Any], g: Group) -> int:
     dst = arg(args, kwargs, 1, "dst")
     if dst is None:
         gd = kwargs.get("group_dst")
@@ -23,7 +27,7 @@ def peer_send(args, kwargs, g):
     return dst
 
 
-def peer_recv(args, kwargs, g):
+def peer_recv(args: Sequence[Any], kwargs: Mapping[str, Any], g: Group) -> int:
     src = arg(args, kwargs, 1, "src")
     if src is None:
         gs = kwargs.get("group_src")

@@ -184,7 +184,7 @@ def _make_kernel(name, opov, message=None):
     return kernel
 
 
-def install(wrapper) -> tuple[tuple, int]:
+def install(wrapper: ModuleType) -> tuple[tuple, int]:
     """Register the dispatcher kernels; returns (the torch.library.Library objects holding them,
     how many were registered). wrapper: nsyscomm.capture.wrapper, whose state the kernels read
     when they run (annotate() toggles it, the emitter is bound after install)."""

@@ -33,8 +33,10 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nsyscomm import nvtx_format as _fmt
 
@@ -152,7 +154,7 @@ def _py_chain(push, pop, mm: mmap.mmap):
     return rec_push, rec_pop, rec_raising
 
 
-def set_state(mm, state: int, note: str = "") -> None:
+def set_state(mm: mmap.mmap, state: int, note: str = "") -> None:
     if state == STOPPED:
         struct.pack_into("<Q", mm, OFF_STOPPED, time.time_ns())
     struct.pack_into("<I", mm, OFF_STATE, state)
@@ -178,7 +180,9 @@ def _chain_excepthook():
     sys.excepthook = hook
 
 
-def chain(push, pop):
+def chain(
+    push: Callable[[str], Any], pop: Callable[[], Any]
+) -> tuple[Callable[[str], Any], Callable[[], Any], Callable[[], None]]:
     """(push, pop, raising) that also record collectives in this process's ring, when
     NSYSCOMM_RECORD_DIR is set; else push and pop unchanged and a raising that does nothing.
     raising() is called before the pop of a call that is being left by an exception.

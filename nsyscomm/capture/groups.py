@@ -26,7 +26,7 @@ counters: dict = {}  # seq key -> itertools.count
 dtype_names: dict = {}
 
 
-def bind(wrapper) -> None:
+def bind(wrapper: ModuleType) -> None:
     global W
     W = wrapper
 
@@ -74,7 +74,7 @@ class Group:
         except Exception as e:
             W._warn_once("group", f"nsyscomm: could not emit the group marker ({e!r})")
 
-    def template(self, op, api, dtype):
+    def template(self, op: str, api: str, dtype: str) -> str:
         key = (op, api, dtype)
         t = self.templates.get(key)
         if t is None:
@@ -82,7 +82,7 @@ class Group:
             self.templates[key] = t
         return t
 
-    def p2p_seq(self, peer_global):
+    def p2p_seq(self, peer_global: int) -> int:
         me = global_rank()
         a, b = (me, peer_global) if me <= peer_global else (peer_global, me)
         key = (self.name, "p2p", a, b)

@@ -123,7 +123,7 @@ def torchrun_split(cmd: list[str]) -> tuple[list[str], bool, list[str]] | None:
     return cmd[:start] + opts, module, cmd[i:]
 
 
-def job_env(steps_ab) -> dict:
+def job_env(steps_ab: tuple[int, int] | None) -> dict:
     env = dict(os.environ)
     parts = [str(HOOK_DIR), str(PKG_PARENT)]
     if env.get("PYTHONPATH"):
@@ -149,7 +149,9 @@ def trace_for(preset: str, gpu: bool) -> str:
     return ",".join((("cuda",) if gpu else ()) + PRESETS[preset])
 
 
-def nsys_profile_args(nsys, out_base: str, steps_ab, nsys_args: str | None, trace: str) -> list[str]:
+def nsys_profile_args(
+    nsys: str, out_base: str, steps_ab: tuple[int, int] | None, nsys_args: str | None, trace: str
+) -> list[str]:
     args = [nsys, "profile", f"--trace={trace}", "-s", "none", "--cpuctxsw=none", "-o", out_base, "-f", "true"]
     if steps_ab is not None:
         args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@{DOMAIN}", "--capture-range-end=stop"]

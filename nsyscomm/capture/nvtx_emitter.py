@@ -4,14 +4,21 @@ the C fast path and the tests read and patch)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nsyscomm import nvtx_format as _fmt
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+    from types import ModuleType
 
 
 def _noop(*_a):
     return None
 
 
-def make(fastpath, tls, warn_once) -> tuple:
+def make(fastpath: ModuleType | None, tls: threading.local, warn_once: Callable[[str, str], None]) -> tuple:
     """(push, pop, mark, kind, domain to keep alive) emitting NVTX ranges and marks in nsyscomm's
     domain: nvtx <= 0.2.11's Cython API (in C through fastpath when it is built: no Python frame
     per push and pop), nvtx's public API otherwise, nothing without nvtx (warned once).

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -91,7 +92,7 @@ class StageLog:
                 self._progress.console.print(f"nsyscomm: {text}", highlight=False, markup=False)
 
     @contextlib.contextmanager
-    def stage(self, name: str, src: Path | list, dst: Path | None = None):
+    def stage(self, name: str, src: Path | list, dst: Path | None = None) -> Iterator[None]:
         """Time one stage; its line says name, input(s) and sizes, elapsed time, output and size."""
         srcs = src if isinstance(src, list) else [src]
         what = ", ".join(Path(s).name for s in srcs[:3]) + (f" (+{len(srcs) - 3})" if len(srcs) > 3 else "")

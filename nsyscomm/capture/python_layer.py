@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -47,19 +47,19 @@ def _call_below(fn, args, kwargs, tls, rf, pushed):
 
 
 def make_wrapper(
-    fn,
-    api,
-    op,
-    size_rule,
-    t_idx,
-    t_kw,
-    g_idx,
-    g_kw,
-    a_idx=None,
-    a_kw="async_op",
-    always_async=False,
-    p2p=None,
-    funcol=False,
+    fn: Callable[..., Any],
+    api: str,
+    op: str,
+    size_rule: str,
+    t_idx: int | None,
+    t_kw: str | None,
+    g_idx: int,
+    g_kw: str,
+    a_idx: int | None = None,
+    a_kw: str = "async_op",
+    always_async: bool = False,
+    p2p: Callable[[Sequence[Any], Mapping[str, Any], groups.Group], int] | None = None,
+    funcol: bool = False,
 ) -> Callable[..., Any]:
     """Build a wrapper. size_rule: t | t_n | list | list_n | none | obj."""
 
@@ -211,7 +211,7 @@ def _patch(owner, name, new):
     W._patched.append((owner, name, orig, new))
 
 
-def install(wrapper) -> None:
+def install(wrapper: ModuleType) -> None:
     """Wrap torch.distributed's public functions. wrapper: nsyscomm.capture.wrapper, whose state the
     wrappers read when they run (annotate() toggles it, tests patch the emitter)."""
     global W

@@ -44,7 +44,7 @@ def configure() -> bool:
     return True
 
 
-def trace_path(rank) -> str:
+def trace_path(rank: int) -> str:
     return os.path.join(_dir or ".", f"rank{rank}.json.gz")
 
 
@@ -80,12 +80,12 @@ def finish() -> str | None:
     """Stop the profiler and write DIR/rank<R>.json.gz; returns the path (None when nothing ran)."""
     global _prof, _done
     with _lock:
-        p = _prof
-        if p is None:
+        p, rank = _prof, _rank  # set together by start()
+        if p is None or rank is None:
             return None
         _prof = None
         _done = True
-        path = trace_path(_rank)
+        path = trace_path(rank)
         part = path[: -len(".json.gz")] + ".partial.gz"  # not *.json.gz: never read as a trace
         try:
             p.stop()

@@ -5,6 +5,7 @@ batch, in the job's database; then the tables sql/collectives.sql builds the job
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import replace
 
 import duckdb
@@ -145,7 +146,7 @@ def fill_op(t: pa.Table) -> pa.Table:
     return t.set_column(t.column_names.index("op"), "op", filled)
 
 
-def stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:
+def stack(extracts: Iterable[Extract], attr: str, columns: list[str]) -> pd.DataFrame:
     frames = [
         getattr(e, attr).assign(report=e.report)
         for e in extracts
@@ -154,7 +155,7 @@ def stack(extracts, attr: str, columns: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["report", *columns])
 
 
-def stack_arrow(extracts, attr: str, columns: list[str]) -> pa.Table:
+def stack_arrow(extracts: Iterable[Extract], attr: str, columns: list[str]) -> pa.Table:
     """stack() for frames of many rows and numeric columns: an Arrow table whose report column is
     dictionary-encoded (one string per report, not one per row, which pandas would convert row by
     row on the way to DuckDB)."""

@@ -8,12 +8,18 @@ internal error of nsyscomm's (never confused with the others), 130 interrupted.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from nsyscomm.errors import InputError
 
+if TYPE_CHECKING:
+    from nsyscomm.views.safe import SafeConsole
+
 EXIT_INPUT, EXIT_INTERNAL = 2, 3
+T = TypeVar("T")
 
 
 def _first_line(e: BaseException) -> str:
@@ -29,7 +35,7 @@ def _traceback() -> None:
     traceback.print_exc()
 
 
-def guard(fn, debug: bool = False):
+def guard(fn: Callable[[], T], debug: bool = False) -> T:
     """Run fn(); turn every failure into one line on stderr and the right exit status."""
     try:
         return fn()
@@ -70,7 +76,7 @@ def guard(fn, debug: bool = False):
         sys.exit(EXIT_INTERNAL)
 
 
-def console():
+def console() -> SafeConsole:
     # report text with its control characters shown, never executed by the terminal (issue 26)
     from nsyscomm.views.safe import SafeConsole as Console
 

@@ -20,7 +20,7 @@ from nsyscomm.commands import guard as _guard
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=str))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
-def export(fmt, name, debug, out_dir, inputs):
+def export(fmt: str, name: str, debug: bool, out_dir: str, inputs: tuple[str, ...]) -> None:
     """Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.
     With no INPUTS, the bundled sample reports are used."""
     from nsyscomm.analyses import trace_export

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -181,25 +182,25 @@ def _gate(
 )
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def gate(
-    inputs,
-    baselines,
-    config,
-    no_pyproject,
-    rel,
-    abs_,
-    ignore,
-    min_calls,
-    new_keys,
-    missing_keys,
-    noise_sigma,
-    by,
-    fmt,
-    show,
-    junit,
-    output,
-    step_summary,
-    debug,
-):
+    inputs: tuple[str, ...],
+    baselines: tuple[str, ...],
+    config: str | None,
+    no_pyproject: bool,
+    rel: tuple[str, ...],
+    abs_: tuple[str, ...],
+    ignore: tuple[str, ...],
+    min_calls: int | None,
+    new_keys: str | None,
+    missing_keys: str | None,
+    noise_sigma: float | None,
+    by: str | None,
+    fmt: str,
+    show: str,
+    junit: str | None,
+    output: str | None,
+    step_summary: bool,
+    debug: bool,
+) -> NoReturn:
     """Fail CI when communication got slower than the baseline.
 
     INPUTS: the run to check: nsys SQLite reports, a folder of per-rank reports, or a JSON
@@ -286,7 +287,9 @@ def _baseline(inputs, output, append, keep, each, label):
 )
 @click.option("--label", help="Label stored with the run(s), e.g. the commit.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def baseline(inputs, output, append, keep, each, label, debug):
+def baseline(
+    inputs: tuple[str, ...], output: str | None, append: bool, keep: int, each: bool, label: str | None, debug: bool
+) -> NoReturn:
     """Write or update a gate baseline from reports or JSON summaries.
 
     All report INPUTS form one run (a job's per-rank reports); each JSON input adds its runs.

@@ -56,7 +56,14 @@ def _load(inputs, debug):
     help="Add the replayed timeline of a what-if scenario (no_straggler, ideal, ...) beside the measured one.",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def trace(inputs, output, steps, per_rank, what_if, debug):
+def trace(
+    inputs: tuple[str, ...],
+    output: str | None,
+    steps: tuple[int | None, int | None] | None,
+    per_rank: str | None,
+    what_if: str | None,
+    debug: bool,
+) -> None:
     """Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing).
 
     One track per rank and GPU stream, one event per collective call, arrows linking the calls
@@ -101,7 +108,7 @@ def trace(inputs, output, steps, per_rank, what_if, debug):
 )
 @click.option("--title", default=None, help="Page title (default: the report names).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def report(inputs, output, peak_busbw, title, debug):
+def report(inputs: tuple[str, ...], output: str, peak_busbw: float | None, title: str | None, debug: bool) -> None:
     """Write a self-contained HTML report (works offline: no CDN, no network).
 
     Summary tables, bus bandwidth against message size, per-rank communication and wait,

@@ -8,11 +8,14 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsyscomm import __version__
 from nsyscomm import busbw as ops
 from nsyscomm.errors import InputError
+
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 from nsyscomm.gate.metrics import BASELINE_KIND, FIX_BASELINE, SCHEMA_VERSION, Key, _int, _key, _num
 
 
@@ -114,7 +117,7 @@ def _merge_rows(rows: list[dict], with_caller: bool) -> dict[Key, dict]:
     return {k: (v[0] if len(v) == 1 else _aggregate(v) | {"caller": k.caller}) for k, v in groups.items()}
 
 
-def run_from_result(result, label: str | None = None) -> Run:
+def run_from_result(result: Result, label: str | None = None) -> Run:
     """An api.Result -> Run, keeping both the per-op and the per-caller summary."""
     from nsyscomm.analyses.contract import SUMMARY_KEYS, document, records
 

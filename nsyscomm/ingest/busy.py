@@ -14,10 +14,16 @@ limit: a report larger than RAM never has its kernels held whole.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def _islands(start: np.ndarray, end: np.ndarray):
@@ -43,7 +49,9 @@ def _busy_at(t: np.ndarray, i_start, i_end, before) -> np.ndarray:
     return out
 
 
-def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def islands(
+    compute: pd.DataFrame | Mapping[str, np.ndarray] | None,
+) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
     device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays), in any
     order.
@@ -75,14 +83,14 @@ def islands(compute) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.n
     }
 
 
-def busy_before(calls, compute):
+def busy_before(calls: pa.Table, compute: pd.DataFrame | Mapping[str, np.ndarray] | None) -> pa.Table:
     """Add busy_at_start / busy_at_end (ns of compute busy time on the call's process and device
     before its gpu_start / gpu_end) to calls (an Arrow table). compute: the compute kernels (see
     islands())."""
     return busy_at_edges(calls, islands(compute))
 
 
-def busy_at_edges(calls, by_device: dict):
+def busy_at_edges(calls: pa.Table, by_device: dict) -> pa.Table:
     """busy_before() with the islands already made (islands())."""
 
     def busy(pid, dev, start, end):
@@ -109,7 +117,7 @@ def busy_at_edges(calls, by_device: dict):
     return _with_busy(calls, busy)
 
 
-def islands_in_duckdb(con) -> None:
+def islands_in_duckdb(con: duckdb.DuckDBPyConnection) -> None:
     """The compute busy islands as table compute_islands of con (from its src_kernels and
     nccl_kernel_names, sql/compute_kernels.sql): the route for kernels that do not fit in memory."""
     from nsyscomm import duck
@@ -120,7 +128,7 @@ def islands_in_duckdb(con) -> None:
     )
 
 
-def busy_at_edges_in_duckdb(calls, con):
+def busy_at_edges_in_duckdb(calls: pa.Table, con: duckdb.DuckDBPyConnection) -> pa.Table:
     """busy_at_edges() over the islands of islands_in_duckdb()."""
     from nsyscomm import duck
 

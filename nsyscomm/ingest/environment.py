@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 _ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -75,6 +76,6 @@ def read(path: str | Path) -> dict:
         con.close()
 
 
-def for_reports(paths) -> dict:
+def for_reports(paths: Iterable[str | Path]) -> dict:
     """report file -> its environment, for every nsys export among ``paths``."""
     return {str(p): env for p in paths if (env := read(p))}

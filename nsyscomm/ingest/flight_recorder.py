@@ -20,6 +20,7 @@ import math
 import pickle
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
@@ -27,6 +28,9 @@ import pyarrow as pa
 from nsyscomm import schema
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.names import canonical_op
+
+if TYPE_CHECKING:
+    from nsyscomm.ingest.nsys.extract import Extract
 
 _NAME = re.compile(r".*?(\d+)$")
 _DTYPE_BYTES = {
@@ -214,7 +218,7 @@ def _frame(e: dict) -> str | None:
     return None
 
 
-def extract(path: Path, report: str | None = None):
+def extract(path: Path, report: str | None = None) -> Extract:
     """One dump -> an Extract (one rank) for nsyscomm.api.combine."""
     from nsyscomm.ingest.nsys.extract import Extract
 

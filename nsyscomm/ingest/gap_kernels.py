@@ -16,10 +16,15 @@ gap; a process's first call has no gap.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import duckdb
 
 TOP = 5  # names kept per call
 COLUMNS = ["pid", "device", "gpu_start", "name_id", "ns", "count"]
@@ -121,7 +126,7 @@ def _top_of_pair(ci, cstart, cend, kstart, kend, kname):
     return ci[pj[keep]], pname[keep], ns[keep], count[keep]
 
 
-def names_of(gaps: pd.DataFrame, con) -> pd.DataFrame:
+def names_of(gaps: pd.DataFrame, con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """The kernel names of gaps' name ids (name_id, name), from the attached report's StringIds
     (r), cut to the name bound (nsyscomm.ingest.limits). A few distinct names for up to millions
     of gap rows: the rows keep their ids, and names are joined only where a late arrival is

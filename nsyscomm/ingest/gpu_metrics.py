@@ -10,9 +10,15 @@ combining stage only adds those sums up (sql/link_metrics.sql).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from nsyscomm import duck
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
 
 # what the metric names of link counters contain, across GPU generations and nsys versions
 LINK_WORDS = ("nvlink", "pcie", "c2c", "nvl ")
@@ -23,7 +29,9 @@ def empty() -> pd.DataFrame:
     return pd.DataFrame(columns=COLUMNS)
 
 
-def link_usage(con, tables: dict[str, set[str]], calls, warnings: list[str], report: str) -> pd.DataFrame:
+def link_usage(
+    con: duckdb.DuckDBPyConnection, tables: dict[str, set[str]], calls: pa.Table, warnings: list[str], report: str
+) -> pd.DataFrame:
     """Per-report sums of link-counter samples under the report's GPU calls (an Arrow table);
     empty without GPU metrics."""
     names_t, samples_t = tables.get("TARGET_INFO_GPU_METRICS"), tables.get("GPU_METRICS")

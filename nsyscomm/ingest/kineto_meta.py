@@ -5,6 +5,8 @@ process group name and ranks) turned into a message size S as nccl-tests counts 
 
 from __future__ import annotations
 
+from typing import Any
+
 from nsyscomm.ingest.names import canonical_op
 
 # c10 ScalarType names (as in record_param_comms' "dtype") and record_shapes' "Input type"
@@ -68,7 +70,7 @@ def _dtype(raw) -> tuple[str | None, int | None]:
     return raw, None
 
 
-def int_or_none(v) -> int | None:
+def int_or_none(v: Any) -> int | None:
     try:
         if v is None or v == "":
             return None
@@ -77,7 +79,9 @@ def int_or_none(v) -> int | None:
         return None
 
 
-def message_size(op: str | None, in_nelems, out_nelems, typesize, group_size) -> tuple[int | None, int | None]:
+def message_size(
+    op: str | None, in_nelems: Any, out_nelems: Any, typesize: int | None, group_size: Any
+) -> tuple[int | None, int | None]:
     """(S bytes, numel) in nccl-tests terms from PyTorch's In/Out msg nelems (per rank).
 
     all_gather:     In = per-rank input, Out = n x In   -> S = n x In x typesize

@@ -7,7 +7,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class Num(float):
@@ -22,7 +24,7 @@ class Num(float):
         return f
 
 
-def to_ns(us) -> int | None:
+def to_ns(us: int | float | None) -> int | None:
     """Kineto µs (int, float or Num) -> integer ns, exact for the decimal text in the file."""
     if us is None:
         return None
@@ -48,7 +50,7 @@ def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
 
 
-def iter_trace(path: Path, chunk: int = 1 << 20):
+def iter_trace(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[str, Any]]:
     """Stream a Chrome/Kineto trace: yields ("event", dict) for every traceEvents element and
     ("meta", (key, value)) for every other top-level key. A bare JSON array of events works too."""
     dec = json.JSONDecoder(parse_float=Num)

@@ -16,8 +16,13 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from nsyscomm.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 MAX_NAME = 4096  # characters kept of a name; a templated C++ kernel name fits
 CUT_MARK = "…[cut]"  # what replaces the rest
@@ -48,7 +53,20 @@ def cut_sql(expr: str) -> str:
     return f"CASE WHEN length({expr}) > {MAX_NAME} THEN substr({expr}, 1, {MAX_NAME}) || '{CUT_MARK}' ELSE {expr} END"
 
 
-def checked(extract, path: Path, fix: str | None = None):
+class _Source(Protocol):
+    """What checked() reads and replaces of an extract (nsyscomm.ingest.nsys.extract.Extract, whose
+    module imports this one, so it is not imported back)."""
+
+    report: str
+    calls: pa.Table
+    markers: pd.DataFrame
+    warnings: list[str]
+
+
+_S = TypeVar("_S", bound=_Source)
+
+
+def checked(extract: _S, path: Path, fix: str | None = None) -> _S:
     """The extract of the source at path with its names bounded (one warning when some were cut)
     and its values checked; raises InputError on a value no real source holds."""
     import pyarrow as pa

@@ -7,6 +7,7 @@ back in SQL as a small lookup table.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 # NCCL's operation names (kernel names and ncclXxx API ranges) -> canonical op
@@ -76,7 +77,7 @@ def _op(token: str) -> str | None:
     return _NCCL_OPS.get(token.lower())
 
 
-def nccl_kernel_names(rows) -> list[tuple]:
+def nccl_kernel_names(rows: Iterable[tuple[int, str]]) -> list[tuple]:
     """(id, name) of StringIds values LIKE 'nccl%' -> (id, name, op, algo, proto, redop, dtype)
     of those that are NCCL kernels (a parsed op, or a family with no detail in the name)."""
     parsed = [(i, v, *parse_kernel(v)) for i, v in rows]

@@ -6,6 +6,8 @@ ncclGroupStart/ncclGroupEnd on a thread). Facts in docs/architecture.md, "Facts 
 
 from __future__ import annotations
 
+from typing import Any, SupportsInt
+
 import pandas as pd
 
 from nsyscomm.ingest.nvtx_payload import SCHEMA_BASE
@@ -56,7 +58,7 @@ ENTRY_FIELDS = {
 }
 
 
-def json_value(key, v):
+def json_value(key: str, v: Any) -> Any:
     """A JSON payload value as the binary one reads: reduction ops by NCCL's names, numbers from text."""
     if key == "redop" and isinstance(v, str):
         low = v.strip().lower()
@@ -69,7 +71,7 @@ def json_value(key, v):
     return v
 
 
-def redop_name(v) -> str | None:
+def redop_name(v: str | SupportsInt | None) -> str | None:
     if v is None:
         return None
     if isinstance(v, str):
@@ -86,7 +88,7 @@ def api_op(name: str | None, schema_id: int | None = None) -> str | None:
     return None
 
 
-def nccl_tests_bytes(op: str | None, msg_bytes, nranks) -> int | None:
+def nccl_tests_bytes(op: str | None, msg_bytes: SupportsInt | None, nranks: SupportsInt | None) -> int | None:
     """NCCL's payload size -> nccl-tests S (docs/architecture.md, "Message size and bus bandwidth"): all_gather / reduce_scatter / gather / scatter
     carry the per-rank size: S = n x that (None when n is unknown); the others are S already."""
     if msg_bytes is None or op is None:
@@ -172,6 +174,6 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
     }
 
 
-def present(v) -> bool:
+def present(v: object) -> bool:
     """A value a payload carries: not None, NaN or pandas' NA."""
     return v is not None and not (isinstance(v, float) and v != v) and v is not pd.NA

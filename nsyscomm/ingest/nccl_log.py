@@ -13,6 +13,7 @@ Nothing here keeps environment values, IPs or paths (logs carry them: see docs/a
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -119,7 +120,7 @@ def _check(path) -> Path:
     return path
 
 
-def parse(path) -> NcclLog:
+def parse(path: str | os.PathLike) -> NcclLog:
     path = _check(path)
     out = NcclLog(path=path.name)
     hosts: list[str] = []
@@ -301,7 +302,7 @@ def _guess_op(redop: str, root: int) -> str:
     return "reduce" if root >= 0 else "all_reduce"
 
 
-def reference_curve(path, op: str | None = None) -> pd.DataFrame:
+def reference_curve(path: str | os.PathLike, op: str | None = None) -> pd.DataFrame:
     """nccl-tests result tables -> DataFrame(op, bytes, busbw_GBps, algbw_GBps, time_us, ...).
 
     One row per message size of every table (``run`` numbers the tables in the file). Columns

@@ -29,6 +29,10 @@ Hook into ``nsyscomm.ingest.nsys.extract.extract`` (while its DuckDB connection 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from nsyscomm import duck
@@ -47,6 +51,10 @@ from nsyscomm.ingest.nccl_api import (
 )
 from nsyscomm.ingest.nvtx_payload import SCHEMA_BASE, Schema, blob_bytes, decode_binary
 
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
 __all__ = [
     "apply",
     "api_op",
@@ -59,12 +67,15 @@ __all__ = [
 ]
 
 
-def load_schemas(rows_schemas, rows_entries) -> dict[int, Schema]:
+def load_schemas(
+    rows_schemas: Iterable[tuple[int, int | None]],
+    rows_entries: Iterable[tuple[int, int, int | None, str | None, int | None]],
+) -> dict[int, Schema]:
     """The report's payload layouts with NCCL's entries (nvtx_payload.load_schemas)."""
     return nvtx_payload.load_schemas(rows_schemas, rows_entries, ENTRY_FIELDS)
 
 
-def decode_json(text) -> dict:
+def decode_json(text: object) -> dict:
     """A jsonText payload's NCCL fields (nvtx_payload.decode_json)."""
     return nvtx_payload.decode_json(text, ENTRY_FIELDS, json_value)
 
@@ -84,7 +95,9 @@ def _sqlite(path):
     return sqlite3.connect(read_only_uri(path), uri=True)
 
 
-def read_events(path, tables, warnings: list[str], report: str = "") -> tuple[pd.DataFrame, dict]:
+def read_events(
+    path: str | os.PathLike, tables: dict[str, set[str]], warnings: list[str], report: str = ""
+) -> tuple[pd.DataFrame, dict]:
     """NCCL-domain ranges of the report at ``path`` with decoded payload fields.
     Returns (events, schemas); events has globalTid, start, end, name, comm, msg_bytes, redop,
     root, peer, nranks, rank, device.
@@ -252,7 +265,7 @@ def rank_markers(events: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return markers, sizes
 
 
-def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
+def units_with_kernels(con: duckdb.DuckDBPyConnection, units: pd.DataFrame) -> pd.DataFrame:
     """Attach to each unit the NCCL kernels launched inside it on the same thread (needs the
     temp table nccl_kernels of nsyscomm.ingest.nsys.extract.extract): k_first, k_last, kernels."""
     if not len(units):
@@ -277,7 +290,15 @@ def units_with_kernels(con, units: pd.DataFrame) -> pd.DataFrame:
     return u.merge(got, on="uid", how="left")
 
 
-def apply(con, tables: dict, calls, markers: pd.DataFrame, warnings: list[str], report: str, path) -> tuple:
+def apply(
+    con: duckdb.DuckDBPyConnection,
+    tables: dict,
+    calls: pa.Table,
+    markers: pd.DataFrame,
+    warnings: list[str],
+    report: str,
+    path: str | os.PathLike,
+) -> tuple:
     """The hook for nsyscomm.ingest.nsys.extract.extract: decode NCCL's payloads, fill the calls they describe,
     and add ranks from ncclCommInitRank for processes without a wrapper marker.
 

@@ -15,7 +15,9 @@ import binascii
 import json
 import re
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 SCHEMA_BASE = 1 << 24
 
@@ -55,7 +57,11 @@ class Schema:
     entries: list[tuple[str, int, int]] = field(default_factory=list)  # (field, type, offset)
 
 
-def load_schemas(rows_schemas, rows_entries, fields: dict[str, str]) -> dict[int, Schema]:
+def load_schemas(
+    rows_schemas: Iterable[tuple[int, int | None]],
+    rows_entries: Iterable[tuple[int, int, int | None, str | None, int | None]],
+    fields: dict[str, str],
+) -> dict[int, Schema]:
     """NVTX_PAYLOAD_SCHEMAS rows (schemaId, payloadSize) and NVTX_PAYLOAD_SCHEMA_ENTRIES rows
     (schemaId, idx, type, name, offset) -> schemaId -> Schema (duplicates, one per process, collapse),
     keeping the entries whose name (lowercase) ``fields`` maps to a field.
@@ -93,7 +99,7 @@ def entry_format(typ: int | None) -> str:
     return _ENTRY_FORMATS.get(typ, "Q")
 
 
-def blob_bytes(value) -> bytes | None:
+def blob_bytes(value: object) -> bytes | None:
     """binaryData as exported: BLOB bytes, or TEXT holding hex (optionally 0x-prefixed) or base64."""
     if value is None:
         return None
@@ -112,7 +118,7 @@ def blob_bytes(value) -> bytes | None:
         return s.encode("latin-1", "replace")
 
 
-def decode_binary(value, schemas: dict[int, Schema], schema_id: int | None = None) -> dict:
+def decode_binary(value: object, schemas: dict[int, Schema], schema_id: int | None = None) -> dict:
     """Decode one payload. ``schema_id`` picks the layout when known; otherwise a 16-byte
     nvtxPayloadData_t-like header {u64 schemaId, u64 size} naming a known schema is honoured,
     else the schema whose static size equals the blob's length (ambiguity -> {})."""
@@ -140,7 +146,7 @@ def decode_binary(value, schemas: dict[int, Schema], schema_id: int | None = Non
     return out
 
 
-def decode_json(text, fields: dict[str, str], value=None) -> dict:
+def decode_json(text: object, fields: dict[str, str], value: Callable[[str, Any], Any] | None = None) -> dict:
     """jsonText -> fields: the first JSON object (at any depth) whose keys are entry names ``fields``
     maps (lowercase), each value passed through ``value(field, v)`` when given."""
     if not text:

@@ -8,14 +8,20 @@ included, is kept for the what-if replay (nsyscomm.analyses.stragglers).
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from nsyscomm.errors import InputError
 from nsyscomm.schema import COLUMN_NAMES
+
+if TYPE_CHECKING:
+    from nsyscomm.ingest.nsys.extract import Extract
 
 REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "mb_id", "gmc")
 META_SIZES = ("dp_size", "pp_size", "tp_size", "dsp_size", "vpp_size", "world_size")
@@ -166,7 +172,7 @@ def calls(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     return out.drop(columns=["report", "rank", "local_rank", "host", "duration_ns"]).reset_index(drop=True)
 
 
-def extract(path: Path, report: str | None = None):
+def extract(path: Path, report: str | None = None) -> Extract:
     """One trace file -> an Extract: its calls, one process per global rank."""
     from nsyscomm import duck
     from nsyscomm.ingest.nsys.extract import Extract
@@ -211,7 +217,7 @@ def extract(path: Path, report: str | None = None):
     )
 
 
-def job_trace(files) -> tuple[pd.DataFrame, dict] | None:
+def job_trace(files: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, dict] | None:
     """The per-op trace of a job read from these inputs (the first what-if trace among them), for
     the replay; None when the job was read from other sources."""
     for f in files:

@@ -43,11 +43,11 @@ def generate(name: str, outdir: str | os.PathLike, seed: int | None = None) -> d
     return truth
 
 
-def generate_all(outdir) -> dict[str, dict]:
+def generate_all(outdir: str | os.PathLike) -> dict[str, dict]:
     return {name: generate(name, outdir) for name in SAMPLES}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0].startswith("-"):
         print("usage: python -m nsyscomm.synth OUTDIR", file=sys.stderr)

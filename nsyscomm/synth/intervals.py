@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 
-def union(intervals):
-    out = []
+
+def union(intervals: Iterable[tuple[int, int]]) -> list[list[int]]:
+    out: list[list[int]] = []
     for s, e in sorted(intervals):
         if out and s <= out[-1][1]:
             out[-1][1] = max(out[-1][1], e)
@@ -13,11 +15,11 @@ def union(intervals):
     return out
 
 
-def union_len(intervals):
+def union_len(intervals: Iterable[tuple[int, int]]) -> int:
     return sum(e - s for s, e in union(intervals))
 
 
-def minus_len(a, b):
+def minus_len(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]) -> int:
     """length of union(a) minus union(b)."""
     ua, ub = union(a), union(b)
     total = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 
 from nsyscomm import nvtx_format
 from nsyscomm.synth.report import LAUNCH_DRIVER, LAUNCH_RUNTIME, NCCL_DOMAIN_ID, Proc, Report
@@ -29,13 +30,23 @@ class RankSim:
         self.seq = defaultdict(int)  # wrapper seq per group name
 
     @property
-    def main(self):
+    def main(self) -> int:
         return self.proc.pid
 
-    def advance(self, tid, ns):
+    def advance(self, tid: int, ns: int) -> None:
         self.cpu[tid] += ns
 
-    def compute(self, tid, name, stream, dur, *, wait=(), record=None, torch_range=None):
+    def compute(
+        self,
+        tid: int,
+        name: str,
+        stream: int,
+        dur: int,
+        *,
+        wait: Iterable[str] = (),
+        record: str | None = None,
+        torch_range: str | None = None,
+    ) -> int:
         r = self.rng
         t = self.cpu[tid]
         if torch_range:
@@ -59,7 +70,7 @@ class RankSim:
         self.cpu[tid] = t_end + r.randint(8000, 25000)
         return end
 
-    def sync(self, tid):
+    def sync(self, tid: int) -> int:
         """cudaStreamSynchronize on all streams: the CPU waits for the GPU."""
         t = self.cpu[tid]
         gpu = max(self.stream_free.values(), default=t)
@@ -81,24 +92,24 @@ class RankSim:
 
     def wrapper_collective(
         self,
-        tid,
-        op,
+        tid: int,
+        op: str,
         *,
-        api,
-        nbytes,
-        dtype,
-        itemsize,
-        pg,
-        gsize,
-        granks=(),
-        step=None,
-        caller,
-        kernel,
-        stream,
-        wait=(),
-        late_ns=0,
-        numel=None,
-    ):
+        api: str,
+        nbytes: int,
+        dtype: str,
+        itemsize: int,
+        pg: str | int,
+        gsize: int,
+        granks: list[int] | tuple[int, ...] = (),
+        step: int | None = None,
+        caller: str,
+        kernel: str,
+        stream: int,
+        wait: Iterable[str] = (),
+        late_ns: int = 0,
+        numel: int | None = None,
+    ) -> dict:
         """A wrapper range enclosing a cuLaunchKernelEx of one NCCL kernel (end set later)."""
         r = self.rng
         rs = self._late_start(tid, wait, late_ns)
@@ -131,18 +142,18 @@ class RankSim:
 
     def torch_collective(
         self,
-        tid,
-        op,
+        tid: int,
+        op: str,
         *,
-        kernel,
-        stream,
-        wait=(),
-        late_ns=0,
-        launch=LAUNCH_RUNTIME,
-        op_id_suffix=False,
-        drop_launch=False,
-        nccl_p2p_peers=None,
-    ):
+        kernel: str,
+        stream: int,
+        wait: Iterable[str] = (),
+        late_ns: int = 0,
+        launch: str = LAUNCH_RUNTIME,
+        op_id_suffix: bool = False,
+        drop_launch: bool = False,
+        nccl_p2p_peers: int | None = None,
+    ) -> dict:
         """PyTorch's ranges (c10d::*, record_param_comms, nccl:<op>) enclosing the launch.
         With ``nccl_p2p_peers`` NCCL's own ranges (domain 1, registered strings) are nested
         inside and the launch lies inside ncclGroupEnd, not inside ncclSend/ncclRecv."""
@@ -185,7 +196,7 @@ class RankSim:
         return self._kernel_pending(corr, kernel, stream, le, wait)
 
 
-def finish_collective(pending: list[dict], xfer_ns: int, rng: random.Random, record=None) -> int:
+def finish_collective(pending: list[dict], xfer_ns: int, rng: random.Random, record: str | None = None) -> int:
     """All ranks' kernels end together: at the last start plus the transfer (+ < 1 us jitter)."""
     last = max(p["kernel"]["start"] for p in pending)
     for p in pending:
@@ -201,7 +212,7 @@ def xfer(nbytes: int, gbps: float, base_ns: int = 12000) -> int:
     return base_ns + int(nbytes / gbps)
 
 
-def add_rank_marker(rep, sim: RankSim, *, rank, local_rank, world, host):
+def add_rank_marker(rep: Report, sim: RankSim, *, rank: int, local_rank: int, world: int, host: str) -> None:
     """torch.cuda.set_device, then the nsyscomm domain's creation and the rank marker range.
     The domain-create row (end NULL) is never a process's first or last event, so the elapsed
     time does not depend on whether an ingest counts it."""

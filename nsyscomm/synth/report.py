@@ -197,15 +197,25 @@ class Report:
         self.runtime: list[dict] = []
         self.kernels: list[dict] = []
 
-    def process(self, pid, name, threads=None, host=HOST_ID) -> Proc:
+    def process(self, pid: int, name: str, threads: dict[int, str] | None = None, host: int = HOST_ID) -> Proc:
         p = Proc(pid, name, threads or {pid: name}, host)
         self.procs.append(p)
         return p
 
     # NVTX ----------------------------------------------------------------------------
     def range(
-        self, proc: Proc, tid, start, end, *, text=None, registered=None, domain=0, event_type=NVTX_PUSHPOP, uint64=None
-    ):
+        self,
+        proc: Proc,
+        tid: int | None,
+        start: int,
+        end: int | None,
+        *,
+        text: str | None = None,
+        registered: str | None = None,
+        domain: int = 0,
+        event_type: int = NVTX_PUSHPOP,
+        uint64: int | None = None,
+    ) -> dict:
         assert (text is None) != (registered is None)
         assert end is None or end >= start
         row = {
@@ -221,14 +231,23 @@ class Report:
         self.nvtx.append(row)
         return row
 
-    def mark(self, proc, tid, t, *, text=None, registered=None, domain=0):
+    def mark(
+        self,
+        proc: Proc,
+        tid: int | None,
+        t: int,
+        *,
+        text: str | None = None,
+        registered: str | None = None,
+        domain: int = 0,
+    ) -> dict:
         return self.range(proc, tid, t, None, text=text, registered=registered, domain=domain, event_type=NVTX_MARK)
 
-    def domain_create(self, proc, tid, t, name, domain_id):
+    def domain_create(self, proc: Proc, tid: int | None, t: int, name: str, domain_id: int) -> dict:
         return self.range(proc, tid, t, None, text=name, domain=domain_id, event_type=NVTX_DOMAIN_CREATE)
 
     # CUDA ----------------------------------------------------------------------------
-    def api_call(self, proc: Proc, tid, start, end, name, corr=None):
+    def api_call(self, proc: Proc, tid: int | None, start: int, end: int, name: str, corr: int | None = None) -> dict:
         corr = proc.next_corr() if corr is None else corr
         row = {
             "start": start,
@@ -241,7 +260,7 @@ class Report:
         self.runtime.append(row)
         return row
 
-    def kernel(self, proc: Proc, corr, *, device, stream, start, end, name):
+    def kernel(self, proc: Proc, corr: int, *, device: int, stream: int, start: int, end: int, name: str) -> dict:
         nccl = name.startswith("nccl")
         row = {
             "start": start,

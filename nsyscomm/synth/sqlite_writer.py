@@ -81,7 +81,7 @@ def kernel_shape(name: str) -> dict:
     )
 
 
-def cols(table):
+def cols(table: str) -> list[str]:
     return [c.split()[0] for c in TABLES[table]]
 
 

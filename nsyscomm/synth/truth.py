@@ -387,7 +387,7 @@ def _fill_gpu(row, ks):
         row["duration_ns"] = row["cpu_end"] - row["cpu_start"]
 
 
-def summary_key(r):
+def summary_key(r: dict) -> tuple:
     def k(v):
         return (0, "") if v is None else (1, v)
 

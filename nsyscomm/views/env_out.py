@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 
-def emit_with_env(result, envs: dict, fmt: str, units: str, by_caller: bool, emit) -> None:
+
+def emit_with_env(
+    result: Result,
+    envs: dict,
+    fmt: str,
+    units: str,
+    by_caller: bool,
+    emit: Callable[[Result, str, str, bool], None],
+) -> None:
     """The summary with the reports' recorded environment (nsyscomm.api.environment) after it."""
     if fmt == "json":
         from nsyscomm.views.json_out import document

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -38,7 +39,7 @@ def _num(v):
     return None if math.isinf(f) or math.isnan(f) else f
 
 
-def json_for_script(obj) -> str:
+def json_for_script(obj: Any) -> str:
     """JSON safe inside <script>: no '</script>', no '<!--', no entity tricks."""
     s = json.dumps(obj, allow_nan=False, default=str)
     return (

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -27,6 +28,9 @@ from nsyscomm.views.html_charts import busbw_chart, rank_bars, skew_heatmap
 from nsyscomm.views.html_parts import _e, _num, _table, json_for_script
 from nsyscomm.views.html_sections import callers_section, exposed_section, ranks_table, skew_text, summary_section
 from nsyscomm.views.units import fmt, human_bytes
+
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -40,7 +44,7 @@ def _asset(name: str) -> str:
     return (resources.files("nsyscomm.views") / "assets" / name).read_text(encoding="utf-8")
 
 
-def render(result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
+def render(result: Result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
     summary = result.summarize(by_caller=False)
     by_caller = result.summarize(by_caller=True)
     ranks = result.ranks

@@ -10,8 +10,12 @@ formula; in JUnit XML a control character makes the file unreadable. The data st
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, overload
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 # C0 controls but newline and tab, DEL, C1 controls, and the bidirectional overrides and
 # isolates (U+202A-U+202E, U+2066-U+2069) that reorder what the terminal shows
@@ -56,7 +60,7 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
-def csv_cell(value):
+def csv_cell(value: object) -> object:
     """A CSV cell a spreadsheet shows as text: prefixed with ``'`` when it would start a formula,
     its control characters shown visibly. Numbers (negative ones too) stay numbers."""
     if not isinstance(value, str):
@@ -71,7 +75,11 @@ def csv_cell(value):
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def xml_text(text: str) -> str:
+@overload
+def xml_text(text: str) -> str: ...
+@overload
+def xml_text(text: None) -> None: ...
+def xml_text(text: str | None) -> str | None:
     """text with the characters XML 1.0 forbids shown as escapes (NUL -> ``\\x00``), so that a
     JUnit file parses whatever the names in the report hold."""
     if not isinstance(text, str):
@@ -79,7 +87,7 @@ def xml_text(text: str) -> str:
     return _NOT_XML.sub(_escape, text) if _NOT_XML.search(text) else text
 
 
-def xml_tree(root) -> None:
+def xml_tree(root: ET.Element) -> None:
     """xml_text() over every attribute and text of an ElementTree, in place, before it is written."""
     for el in root.iter():
         for k, v in el.attrib.items():

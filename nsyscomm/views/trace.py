@@ -20,11 +20,15 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nsyscomm import __version__
 from nsyscomm.analyses.contract import json_value
 from nsyscomm.errors import InputError
 from nsyscomm.views.units import human_bytes
+
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 
 # the SQL the trace reads: every call with its logical collective's figures
 # args shown first in the UI's details pane (the rest follow in table order)
@@ -45,7 +49,7 @@ _FIRST_ARGS = (
 _DERIVED_ARGS = ("participants", "latency_ns", "wait_ns", "arrival_delay_ns")
 
 
-def calls(result, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
+def calls(result: Result, steps: tuple[int | None, int | None] | None = None) -> list[dict]:
     """The calls to draw (optionally only steps [lo, hi)), as plain dicts."""
     if steps is not None:
         if not result.has_steps:
@@ -105,7 +109,11 @@ def _origin(rows: list[dict]) -> int:
 
 
 def build(
-    result, steps: tuple[int | None, int | None] | None = None, *, flows: bool = True, what_if: str | None = None
+    result: Result,
+    steps: tuple[int | None, int | None] | None = None,
+    *,
+    flows: bool = True,
+    what_if: str | None = None,
 ) -> dict:
     """The trace document {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
     what_if: a scenario whose replayed timeline is added beside the measured one (issue 23)."""
@@ -123,7 +131,14 @@ def build(
     return doc
 
 
-def build_from_rows(rows: list[dict], result, steps=None, *, flows: bool = True, origin: int = 0) -> dict:
+def build_from_rows(
+    rows: list[dict],
+    result: Result,
+    steps: tuple[int | None, int | None] | None = None,
+    *,
+    flows: bool = True,
+    origin: int = 0,
+) -> dict:
     # tracks: per rank, the GPU streams then the host threads, in a stable order
     placed = []  # (call, primary track key, start, end)
     for r in rows:
@@ -332,7 +347,12 @@ def dumps(doc: dict) -> str:
 
 
 def write(
-    result, path: str | os.PathLike | None = None, *, steps=None, per_rank_dir=None, what_if: str | None = None
+    result: Result,
+    path: str | os.PathLike | None = None,
+    *,
+    steps: tuple[int | None, int | None] | None = None,
+    per_rank_dir: str | os.PathLike | None = None,
+    what_if: str | None = None,
 ) -> list[Path]:
     """Write the job's trace to ``path`` and/or one trace per rank to ``per_rank_dir/<rank>/comm.json``
     (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build()."""

@@ -7,7 +7,7 @@ import math
 _SIZE_NAMES = ("B", "KB", "MB", "GB", "TB", "PB")
 
 
-def human_bytes(n) -> str:
+def human_bytes(n: float | None) -> str:
     """DeepSpeed's convert_size: powers of 1024, two decimals ('25.0 MB')."""
     if n is None or (isinstance(n, float) and math.isnan(n)):
         return "?"
@@ -18,14 +18,14 @@ def human_bytes(n) -> str:
     return f"{round(n / 1024**i, 2)} {_SIZE_NAMES[i]}"
 
 
-def bandwidth(gbps_bytes, units: str) -> float | None:
+def bandwidth(gbps_bytes: float | None, units: str) -> float | None:
     """GB/s (bytes) -> the requested unit: GBps as is, Gbps (gigabits, DeepSpeed's) x 8."""
     if gbps_bytes is None or (isinstance(gbps_bytes, float) and math.isnan(gbps_bytes)):
         return None
     return gbps_bytes * 8 if units == "Gbps" else gbps_bytes
 
 
-def fmt(x, digits: int = 3) -> str:
+def fmt(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:.{digits}f}"

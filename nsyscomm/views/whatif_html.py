@@ -5,9 +5,13 @@ op, DP rank, stage, op type). Reads only Result.what_if_analysis."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt
+
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 
 SERIES = (("measured", "xfer"), ("no_straggler", "wait"), ("ideal", "exposed"))
 ATTR_PER_DIMENSION = 8
@@ -78,7 +82,7 @@ def attribution_bars(attr: list[dict]) -> str | None:
     return "".join(out)
 
 
-def section(result) -> str | None:
+def section(result: Result) -> str | None:
     """The section's HTML, or None when nothing was replayed."""
     a = result.what_if_analysis
     rows = a["what_if"]

@@ -3,12 +3,19 @@ SCENARIO`): one process per rank, named after the scenario, with every replayed 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nsyscomm.errors import InputError
+
+if TYPE_CHECKING:
+    from nsyscomm.analyses.result import Result
 
 PID_BASE = 1_000_000  # the measured trace's processes are the ranks: these sort after them
 
 
-def events(result, scenario: str, origin: int, steps=None) -> list[dict]:
+def events(
+    result: Result, scenario: str, origin: int, steps: tuple[int | None, int | None] | None = None
+) -> list[dict]:
     from nsyscomm.analyses import whatif
 
     try:

@@ -19,8 +19,12 @@ nsyscomm.ingest.nsys.extract run unchanged, so both routes give the same rows.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nsyscomm.errors import InputError
+
+if TYPE_CHECKING:
+    from nsyscomm.ingest.nsys.reader import Opened
 
 # The tables the ingest reads (nsys.reader, nsys.extract, nccl_payload, gpu_metrics): those the
 # temporary SQLite file of a report with NCCL payloads holds.
@@ -153,7 +157,7 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
     return out, columns
 
 
-def open_export(path: Path, threads: int | None = None):
+def open_export(path: Path, threads: int | None = None) -> Opened:
     """The export's tables in a new in-memory DuckDB database, as nsys_reader.open_report makes
     them of a SQLite export (schema r, then the src_* tables): a nsys_reader.Opened."""
     from nsyscomm import duck

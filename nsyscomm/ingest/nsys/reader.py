@@ -20,6 +20,7 @@ while the rest of nsyscomm is imported (0.4 s, mostly pandas).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -270,7 +271,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     return compute, nccl_names, int(out["long_ranges"])
 
 
-def read_only_uri(path) -> str:
+def read_only_uri(path: str | os.PathLike) -> str:
     """SQLite URI of the report at path, read-only and immutable (nothing is ever written to a
     report); the path percent-encoded, so that '?', '#' or '%' in it stay part of it."""
     return f"file:{quote(Path(path).resolve().as_posix())}?mode=ro&immutable=1"

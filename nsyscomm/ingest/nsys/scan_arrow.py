@@ -4,6 +4,13 @@ import pandas while the report is read), its NVTX output the table src_ranges_al
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import pyarrow as pa
+
 # The wrapper messages' fields (nsyscomm/nvtx_format.py) as columns msg_<field> of src_ranges,
 # and parsed: whether the C scan split the message (split_message in _sqlite_scan.c, for the
 # layout the wrapper writes; the name is NULL then). Where it did not, the fields are NULL and
@@ -25,16 +32,16 @@ MESSAGE_FIELDS = {
 }
 
 
-def sqlite_scan_module():
+def sqlite_scan_module() -> ModuleType | None:
     """nsyscomm.ingest._sqlite_scan, or None where it was not built (no C compiler or SQLite headers)."""
     try:
-        from nsyscomm.ingest import _sqlite_scan
+        from nsyscomm.ingest import _sqlite_scan  # type: ignore[attr-defined]  # (a C extension: no stub)
     except ImportError:
         return None
     return _sqlite_scan
 
 
-def arrow_table(out: dict, names: list[str]):
+def arrow_table(out: dict, names: list[str]) -> pa.Table:
     """Columns of _sqlite_scan's (values, valid) buffers as an Arrow table, without a copy
     (from_buffers: pa.array() and pa.table() would import pandas)."""
     import pyarrow as pa
@@ -47,7 +54,7 @@ def arrow_table(out: dict, names: list[str]):
     return pa.Table.from_arrays(cols, names=names)
 
 
-def validity(valid) -> tuple:
+def validity(valid: bytearray) -> tuple:
     """(rows, Arrow validity bitmap or None, NULL count) of _sqlite_scan's one-byte-a-row flags."""
     import numpy as np
     import pyarrow as pa
@@ -57,7 +64,7 @@ def validity(valid) -> tuple:
     return len(ok), pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None, nulls
 
 
-def ranges_table(nvtx: dict):
+def ranges_table(nvtx: dict) -> pa.Table:
     """src_ranges_all from _sqlite_scan's NVTX output: rid (the range's number), start, end,
     globalTid, name (NULL for a message the scan split), parsed and the messages' fields
     (MESSAGE_FIELDS). Strings as Arrow large_string: DuckDB reads it as VARCHAR, whatever the
@@ -79,7 +86,7 @@ def ranges_table(nvtx: dict):
     return pa.Table.from_arrays(list(cols.values()), names=list(cols))
 
 
-def strings(offsets, data, valid):
+def strings(offsets: bytearray, data: bytearray, valid: bytearray) -> pa.Array:
     """A string column of _sqlite_scan's (offsets, data, valid) buffers as Arrow, without a copy."""
     import pyarrow as pa
 
