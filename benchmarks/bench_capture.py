@@ -11,6 +11,10 @@ that a shared machine's load falls on all of them alike:
   nsys         nsys profile with nsyscomm run's flags (--trace=nvtx,osrt -s none --cpuctxsw=none),
                no wrapper; then QdstrmImporter and both exports of its report, timed one by one
   nsys-light   the same with the light preset's --trace=nvtx
+  nsys-wrapped nsys profile as `nsys`, the job given nsyscomm run's job environment (the wrapper's
+               startup hook, the flight record): the wrapper under nsys without the launcher, so
+               that nsys-wrapped / nsys is the wrapper's share and run-arrow / nsys-wrapped the
+               launcher's
   run-sqlite   nsyscomm run (wrapper + nsys, default preset), --export sqlite, summary printed
   run-arrow    the same with --export arrow
   run-light    nsyscomm run --preset light --export arrow
@@ -43,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gloo_job.py"
 NSYS_FLAGS = ["-s", "none", "--cpuctxsw=none", "-f", "true"]
-ALL = ("bare", "nsys", "nsys-light", "run-sqlite", "run-arrow", "run-light")
+ALL = ("bare", "nsys", "nsys-light", "nsys-wrapped", "run-sqlite", "run-arrow", "run-light")
 
 
 TIMING = Path(tempfile.gettempdir()) / f"nsyscomm-bench-loop-{os.getpid()}.txt"
@@ -90,11 +94,18 @@ def importer() -> str:
     return find_importer(shutil.which("nsys"))
 
 
-def nsys_alone(a, tmp: Path, trace: str, post: bool) -> dict:
-    out = tmp / f"nsys-{trace.replace(',', '-')}"
+def nsys_alone(a, tmp: Path, trace: str, post: bool, wrapped: bool = False) -> dict:
+    out = tmp / f"nsys-{trace.replace(',', '-')}{'-wrapped' if wrapped else ''}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
-    r = {"job": wall(["nsys", "profile", f"--trace={trace}", *NSYS_FLAGS, "-o", str(out / "report"), *job_cmd(a)])}
+    env = None
+    if wrapped:  # what nsyscomm run gives the job: the startup hook and the flight record
+        from nsyscomm.capture import flight_record
+        from nsyscomm.capture.nsys_command import job_env
+
+        env = dict(job_env(None), **{flight_record.ENV_DIR: str(out / "records")})
+    cmd = ["nsys", "profile", f"--trace={trace}", *NSYS_FLAGS, "-o", str(out / "report"), *job_cmd(a)]
+    r = {"job": wall(cmd, env=env)}
     if post:
         q = out / "report.qdstrm"
         if q.exists():  # nsys's own import failed (Debian's packages): the launcher's way
@@ -175,6 +186,8 @@ def main() -> None:
                     res[v].append(nsys_alone(a, tmp, "nvtx,osrt", post=True))
                 elif v == "nsys-light":
                     res[v].append(nsys_alone(a, tmp, "nvtx", post=False))
+                elif v == "nsys-wrapped":
+                    res[v].append(nsys_alone(a, tmp, "nvtx,osrt", post=False, wrapped=True))
                 else:
                     export, preset = {
                         "run-sqlite": ("sqlite", "default"),
@@ -233,14 +246,20 @@ def main() -> None:
             if nsys_job
             else ""
         )
-    for v, ref in (("run-sqlite", "nsys"), ("run-arrow", "nsys"), ("run-light", "nsys-light")):
-        if v in res and med(ref, "job"):
+    for v, ref in (
+        ("nsys-wrapped", "nsys"),
+        ("run-arrow", "nsys-wrapped"),
+        ("run-sqlite", "nsys"),
+        ("run-arrow", "nsys"),
+        ("run-light", "nsys-light"),
+    ):
+        if v in res and ref in res and med(ref, "job"):
+            what = "the launcher's overhead" if ref == "nsys-wrapped" else "the wrapper's overhead"
             print(
-                f"wrapper's overhead ({v}): job x{med(v, 'job') / med(ref, 'job'):.3f}, its loop "
-                f"x{med(v, 'loop') / med(ref, 'loop'):.3f} (CPU x{med(v, 'loop cpu') / med(ref, 'loop cpu'):.3f}) "
-                f"the same under {ref} (same flags)"
+                f"{what} ({v} / {ref}, same flags): job x{med(v, 'job') / med(ref, 'job'):.3f}, its loop "
+                f"x{med(v, 'loop') / med(ref, 'loop'):.3f} (CPU x{med(v, 'loop cpu') / med(ref, 'loop cpu'):.3f})"
             )
-    for v in ("run-sqlite", "run-arrow", "run-light"):  # paired within each repeat: the load of those minutes
+    for v in ("nsys-wrapped", "run-sqlite", "run-arrow", "run-light"):  # paired within each repeat
         ref = "nsys-light" if v == "run-light" else "nsys"
         if v in res and ref in res:
             pairs = [x["loop"] / y["loop"] for x, y in zip(res[v], res[ref]) if "loop" in x and "loop" in y]
