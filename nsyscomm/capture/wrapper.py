@@ -24,8 +24,8 @@ propagate unchanged. torch and nvtx are imported only when annotate() runs.
 This module is the front door (annotate, step) and the state every part reads at call time: the
 C fast path by name from this module's dict, the tests by patching it. Layer 1 is
 python_layer.py, layer 2 dispatch_layer.py, the groups seen groups.py, the wrapped functions'
-specs api_specs.py and the NVTX binding nvtx_emitter.py; annotate() hands them this module, so
-none imports it back.
+specs api_specs.py, the NVTX binding nvtx_emitter.py and what is bound from torch
+torch_bindings.py; annotate() hands them this module or what they need, so none imports it back.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import warnings
 from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
-from nsyscomm.capture import dispatch_layer, groups, nvtx_emitter, python_layer
+from nsyscomm.capture import dispatch_layer, groups, nvtx_emitter, python_layer, torch_bindings
 from nsyscomm.steps import parse_step_range
 
 _lock = threading.RLock()
@@ -381,45 +381,16 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
             return False
 
 
-def _check_fast_guard(torch):
-    """Let _fastpath hold c10's ExcludeDispatchKeyGuard itself (no pybind object per call), but only
-    when, in this torch, it excludes exactly what _AutoDispatchBelowAutograd excludes and restores
-    the thread's state; else _fastpath enters the Python guard."""
+def _check_fast_guard(torch) -> None:
+    """Use the C autograd-key guard in _fastpath only where it matches torch's own (torch_bindings)."""
     global _fast_guard
-    _fast_guard = False
-    if _fastpath is None:
-        return
-    _fastpath.unconfigure()
-    try:
-        tls_excluded = torch._C._dispatch_tls_local_exclude_set
-        outside = tls_excluded().raw_repr()
-        with torch._C._AutoDispatchBelowAutograd():
-            inside = tls_excluded().raw_repr()
-        lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
-        if not os.path.exists(lib) or not _fastpath.configure(lib, inside & ~outside):
-            return
-        got = _fastpath.guarded(lambda: tls_excluded().raw_repr())
-        if got == inside and tls_excluded().raw_repr() == outside:
-            _fast_guard = True
-        else:
-            _fastpath.unconfigure()
-    except Exception:
-        _fastpath.unconfigure()
+    _fast_guard = torch_bindings.fast_guard(_fastpath, torch)
 
 
-def _bind_profiler(torch):
+def _bind_profiler(torch) -> None:
     """Bind the record_function ops; without them the flag object says 'never profiling'."""
     global _prof, _rf_enter, _rf_exit
-    try:
-        import torch.autograd.profiler as prof
-
-        prof._is_profiler_enabled  # noqa: B018 (the flag exists in this torch)
-        _rf_enter = torch.ops.profiler._record_function_enter_new
-        _rf_exit = torch.ops.profiler._record_function_exit._RecordFunction
-        _prof = prof
-    except Exception as e:
-        _prof = _ProfilerOff
-        _warn_once("prof", f"nsyscomm: no record_function ranges under torch.profiler ({e!r})")
+    _prof, _rf_enter, _rf_exit = torch_bindings.profiler_ops(torch, _ProfilerOff, _warn_once)
 
 
 def _reset_for_tests():
