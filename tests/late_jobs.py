@@ -32,15 +32,37 @@ CALLERS = {
 LOAD_RANGE = "load_batch"
 
 
+def _cpu_ranks(rep: synth.Report, n: int, pid0: int) -> dict:
+    """n CPU processes, one per rank, each with nsyscomm's NVTX domain and its rank marker."""
+    procs = {}
+    for rank in range(n):
+        p = rep.process(pid0 + rank, "python3", {pid0 + rank: "python3"})
+        rep.domain_create(p, p.pid, T0, nvtx_format.DOMAIN, 1)
+        rep.mark(p, p.pid, T0 + 1000, registered=nvtx_format.format_rank_marker(rank, rank, n, "h"), domain=1)
+        procs[rank] = p
+    return procs
+
+
+def _all_reduce(pg: int, ranks: tuple[int, ...], seq: int, caller: str) -> str:
+    """The wrapper's message of a 4 KiB float32 all_reduce on group pg (0: the world)."""
+    return nvtx_format.format_collective(
+        "all_reduce",
+        api="all_reduce",
+        bytes=4096,
+        dtype="float32",
+        numel=1024,
+        pg=pg,
+        gsize=len(ranks),
+        granks=() if pg == 0 else ranks,
+        seq=seq,
+        caller=caller,
+    )
+
+
 def write_chain_job(out: Path, *, osrt: bool, ranges: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     rep = synth.Report("report.sqlite", cuda=False)
-    procs = {}
-    for rank in range(4):
-        p = rep.process(8000 + rank, "python3", {8000 + rank: "python3"})
-        rep.domain_create(p, p.pid, T0, nvtx_format.DOMAIN, 1)
-        rep.mark(p, p.pid, T0 + 1000, registered=nvtx_format.format_rank_marker(rank, rank, 4, "h"), domain=1)
-        procs[rank] = p
+    procs = _cpu_ranks(rep, 4, 8000)
     free = {r: T0 + 10 * US for r in range(4)}  # when each rank's CPU is free for its next call
     seqs: dict[tuple[int, int], int] = {}
 
@@ -50,18 +72,7 @@ def write_chain_job(out: Path, *, osrt: bool, ranges: bool = False) -> Path:
         for r in ranks:
             seq = seqs.get((r, pg), 0)
             seqs[(r, pg)] = seq + 1
-            msg = nvtx_format.format_collective(
-                "all_reduce",
-                api="all_reduce",
-                bytes=4096,
-                dtype="float32",
-                numel=1024,
-                pg=pg,
-                gsize=len(ranks),
-                granks=() if pg == 0 else ranks,
-                seq=seq,
-                caller=CALLERS[name],
-            )
+            msg = _all_reduce(pg, ranks, seq, CALLERS[name])
             rep.range(procs[r], procs[r].pid, arrive[r], end, registered=msg, domain=1)
             free[r] = end
         return arrive
@@ -183,28 +194,12 @@ def write_tied_delays_job(out: Path, calls: int = 3000) -> Path:
     come from the collectives, group then seq, not from how the database sorted its ties)."""
     out.mkdir(parents=True, exist_ok=True)
     rep = synth.Report("report.sqlite", cuda=False)
-    procs = {}
-    for rank in range(2):
-        p = rep.process(8100 + rank, "python3", {8100 + rank: "python3"})
-        rep.domain_create(p, p.pid, T0, nvtx_format.DOMAIN, 1)
-        rep.mark(p, p.pid, T0 + 1000, registered=nvtx_format.format_rank_marker(rank, rank, 2, "h"), domain=1)
-        procs[rank] = p
+    procs = _cpu_ranks(rep, 2, 8100)
     t = T0 + 10 * US
     for i in range(calls):
         pg = i % 3
         for r in (0, 1):
-            msg = nvtx_format.format_collective(
-                "all_reduce",
-                api="all_reduce",
-                bytes=4096,
-                dtype="float32",
-                numel=1024,
-                pg=pg,
-                gsize=2,
-                granks=() if pg == 0 else (0, 1),
-                seq=i // 3,
-                caller=CALLERS["A"],
-            )
+            msg = _all_reduce(pg, (0, 1), i // 3, CALLERS["A"])
             arrive = t + GAP + (HOST_DELAY_NS if r == 1 else 0)
             rep.range(procs[r], procs[r].pid, arrive, t + GAP + HOST_DELAY_NS + XFER, registered=msg, domain=1)
         t += GAP + HOST_DELAY_NS + XFER

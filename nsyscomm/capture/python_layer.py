@@ -211,6 +211,14 @@ def _patch(owner, name, new):
     W._patched.append((owner, name, orig, new))
 
 
+def _replace(c10d: ModuleType, dist: ModuleType, name: str, orig: Any, new: Any) -> None:
+    """Put new in place of orig in distributed_c10d, and in torch.distributed when that name is
+    the same function there (the package re-exports most of c10d's)."""
+    _patch(c10d, name, new)
+    if getattr(dist, name, None) is orig:
+        _patch(dist, name, new)
+
+
 def install(wrapper: ModuleType) -> None:
     """Wrap torch.distributed's public functions. wrapper: nsyscomm.capture.wrapper, whose state the
     wrappers read when they run (annotate() toggles it, tests patch the emitter)."""
@@ -226,9 +234,7 @@ def install(wrapper: ModuleType) -> None:
             continue
         w = make_wrapper(orig, api, op, rule, ti, tk, gi, gk, ai, "async_op", **extra)
         made[api] = (orig, w)
-        _patch(c10d, api, w)
-        if getattr(dist, api, None) is orig:
-            _patch(dist, api, w)
+        _replace(c10d, dist, api, orig, w)
     # batch_isend_irecv: the per-op isend/irecv ranges carry api=batch_isend_irecv
     orig_batch = getattr(c10d, "batch_isend_irecv", None)
     if orig_batch is not None and not getattr(orig_batch, "_nsyscomm", False):
@@ -255,9 +261,7 @@ def install(wrapper: ModuleType) -> None:
                 W._tls.api = None
 
         _mark_wrapper(batch_isend_irecv, orig_batch)
-        _patch(c10d, "batch_isend_irecv", batch_isend_irecv)
-        if getattr(dist, "batch_isend_irecv", None) is orig_batch:
-            _patch(dist, "batch_isend_irecv", batch_isend_irecv)
+        _replace(c10d, dist, "batch_isend_irecv", orig_batch, batch_isend_irecv)
     # init_process_group: emit the rank marker once the rank is known
     orig_init = c10d.init_process_group
     if not getattr(orig_init, "_nsyscomm", False):
@@ -270,9 +274,7 @@ def install(wrapper: ModuleType) -> None:
             return r
 
         _mark_wrapper(init_process_group, orig_init)
-        _patch(c10d, "init_process_group", init_process_group)
-        if getattr(dist, "init_process_group", None) is orig_init:
-            _patch(dist, "init_process_group", init_process_group)
+        _replace(c10d, dist, "init_process_group", orig_init, init_process_group)
     orig_destroy = c10d.destroy_process_group
     if not getattr(orig_destroy, "_nsyscomm", False):
 
@@ -287,9 +289,7 @@ def install(wrapper: ModuleType) -> None:
                 groups.forget_groups(grp)
 
         _mark_wrapper(destroy_process_group, orig_destroy)
-        _patch(c10d, "destroy_process_group", destroy_process_group)
-        if getattr(dist, "destroy_process_group", None) is orig_destroy:
-            _patch(dist, "destroy_process_group", destroy_process_group)
+        _replace(c10d, dist, "destroy_process_group", orig_destroy, destroy_process_group)
     # functional collectives
     fc: ModuleType | None
     try:
