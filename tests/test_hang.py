@@ -364,3 +364,71 @@ def test_one_rank_profiler_trace_is_not_a_desync():
 
     h = contract(load([real_file("kineto/nccl_data.json.gz")]).hang)
     assert h["mismatches"] == [] and h["status"] != "desynced"
+
+
+# ---------------------------------------------------------------- the mismatch query itself
+
+
+def _mismatches_by_brute_force(calls: list[tuple]) -> set[tuple]:
+    """(group, seq, field, rank) of sql/hang_mismatches.sql, from its rules written out in Python:
+    a key held by two ranks or more, each once, whose non-empty values of a field differ."""
+    by_key: dict[tuple, list[tuple]] = {}
+    for c in calls:
+        by_key.setdefault((c[1], c[4]), []).append(c)
+    out = set()
+    for (g, seq), rows in by_key.items():
+        ranks = [r[0] for r in rows]
+        if len(set(ranks)) < 2 or len(ranks) != len(set(ranks)):
+            continue
+        fields = {
+            "op": [(r[0], r[5]) for r in rows],  # never empty: combine() leaves such calls out
+            "bytes": [(r[0], str(r[6])) for r in rows if r[5] != "all_to_all" and r[6] is not None],
+            "dtype": [(r[0], r[7]) for r in rows if r[7]],
+            "group_membership": [(r[0], f"{r[2]}:{r[3]}") for r in rows if r[2] is not None],
+        }
+        for field, vals in fields.items():
+            if len({v for _, v in vals}) > 1:
+                out |= {(g, seq, field, rank) for rank, _ in vals}
+    return out
+
+
+def test_mismatch_query_finds_exactly_the_differing_keys():
+    """Random calls with each kind of difference, all-to-all sizes, keys held once or twice by a
+    rank, missing dtypes and group sizes: the query's rows are the brute-force reference's."""
+    import random
+
+    from nsyscomm import duck
+
+    rng = random.Random(7)
+    calls = []
+    for g in ("0", "1"):
+        for seq in range(400):
+            base = (rng.choice(["all_reduce", "all_gather", "all_to_all"]), 4096, "float32", 4, "0,1,2,3")
+            for rank in range(rng.choice([1, 2, 4, 4, 4])):
+                op, size, dtype, gsize, granks = base
+                kind = rng.random()
+                if kind < 0.03:
+                    op = "broadcast"
+                elif kind < 0.06:
+                    size = 8192
+                elif kind < 0.09:
+                    dtype = rng.choice(["bfloat16", "", None])
+                elif kind < 0.12:
+                    gsize, granks = rng.choice([(2, "0,1"), (None, "")])
+                calls.append((rank, g, gsize, granks, seq, op, size, dtype))
+                if rng.random() < 0.01:  # the same key twice on one rank: not compared
+                    calls.append((rank, g, gsize, granks, seq, "broadcast", size, dtype))
+    con = duck.connect()
+    try:
+        con.execute(
+            'CREATE TABLE hang_calls (rank INTEGER, "group" VARCHAR, group_size INTEGER, group_ranks VARCHAR, '
+            "seq BIGINT, op VARCHAR, bytes BIGINT, dtype VARCHAR)"
+        )
+        con.executemany("INSERT INTO hang_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)", calls)
+        got = con.execute(duck.sql("hang_mismatches")).fetchall()
+    finally:
+        con.close()
+    want = _mismatches_by_brute_force(calls)
+    assert len(want) > 100 and {f for *_, f, _ in want} == {"op", "bytes", "dtype", "group_membership"}
+    assert {(g, seq, f, r) for g, seq, f, r, _ in got} == want
+    assert len(got) == len(want)
