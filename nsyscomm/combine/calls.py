@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import duckdb
@@ -178,6 +179,25 @@ def register(
     con.register(f"{name}_df", df)
     con.execute(f"CREATE TABLE {name} AS SELECT {select} FROM {name}_df")  # not TEMP: see Result.prefetch
     con.unregister(f"{name}_df")
+
+
+def register_soon(con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | pa.Table, select: str) -> Future:
+    """register(), on a cursor of its own in a thread of its own: the table is there once the
+    returned future is done. For a large table that the next statements do not read: the copy
+    runs on one core, and so do they."""
+
+    def run() -> None:
+        cur = duck.quiet(con.cursor())
+        try:
+            register(cur, name, df, select)
+        finally:
+            cur.close()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nsyscomm-{name}")
+    try:
+        return pool.submit(run)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:

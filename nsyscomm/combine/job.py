@@ -11,7 +11,16 @@ from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
 from nsyscomm.combine import clocks
-from nsyscomm.combine.calls import TIME_COLS, JobCalls, create_collectives, fill_op, register, stack, stack_arrow
+from nsyscomm.combine.calls import (
+    TIME_COLS,
+    JobCalls,
+    create_collectives,
+    fill_op,
+    register,
+    register_soon,
+    stack,
+    stack_arrow,
+)
 from nsyscomm.combine.ranks import assign_ranks
 from nsyscomm.ingest import gap_kernels, gpu_metrics
 from nsyscomm.ingest.nsys.extract import Extract
@@ -81,14 +90,19 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
         '"end"::BIGINT AS "end", name::VARCHAR AS name',
     )
-    # the compute kernels queued ahead of each call, by name, for the same diagnosis
-    register(
-        con,
-        "gap_kernels",
-        stack_arrow(extracts, "gap_kernels", gap_kernels.COLUMNS),
+    # the compute kernels queued ahead of each call, by name, for the same diagnosis: the largest
+    # of these tables, made while the collectives are (each copy keeps one core busy), unless
+    # the clocks are shifted below, which updates it
+    gaps = stack_arrow(extracts, "gap_kernels", gap_kernels.COLUMNS)
+    gap_cols = (
         "report::VARCHAR AS report, pid::BIGINT AS pid, device::INTEGER AS device, "
-        "gpu_start::BIGINT AS gpu_start, name_id::BIGINT AS name_id, ns::BIGINT AS ns, count::BIGINT AS count",
+        "gpu_start::BIGINT AS gpu_start, name_id::BIGINT AS name_id, ns::BIGINT AS ns, count::BIGINT AS count"
     )
+    gaps_made = None
+    if shifted:
+        register(con, "gap_kernels", gaps, gap_cols)
+    else:
+        gaps_made = register_soon(con, "gap_kernels", gaps, gap_cols)
     register(
         con,
         "gap_kernel_names",
@@ -161,4 +175,6 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         )
     if unsized:
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
+    if gaps_made is not None:
+        gaps_made.result()
     return Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
