@@ -66,3 +66,24 @@ def test_no_kernels_or_no_gpu_calls_give_an_empty_frame():
     }
     assert gk.top_in_gaps(cpu_only, one).empty
     assert list(gk.top_in_gaps(calls, one).columns) == gk.COLUMNS
+
+
+def test_pairs_worked_on_by_several_threads_give_each_its_own_kernels():
+    """Four processes, their kernels interleaved in one array: each (pid, device) pair's call
+    gets its own kernels' sums whether the pairs are worked on one at a time or three at once,
+    and the rows come out in the same order."""
+    pids = [11, 7, 9, 8]
+    calls = _calls([(p, 0, t0, t0 + 10) for p in pids for t0 in (100, 200)])
+    k = []
+    for n in range(40):  # kernel n of every process, in the gap of its second call: name pid*100 + n % 4
+        for p in pids:
+            k.append((p, 0, 110 + 2 * n, 111 + 2 * n + (p % 3), p * 100 + n % 4))
+    pid, dev, s, e, name = (np.array(c, dtype=np.int64) for c in zip(*k))
+    compute = {"pid": pid, "device": dev, "start": s, "end": e, "name": name}
+    one, three = gk.top_in_gaps(calls, compute), gk.top_in_gaps(calls, compute, threads=3)
+    assert one.equals(three)
+    for p in pids:
+        rows = three[three.pid == p].set_index("name_id")
+        assert set(rows.gpu_start) == {200}
+        assert rows["ns"].to_dict() == {p * 100 + m: 10 * (1 + p % 3) for m in range(4)}
+        assert rows["count"].to_dict() == {p * 100 + m: 10 for m in range(4)}

@@ -16,6 +16,7 @@ gap; a process's first call has no gap.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,10 +36,11 @@ def _ints(col, missing: int = -1) -> np.ndarray:
     return pc.fill_null(col.cast(pa.int64()), missing).to_numpy()
 
 
-def top_in_gaps(calls: pa.Table, compute: dict) -> pd.DataFrame:
+def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1) -> pd.DataFrame:
     """Per call with a GPU start: the TOP compute-kernel names (ids, as the report's StringIds)
     by time in its gap, with their summed ns and kernel count. compute: numpy arrays pid, device,
-    start, end, name (name -1 or NULL: unnamed, left out)."""
+    start, end, name (name -1 or NULL: unnamed, left out). threads: how many (pid, device) pairs
+    are worked on at once."""
     empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in COLUMNS})
     if not calls.num_rows or compute is None or not len(compute["start"]) or "gpu_start" not in calls.column_names:
         return empty
@@ -52,23 +54,11 @@ def top_in_gaps(calls: pa.Table, compute: dict) -> pd.DataFrame:
     kend = np.asarray(compute["end"], dtype=np.int64)
     kname = _ints_np(compute["name"])
 
-    # one (pid, device) pair at a time: the temporaries are one pair's kernels, not the report's
-    # (a report of several ranks holds several pairs; docs/performance.md measures the peak)
-    ckey = cpid * (1 << 32) + (cdev + 1)
-    keys, ccode = np.unique(ckey, return_inverse=True)
-    kkey = kpid * (1 << 32) + (kdev + 1)
-    named = kname >= 0
-    parts = []
-    for c, key in enumerate(keys):
-        ci = np.flatnonzero(ccode == c)
-        ci = ci[np.argsort(cstart[ci], kind="stable")]
-        ki = np.flatnonzero((kkey == key) & named)
-        if len(ki):
-            parts.append(_top_of_pair(ci, cstart[ci], cend[ci], kstart[ki], kend[ki], kname[ki]))
+    parts = _by_pair(cpid, cdev, cstart, cend, kpid, kdev, kstart, kend, kname, threads)
     if not parts:
         return empty
     call, name_id, ns, count = (np.concatenate(a) for a in zip(*parts))
-    del parts, kkey, named
+    del parts
     # the columns as they are, not copied into one block: this frame is the extract's largest
     return pd.DataFrame(
         {
@@ -81,6 +71,27 @@ def top_in_gaps(calls: pa.Table, compute: dict) -> pd.DataFrame:
         },
         copy=False,
     )
+
+
+def _by_pair(cpid, cdev, cstart, cend, kpid, kdev, kstart, kend, kname, threads: int) -> list[tuple]:
+    """_top_of_pair() of each (pid, device) pair, in the pairs' order, `threads` pairs at a time
+    (numpy and pandas let go of the GIL in their loops). The temporaries are those pairs'
+    kernels, not the report's (docs/performance.md measures the peak)."""
+    ckey = cpid * (1 << 32) + (cdev + 1)
+    keys, ccode = np.unique(ckey, return_inverse=True)
+    kkey = kpid * (1 << 32) + (kdev + 1)
+    named = kname >= 0
+
+    def pair(c: int):
+        ci = np.flatnonzero(ccode == c)
+        ci = ci[np.argsort(cstart[ci], kind="stable")]
+        ki = np.flatnonzero((kkey == keys[c]) & named)
+        return _top_of_pair(ci, cstart[ci], cend[ci], kstart[ki], kend[ki], kname[ki]) if len(ki) else None
+
+    if threads > 1 and len(keys) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(keys)), thread_name_prefix="nsyscomm-gaps") as pool:
+            return [p for p in pool.map(pair, range(len(keys))) if p is not None]
+    return [p for p in map(pair, range(len(keys))) if p is not None]
 
 
 def _ints_np(a) -> np.ndarray:
