@@ -12,10 +12,13 @@ WITH calls AS (
            c.group_size, c.group_ranks
     FROM collectives c JOIN logical_collectives l USING (logical_id)
     WHERE c."group" IS NOT NULL
-)
+),
+-- the ranks seen in each group, in numeric order (ranks 0, 4, 8, 12: a stride the pattern reads)
+members AS (SELECT DISTINCT "group", rank FROM collectives WHERE "group" IS NOT NULL AND rank IS NOT NULL)
 SELECT "group",
        max(group_size)                                          AS group_size,
-       string_agg(DISTINCT rank::VARCHAR, ',' ORDER BY rank::VARCHAR) AS ranks_seen,
+       (SELECT string_agg(m.rank::VARCHAR, ',' ORDER BY m.rank) FROM members m
+        WHERE m."group" = calls."group")                        AS ranks_seen,
        any_value(group_ranks)                                   AS group_ranks,
        bool_or(op IN ('send', 'recv'))                          AS p2p,
        count(*) FILTER (WHERE op NOT IN ('send', 'recv'))       AS collectives,
@@ -23,4 +26,4 @@ SELECT "group",
        sum(wait_ns) / 1e6                                       AS wait_ms,
        sum(exposed_ns) / 1e6                                    AS exposed_ms,
        (SELECT min("desc") FROM group_descs d WHERE d."group" = calls."group") AS "desc"
-FROM calls GROUP BY "group" ORDER BY comm_ms DESC
+FROM calls GROUP BY "group" ORDER BY comm_ms DESC, "group"

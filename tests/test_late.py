@@ -265,3 +265,37 @@ def test_equal_delays_come_out_in_the_collectives_order(tmp_path):
     assert got == sorted(got)
     rows = document(res, by_caller=False)["diagnosis"]["late"]
     assert [(r["group"], r["seq"]) for r in rows] == got
+
+
+def test_dimension_patterns_read_ranks_in_numeric_order():
+    """16 ranks, no group membership recorded (a report without the wrapper): dp groups of ranks
+    a stride 4 apart and tp groups of 4 consecutive ranks, told apart by their ranks alone. Ranks
+    10 to 15 sort before 2 as text: the pattern needs them in numeric order."""
+    from nsyscomm import duck
+    from nsyscomm.analyses import dimensions
+
+    groups = {f"dp{r}": [r, r + 4, r + 8, r + 12] for r in range(4)}
+    groups |= {f"tp{k}": [4 * k + i for i in range(4)] for k in range(4)}
+    con = duck.connect()
+    try:
+        con.execute(
+            'CREATE TABLE collectives ("group" VARCHAR, rank INTEGER, op VARCHAR, duration_ns BIGINT, '
+            "gpu_start BIGINT, busy_at_start BIGINT, busy_at_end BIGINT, group_size INTEGER, "
+            "group_ranks VARCHAR, logical_id BIGINT)"
+        )
+        rows = [
+            (g, r, "all_reduce", 1000, None, None, None, 4, None, i)
+            for i, (g, rs) in enumerate(groups.items())
+            for r in rs
+        ]
+        con.executemany("INSERT INTO collectives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.execute(
+            "CREATE TABLE logical_collectives AS SELECT DISTINCT logical_id, 1000 AS latency_ns FROM collectives"
+        )
+        con.execute('CREATE TABLE group_descs ("group" VARCHAR, "desc" VARCHAR)')
+        got = dimensions.dimensions(con).set_index("group")
+    finally:
+        con.close()
+    for g, rs in groups.items():
+        assert got.loc[g, "ranks"] == ",".join(map(str, rs)), g
+        assert (got.loc[g, "dimension"], got.loc[g, "source"]) == (g[:2], "pattern"), g
