@@ -21,11 +21,15 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
+# the runs' current folder: `python -c` puts it first on sys.path, ahead of PYTHONPATH, so run
+# from a checkout, --baseline's runs would import that checkout's nsyscomm instead
+NEUTRAL = tempfile.gettempdir()
 RUN_CLI = "import sys; from nsyscomm.cli import entry; sys.argv[0] = 'nsyscomm'; entry()"
 
 
@@ -51,13 +55,15 @@ def variants(sample: Path) -> dict[str, list[str]]:
 
 def timed(cmd: list[str], env: dict) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True, cwd=NEUTRAL)
     return time.perf_counter() - t0
 
 
 def importtime(cmd: list[str], env: dict, top: int) -> list[tuple[int, str]]:
     """(cumulative us, module) of the top-level imports of cmd, the largest first."""
-    out = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env).stderr
+    out = subprocess.run(
+        [cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=NEUTRAL
+    ).stderr
     rows = []
     for line in out.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:

@@ -1,6 +1,6 @@
 """Wall time and peak RSS of `nsyscomm summarize` on one report, against the ingestion floor.
 
-    python benchmarks/bench_summarize.py REPORT.sqlite [--runs 3] [--memory-limit 150MB]
+    python benchmarks/bench_summarize.py REPORT.sqlite [--runs 3] [--memory-limit 150MB] [--baseline DIR]
 
 Floor: the time SQLite itself takes to scan the columns the ingest reads (every row of the
 kernel, launch and NVTX tables, each used column decoded: sum()/length() over them, in C, no
@@ -8,12 +8,15 @@ Python objects), measured in the same run, file in the page cache. Each summariz
 fresh process (`--no-cache`, then once more with the cache warm); peak RSS is that process's.
 Prints best and median of the runs, the ratio of each run to the floor measured just before it,
 and the load average; and the CPU time (user + system, all threads) of each against the
-floor's: on C cores, the wall-time ratio cannot fall below the CPU ratio / C.
+floor's: on C cores, the wall-time ratio cannot fall below the CPU ratio / C. The runs use
+nsyscomm's .pyc files, as an installed package does (written first, even where
+PYTHONDONTWRITEBYTECODE is set).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import resource
 import sqlite3
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 
+import nsyscomm
 from nsyscomm.extract.pool import usable_cores  # the cores this process may use, as summarize counts them
 from nsyscomm.ingest.nsys.reader import read_only_uri
 
@@ -75,9 +79,13 @@ def run(path: str, *extra: str, env=None) -> tuple[float, float, float]:
     t0, c0 = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
     p = subprocess.run(
         [sys.executable, "-c", code, "summarize", path, "--format", "json", *extra],
-        capture_output=True,
+        stdout=subprocess.DEVNULL,  # not read here: this process would take a core's share reading it
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # `python -c` puts its current folder first on sys.path, ahead of PYTHONPATH: run from a
+        # checkout, the baseline's runs would import that checkout's nsyscomm instead
+        cwd=tempfile.gettempdir(),
     )
     wall, cpu = time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0
     if p.returncode:
@@ -94,21 +102,44 @@ def main(argv=None) -> int:
     ap.add_argument("report")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
+    ap.add_argument(
+        "--baseline",
+        help="another checkout of nsyscomm (its C extensions built in place): its summarize runs right "
+        "after each of this one's, against the same floor",
+    )
     a = ap.parse_args(argv)
+    a.report = os.path.abspath(a.report)  # the runs start in another folder (run())
     limit = ("--memory-limit", a.memory_limit) if a.memory_limit else ()
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=tempfile.mkdtemp(prefix="nsyscomm-bench-cache-"))
+    # an installed package has its .pyc files (pip compiles them); with PYTHONDONTWRITEBYTECODE
+    # set, as in this project's sandbox, every summarize would compile the modules changed since
+    # the last run that wrote them
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(os.path.dirname(nsyscomm.__file__), quiet=1)
+    base_env = None
+    if a.baseline:
+        compileall.compile_dir(os.path.join(a.baseline, "nsyscomm"), quiet=1)
+        base_env = dict(env, PYTHONPATH=os.path.abspath(a.baseline))
     floor_s(a.report)  # warm the page cache
-    floors, walls, rsss, floor_cpus, cpus = [], [], [], [], []
-    for _ in range(a.runs):
+    floors, walls, rsss, floor_cpus, cpus, base_walls = [], [], [], [], [], []
+    for i in range(a.runs):
         warm(a.report)
         f, fc = floor_s(a.report)
         floors.append(f)
         floor_cpus.append(fc)
+        # with a baseline, which of the two runs first alternates: the run just after the floor's
+        # was slower by about 0.1 s, whichever it was
+        if base_env is not None and i % 2:
+            warm(a.report)
+            base_walls.append(run(a.report, "--no-cache", *limit, env=base_env)[0])
         warm(a.report)
         w, r, c = run(a.report, "--no-cache", *limit, env=env)
         walls.append(w)
         rsss.append(r)
         cpus.append(c)
+        if base_env is not None and not i % 2:
+            warm(a.report)
+            base_walls.append(run(a.report, "--no-cache", *limit, env=base_env)[0])
     run(a.report, *limit, env=env)  # fill the cache
     hits = [run(a.report, *limit, env=env)[0] for _ in range(a.runs)]
     size = os.path.getsize(a.report) / 1e6
@@ -132,6 +163,12 @@ def main(argv=None) -> int:
         f"ratio per run (each against the floor just before it): median {statistics.median(paired):.2f}x, "
         f"{paired[0]:.2f}x-{paired[-1]:.2f}x"
     )
+    if base_walls:
+        base = sorted(w / f for w, f in zip(base_walls, floors))
+        print(
+            f"baseline {a.baseline}: median {statistics.median(base_walls):.2f} s; ratio per run "
+            f"median {statistics.median(base):.2f}x, {base[0]:.2f}x-{base[-1]:.2f}x"
+        )
     cpu_ratio = statistics.median(c / f for c, f in zip(cpus, floor_cpus))
     print(
         f"CPU time: floor median {statistics.median(floor_cpus):.2f} s, summarize median "
