@@ -8,4 +8,4 @@ FROM collectives c
 JOIN logical_collectives l
   ON l.logical_id = c.logical_id
 WHERE l.participants >= 2
-ORDER BY l.first_arrival, l.op, l.seq, c.rank
+ORDER BY l.first_arrival, l.op, l.seq, l."group" NULLS FIRST, l.pair NULLS FIRST, c.rank, c.cpu_start

@@ -19,4 +19,5 @@ SELECT
          END                                               AS exposed_ns
 FROM collectives
 WHERE coalesce(gpu_start, cpu_start) IS NOT NULL AND coalesce(gpu_end, cpu_end) IS NOT NULL
-ORDER BY rank, start_ns, end_ns, seq
+-- calls that tie on all four (two communicators' at one instant) in one order every run
+ORDER BY rank, start_ns, end_ns, seq, "group" NULLS FIRST, op, sync_id

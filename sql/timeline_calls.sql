@@ -11,4 +11,4 @@ FROM collectives c
 LEFT JOIN logical_collectives l
   ON l.logical_id = c.logical_id
 WHERE NOT $by_step OR (c.step IS NOT NULL AND ($lo IS NULL OR c.step >= $lo) AND ($hi IS NULL OR c.step < $hi))
-ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq
+ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq, c."group" NULLS FIRST, c.cpu_start, c.pid, c.tid

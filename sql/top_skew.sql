@@ -5,5 +5,6 @@ SELECT op, "group", pair, seq, bytes, step, caller, participants, last_rank,
        latency_ns / 1e6                    AS latency_ms
 FROM logical_collectives
 WHERE participants >= 2
-ORDER BY last_arrival - first_arrival DESC, op, seq
+-- ties broken down to the collective (group, pair): the same rows, in the same order, every run
+ORDER BY last_arrival - first_arrival DESC, op, seq, "group" NULLS FIRST, pair NULLS FIRST
 LIMIT $limit

@@ -115,3 +115,31 @@ def test_memory_limit_in_a_form_not_known_is_none():
             return ("unlimited",)
 
     assert duck.memory_limit_bytes(Shows()) is None
+
+
+def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
+    """Collectives of two communicators that tie on every earlier sort key (the same skew, op
+    and seq; the same rank, times and seq) are ordered by communicator, whatever order they were
+    stored in: the JSON's top_skew and the what-if replay's per-rank order are the same every run.
+    Stored in the reverse of that order, so that insertion order cannot pass for it."""
+    con = duck.connect()
+    try:
+        con.execute(
+            "CREATE TABLE logical_collectives AS SELECT * FROM (VALUES (2, 'g9', NULL, 'all_reduce', 1, 8, 2, "
+            "'x.py:1', 0, 2, 10, 100, 300, 1), (1, 'g1', NULL, 'all_reduce', 1, 8, 2, 'x.py:1', 0, 2, 10, 100, 300, 0)) "
+            'v(logical_id, "group", pair, op, seq, bytes, group_size, caller, step, participants, latency_ns, '
+            "first_arrival, last_arrival, last_rank)"
+        )
+        top = con.execute(duck.sql("top_skew"), {"limit": 2}).fetchall()
+        assert [r[1] for r in top] == ["g1", "g9"]
+        con.execute(
+            "CREATE TABLE collectives AS SELECT * FROM (VALUES (0, 0, 'all_reduce', 8, 'g9', NULL, 1, 2, 2, 100, "
+            "300, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::VARCHAR, NULL::INTEGER), "
+            "(0, 0, 'all_reduce', 8, 'g1', NULL, 1, 1, 2, 100, 300, NULL, NULL, NULL, NULL, NULL, NULL)) "
+            'v(rank, step, op, bytes, "group", pair, seq, logical_id, group_size, cpu_start, cpu_end, gpu_start, '
+            "gpu_end, busy_at_start, busy_at_end, caller, peer)"
+        )
+        ops = con.execute(duck.sql("replay_ops")).fetchall()
+        assert [r[6] for r in ops] == [1, 2]  # sync_id: g1's collective first
+    finally:
+        con.close()

@@ -16,8 +16,12 @@ from nsyscomm.analyses.overlap import begin_overlap
 SCHEMA_VERSION = 1  # of the JSON output contract (docs/architecture.md, "JSON contract")
 
 
-# the collectives table in each rank's time order (it is stored unsorted)
-ORDERED = "SELECT * FROM collectives ORDER BY rank, coalesce(gpu_start, cpu_start), cpu_start, pid, tid, seq"
+# the collectives table in each rank's time order (it is stored unsorted); calls that tie on all
+# of these (two communicators' at one instant) by communicator, the same every run
+ORDERED = (
+    "SELECT * FROM collectives "
+    'ORDER BY rank, coalesce(gpu_start, cpu_start), cpu_start, pid, tid, seq, "group" NULLS FIRST, op'
+)
 
 
 @dataclass
