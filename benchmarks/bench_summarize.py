@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
     ap.add_argument(
         "--baseline",
-        help="another checkout of nsyscomm (its C extensions built in place): its summarize runs right "
-        "after each of this one's, against the same floor",
+        help="another checkout of nsyscomm (its C extensions built in place): its summarize runs beside "
+        "each of this one's (which goes first alternates), against the same floor",
     )
     a = ap.parse_args(argv)
     a.report = os.path.abspath(a.report)  # the runs start in another folder (run())
