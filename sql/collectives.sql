@@ -17,8 +17,10 @@ WITH ranked AS NOT MATERIALIZED (
 ),
 -- the window functions run only over the calls that need them (none when the wrapper was on)
 by_order AS (
+    -- (calls that tie on time, on two streams or threads, numbered in one order every run)
     SELECT * REPLACE (row_number() OVER (PARTITION BY rank, op
-                                         ORDER BY coalesce(gpu_start, cpu_start), cpu_start) - 1 AS seq)
+                                         ORDER BY coalesce(gpu_start, cpu_start), cpu_start, pid, tid, stream,
+                                                  coalesce(gpu_end, cpu_end)) - 1 AS seq)
     FROM ranked WHERE seq IS NULL
 ),
 numbered AS (

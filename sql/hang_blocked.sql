@@ -26,17 +26,30 @@ split AS (
     HAVING count(DISTINCT coalesce(last_entered, -1)) > 1
        AND "group" IN (SELECT "group" FROM hang_calls WHERE source = 'flight_recorder')
 ),
-stuck AS (
-    SELECT t."group", t.seq, mode(c.op) AS op, mode(c.bytes) AS bytes, min(c.t_enter) AS t_first
+at_top AS (
+    SELECT t."group", t.seq, c.op, c.bytes, c.t_enter,
+           count(*) OVER (PARTITION BY t."group", t.seq, c.op)    AS op_n,
+           count(*) OVER (PARTITION BY t."group", t.seq, c.bytes) AS bytes_n,
+           -coalesce(c.t_enter, 9223372036854775807)              AS early
     FROM top t
     JOIN hang_calls c ON c."group" = t."group" AND c.seq = t.seq
     WHERE t."group" IN (SELECT o."group" FROM open_calls o WHERE o.seq >= t.seq)
        OR t."group" IN (SELECT "group" FROM split)
-    GROUP BY t."group", t.seq
+),
+-- the op and message size most of its calls have; on a tie (an all-to-all's uneven sizes, all
+-- legal), the first-entered call's: the same every run, where mode() took any of them
+stuck AS (
+    SELECT "group", seq,
+           arg_max(op, (op_n, early, op)) FILTER (WHERE op IS NOT NULL)          AS op,
+           arg_max(bytes, (bytes_n, early, bytes)) FILTER (WHERE bytes IS NOT NULL) AS bytes,
+           min(t_enter)                                                       AS t_first
+    FROM at_top GROUP BY "group", seq
 ),
 last_call AS (
     SELECT c."group", c.rank, c.op, c.seq, c.caller, c.finished,
-           row_number() OVER (PARTITION BY c."group", c.rank ORDER BY c.seq DESC) AS k
+           -- a seq held twice by a rank: the one entered last, the same every run
+           row_number() OVER (PARTITION BY c."group", c.rank
+                              ORDER BY c.seq DESC, c.t_enter DESC NULLS LAST, c.op, c.caller) AS k
     FROM hang_calls c
 )
 SELECT s."group", s.seq, s.op, s.bytes, s.t_first, fr.rank,

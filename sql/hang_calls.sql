@@ -7,7 +7,8 @@
 -- Inputs: collectives, hang_records.
 WITH rec AS (
     SELECT rank, "group", group_size, group_ranks, seq, op, bytes, dtype, caller, finished, t_enter, source,
-           row_number() OVER (PARTITION BY rank, "group", seq ORDER BY finished DESC) AS pick
+           row_number() OVER (PARTITION BY rank, "group", seq
+                              ORDER BY finished DESC, source, t_enter NULLS LAST, op) AS pick
     FROM hang_records
 )
 SELECT rank, "group", group_size, coalesce(group_ranks, '') AS group_ranks, seq, op, bytes, dtype,

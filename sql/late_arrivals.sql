@@ -26,7 +26,8 @@ WITH timeline AS (
            gpu_start IS NOT NULL                                            AS on_device,
            busy_at_start - lag(busy_at_end) OVER w                          AS busy_gap
     FROM collectives
-    WINDOW w AS (PARTITION BY rank ORDER BY coalesce(gpu_start, cpu_start), cpu_start)
+    -- (a call's previous one: calls that tie on time ordered by their collective, the same every run)
+    WINDOW w AS (PARTITION BY rank ORDER BY coalesce(gpu_start, cpu_start), cpu_start, logical_id)
 ),
 late AS (
     SELECT * FROM logical_collectives

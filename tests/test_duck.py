@@ -143,3 +143,28 @@ def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
         assert [r[6] for r in ops] == [1, 2]  # sync_id: g1's collective first
     finally:
         con.close()
+
+
+def test_calls_without_seq_that_tie_on_time_are_numbered_in_one_order():
+    """Two NCCL kernels of one rank with no wrapper metadata, started at the same nanosecond on
+    two streams: their seq (the order among the rank's calls of that op, which matches them
+    across ranks) goes to the lower stream first, whatever order the calls were stored in."""
+    from nsyscomm.combine.calls import _typed_select
+
+    con = duck.connect()
+    try:
+        con.execute(f"CREATE TABLE calls AS {_typed_select(None, '')}")
+        for stream in (7, 3):  # stored in the reverse of the expected order
+            con.execute(
+                "INSERT INTO calls (report, pid, tid, op, cpu_start, cpu_end, gpu_start, gpu_end, stream, device) "
+                "VALUES ('r', 1, 1, 'all_reduce', 50, 60, 100, 200, ?, 0)",
+                [stream],
+            )
+        con.execute(
+            "CREATE TABLE proc_ranks AS SELECT 'r' AS report, 1::BIGINT AS pid, 0 AS rank, 0 AS local_rank, "
+            "NULL::VARCHAR AS host"
+        )
+        got = con.execute(f"SELECT stream, seq FROM ({duck.sql('collectives')}) ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    assert got == [(3, 0), (7, 1)]
