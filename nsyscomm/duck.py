@@ -8,16 +8,19 @@ import itertools
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+
+T = TypeVar("T")
 
 
 @functools.cache
@@ -116,6 +119,26 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
         con.close()
     else:
         threading.Thread(target=con.close, name="nsyscomm-close").start()
+
+
+def on_cursor_soon(
+    con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnection], T], name: str
+) -> Future[T]:
+    """fn(cursor) on a thread of its own, with a cursor of its own (a DuckDB connection serves one
+    thread at a time), made here and closed when fn returns: the future holds what fn returned."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nsyscomm-{name}")
+    cur = quiet(con.cursor())
+
+    def run() -> T:
+        try:
+            return fn(cur)
+        finally:
+            cur.close()
+
+    try:
+        return pool.submit(run)
+    finally:
+        pool.shutdown(wait=False)
 
 
 @contextlib.contextmanager

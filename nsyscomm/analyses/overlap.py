@@ -20,7 +20,7 @@ call once per scope) took 0.2-0.25 s on both cores for 200k calls; this takes 0.
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import duckdb
 import numpy as np
@@ -150,16 +150,4 @@ def _max_before(v: np.ndarray, null: np.ndarray, first: np.ndarray) -> tuple[np.
 def begin_overlap(con: duckdb.DuckDBPyConnection) -> Future:
     """parts() of the job's final `collectives`, on a thread of its own (with a cursor
     of its own: a DuckDB connection serves one thread at a time)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-overlap")
-    cur = duck.quiet(con.cursor())
-
-    def run():
-        try:
-            return parts(cur)
-        finally:
-            cur.close()
-
-    try:
-        return pool.submit(run)
-    finally:
-        pool.shutdown(wait=False)
+    return duck.on_cursor_soon(con, parts, "overlap")

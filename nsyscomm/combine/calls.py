@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 
 import duckdb
@@ -185,19 +185,7 @@ def register_soon(con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | 
     """register(), on a cursor of its own in a thread of its own: the table is there once the
     returned future is done. For a large table that the next statements do not read: the copy
     runs on one core, and so do they."""
-
-    def run() -> None:
-        cur = duck.quiet(con.cursor())
-        try:
-            register(cur, name, df, select)
-        finally:
-            cur.close()
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nsyscomm-{name}")
-    try:
-        return pool.submit(run)
-    finally:
-        pool.shutdown(wait=False)
+    return duck.on_cursor_soon(con, lambda cur: register(cur, name, df, select), name)
 
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
