@@ -551,3 +551,18 @@ def test_capture_steps_follow_the_one_step_range_rule(text, window):
         warnings.simplefilter("always")
         assert W._parse_capture(text) == window
     assert bool(seen) == (window is None)
+
+
+def test_point_to_point_peer_from_each_way_torch_takes_it():
+    """send/recv name their peer by global rank (argument 1, or dst=/src=) or by rank within the
+    group (group_dst=/group_src=, translated through the group's ranks); neither gives -1."""
+    from types import SimpleNamespace
+
+    from nsyscomm.capture.api_specs import peer_recv, peer_send
+
+    g = SimpleNamespace(ranks=[4, 6, 8])
+    t = object()
+    assert peer_send((t, 6), {}, g) == 6 and peer_recv((t, 8), {}, g) == 8
+    assert peer_send((t,), {"dst": 4}, g) == 4 and peer_recv((t,), {"src": 6}, g) == 6
+    assert peer_send((t,), {"group_dst": 2}, g) == 8 and peer_recv((t,), {"group_src": 1}, g) == 6
+    assert peer_send((t,), {}, g) == -1 and peer_recv((t,), {}, g) == -1

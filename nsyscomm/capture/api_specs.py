@@ -19,20 +19,22 @@ def arg(args: Sequence[Any], kwargs: Mapping[str, Any], idx: int | None, kw: str
     return default if kw is None else kwargs.get(kw, default)
 
 
+def _peer(args: Sequence[Any], kwargs: Mapping[str, Any], g: Group, kw: str) -> int:
+    """The peer's global rank: argument 1 or `kw` (dst, src), else the group rank `group_<kw>`
+    translated through the group's ranks; -1 when neither is given."""
+    peer = arg(args, kwargs, 1, kw)
+    if peer is None:
+        in_group = kwargs.get(f"group_{kw}")
+        peer = g.ranks[in_group] if in_group is not None else -1
+    return peer
+
+
 def peer_send(args: Sequence[Any], kwargs: Mapping[str, Any], g: Group) -> int:
-    dst = arg(args, kwargs, 1, "dst")
-    if dst is None:
-        gd = kwargs.get("group_dst")
-        dst = g.ranks[gd] if gd is not None else -1
-    return dst
+    return _peer(args, kwargs, g, "dst")
 
 
 def peer_recv(args: Sequence[Any], kwargs: Mapping[str, Any], g: Group) -> int:
-    src = arg(args, kwargs, 1, "src")
-    if src is None:
-        gs = kwargs.get("group_src")
-        src = g.ranks[gs] if gs is not None else -1
-    return src
+    return _peer(args, kwargs, g, "src")
 
 
 # api -> (op, size_rule, tensor idx, tensor kw, group idx, group kw, async idx, extra)
