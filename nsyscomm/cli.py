@@ -17,7 +17,7 @@ import click
 from click.utils import make_default_short_help
 
 from nsyscomm import __version__
-from nsyscomm.commands import console
+from nsyscomm.commands import collector_paused, console
 from nsyscomm.commands import guard as _run_guarded
 
 if TYPE_CHECKING:  # hints only: the CLI starts without pandas and DuckDB (benchmarks/bench_startup.py)
@@ -184,7 +184,7 @@ def summarize(
     started = False
     try:
         started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
-        with _interrupt_after():
+        with _interrupt_after(), collector_paused():
             from nsyscomm.api import load, sample_jobs
             from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
 

@@ -51,3 +51,58 @@ def test_every_command_listed_and_runnable():
     for name in cli._LAZY:
         sub = CliRunner().invoke(cli.main, [name, "--help"], prog_name="nsyscomm")
         assert sub.exit_code == 0 and f"nsyscomm {name}" in sub.output
+
+
+def test_collector_paused_restores_the_collector_and_freezes():
+    """The analysis stack is imported with the collector off; it is on again afterwards (off if it
+    was off), after a failed import too, and what was made in the block is frozen."""
+    import gc
+
+    import pytest
+
+    from nsyscomm.commands import collector_paused
+
+    assert gc.isenabled()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            made = [[] for _ in range(1000)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= len(made)
+        with pytest.raises(ImportError), collector_paused():
+            import nsyscomm_no_such_module  # noqa: F401
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_summarize_imports_with_the_collector_paused():
+    """A summarize imports pandas inside collector_paused: afterwards pandas is loaded, its
+    objects are frozen, and the collector is on again for the work."""
+    from nsyscomm.discover import sample_reports_dir
+
+    probe = (
+        "import contextlib, gc, sys\n"
+        "import nsyscomm.cli as cli\n"
+        "seen = []\n"
+        "real = cli.collector_paused\n"
+        "@contextlib.contextmanager\n"
+        "def spy():\n"
+        "    with real():\n"
+        "        yield\n"
+        "    seen.append(('pandas' in sys.modules, gc.isenabled(), gc.get_freeze_count() > 10000))\n"
+        "cli.collector_paused = spy\n"
+        "try:\n"
+        "    cli.entry(['summarize', '--no-cache', '--format', 'json', sys.argv[1]])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(seen, file=sys.stderr)\n"
+    )
+    sample = str(sample_reports_dir() / "synthetic_ddp_4rank.sqlite")
+    res = subprocess.run([sys.executable, "-c", probe, sample], capture_output=True, text=True)
+    assert res.stderr.strip().splitlines()[-1] == "[(True, True, True)]", res.stderr

@@ -7,8 +7,10 @@ internal error of nsyscomm's (never confused with the others), 130 interrupted.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -20,6 +22,24 @@ if TYPE_CHECKING:
 
 EXIT_INPUT, EXIT_INTERNAL = 2, 3
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's garbage collector off while a command imports the analysis stack (pandas, pyarrow,
+    numpy, DuckDB), and every object alive then frozen afterwards. Those imports leave about 62k
+    objects that the collector tracks, and set off collections that walk them again and again;
+    every full collection later in the run would walk them once more. Modules and the command's
+    own state live until the exit, so freezing them loses nothing (docs/performance.md, "The
+    collector during imports")."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _first_line(e: BaseException) -> str:

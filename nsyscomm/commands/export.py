@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from nsyscomm.commands import collector_paused
 from nsyscomm.commands import guard as _guard
 
 
@@ -23,8 +24,9 @@ from nsyscomm.commands import guard as _guard
 def export(fmt: str, name: str, debug: bool, out_dir: str, inputs: tuple[str, ...]) -> None:
     """Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.
     With no INPUTS, the bundled sample reports are used."""
-    from nsyscomm.analyses import trace_export
-    from nsyscomm.api import load
+    with collector_paused():
+        from nsyscomm.analyses import trace_export
+        from nsyscomm.api import load
 
     result = _guard(lambda: load(list(inputs) or None), debug)
     files = _guard(lambda: trace_export.write(result, out_dir, name), debug)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from nsyscomm.commands import collector_paused
 from nsyscomm.commands import guard as _guard
 
 
@@ -20,7 +21,8 @@ def _steps(ctx, param, value):
 
 
 def _load(inputs, debug):
-    from nsyscomm.api import load
+    with collector_paused():
+        from nsyscomm.api import load
 
     return _guard(lambda: load(list(inputs) or None), debug)
 
