@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import baseline  # benchmarks/baseline.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
 # the runs' current folder: `python -c` puts it first on sys.path, ahead of PYTHONPATH, so run
@@ -90,6 +92,7 @@ def main() -> None:
     envs = {"this": base_env}
     if args.baseline:
         envs["baseline"] = dict(base_env, PYTHONPATH=str(args.baseline.resolve()))
+        baseline.check(args.baseline, envs["baseline"])  # its own code and SQL, not this checkout's
     cases = [
         (f"{name} [{which}]" if args.baseline else name, cmd, env)
         for name, cmd in variants(SAMPLE).items()

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+import baseline  # benchmarks/baseline.py, beside this script
+
 import nsyscomm
 from nsyscomm.extract.pool import usable_cores  # the cores this process may use, as summarize counts them
 from nsyscomm.ingest.nsys.reader import read_only_uri
@@ -120,6 +122,7 @@ def main(argv=None) -> int:
     if a.baseline:
         compileall.compile_dir(os.path.join(a.baseline, "nsyscomm"), quiet=1)
         base_env = dict(env, PYTHONPATH=os.path.abspath(a.baseline))
+        baseline.check(a.baseline, base_env)  # its own code and SQL, not this checkout's
     floor_s(a.report)  # warm the page cache
     floors, walls, rsss, floor_cpus, cpus, base_walls = [], [], [], [], [], []
     for i in range(a.runs):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Iterable
-from importlib import resources
 from pathlib import Path
 
 from nsyscomm.errors import InputError
@@ -16,10 +15,10 @@ from nsyscomm.ingest.nsys import arrow as nsys_arrow
 
 
 def sample_reports_dir() -> Path:
-    try:
-        return Path(str(resources.files("nsyscomm.sample_reports")))
-    except ModuleNotFoundError:  # source checkout, not installed
-        return Path(__file__).resolve().parent.parent / "sample_reports"
+    """The bundled sample reports of the same tree as this code (nsyscomm.bundled)."""
+    from nsyscomm.bundled import bundled_dir
+
+    return bundled_dir("sample_reports", "synthetic_ddp_4rank.sqlite")
 
 
 def sample_jobs() -> list[Path]:

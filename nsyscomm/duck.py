@@ -10,7 +10,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -202,11 +201,11 @@ def _share_of_ram(limit: str) -> str:
 @functools.cache
 def sql_dir() -> Path:
     """The top-level sql/ folder, one file per result table: the one place that knows where it is
-    (installed as the package nsyscomm.sql; in a source checkout, beside the nsyscomm package)."""
-    try:
-        return Path(str(resources.files("nsyscomm.sql")))
-    except ModuleNotFoundError:  # running from a source checkout that was not pip-installed
-        return Path(__file__).resolve().parent.parent / "sql"
+    (installed as the package nsyscomm.sql; in a source checkout, beside the nsyscomm package;
+    always the one of the same tree as this code: nsyscomm.bundled)."""
+    from nsyscomm.bundled import bundled_dir
+
+    return bundled_dir("sql", "collectives.sql")
 
 
 @functools.cache

@@ -3,6 +3,9 @@ the memory limit as DuckDB states it."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import duckdb
 import pandas as pd
 import pytest
@@ -168,3 +171,32 @@ def test_calls_without_seq_that_tie_on_time_are_numbered_in_one_order():
     finally:
         con.close()
     assert got == [(3, 0), (7, 1)]
+
+
+def test_sql_and_samples_are_those_of_the_imported_tree(tmp_path):
+    """A copy of the code on PYTHONPATH reads its own sql/ and sample_reports/, though an editable
+    install of this checkout answers for nsyscomm.sql (the trap of the benchmarks' --baseline
+    runs and of a clean clone's install): changed SQL in the copy is what the copy runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "nsyscomm", tmp_path / "nsyscomm", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "sql", tmp_path / "sql")
+    (tmp_path / "sample_reports").mkdir()
+    shutil.copy(root / "sample_reports" / "synthetic_ddp_4rank.sqlite", tmp_path / "sample_reports")
+    (tmp_path / "sql" / "summary.sql").write_text("SELECT 'the copy''s own SQL' AS marker")
+    code = (
+        "import nsyscomm, nsyscomm.duck as d, nsyscomm.discover as s\n"
+        "print(nsyscomm.__file__); print(d.sql_dir()); print(s.sample_reports_dir()); print(d.sql('summary'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    )
+    package, sql, samples, summary = out.stdout.splitlines()
+    assert Path(package).parent == tmp_path / "nsyscomm"
+    assert Path(sql) == tmp_path / "sql"
+    assert Path(samples) == tmp_path / "sample_reports"
+    assert summary == "SELECT 'the copy''s own SQL' AS marker"

@@ -37,6 +37,7 @@ BASE = (
     "nsyscomm.errors",
     "nsyscomm.schema",
     "nsyscomm.duck",
+    "nsyscomm.bundled",
     "nsyscomm.busbw",
     "nsyscomm.nvtx_format",
     "nsyscomm.sql",

@@ -1,0 +1,37 @@
+"""--baseline DIR for the benchmarks: a check that runs made with PYTHONPATH=DIR use DIR's code and
+DIR's SQL, not this checkout's.
+
+Before nsyscomm.bundled, the SQL folder was found through importlib.resources, and an editable
+install of another checkout answered for ``nsyscomm.sql``: a baseline's runs read this checkout's
+SQL, and SQL changes were compared with themselves. A baseline made before that commit passes
+the check once its tree holds a link to its own SQL: ln -s ../sql DIR/nsyscomm/sql (the
+package's own folder is searched before the editable install's finder).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROBE = "import nsyscomm, nsyscomm.duck as d; print(nsyscomm.__file__); print(d.sql_dir())"
+
+
+def check(directory: str | os.PathLike, env: dict) -> None:
+    """Exit with a one-line reason unless a run under env imports nsyscomm and its SQL from directory."""
+    root = Path(directory).resolve()
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()
+    )
+    if out.returncode:
+        raise SystemExit(f"--baseline {root}: nsyscomm does not import there ({out.stderr.strip()[-300:]})")
+    code, sql = (Path(line).resolve() for line in out.stdout.split())
+    if root not in code.parents:
+        raise SystemExit(f"--baseline {root}: its runs import nsyscomm from {code.parent}, not from it")
+    if root not in sql.parents:
+        raise SystemExit(
+            f"--baseline {root}: its runs read the SQL in {sql}, not its own; "
+            f"link its SQL into its package: ln -s ../sql {root / 'nsyscomm' / 'sql'}"
+        )
