@@ -83,6 +83,11 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     # IEJoin for "launch inside range" joins: far faster than hash join + filter
     # (docs/architecture.md, "DuckDB")
     con.execute("SET prefer_range_joins = true")
+    # An ASOF join whose left side DuckDB estimates at 64 rows or fewer runs as a nested loop over
+    # every pair, and its estimates of joined and registered tables run low: the late-arrival
+    # query and busy.py's edges both met it, ten times slower and more (docs/performance.md, "A
+    # late rank's host events"). Where the loop would have been quicker, the sort-merge costs little.
+    con.execute("SET asof_loop_join_threshold = 0")
     quiet(con)
     if sqlite:
         con.execute(f"LOAD '{_sqlite_extension()}'")

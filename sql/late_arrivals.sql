@@ -54,22 +54,81 @@ late_rank AS (
     JOIN timeline t ON t.logical_id = l.logical_id AND t.rank = l.last_rank
     LEFT JOIN others o ON o.logical_id = l.logical_id
 ),
+-- The OS-runtime calls and NVTX ranges that overlap each late rank's host gap (prev_cpu_end,
+-- cpu_start). Joined on the thread alone with the gap as a filter, every late arrival met every
+-- event of its thread: 60M pairs for a 2-rank gloo job of 10,000 calls, growing with the square
+-- of the job's length (docs/performance.md). Instead the events that overlap a gap are found in three
+-- disjoint parts, each a run of consecutive numbers in one order of the thread's events:
+--   a. starting inside the gap: by start (i), after the last start <= prev_cpu_end, up to the
+--      last start < cpu_start;
+--   b. starting before it and ending inside it: by end (j), after the last end <= prev_cpu_end,
+--      up to the last end < cpu_start, those that start <= prev_cpu_end;
+--   c. starting before it and ending after it (enclosing it): by start, from the first whose
+--      latest end so far reaches cpu_start up to the last start <= prev_cpu_end, those that end
+--      >= cpu_start. Only OS-runtime calls: an enclosing NVTX range is no cause. A thread's
+--      OS-runtime calls do not nest, so this run is short; NVTX ranges do ("train_step").
+-- Each bound is an ASOF join; the events are then joined by their number.
+host_events_all AS (
+    SELECT 'osrt' AS kind, report, pid, tid, start, "end", name FROM host_calls
+    UNION ALL
+    SELECT 'nvtx' AS kind, report, pid, tid, start, "end", name FROM host_ranges
+),
+event_threads AS (  -- the (kind, thread)s with events and late arrivals, each one number: a cheap sort key
+    SELECT *, row_number() OVER (ORDER BY report, pid, tid, kind) AS th
+    FROM (SELECT DISTINCT kind, report, pid, tid FROM host_events_all
+          SEMI JOIN (SELECT report, pid, tid FROM late_rank WHERE prev_cpu_end IS NOT NULL) USING (report, pid, tid))
+),
+host_events AS (
+    SELECT t.th, e.kind, e.start, e."end", e.name,
+           row_number() OVER by_start                                                      AS i,
+           max(e."end") OVER (by_start ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)   AS end_so_far,
+           row_number() OVER (PARTITION BY t.th ORDER BY e."end", e.start, e.name)         AS j
+    FROM host_events_all e JOIN event_threads t USING (kind, report, pid, tid)
+    WHERE e.start IS NOT NULL AND e."end" IS NOT NULL
+    WINDOW by_start AS (PARTITION BY t.th ORDER BY e.start, e."end", e.name)
+),
+event_starts AS (SELECT th, start, max(i) AS i FROM host_events GROUP BY ALL),
+event_ends AS (SELECT th, "end", max(j) AS j FROM host_events GROUP BY ALL),
+event_reach AS (SELECT th, end_so_far, max(i) AS i FROM host_events GROUP BY ALL),
+gap_bounds AS (  -- per late arrival and kind: the last event numbers before each edge of its gap
+    SELECT r.logical_id, t.kind, t.th, r.prev_cpu_end, r.cpu_start,
+           coalesce(s1.i, 0) AS starts_to_prev, coalesce(s2.i, 0) AS starts_to_cpu,
+           coalesce(e1.j, 0) AS ends_to_prev, coalesce(e2.j, 0) AS ends_to_cpu,
+           coalesce(m.i, 0) AS reach_short_of_cpu
+    FROM late_rank r JOIN event_threads t USING (report, pid, tid)
+    ASOF LEFT JOIN event_starts s1 ON s1.th = t.th AND s1.start <= r.prev_cpu_end
+    ASOF LEFT JOIN event_starts s2 ON s2.th = t.th AND s2.start < r.cpu_start
+    ASOF LEFT JOIN event_ends e1 ON e1.th = t.th AND e1."end" <= r.prev_cpu_end
+    ASOF LEFT JOIN event_ends e2 ON e2.th = t.th AND e2."end" < r.cpu_start
+    ASOF LEFT JOIN event_reach m ON m.th = t.th AND m.end_so_far < r.cpu_start
+    WHERE r.prev_cpu_end IS NOT NULL AND r.cpu_start IS NOT NULL
+),
+by_start AS (  -- parts a and c, by start number
+    SELECT *, unnest(range(starts_to_prev + 1, starts_to_cpu + 1)) AS i FROM gap_bounds
+    UNION ALL
+    SELECT *, unnest(range(reach_short_of_cpu + 1, starts_to_prev + 1)) AS i FROM gap_bounds WHERE kind = 'osrt'
+),
+by_end AS (  -- part b, by end number
+    SELECT *, unnest(range(ends_to_prev + 1, ends_to_cpu + 1)) AS j FROM gap_bounds
+),
+in_gap AS (  -- the overlap itself is checked again: a gap can be inverted (the previous call
+            -- ended after this one began), and then only part c's run holds what overlaps
+    SELECT g.logical_id, g.kind, h.name, h.start, h."end", g.prev_cpu_end, g.cpu_start
+    FROM by_start g JOIN host_events h ON h.th = g.th AND h.i = g.i
+    WHERE h."end" > g.prev_cpu_end AND h.start < g.cpu_start
+          AND (h.start > g.prev_cpu_end OR h."end" >= g.cpu_start)  -- a, or c
+    UNION ALL
+    SELECT g.logical_id, g.kind, h.name, h.start, h."end", g.prev_cpu_end, g.cpu_start
+    FROM by_end g JOIN host_events h ON h.th = g.th AND h.j = g.j
+    WHERE h."end" > g.prev_cpu_end AND h.start < g.cpu_start AND h.start <= g.prev_cpu_end  -- b
+),
 host AS (
-    SELECT r.logical_id, h.name,
-           sum(least(h."end", r.cpu_start) - greatest(h.start, r.prev_cpu_end)) AS ns
-    FROM late_rank r
-    JOIN host_calls h ON h.report = r.report AND h.pid = r.pid AND h.tid = r.tid
-         AND h."end" > r.prev_cpu_end AND h.start < r.cpu_start
-    GROUP BY ALL
+    SELECT logical_id, name, sum(least("end", cpu_start) - greatest(start, prev_cpu_end)) AS ns
+    FROM in_gap WHERE kind = 'osrt' GROUP BY ALL
 ),
 user_ranges AS (
-    SELECT r.logical_id, h.name,
-           max(least(h."end", r.cpu_start) - greatest(h.start, r.prev_cpu_end)) AS ns
-    FROM late_rank r
-    JOIN host_ranges h ON h.report = r.report AND h.pid = r.pid AND h.tid = r.tid
-         AND h."end" > r.prev_cpu_end AND h.start < r.cpu_start
-         AND NOT (h.start <= r.prev_cpu_end AND h."end" >= r.cpu_start)
-    GROUP BY ALL
+    SELECT logical_id, name, max(least("end", cpu_start) - greatest(start, prev_cpu_end)) AS ns
+    FROM in_gap WHERE kind = 'nvtx' GROUP BY ALL
 ),
 member_kernels AS (  -- names are per report (StringIds): joined here, for late collectives only
     SELECT m.logical_id, m.rank, m.is_late, n.name, g.ns
