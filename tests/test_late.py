@@ -447,3 +447,62 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         _assert_listed(row["nvtx_ranges"], sorted(nvtx.items(), key=lambda kv: (-kv[1], kv[0]))[:3], lid)
         hits += bool(osrt) + bool(nvtx)
     assert hits >= n // 2  # the events do fall in gaps: the comparison is not of two empty sets
+
+
+def test_host_events_of_several_reports_reach_the_job_whatever_their_dtypes():
+    """The OS-runtime calls of each report go to the job's table through Arrow (stack_arrow):
+    names held as pandas' Arrow-backed strings, as Python objects with a missing one, or from a
+    cache's large strings; integers with and without NULLs; a report without the trace and one
+    with an empty table. Every row arrives with its report, values and NULLs."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+    import pyarrow as pa
+
+    from nsyscomm import duck
+    from nsyscomm.combine.calls import register, stack_arrow
+
+    cols = ["pid", "tid", "start", "end", "name"]
+    arrow_backed = pd.DataFrame(
+        {"pid": [1, 1], "tid": [2, 3], "start": [10, 20], "end": [15, 25], "name": pd.array(["poll", "read"], "str")}
+    )
+    objects = pd.DataFrame(
+        {
+            "pid": pd.array([4, None], "Int64"),
+            "tid": [5, 6],
+            "start": [30, 40],
+            "end": [35, 45],
+            "name": pd.Series(["futex", None], dtype=object),
+        }
+    )
+    large = pa.table(
+        {c: pa.array([7], pa.int64()) for c in cols[:4]} | {"name": pa.array(["ioctl"], pa.large_string())}
+    )
+    extracts = [
+        SimpleNamespace(report="a", host_calls=arrow_backed),
+        SimpleNamespace(report="b", host_calls=objects),
+        SimpleNamespace(report="c", host_calls=None),
+        SimpleNamespace(report="d", host_calls=pd.DataFrame({c: [] for c in cols})),
+        SimpleNamespace(report="e", host_calls=large.to_pandas(types_mapper=pd.ArrowDtype)),
+    ]
+    con = duck.connect()
+    try:
+        register(
+            con,
+            "host_calls",
+            stack_arrow(extracts, "host_calls", cols),
+            "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
+            '"end"::BIGINT AS "end", name::VARCHAR AS name',
+        )
+        rows = con.execute(
+            'SELECT report, pid, tid, start, "end", name FROM host_calls ORDER BY report, start'
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows == [
+        ("a", 1, 2, 10, 15, "poll"),
+        ("a", 1, 3, 20, 25, "read"),
+        ("b", 4, 5, 30, 35, "futex"),
+        ("b", None, 6, 40, 45, None),
+        ("e", 7, 7, 7, 7, "ioctl"),
+    ]

@@ -157,9 +157,10 @@ def stack(extracts: Iterable[Extract], attr: str, columns: list[str]) -> pd.Data
 
 
 def stack_arrow(extracts: Iterable[Extract], attr: str, columns: list[str]) -> pa.Table:
-    """stack() for frames of many rows and numeric columns: an Arrow table whose report column is
-    dictionary-encoded (one string per report, not one per row, which pandas would convert row by
-    row on the way to DuckDB)."""
+    """stack() for frames of many rows: an Arrow table whose report column is dictionary-encoded
+    (one string per report, not one per row, which pandas would convert row by row on the way to
+    DuckDB), and whose text columns stay in Arrow (DuckDB reads pandas' Arrow-backed strings by
+    turning them into Python objects first)."""
     tables = []
     for e in extracts:
         df = getattr(e, attr, None)

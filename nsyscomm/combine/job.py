@@ -78,7 +78,7 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     register(
         con,
         "host_calls",
-        stack(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
+        stack_arrow(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
         "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
         '"end"::BIGINT AS "end", name::VARCHAR AS name',
     )
@@ -86,7 +86,7 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     register(
         con,
         "host_ranges",
-        stack(extracts, "host_ranges", ["pid", "tid", "start", "end", "name"]),
+        stack_arrow(extracts, "host_ranges", ["pid", "tid", "start", "end", "name"]),
         "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
         '"end"::BIGINT AS "end", name::VARCHAR AS name',
     )
