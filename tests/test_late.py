@@ -506,3 +506,60 @@ def test_host_events_of_several_reports_reach_the_job_whatever_their_dtypes():
         ("b", None, 6, 40, 45, None),
         ("e", 7, 7, 7, 7, "ioctl"),
     ]
+
+
+def _walk_reference(prev, cause, i):
+    """The chain of holds from arrival i by its rule, one link at a time: each previous_comm
+    arrival was held up in the arrival at its previous collective, if there is one; a walk stops
+    at an arrival with a cause of its own, at a link to no late arrival, or before an arrival it
+    has already met. (first link or None, where it stops, whether it stopped at a met one)."""
+    seen, cur, first = set(), i, None
+    while cause[cur] == "previous_comm" and prev[cur] is not None:
+        nxt = prev[cur] if prev[cur] < len(prev) else None  # ids past the rows: not late
+        if nxt is None or nxt in seen:
+            return first, cur, nxt is not None
+        seen.add(nxt)
+        first = nxt if first is None else first
+        cur = nxt
+    return first, cur, False
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chains_of_holds_end_where_walking_them_ends(seed):
+    """late._holds keeps where each chain ends instead of walking it again from every arrival:
+    long chains, links to collectives without a late arrival, missing links, and (which time
+    order rules out, but damaged data might not) cycles and self-links; each arrival's first link
+    and end are those of walking its chain."""
+    import random
+    from types import SimpleNamespace
+
+    from nsyscomm.analyses.late import _holds
+
+    rnd = random.Random(seed)
+    n = 400
+    cause = [rnd.choice(["previous_comm"] * 6 + ["host", "gpu_compute", "unknown"]) for _ in range(n)]
+    prev: list[int | None] = []
+    for i in range(n):
+        r = rnd.random()
+        if r < 0.7 and i:  # the usual: an earlier arrival, often the one just before
+            prev.append(i - 1 if rnd.random() < 0.8 else rnd.randrange(i))
+        elif r < 0.8:
+            prev.append(None)
+        elif r < 0.9:
+            prev.append(n + rnd.randrange(50))  # a collective with no late arrival
+        else:
+            prev.append(rnd.randrange(n))  # anywhere: cycles and self-links
+    for k in rnd.sample(range(10, n - 10, 20), 4):  # cycles of three, and a self-link
+        cause[k : k + 3] = ["previous_comm"] * 3
+        prev[k : k + 3] = [k + 2, k, k + 1]
+        cause[k + 5], prev[k + 5] = "previous_comm", k + 5
+    # logical ids are the row numbers shifted, so that a link names an id, not a position
+    rows = [
+        SimpleNamespace(logical_id=1000 + i, prev_logical=None if p is None else 1000 + p) for i, p in enumerate(prev)
+    ]
+    got = _holds(rows, cause)
+    walks = [_walk_reference(prev, cause, i) for i in range(n)]
+    assert got == [(first, end) for first, end, _ in walks]
+    assert any(met for _, _, met in walks)  # the data has cycles
+    ends = {i: end for i, (first, end, met) in enumerate(walks) if first is not None and not met}
+    assert max(abs(i - end) for i, end in ends.items()) >= 5  # and chains of several links

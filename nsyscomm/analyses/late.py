@@ -31,6 +31,9 @@ The model is described in docs/diagnosis.md.
 
 from __future__ import annotations
 
+import collections
+from typing import Any
+
 import duckdb
 import pandas as pd
 
@@ -40,26 +43,31 @@ NOISE_NS = 100_000  # 100 us
 CAUSES = ("gpu_compute", "host", "previous_comm", "unknown")
 
 
+def _missing(x) -> bool:
+    """NULL in the query's rows, read as plain Python values (None; NaN, should a median give one)."""
+    return x is None or x != x
+
+
 def _cause(r) -> tuple[str, str]:
     """(cause, detail) of one late arrival, before chains are followed."""
     delay = r.delay
-    if pd.isna(r.gap):
+    if _missing(r.gap):
         return "unknown", "the rank's first collective in the report: no earlier call to measure from"
-    others = 0 if pd.isna(r.others_gap) else r.others_gap
+    others = 0 if _missing(r.others_gap) else r.others_gap
     extra = r.gap - others
     if extra < 0.5 * delay:
         return "previous_comm", ""
     ms = extra / 1e6
     host_extra = extra
-    if r.on_device and not pd.isna(r.host_gap):
-        host_extra = r.host_gap - (0 if pd.isna(r.others_host_gap) else r.others_host_gap)
+    if r.on_device and not _missing(r.host_gap):
+        host_extra = r.host_gap - (0 if _missing(r.others_host_gap) else r.others_host_gap)
         if host_extra < 0.5 * extra:
-            if pd.isna(r.busy_gap):
+            if _missing(r.busy_gap):
                 return "unknown", (
                     f"{ms:.3f} ms longer device gap than the other ranks with the launch on time, "
                     f"and no compute kernels in the report to explain it"
                 )
-            others_busy = 0 if pd.isna(r.others_busy_gap) else r.others_busy_gap
+            others_busy = 0 if _missing(r.others_busy_gap) else r.others_busy_gap
             if isinstance(r.slower_kernels, str):
                 kernels = f"; longer than on the other ranks: {r.slower_kernels}"
             elif r.has_gap_kernels:
@@ -77,9 +85,9 @@ def _cause(r) -> tuple[str, str]:
         ms = host_extra / 1e6
     # the program's own NVTX ranges in the gap (data loading, checkpointing): its own account of
     # what the host did, named beside (or, without an OS-runtime trace, instead of) the calls
-    ranges = not pd.isna(r.nvtx_ns) and r.nvtx_ns >= 0.5 * host_extra
+    ranges = not _missing(r.nvtx_ns) and r.nvtx_ns >= 0.5 * host_extra
     if r.has_osrt:
-        osrt = 0 if pd.isna(r.osrt_ns) else r.osrt_ns
+        osrt = 0 if _missing(r.osrt_ns) else r.osrt_ns
         if osrt >= 0.5 * host_extra:
             inside = f"; in NVTX ranges: {r.nvtx_ranges}" if ranges else ""
             return "host", f"OS-runtime calls on the calling thread: {r.osrt_calls}{inside}"
@@ -117,40 +125,35 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         "first_arrival",
         "last_arrival",
     ]
-    df = duck.frame(con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}))
-    if df.empty:
+    table = con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}).to_arrow_table()
+    if not table.num_rows:
         return pd.DataFrame(columns=cols)
-    # the rows are made once: Arrow-backed columns iterate element by element, in Python
-    rows = list(df.itertuples())
+    df = duck.arrow_frame(table)
+    # the rows as plain Python values, made once, column by column: pandas' rows hold numpy
+    # scalars and pd.NA, and a test of each value for NULL through pandas cost more than the rest
+    row = collections.namedtuple("row", table.column_names)  # type: ignore[misc]
+    rows: list[Any] = [row(*values) for values in zip(*(c.to_pylist() for c in table.columns))]
     causes = [_cause(r) for r in rows]
     cause = [c for c, _ in causes]
     detail = [d for _, d in causes]
-    at = {int(r.logical_id): i for i, r in enumerate(rows)}
+    holds = _holds(rows, cause)
     roots, details = [], []
     for i, r in enumerate(rows):
         if cause[i] != "previous_comm":
             roots.append(int(r.rank))
             details.append(detail[i])
             continue
-        # follow the holds: the previous collective of the rank, if it was itself a late arrival
-        seen, cur, chain = set(), i, []
-        while cause[cur] == "previous_comm" and not pd.isna(rows[cur].prev_logical):
-            nxt = at.get(int(rows[cur].prev_logical))
-            if nxt is None or nxt in seen:
-                break
-            seen.add(nxt)
-            chain.append(nxt)
-            cur = nxt
+        held_in, cur = holds[i]
         c = rows[cur]
-        if chain and cause[cur] != "previous_comm":
-            first = rows[chain[0]]
+        if held_in is not None and cause[cur] != "previous_comm":
+            first = rows[held_in]
             roots.append(int(c.rank))
             details.append(
                 f"held up in {first.op} seq {first.seq} of group {first.group}; root: "
                 f"rank {int(c.rank)} late to {c.op} seq {c.seq} ({cause[cur]}: {detail[cur]})"
             )
-        elif chain:
-            first = rows[chain[0]]
+        elif held_in is not None:
+            first = rows[held_in]
             roots.append(int(c.rank))
             details.append(f"held up in {first.op} seq {first.seq} of group {first.group}")
         else:
@@ -165,6 +168,63 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     df["detail"] = details
     df["delay_ms"] = df["delay"] / 1e6
     return df[cols]
+
+
+def _holds(rows: list, cause: list[str]) -> list[tuple[int | None, int]]:
+    """Per late arrival, the chain of holds followed back from it: (the late arrival it was held
+    up in, or None; the one the chain ends at). A previous_comm arrival was held up in the
+    previous collective of its rank, when that one was itself a late arrival; the chain follows
+    such links until an arrival with a cause of its own, or one whose previous collective was
+    not late.
+
+    Where a chain ends is kept for every arrival on it, so that each link is followed once:
+    followed again from every arrival, a job whose holds chain on for dozens of collectives
+    spent most of the diagnosis here (docs/performance.md). A walk that meets an arrival
+    already on it (a cycle, which time order rules out but damaged data might not) stops
+    where the walk from that start would, as _walk_holds does."""
+    at = {int(r.logical_id): i for i, r in enumerate(rows)}
+
+    def step(i: int) -> int | None:
+        prev = rows[i].prev_logical
+        if cause[i] != "previous_comm" or _missing(prev):
+            return None
+        return at.get(int(prev))
+
+    cyclic = -1
+    ends: dict[int, int] = {}
+    for start in range(len(rows)):
+        path: list[int] = []
+        on_path: set[int] = set()
+        cur = start
+        while cur not in ends:
+            nxt = step(cur)
+            if nxt is None:
+                ends[cur] = cur
+                break
+            if nxt == cur or nxt in on_path:
+                ends[cur] = cyclic
+                break
+            path.append(cur)
+            on_path.add(cur)
+            cur = nxt
+        for i in path:
+            ends[i] = ends[cur]
+    return [(step(i), ends[i]) if ends[i] != cyclic else _walk_holds(rows, cause, at, i) for i in range(len(rows))]
+
+
+def _walk_holds(rows: list, cause: list[str], at: dict[int, int], i: int) -> tuple[int | None, int]:
+    """_holds() for one arrival, by walking its chain: stops before an arrival the walk has
+    already met (the arrival it starts from is not counted as met)."""
+    seen: set[int] = set()
+    cur, first = i, None
+    while cause[cur] == "previous_comm" and not _missing(rows[cur].prev_logical):
+        nxt = at.get(int(rows[cur].prev_logical))
+        if nxt is None or nxt in seen:
+            break
+        seen.add(nxt)
+        first = nxt if first is None else first
+        cur = nxt
+    return first, cur
 
 
 def by_rank_and_cause(late: pd.DataFrame) -> pd.DataFrame:
