@@ -32,6 +32,7 @@ The model is described in docs/diagnosis.md.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -209,18 +210,15 @@ def _holds(rows: list, cause: list[str]) -> list[tuple[int | None, int]]:
             cur = nxt
         for i in path:
             ends[i] = ends[cur]
-    return [(step(i), ends[i]) if ends[i] != cyclic else _walk_holds(rows, cause, at, i) for i in range(len(rows))]
+    return [(step(i), ends[i]) if ends[i] != cyclic else _walk_holds(step, i) for i in range(len(rows))]
 
 
-def _walk_holds(rows: list, cause: list[str], at: dict[int, int], i: int) -> tuple[int | None, int]:
-    """_holds() for one arrival, by walking its chain: stops before an arrival the walk has
-    already met (the arrival it starts from is not counted as met)."""
+def _walk_holds(step: Callable[[int], int | None], i: int) -> tuple[int | None, int]:
+    """_holds() for one arrival, by walking its chain link by link (step: an arrival's link):
+    stops before an arrival the walk has already met (the one it starts from is not counted)."""
     seen: set[int] = set()
     cur, first = i, None
-    while cause[cur] == "previous_comm" and not _missing(rows[cur].prev_logical):
-        nxt = at.get(int(rows[cur].prev_logical))
-        if nxt is None or nxt in seen:
-            break
+    while (nxt := step(cur)) is not None and nxt not in seen:
         seen.add(nxt)
         first = nxt if first is None else first
         cur = nxt
