@@ -125,6 +125,11 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
         threading.Thread(target=con.close, name="nsyscomm-close").start()
 
 
+def threads(con: duckdb.DuckDBPyConnection) -> int:
+    """How many threads the database's queries run on (its `threads` setting)."""
+    return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+
+
 def on_cursor_soon(
     con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnection], T], name: str
 ) -> Future[T]:

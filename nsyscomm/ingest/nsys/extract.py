@@ -248,8 +248,9 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # what each call's device ran since the previous call, by kernel name (the late-arrival
         # diagnosis), on the report's cores while this thread goes on (its work below is short);
         # not for reports whose kernels do not fit in memory
-        cores = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
-        gap_rows = pool.submit(gap_kernels.top_in_gaps, calls, kernels, cores) if kernels is not None else None
+        gap_rows = (
+            pool.submit(gap_kernels.top_in_gaps, calls, kernels, duck.threads(con)) if kernels is not None else None
+        )
         del kernels
         calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)

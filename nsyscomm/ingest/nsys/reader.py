@@ -193,7 +193,7 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
 
     k, rt, nv = (tables.get(t) for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"))
     uri = read_only_uri(path)
-    parts = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    parts = duck.threads(con)
     # the names that matter, through DuckDB as the copy's statements read them (LIKE is
     # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
     like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
