@@ -13,10 +13,12 @@
 -- 2^64). The distinct counts, five hash tables per key, run on those keys only: in most jobs none.
 -- Inputs: hang_calls.
 WITH maybe AS (
-    SELECT "group", seq FROM hang_calls GROUP BY ALL
-    HAVING count(*) > 1
-       AND min(hash(op, CASE WHEN op <> 'all_to_all' THEN bytes END, nullif(dtype, ''), group_size, group_ranks))
-        <> max(hash(op, CASE WHEN op <> 'all_to_all' THEN bytes END, nullif(dtype, ''), group_size, group_ranks))
+    SELECT "group", seq
+    FROM (SELECT "group", seq,
+                 hash(op, CASE WHEN op <> 'all_to_all' THEN bytes END, nullif(dtype, ''), group_size, group_ranks) AS h
+          FROM hang_calls)
+    GROUP BY ALL
+    HAVING count(*) > 1 AND min(h) <> max(h)
 ),
 bad AS (
     SELECT "group", seq,
