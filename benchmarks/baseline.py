@@ -17,14 +17,15 @@ import tempfile
 from pathlib import Path
 
 PROBE = "import nsyscomm, nsyscomm.duck as d; print(nsyscomm.__file__); print(d.sql_dir())"
+# the folder every measured run starts in: `python -c` puts its current folder first on sys.path,
+# ahead of PYTHONPATH, so run from a checkout, a baseline's runs would import that checkout's nsyscomm
+RUN_DIR = tempfile.gettempdir()
 
 
 def check(directory: str | os.PathLike, env: dict) -> None:
     """Exit with a one-line reason unless a run under env imports nsyscomm and its SQL from directory."""
     root = Path(directory).resolve()
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()
-    )
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=RUN_DIR)
     if out.returncode:
         raise SystemExit(f"--baseline {root}: nsyscomm does not import there ({out.stderr.strip()[-300:]})")
     code, sql = (Path(line).resolve() for line in out.stdout.split())

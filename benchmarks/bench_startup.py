@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,9 +28,6 @@ import baseline  # benchmarks/baseline.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
-# the runs' current folder: `python -c` puts it first on sys.path, ahead of PYTHONPATH, so run
-# from a checkout, --baseline's runs would import that checkout's nsyscomm instead
-NEUTRAL = tempfile.gettempdir()
 RUN_CLI = "import sys; from nsyscomm.cli import entry; sys.argv[0] = 'nsyscomm'; entry()"
 
 
@@ -57,14 +53,14 @@ def variants(sample: Path) -> dict[str, list[str]]:
 
 def timed(cmd: list[str], env: dict) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True, cwd=NEUTRAL)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True, cwd=baseline.RUN_DIR)
     return time.perf_counter() - t0
 
 
 def importtime(cmd: list[str], env: dict, top: int) -> list[tuple[int, str]]:
     """(cumulative us, module) of the top-level imports of cmd, the largest first."""
     out = subprocess.run(
-        [cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=NEUTRAL
+        [cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=baseline.RUN_DIR
     ).stderr
     rows = []
     for line in out.splitlines():

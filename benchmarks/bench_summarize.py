@@ -85,9 +85,7 @@ def run(path: str, *extra: str, env=None) -> tuple[float, float, float]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        # `python -c` puts its current folder first on sys.path, ahead of PYTHONPATH: run from a
-        # checkout, the baseline's runs would import that checkout's nsyscomm instead
-        cwd=tempfile.gettempdir(),
+        cwd=baseline.RUN_DIR,  # not a checkout's folder (benchmarks/baseline.py)
     )
     wall, cpu = time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0
     if p.returncode:
@@ -125,6 +123,11 @@ def main(argv=None) -> int:
         baseline.check(a.baseline, base_env)  # its own code and SQL, not this checkout's
     floor_s(a.report)  # warm the page cache
     floors, walls, rsss, floor_cpus, cpus, base_walls = [], [], [], [], [], []
+
+    def run_baseline() -> None:
+        warm(a.report)
+        base_walls.append(run(a.report, "--no-cache", *limit, env=base_env)[0])
+
     for i in range(a.runs):
         warm(a.report)
         f, fc = floor_s(a.report)
@@ -133,16 +136,14 @@ def main(argv=None) -> int:
         # with a baseline, which of the two runs first alternates: the run just after the floor's
         # was slower by about 0.1 s, whichever it was
         if base_env is not None and i % 2:
-            warm(a.report)
-            base_walls.append(run(a.report, "--no-cache", *limit, env=base_env)[0])
+            run_baseline()
         warm(a.report)
         w, r, c = run(a.report, "--no-cache", *limit, env=env)
         walls.append(w)
         rsss.append(r)
         cpus.append(c)
         if base_env is not None and not i % 2:
-            warm(a.report)
-            base_walls.append(run(a.report, "--no-cache", *limit, env=base_env)[0])
+            run_baseline()
     run(a.report, *limit, env=env)  # fill the cache
     hits = [run(a.report, *limit, env=env)[0] for _ in range(a.runs)]
     size = os.path.getsize(a.report) / 1e6
