@@ -35,10 +35,10 @@ def one(mode: str, tmp: Path, i: int) -> tuple[int, bool, float]:
     if mode == "hook":
         env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(HERE.parent), env.get("PYTHONPATH", "")])
     elif mode == "nsys":
-        from nsyscomm.capture.nsys_command import PRESETS, nsys_profile_args
+        from nsyscomm.capture.nsys_command import nsys_profile_args, preset_options, trace_for
 
-        trace = ",".join(PRESETS["default"])
-        cmd = [*nsys_profile_args("nsys", str(tmp / f"nsys-{i}"), None, None, trace), *cmd]
+        trace = trace_for("default", gpu=False)
+        cmd = [*nsys_profile_args("nsys", str(tmp / f"nsys-{i}"), None, None, trace, preset_options("default")), *cmd]
     elif mode == "run":
         # this checkout's nsyscomm, whatever is installed
         env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])

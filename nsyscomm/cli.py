@@ -305,11 +305,12 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
 )
 @click.option(
     "--preset",
-    type=click.Choice(["default", "light"]),
+    type=click.Choice(["default", "light", "full"]),
     default="default",
     show_default=True,
-    help="What nsys traces. light: NVTX (and CUDA) only, no OS runtime calls: less overhead, "
-    "no late-arrival causes (docs/performance.md).",
+    help="What nsys traces. default: NVTX, CUDA and the OS-runtime calls of 100 us or more, without "
+    "stacks (the late-arrival causes); light: NVTX and CUDA only, the smallest report; full: nsys's "
+    "own OS-runtime defaults, every call with stacks (large on GPU jobs). docs/capture.md.",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -27,15 +27,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsyscomm.capture.capture_watch import CaptureWatch, advice
 from nsyscomm.capture.nsys_command import (
     find_nsys,
     has_gpu,
     job_env,
     nsys_profile_args,
+    preset_options,
     torchrun_split,
     trace_for,
 )
-from nsyscomm.capture.post import EXPORTS, StageLog, find_importer, import_and_export  # noqa: F401 - issue 24
+from nsyscomm.capture.post import (  # noqa: F401 - issue 24
+    EXPORTS,
+    StageLog,
+    find_importer,
+    import_and_export,
+    size_text,
+)
 from nsyscomm.errors import InputError
 
 
@@ -172,6 +180,28 @@ def _temp_reports() -> set[Path]:
     return found
 
 
+def _capture_files(out_dir: Path, temp_before: set[Path]) -> list[Path]:
+    """The capture's files now: the output folder's and nsys's new temporary ones."""
+    found = [f for pat in ("*.qdstrm", "*.nsys-rep") for f in out_dir.glob(pat)]
+    return found + sorted(_temp_reports() - temp_before)
+
+
+def _file_size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _has_room(out_dir: Path, files: list[Path]) -> bool:
+    """The output folder has room for these files and takes writes: then it was not the cause."""
+    try:
+        free = shutil.disk_usage(out_dir).free
+    except OSError:
+        return False
+    return free > sum(_file_size(f) for f in files) and os.access(out_dir, os.W_OK)
+
+
 PROFILERS = ("nsys", "torch")
 
 
@@ -244,6 +274,7 @@ def run(
     if export not in EXPORTS:
         raise InputError(f"unknown export {export!r}: use one of {', '.join(EXPORTS)}")
     trace = trace_for(preset, has_gpu())
+    options = preset_options(preset)
     env = job_env(steps_ab)
     if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
@@ -263,10 +294,10 @@ def run(
             per_rank = False
     if per_rank:
         launcher_part, module, script = split
-        prof = nsys_profile_args(nsys, str(out_dir / "report.rank%q{RANK}"), steps_ab, nsys_args, trace)
+        prof = nsys_profile_args(nsys, str(out_dir / "report.rank%q{RANK}"), steps_ab, nsys_args, trace, options)
         full = launcher_part + ["--no-python"] + prof + [sys.executable, "-u"] + (["-m"] if module else []) + script
     else:
-        full = nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace) + cmd
+        full = nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace, options) + cmd
 
     try:
         (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
@@ -284,12 +315,16 @@ def run(
     except OSError as e:
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
     watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # issue 22
+    growth = CaptureWatch(lambda: _capture_files(out_dir, temp_before), preset).start()  # issue 34
     started = time.perf_counter()
     try:
         rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
     finally:
+        growth.stop()
         if watcher is not None:
             watcher.stop()
+    if growth.warning:
+        warnings_.append(growth.warning)
     if watcher is not None and watcher.fired:  # issue 22: the job hung and was stopped
         warnings_.append(
             f"the job hung: no collective finished for {hang_s:g} s; its ranks were stopped "
@@ -316,7 +351,15 @@ def run(
     if not reports:
         time.sleep(0.5)  # a concurrent nsys's temporary file is moved away by then
         stray = sorted(_temp_reports() - temp_before)
-        if stray:
+        if stray and _has_room(out_dir, stray):
+            warnings_.append(
+                f"nsys stopped before it finished the report and left its capture at "
+                f"{', '.join(map(str, stray))} ({size_text(sum(_file_size(f) for f in stray))}; "
+                f"the job exited with status {rc}): import and export it with QdstrmImporter -i FILE.qdstrm "
+                f"and nsys export --type sqlite --include-blobs=true FILE.nsys-rep, then run nsyscomm "
+                f"summarize on the export; {advice(preset)}"
+            )
+        elif stray:
             warnings_.append(
                 f"nsys could not write into {out_dir} (full or not writable?) and left the report "
                 f"at {', '.join(map(str, stray))}: move it somewhere with space, then import/export it "

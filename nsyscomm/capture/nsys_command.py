@@ -4,15 +4,18 @@ command for one nsys per rank (``--per-rank``)."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
 import shlex
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from nsyscomm.errors import InputError
+from nsyscomm.ingest.limits import HOST_MIN_NS
 from nsyscomm.nvtx_format import CAPTURE_RANGE, DOMAIN
 
 MIN_NSYS = (2021, 3)
@@ -136,25 +139,87 @@ def job_env(steps_ab: tuple[int, int] | None) -> dict:
     return env
 
 
-# issue 24: what nsys traces. default: what the analyses need (the OS runtime calls give the
-# causes of late arrivals); light: NVTX (and CUDA) only, for jobs where the capture overhead
-# matters (docs/performance.md measures both).
-PRESETS = {"default": ("nvtx", "osrt"), "light": ("nvtx",)}
+@dataclass(frozen=True)
+class Preset:
+    """What nsys traces (``--trace``, cuda added when a GPU is visible) and the profile options
+    that go with it."""
+
+    trace: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    about: str = ""
+
+
+# The OS-runtime trace's own defaults (every call from 1 us, a 6 KiB stack dump for each call over
+# 80 us) filled gigabytes on a one-GPU NCCL job (issue 34; docs/performance.md, "The GPU path"):
+# NCCL's and CUDA's helper threads wait in short timed calls all the time. The late-arrival
+# diagnosis reads only calls of at least limits.HOST_MIN_NS and never their stacks, so the default
+# preset asks nsys for exactly that: calls from HOST_MIN_NS on, no stack dumps below 1 s.
+OSRT_OPTIONS = (f"--osrt-threshold={HOST_MIN_NS}", "--osrt-backtrace-threshold=1000000000")
+PRESETS = {
+    "default": Preset(("nvtx", "osrt"), OSRT_OPTIONS, "NVTX, CUDA and the OS-runtime calls the diagnosis reads"),
+    "light": Preset(("nvtx",), (), "NVTX and CUDA only: the smallest report; late arrivals' host causes are not named"),
+    "full": Preset(("nvtx", "osrt"), (), "nsys's own OS-runtime defaults (every call, with stacks): large on GPU jobs"),
+}
+
+
+def _preset(preset: str) -> Preset:
+    if preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}")
+    return PRESETS[preset]
 
 
 def trace_for(preset: str, gpu: bool) -> str:
     """The --trace value of a preset: cuda first when a GPU is visible."""
-    if preset not in PRESETS:
-        raise InputError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}")
-    return ",".join((("cuda",) if gpu else ()) + PRESETS[preset])
+    return ",".join((("cuda",) if gpu else ()) + _preset(preset).trace)
+
+
+def preset_options(preset: str) -> tuple[str, ...]:
+    """The nsys profile options of a preset, besides --trace."""
+    return _preset(preset).options
 
 
 def nsys_profile_args(
-    nsys: str, out_base: str, steps_ab: tuple[int, int] | None, nsys_args: str | None, trace: str
+    nsys: str,
+    out_base: str,
+    steps_ab: tuple[int, int] | None,
+    nsys_args: str | None,
+    trace: str,
+    options: tuple[str, ...] = (),
 ) -> list[str]:
-    args = [nsys, "profile", f"--trace={trace}", "-s", "none", "--cpuctxsw=none", "-o", out_base, "-f", "true"]
+    """The ``nsys profile`` command line; the user's --nsys-args come last, so they win."""
+    args = [nsys, "profile", f"--trace={trace}", *options, "-s", "none", "--cpuctxsw=none"]
+    args += ["-o", out_base, "-f", "true"]
     if steps_ab is not None:
         args += ["-c", "nvtx", "-p", f"{CAPTURE_RANGE}@{DOMAIN}", "--capture-range-end=stop"]
     if nsys_args:
         args += shlex.split(nsys_args)
     return args
+
+
+# NVTX extended payloads (NCCL's message sizes and communicators) leave the report only with
+# this export option, which nsys has had since 2023 (docs/architecture.md, "Facts about nsys
+# exports"); older exports have no binaryData column at all. jsonText (--include-json) carries the
+# same values, larger, so blobs alone are asked for.
+PAYLOAD_FLAG = "--include-blobs"
+
+
+@functools.lru_cache(maxsize=8)
+def export_help(nsys: str) -> str:
+    """``nsys export --help`` of this nsys ("" when it does not answer)."""
+    try:
+        r = subprocess.run([nsys, "export", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return (r.stdout or "") + (r.stderr or "")
+
+
+def export_payload_flags(help_text: str) -> list[str]:
+    """The export options that keep NVTX payloads, as far as this nsys's help names them."""
+    return [f"{PAYLOAD_FLAG}=true"] if PAYLOAD_FLAG in help_text else []
+
+
+def nsys_export_args(nsys: str, export: str, out: str, rep: str, help_text: str | None = None) -> list[str]:
+    """The ``nsys export`` command line of one report: the format, the payload options this nsys
+    has (help_text: its ``nsys export --help``, asked when not given), overwrite, output, input."""
+    flags = export_payload_flags(export_help(nsys) if help_text is None else help_text)
+    return [nsys, "export", "--type", export, *flags, "-f", "true", "-o", out, rep]

@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nsyscomm.capture.nsys_command import export_help, nsys_export_args
+
 LOG_NAME = "nsyscomm-run.log"
 EXPORTS = ("sqlite", "arrow")
 _SUFFIX = {"sqlite": ".sqlite", "arrow": ".arrow"}
@@ -197,7 +199,7 @@ def _export(rep: Path, export: str, nsys: str, warnings_: list, timeout: float, 
         return out
     with log.stage(f"export ({export})", rep, out):
         r = subprocess.run(
-            [nsys, "export", "--type", export, "-f", "true", "-o", str(out), str(rep)],
+            nsys_export_args(nsys, export, str(out), str(rep)),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -206,21 +208,31 @@ def _export(rep: Path, export: str, nsys: str, warnings_: list, timeout: float, 
         warnings_.append(
             f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
             f"the report is kept: export it later with: "
-            f"nsys export --type {export} -o {shlex.quote(str(out))} {shlex.quote(str(rep))}"
+            f"{shlex.join(nsys_export_args('nsys', export, str(out), str(rep), export_help(nsys)))}"
         )
         return None
     return out
 
 
-def find_importer(nsys: str) -> str | None:
+def importer_candidates(nsys: str) -> list[str]:
+    """Where QdstrmImporter may be, first to last: NSYSCOMM_QDSTRM_IMPORTER, then beside this nsys
+    (``host-linux-x64`` in Nsight Systems installs, ``linux-desktop-glibc_*`` in the copy inside
+    Nsight Compute: docs/architecture.md, "Facts about nsys installs"), then the usual install
+    folders, then PATH."""
     real = Path(os.path.realpath(nsys))
     cands = [os.environ.get("NSYSCOMM_QDSTRM_IMPORTER", "")]
     for up in (real.parent, real.parent.parent, real.parent.parent.parent):
-        cands += glob.glob(str(up / "host-linux-*" / "QdstrmImporter"))
+        for pattern in ("host-linux-*", "linux-desktop-glibc_*"):
+            cands += sorted(glob.glob(str(up / pattern / "QdstrmImporter")))
     cands += glob.glob("/usr/lib/nsight-systems/host-linux-*/QdstrmImporter")
-    cands += sorted(glob.glob("/opt/nvidia/nsight-systems/*/host-linux-*/QdstrmImporter"), reverse=True)
+    for root in ("/opt/nvidia/nsight-systems/*/host-linux-*", "/opt/nvidia/nsight-compute/*/host/linux-desktop-*"):
+        cands += sorted(glob.glob(f"{root}/QdstrmImporter"), reverse=True)
     cands += [shutil.which("QdstrmImporter") or ""]
-    for c in cands:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+    return [c for c in cands if c]
+
+
+def find_importer(nsys: str) -> str | None:
+    for c in importer_candidates(nsys):
+        if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     return None
