@@ -95,6 +95,19 @@ def test_trace_carries_user_annotations(job):
         assert any(c == "user_annotation" and n.startswith(fmt.COLLECTIVE_PREFIX) for c, n in names)
 
 
+def test_trace_records_only_what_the_reader_reads(job):
+    """issue 34: the CPU activity records the user-scope ranges (the wrapper's, c10d's) and no aten
+    op; torch's own profiler notes stay out of the job's output."""
+    r, out, _ = job
+    for rank in range(WORLD):
+        d = json.load(gzip.open(out / f"rank{rank}.json.gz", "rt"))
+        cats = {e.get("cat") for e in d["traceEvents"] if e.get("ph") == "X"}
+        assert "user_annotation" in cats
+        ops = [e["name"] for e in d["traceEvents"] if e.get("cat") == "cpu_op"]
+        assert not ops, ops[:5]
+    assert "Profiler clears events" not in r.stderr and "Profiler clears events" not in r.stdout
+
+
 def test_same_calls_as_the_script(job):
     import nsyscomm
 

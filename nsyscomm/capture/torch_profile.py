@@ -20,14 +20,18 @@ second ``init_process_group`` after ``finish()`` is not profiled again.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
 
 _lock = threading.RLock()
 _dir: str | None = None
-_prof = None  # the running torch.profiler.profile
+_prof: Any = None  # the running torch.profiler.profile
 _rank = None
 _done = False
 _atexit = False
@@ -58,14 +62,14 @@ def start(rank: int) -> None:
             import torch
             from torch.profiler import ProfilerActivity, profile
 
-            acts = [ProfilerActivity.CPU]
-            try:
-                if torch.cuda.is_available():
-                    acts.append(ProfilerActivity.CUDA)
-            except Exception:
-                pass
-            p = profile(activities=acts)
-            p.start()
+            acts = _activities(torch, ProfilerActivity)
+            # what the Kineto reader uses and nothing more: no shapes, stacks, memory or FLOPs
+            p = profile(activities=acts, record_shapes=False, with_stack=False, profile_memory=False)
+            with warnings.catch_warnings(), _user_scope_only():
+                # torch's own notes ("Profiler clears events at the end of each cycle ...") are about
+                # schedules nsyscomm does not use; they would land in the job's output (issue 34)
+                warnings.simplefilter("ignore")
+                p.start()
         except Exception as e:
             sys.stderr.write(f"nsyscomm: torch.profiler did not start ({e!r}); no trace for rank {rank}\n")
             return
@@ -74,6 +78,55 @@ def start(rank: int) -> None:
             atexit.register(finish)
             _atexit = True
         _install_sigterm()
+
+
+@contextlib.contextmanager
+def _user_scope_only() -> Iterator[None]:
+    """While the profiler starts, have it record the user-scope ranges only.
+
+    The CPU activity records every aten op by default: x1.64 on a GPU training loop
+    (docs/performance.md, "The GPU path"). The Kineto reader needs only the ranges of
+    ``record_function`` (the wrapper's ``nsyscomm`` ranges, c10d's ``nccl:*`` / ``gloo:*`` ranges),
+    which are user scope, and the launches and kernels, which CUPTI records whatever the scopes.
+    torch.profiler has no public option for scopes; its start calls
+    ``torch.autograd.profiler._enable_profiler``, whose ``scopes`` argument does it, so that call
+    gets the argument for the duration of the start. Any mismatch with the installed torch
+    (no such function, no RecordScope) leaves the profiler as it was: everything is recorded.
+    NSYSCOMM_TORCH_SCOPES=all does the same on purpose."""
+    if os.environ.get("NSYSCOMM_TORCH_SCOPES", "user").lower() == "all":
+        yield
+        return
+    try:
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._profiler import RecordScope
+
+        enable = autograd_profiler._enable_profiler
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def enable_user_scope(config, activities, scopes=None):
+        return enable(config, activities, scopes or {RecordScope.USER_SCOPE})
+
+    autograd_profiler._enable_profiler = enable_user_scope
+    try:
+        yield
+    finally:
+        autograd_profiler._enable_profiler = enable
+
+
+def _activities(torch, activity) -> list:
+    """CPU (the wrapper's and c10d's ranges, the launches) and, with a GPU, CUDA (the kernels).
+    NSYSCOMM_TORCH_ACTIVITIES=cpu|cuda|cpu,cuda narrows them, for measuring what each costs
+    (benchmarks/gpu_check.sh)."""
+    want = {a.strip() for a in os.environ.get("NSYSCOMM_TORCH_ACTIVITIES", "cpu,cuda").lower().split(",")}
+    acts = [activity.CPU] if "cpu" in want else []
+    try:
+        if "cuda" in want and torch.cuda.is_available():
+            acts.append(activity.CUDA)
+    except Exception:
+        pass
+    return acts or [activity.CPU]
 
 
 def finish() -> str | None:
@@ -88,7 +141,9 @@ def finish() -> str | None:
         path = trace_path(rank)
         part = path[: -len(".json.gz")] + ".partial.gz"  # not *.json.gz: never read as a trace
         try:
-            p.stop()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                p.stop()
             p.export_chrome_trace(part)
             os.replace(part, path)
             return path
