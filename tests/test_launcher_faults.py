@@ -134,7 +134,9 @@ def test_one_rank_dies(job, tmp_path):
     r = _nsyscomm(
         ["run", "-o", out, "--format", "json", "--", *_torchrun(job)], env=dict(os.environ, JOB_MODE="rank_dies")
     )
-    assert time.time() - t0 < 60, "torchrun stops the surviving rank"
+    # a bound on a hang, not a speed check: the surviving rank would otherwise wait for ever (it
+    # took 58 s on 2 busy cores, load 16)
+    assert time.time() - t0 < 300, "torchrun stops the surviving rank"
     assert r.returncode != 0 and f"exited with status {r.returncode}" in r.stderr
     import json
 
