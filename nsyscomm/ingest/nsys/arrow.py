@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsyscomm.errors import InputError
+from nsyscomm.ingest.nsys import arrow_check
 
 if TYPE_CHECKING:
     from nsyscomm.ingest.nsys.reader import Opened
@@ -49,86 +50,6 @@ _PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
 _CONTINUATION = b"\xff\xff\xff\xff"
 _COUNTED_TEXT = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}  # nsys_extract._TEXT_COLUMNS
 _DIR_SUFFIXES = (".arrow", ".parquet")
-_FIX = "export the report again with: nsys export --type arrow REPORT.nsys-rep"
-
-# The columns the ingest reads, of the type nsys gives them (INTEGER or TEXT in its SQLite export,
-# integers and strings or binary in its Arrow export): (integers, texts, required). Checked on each
-# table's schema where it is read, so that nothing past here sees a timestamp as NaN or a string,
-# or a string table without its strings (issue 35).
-_TIME = {"start", "end"}
-_COLUMNS: dict[str, tuple[set[str], set[str], set[str]]] = {
-    "StringIds": ({"id"}, {"value"}, {"id", "value"}),
-    "NVTX_EVENTS": (
-        _TIME | {"eventType", "rangeId", "category", "globalTid", "endGlobalTid", "textId", "domainId", "jsonTextId"},
-        {"text", "jsonText"},
-        {"start", "eventType"},
-    ),
-    "CUPTI_ACTIVITY_KIND_KERNEL": (
-        _TIME | {"deviceId", "contextId", "streamId", "correlationId", "globalPid", "demangledName", "shortName"},
-        set(),
-        _TIME,
-    ),
-    "CUPTI_ACTIVITY_KIND_RUNTIME": (_TIME | {"eventClass", "globalTid", "correlationId", "nameId"}, set(), _TIME),
-    "TARGET_INFO_SESSION_START_TIME": ({"utcEpochNs", "systemClockNs"}, {"utcTime", "localTime"}, set()),
-    "PROCESSES": ({"globalPid", "pid"}, {"name"}, set()),
-    "META_DATA_EXPORT": (set(), {"name"}, set()),
-    "EXPORT_META_DATA": (set(), {"name"}, set()),
-    "GPU_METRICS": ({"timestamp", "typeId", "metricId"}, set(), set()),
-}
-# Decompressed bytes of one table (Parquet, or IPC with compressed buffers): at most this many
-# times the file's size, or MIN_DECOMPRESSED, whichever is more (docs/limits.md)
-MAX_INFLATE = 50
-MIN_DECOMPRESSED = 1 << 30
-
-
-def _kind(t) -> str:
-    import pyarrow as pa
-
-    if pa.types.is_integer(t) or pa.types.is_null(t):
-        return "int"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "text"
-    return str(t)
-
-
-def check_schema(name: str, schema, where: Path) -> None:
-    """The table's columns the ingest reads of the type nsys writes, its required ones present;
-    else InputError naming the file, the table, the column and the fix."""
-    ints, texts, required = _COLUMNS.get(name, (set(), set(), set()))
-    missing = sorted(required - set(schema.names))
-    if missing:
-        raise InputError(f"{where}: table {name} has no column {missing[0]!r}; {_FIX}")
-    for f in schema:
-        want = "int" if f.name in ints else "text" if f.name in texts else None
-        if want is not None and (got := _kind(f.type)) != want:
-            what = "integers" if want == "int" else "strings"
-            raise InputError(f"{where}: column {name}.{f.name} holds {got}, nsys writes {what} there; {_FIX}")
-
-
-def _decompressed_limit(path: Path) -> int:
-    import os
-
-    v = os.environ.get("NSYSCOMM_ARROW_MAX_BYTES", "")
-    if v.isdigit() and int(v) > 0:
-        return int(v)
-    return max(MIN_DECOMPRESSED, MAX_INFLATE * path.stat().st_size)
-
-
-def _read_ipc(batches, path: Path, name: str, schema):
-    """The stream's batches as one table, its decompressed size checked batch by batch against
-    _decompressed_limit (memory-mapped, uncompressed buffers cost nothing: they stay in the file)."""
-    import pyarrow as pa
-
-    limit, total, kept = _decompressed_limit(path), 0, []
-    for batch in batches:
-        total += batch.nbytes
-        if total > limit:
-            raise InputError(
-                f"{path}: table {name} decompresses past {limit} bytes (NSYSCOMM_ARROW_MAX_BYTES); "
-                f"raise it for a real report this large, or {_FIX}"
-            )
-        kept.append(batch)
-    return pa.Table.from_batches(kept, schema=schema)
 
 
 def is_export(path: Path) -> bool:
@@ -187,8 +108,8 @@ def _read_streams(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dic
                 )
             columns[name] = set(reader.schema.names)
             if wanted is None or name in wanted:
-                check_schema(name, reader.schema, path)
-                out[name] = _read_ipc(reader, path, name, reader.schema)
+                arrow_check.check_schema(name, reader.schema, path)
+                out[name] = arrow_check.read_ipc(reader, path, name, reader.schema)
             else:
                 for _ in reader:  # skipped: memory-mapped, nothing is copied
                     pass
@@ -217,15 +138,8 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
                 schema = pf.schema_arrow
                 columns[name] = set(schema.names)
                 if wanted is None or name in wanted:
-                    check_schema(name, schema, f)
-                    meta = pf.metadata  # sizes known before a byte is decompressed
-                    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-                    if size > _decompressed_limit(f):
-                        raise InputError(
-                            f"{f}: {meta.num_rows} rows decompress to {size} bytes, past "
-                            f"{_decompressed_limit(f)} (NSYSCOMM_ARROW_MAX_BYTES); raise it for a real "
-                            f"report this large, or {_FIX}"
-                        )
+                    arrow_check.check_schema(name, schema, f)
+                    arrow_check.check_parquet(pf, f)
                     out[name] = pf.read()
                 continue
             src = pa.memory_map(str(f))
@@ -233,8 +147,8 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
                 freader = ipc.open_file(src)
                 columns[name] = set(freader.schema.names)
                 if wanted is None or name in wanted:
-                    check_schema(name, freader.schema, f)
-                    out[name] = _read_ipc(
+                    arrow_check.check_schema(name, freader.schema, f)
+                    out[name] = arrow_check.read_ipc(
                         (freader.get_batch(i) for i in range(freader.num_record_batches)), f, name, freader.schema
                     )
             except pa.ArrowInvalid:  # the stream format in a file of its own
@@ -242,8 +156,8 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
                 reader = ipc.open_stream(src)
                 columns[name] = set(reader.schema.names)
                 if wanted is None or name in wanted:
-                    check_schema(name, reader.schema, f)
-                    out[name] = _read_ipc(reader, f, name, reader.schema)
+                    arrow_check.check_schema(name, reader.schema, f)
+                    out[name] = arrow_check.read_ipc(reader, f, name, reader.schema)
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(
                 f"{f}: cannot read this table of an Arrow export ({str(e).splitlines()[0]}); "
