@@ -63,9 +63,35 @@ def looks_like(path: Path) -> bool:
         return False
 
 
+# The last dumps loaded, and the refusals: a dump is read by discovery, by its extract and by the
+# hang diagnosis (is_dump, then rows) one after the other; a big one is read once
+_LOADED: dict[tuple[str, int, int], dict | InputError] = {}
+_KEEP = 2
+
+
 def load_dump(path: Path) -> dict:
     """The dump's dict, its every field the ingest reads checked (types, ranges, finiteness), or
     InputError: one line naming the file, the field and the fix."""
+    try:
+        st = Path(path).stat()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e}); check the path") from None
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _LOADED:
+        try:
+            got: dict | InputError = _load(Path(path))
+        except InputError as e:
+            got = e
+        while len(_LOADED) >= _KEEP:
+            del _LOADED[next(iter(_LOADED))]
+        _LOADED[key] = got
+    got = _LOADED[key]
+    if isinstance(got, InputError):
+        raise InputError(str(got))
+    return got
+
+
+def _load(path: Path) -> dict:
     try:
         d = fr_pickle.load(Path(path))
     except fr_pickle.Refused as e:
