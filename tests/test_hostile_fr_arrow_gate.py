@@ -91,6 +91,8 @@ def run_case(family: str, name: str, build, folder: Path, env: dict) -> dict:
             res["one_liner"] = True
         else:
             res["problems"].append(f"not one line naming the file: {err[:300]!r}")
+    if family == "flight_recorder" and "not an nsys SQLite export" in err:  # a dump is told its own reason
+        res["problems"].append(f"a dump told it is no SQLite export: {err[:200]!r}")
     if name in H.MENTION and H.MENTION[name] not in out + err:
         res["problems"].append(f"output does not name {H.MENTION[name]}: {(out + err)[-300:]!r}")
     if snapshot(folder) != before:
@@ -145,6 +147,43 @@ def test_refused_dump_in_a_folder_is_named(tmp_path, name):
     code, out, err = _in_process(case[2](folder))
     assert code == 0, err
     assert "nccl_trace_rank_3" in err + out and "pg_config" in err + out
+
+
+@pytest.mark.parametrize("layout", ["arrowdir_zstd", "parquetdir"])
+def test_arrow_decompressed_size_is_bounded(tmp_path, monkeypatch, layout):
+    """A table that decompresses past NSYSCOMM_ARROW_MAX_BYTES is refused before (Parquet) or
+    as (IPC, batch by batch) it is read; the same export reads under the default limit."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "export"
+    out.mkdir()
+    for name, t in H.arrow_tables().items():
+        if layout == "parquetdir":
+            pq.write_table(t, out / f"{name}.parquet", compression="zstd")
+        else:
+            opts = H.ipc.IpcWriteOptions(compression="zstd")
+            with H.ipc.new_file(str(out / f"{name}.arrow"), t.schema, options=opts) as w:
+                w.write_table(t)
+    assert _in_process(["summarize", "--no-cache", str(out)])[0] == 0
+    monkeypatch.setenv("NSYSCOMM_ARROW_MAX_BYTES", "2000")
+    code, _, err = _in_process(["summarize", "--no-cache", str(out)])
+    assert code == 2 and "NSYSCOMM_ARROW_MAX_BYTES" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_pickle_objects_are_counted(tmp_path, monkeypatch):
+    """Past FAST_BYTES a dump's opcodes are counted as they run: refused past
+    NSYSCOMM_FR_MAX_OBJECTS, read under it."""
+    from nsyscomm.errors import InputError
+    from nsyscomm.ingest import flight_recorder, fr_pickle
+
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(H.pickle.dumps(H.fr_dump(), protocol=2))
+    monkeypatch.setattr(fr_pickle, "FAST_BYTES", 0)
+    assert len(flight_recorder.load_dump(p)["entries"]) == 3
+    monkeypatch.setenv("NSYSCOMM_FR_MAX_OBJECTS", "50")
+    p.write_bytes(H.pickle.dumps(H.fr_dump(), protocol=4))  # another file: not the one loaded before
+    with pytest.raises(InputError, match="NSYSCOMM_FR_MAX_OBJECTS"):
+        flight_recorder.load_dump(p)
 
 
 if __name__ == "__main__":  # python -m tests.test_hostile_fr_arrow_gate: the totals
