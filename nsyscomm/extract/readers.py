@@ -54,6 +54,6 @@ def _extract_source(path: Path, report: str | None = None, threads: int | None =
         return kineto.extract(path, report)
     from nsyscomm.ingest import flight_recorder  # issue 22: a Flight Recorder dump (restricted unpickler)
 
-    if flight_recorder.is_dump(path):
+    if flight_recorder.looks_like(path):  # by name and first bytes: a refused dump says why (issue 35)
         return flight_recorder.extract(path, report)
     raise InputError(f"{path}: not an nsys SQLite export; make one with: nsys export --type sqlite REPORT.nsys-rep")

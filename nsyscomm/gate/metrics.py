@@ -67,8 +67,13 @@ def _rows_of(section) -> list[dict]:
     return []
 
 
+# (section, field) of every per-rank extractor made: what nsyscomm.gate.validate checks at the edge
+SECTION_FIELDS: set[tuple[str, str]] = set()
+
+
 def per_rank(section: str, fld: str) -> Callable[[dict], dict | None]:
     """Extractor: {rank: value} of ``doc[section]``'s rows (None when the section is absent)."""
+    SECTION_FIELDS.add((section, fld))
 
     def get(doc: dict) -> dict | None:
         if section not in doc:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nsyscomm import __version__
 from nsyscomm import busbw as ops
 from nsyscomm.errors import InputError
+from nsyscomm.gate import validate
 
 if TYPE_CHECKING:
     from nsyscomm.analyses.result import Result
@@ -94,6 +95,11 @@ def run_from_doc(doc: dict, where: str) -> Run:
             raise InputError(f"{where}: '{k}' must be a list; {FIX_BASELINE}")
     if "skew" in doc and doc["skew"] is not None and not isinstance(doc["skew"], dict):
         raise InputError(f"{where}: 'skew' must be an object; {FIX_BASELINE}")
+    # every number the comparison reads checked here, once: nothing it cannot compare gets past
+    validate.summary_rows(summary, where, "summary")
+    if extra is not None:
+        validate.summary_rows(extra, where, "summary_by_caller")
+    validate.sections(doc, where)
     if by_caller:  # made with --by caller: aggregate to op level
         caller_rows = _merge_rows(summary, True)
         groups: dict[Key, list[dict]] = {}

@@ -5,8 +5,9 @@ Format: /work/shared/real/FORMATS.md section 2 (torch's FlightRecorderDetail.hpp
 and ``entries``, each a call with its process group, ``collective_seq_id`` / ``p2p_seq_id``,
 ``profiling_name`` ("nccl:all_reduce"), input/output sizes and dtypes, and a state.
 
-Dumps are pickles: they are read with an unpickler whose find_class refuses every global, so
-only plain containers and scalars can come out of one (no object of any class is constructed).
+Dumps are pickles: they are read by nsyscomm.ingest.fr_pickle, whose unpickler refuses every
+global (only plain containers and scalars can come out of one) under a cap on size and objects,
+and their fields checked by nsyscomm.ingest.fr_check before anything here reads them.
 A call is finished when its state is "completed" or its seq is at or below its group's
 ``last_completed_collective`` (rows()' 'finished', read by nsyscomm.analyses.hang); in the
 collectives table a call without a duration is zero-length.
@@ -14,10 +15,7 @@ collectives table a call without a duration is zero-length.
 
 from __future__ import annotations
 
-import ast
-import io
 import math
-import pickle
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +25,7 @@ import pyarrow as pa
 
 from nsyscomm import schema
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import fr_check, fr_pickle, limits
 from nsyscomm.ingest.names import canonical_op
 
 if TYPE_CHECKING:
@@ -49,57 +48,74 @@ _DTYPE_BYTES = {
     "ComplexFloat": 8,
     "ComplexDouble": 16,
 }
-_MAX_SIZE = 64 << 20  # a dump of a 16-rank job is a few kB; past this it is not one
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):  # every class and function refused: containers and scalars only
-        raise pickle.UnpicklingError(f"refused global {module}.{name}")
-
-
-def _looks_like(path: Path) -> bool:
+def looks_like(path: Path) -> bool:
+    """A Flight Recorder dump by its name (ends in the rank) and its first bytes (a pickle's
+    PROTO opcode): cheap, the content is not read. load_dump says whether it is a good one."""
     try:
-        if not path.is_file() or path.stat().st_size > _MAX_SIZE or not _NAME.match(path.name):
+        if not path.is_file() or not _NAME.match(path.name):
             return False
         with open(path, "rb") as f:
             head = f.read(2)
-        return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5  # a pickle's PROTO opcode
+        return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
     except OSError:
         return False
 
 
+# The last dumps loaded, and the refusals: a dump is read by discovery, by its extract and by the
+# hang diagnosis (is_dump, then rows) one after the other; a big one is read once
+_LOADED: dict[tuple[str, int, int], dict | InputError] = {}
+_KEEP = 2
+
+
 def load_dump(path: Path) -> dict:
-    """The dump's dict, or InputError (one line naming the file and the fix)."""
+    """The dump's dict, its every field the ingest reads checked (types, ranges, finiteness), or
+    InputError: one line naming the file, the field and the fix."""
     try:
-        data = Path(path).read_bytes()
-        d = _PlainUnpickler(io.BytesIO(data)).load()
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        AttributeError,
-        MemoryError,
-        RecursionError,
-    ) as e:
+        st = Path(path).stat()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e}); check the path") from None
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _LOADED:
+        try:
+            got: dict | InputError = _load(Path(path))
+        except InputError as e:
+            got = e
+        while len(_LOADED) >= _KEEP:
+            del _LOADED[next(iter(_LOADED))]
+        _LOADED[key] = got
+    got = _LOADED[key]
+    if isinstance(got, InputError):
+        raise InputError(str(got))
+    return got
+
+
+def _load(path: Path) -> dict:
+    try:
+        d = fr_pickle.load(Path(path))
+    except fr_pickle.Refused as e:
+        raise InputError(f"{path}: a pickle past nsyscomm's limits ({e}); {fr_check.FIX} (docs/limits.md)") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e}); check the path") from None
+    except fr_pickle.ERRORS as e:
+        first = str(e).splitlines()[0][:120] if str(e) else ""
         raise InputError(
-            f"{path}: not a Flight Recorder dump of plain data ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}); pass the folder of the dumps "
-            f"TORCH_FR_DUMP_TEMP_FILE wrote"
+            f"{path}: not a Flight Recorder dump of plain data ({type(e).__name__}: {first}); "
+            f"pass the folder of the dumps TORCH_FR_DUMP_TEMP_FILE wrote"
         ) from None
     if not isinstance(d, dict) or "version" not in d or "pg_config" not in d:
         raise InputError(
             f"{path}: a pickle but not a Flight Recorder dump (no version/pg_config); "
             f"pass the folder of the dumps TORCH_FR_DUMP_TEMP_FILE wrote"
         )
+    fr_check.check(d, Path(path))
     return d
 
 
 def is_dump(path: Path) -> bool:
-    """A Flight Recorder dump, by its name (ends in the rank) and content."""
-    if not _looks_like(Path(path)):
+    """A good Flight Recorder dump: its name, first bytes and content (load_dump) say so."""
+    if not looks_like(Path(path)):
         return False
     try:
         load_dump(Path(path))
@@ -109,24 +125,34 @@ def is_dump(path: Path) -> bool:
 
 
 def dumps_in(folder: Path) -> list[Path]:
-    return sorted(
-        (p for p in Path(folder).rglob("*") if _looks_like(p) and is_dump(p)),
-        key=lambda p: (p.parent, int(_NAME.match(p.name).group(1))),
+    """The dumps below folder, by their names and first bytes; the folder's first refused dump's
+    reason (InputError) when none of them loads, so that the user reads why."""
+    found = sorted(
+        (p for p in Path(folder).rglob("*") if looks_like(p)),
+        key=lambda p: (p.parent, _rank_digits(p)),
     )
+    first_error = None
+    for p in found:
+        try:
+            load_dump(p)
+            return found
+        except InputError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+    return found
+
+
+def _rank_digits(path: Path) -> int:
+    m = _NAME.match(Path(path).name)
+    return int(m.group(1)) if m and len(m.group(1)) < 20 else -1
 
 
 def rank_of(path: Path) -> int:
-    return int(_NAME.match(Path(path).name).group(1))
-
-
-def _ranks(text) -> list[int]:
-    if isinstance(text, (list, tuple)):
-        return [int(x) for x in text]
-    try:
-        v = ast.literal_eval(str(text))
-        return [int(x) for x in v]
-    except (ValueError, SyntaxError, TypeError):
-        return []
+    rank = _rank_digits(path)
+    if not 0 <= rank < limits.MAX_GROUP:
+        raise InputError(f"{path}: the name does not end in a rank below {limits.MAX_GROUP}; {fr_check.FIX}")
+    return rank
 
 
 def _bytes(sizes, dtypes) -> tuple[int | None, int | None, str | None]:
@@ -134,7 +160,7 @@ def _bytes(sizes, dtypes) -> tuple[int | None, int | None, str | None]:
         return None, None, (dtypes[0] if dtypes else None)
     numel = sum(math.prod(s) for s in sizes)
     dt = dtypes[0] if dtypes else None
-    per = _DTYPE_BYTES.get(dt)
+    per = _DTYPE_BYTES.get(dt) if dt else None
     return (numel * per if per else None), numel, dt
 
 
@@ -150,52 +176,55 @@ def _op(name: str) -> tuple[str, int | None]:
 
 
 def rows(path: Path, d: dict | None = None) -> list[dict]:
-    """The dump's calls as collectives rows (plus 'finished' and 'state')."""
+    """The dump's calls as collectives rows (plus 'finished' and 'state'); d: load_dump's."""
     d = d if d is not None else load_dump(path)
     rank = rank_of(path)
     cfg = d.get("pg_config") or {}
     status = d.get("pg_status") or {}
+    joined: dict[str, str] = {}  # one string per group, shared by its calls (a group may hold 100k ranks)
     out = []
     for e in d.get("entries") or []:
-        if not isinstance(e, dict):
-            continue
         pg = e.get("process_group") or ("", "")
-        pg_name = str(pg[0])
+        pg_name = pg[0]
         conf = cfg.get(pg_name)
         if conf is None and len(pg) > 1 and pg[1] == "default_pg":
             # torch 2.13's gloo dumps list the default group under the name "" (its entries say "0")
             conf = cfg.get("")
-        members = _ranks((conf or {}).get("ranks", ""))
-        word, peer = _op(str(e.get("profiling_name", "")))
+        members = (conf or {}).get("ranks") or []
+        if pg_name not in joined:
+            joined[pg_name] = _group_ranks(members)
+        name = e.get("profiling_name") or ""
+        word, peer = _op(name)
         op = canonical_op(word) or word.strip("_")
         p2p = bool(e.get("is_p2p")) or op in ("send", "recv")
-        seq = int(e.get("p2p_seq_id" if p2p else "collective_seq_id", 0) or 0)
+        seq = e.get("p2p_seq_id" if p2p else "collective_seq_id") or 0
         out_side = op == "all_gather"  # nccl-tests' S of an all-gather is its output
         nbytes, numel, dt = _bytes(
             e.get("output_sizes" if out_side else "input_sizes") or [],
             e.get("output_dtypes" if out_side else "input_dtypes") or [],
         )
         last_done = (status.get(str(e.get("pg_id"))) or {}).get("last_completed_collective", -1)
-        state = str(e.get("state", ""))
-        finished = state == "completed" or (not p2p and last_done is not None and seq <= int(last_done))
-        start = int(e.get("time_created_ns") or 0) or None
+        state = e.get("state") or ""
+        finished = state == "completed" or (not p2p and last_done is not None and seq <= last_done)
+        start = e.get("time_created_ns") or None
         dur = e.get("duration_ms")
         # no end known: zero length (the analyses need an end; the hang diagnosis reads 'finished')
-        end = (start + int(float(dur) * 1e6)) if (finished and start and dur is not None) else start
+        end = (start + int(dur * 1e6)) if (finished and start and dur is not None) else start
+        tid = str(e.get("thread_id", ""))
         out.append(
             {
                 "rank": rank,
                 "pid": rank,
-                "tid": int(e["thread_id"]) if str(e.get("thread_id", "")).isdigit() else None,
+                "tid": int(tid) if tid.isdigit() and len(tid) < 19 else None,
                 "op": op,
-                "api": str(e.get("profiling_name", "")),
+                "api": name,
                 "bytes": nbytes,
                 "dtype": dt,
                 "numel": numel,
                 "group": pg_name,
-                "group_desc": str(pg[1]) if len(pg) > 1 else "",
+                "group_desc": pg[1] if len(pg) > 1 else "",
                 "group_size": len(members) or None,
-                "group_ranks": ",".join(map(str, members)),
+                "group_ranks": joined[pg_name],
                 "seq": seq,
                 "caller": _frame(e),
                 "cpu_start": start,
@@ -210,6 +239,20 @@ def rows(path: Path, d: dict | None = None) -> list[dict]:
     return out
 
 
+def _group_ranks(members: list[int]) -> str:
+    """The group's ranks as the collectives table lists them, within limits.MAX_NAME: a long list
+    of ranks 0..n-1 (the default group of a large job) is left empty, which says the same with
+    group_size, as the wrapper does; another long one is cut and marked as limits.checked would.
+    Every call of the group shares the one string (a group of 100k ranks over 2000 calls would
+    otherwise be copied call by call into the tables)."""
+    text = ",".join(map(str, members))
+    if len(text) <= limits.MAX_NAME:
+        return text
+    if members == list(range(len(members))):
+        return ""
+    return text[: limits.MAX_NAME - len(limits.CUT_MARK)] + limits.CUT_MARK
+
+
 def _frame(e: dict) -> str | None:
     frames = e.get("frames") or []
     for f in frames:
@@ -219,12 +262,20 @@ def _frame(e: dict) -> str | None:
 
 
 def extract(path: Path, report: str | None = None) -> Extract:
-    """One dump -> an Extract (one rank) for nsyscomm.api.combine."""
+    """One dump -> an Extract (one rank) for nsyscomm.api.combine. A refused dump beside others
+    (a rank killed while torch wrote its dump leaves it truncated) is skipped with a warning
+    naming it and why, so the other ranks' dumps still say who hung; alone, it is an InputError."""
     from nsyscomm.ingest.nsys.extract import Extract
 
     path = Path(path)
-    rs = rows(path)
     rank = rank_of(path)
+    warnings: list[str] = []
+    try:
+        rs = rows(path)
+    except InputError as e:
+        if not any(p != path and looks_like(p) for p in path.parent.iterdir()):
+            raise
+        rs, warnings = [], [f"{e} -- skipped, the other dumps read"]
     cols = [c for c in schema.COLUMN_NAMES if c not in ("report", "rank", "local_rank", "host")]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rs], columns=cols)
     types = schema.arrow_types()
@@ -233,4 +284,4 @@ def extract(path: Path, report: str | None = None) -> Extract:
     ends = [r["cpu_end"] or r["cpu_start"] for r in rs if r["cpu_start"]]
     markers = pd.DataFrame([{"pid": rank, "rank": rank, "local_rank": None, "world": None, "host": None}])
     spans = pd.DataFrame([{"pid": rank, "first_ns": min(starts) if starts else 0, "last_ns": max(ends) if ends else 0}])
-    return Extract(report=report or path.name, path=path, calls=calls, markers=markers, spans=spans, warnings=[])
+    return Extract(report=report or path.name, path=path, calls=calls, markers=markers, spans=spans, warnings=warnings)

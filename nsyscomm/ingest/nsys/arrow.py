@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsyscomm.errors import InputError
+from nsyscomm.ingest.nsys import arrow_check
 
 if TYPE_CHECKING:
     from nsyscomm.ingest.nsys.reader import Opened
@@ -107,7 +108,8 @@ def _read_streams(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dic
                 )
             columns[name] = set(reader.schema.names)
             if wanted is None or name in wanted:
-                out[name] = reader.read_all()
+                arrow_check.check_schema(name, reader.schema, path)
+                out[name] = arrow_check.read_ipc(reader, path, name, reader.schema)
             else:
                 for _ in reader:  # skipped: memory-mapped, nothing is copied
                     pass
@@ -132,23 +134,30 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
         name = f.stem
         try:
             if f.suffix == ".parquet":
-                schema = pq.read_schema(f)
+                pf = pq.ParquetFile(f)
+                schema = pf.schema_arrow
                 columns[name] = set(schema.names)
                 if wanted is None or name in wanted:
-                    out[name] = pq.read_table(f)
+                    arrow_check.check_schema(name, schema, f)
+                    arrow_check.check_parquet(pf, f)
+                    out[name] = pf.read()
                 continue
             src = pa.memory_map(str(f))
             try:
-                reader = ipc.open_file(src)
-                columns[name] = set(reader.schema.names)
+                freader = ipc.open_file(src)
+                columns[name] = set(freader.schema.names)
                 if wanted is None or name in wanted:
-                    out[name] = reader.read_all()
+                    arrow_check.check_schema(name, freader.schema, f)
+                    out[name] = arrow_check.read_ipc(
+                        (freader.get_batch(i) for i in range(freader.num_record_batches)), f, name, freader.schema
+                    )
             except pa.ArrowInvalid:  # the stream format in a file of its own
                 src.seek(0)
                 reader = ipc.open_stream(src)
                 columns[name] = set(reader.schema.names)
                 if wanted is None or name in wanted:
-                    out[name] = reader.read_all()
+                    arrow_check.check_schema(name, reader.schema, f)
+                    out[name] = arrow_check.read_ipc(reader, f, name, reader.schema)
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(
                 f"{f}: cannot read this table of an Arrow export ({str(e).splitlines()[0]}); "
