@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nsyscomm import __version__
 from nsyscomm.errors import InputError
@@ -30,13 +30,22 @@ class Comparison:
     current: float | None
     delta: float | None
     rel_pct: float | None
-    threshold: Threshold
+    threshold: Threshold  # the one applied: widened for a one-run baseline (single_run)
     status: str
     reason: str = ""
+    single_run: bool = False  # compared against one run: no band, the single-run margin
 
     @property
     def fails(self) -> bool:
         return self.status == REGRESSION
+
+    @property
+    def margin(self) -> str:
+        """What a change had to exceed to fail, in words: "+10% and 0.01 ms", "-50%"."""
+        t = self.threshold
+        if self.better == "higher":
+            return f"-{t.rel:g}%" + (f" and {t.abs:.3g} {self.unit}".rstrip() if t.abs else "")
+        return f"+{t.rel:g}%" + (f" and {t.abs:.3g} {self.unit}".rstrip() if t.abs else "")
 
     def to_dict(self) -> dict:
         return {
@@ -51,6 +60,7 @@ class Comparison:
             "delta": self.delta,
             "change_pct": self.rel_pct,
             "threshold": {"rel_pct": self.threshold.rel, "abs": self.threshold.abs},
+            "single_run": self.single_run,
             "status": self.status,
             "reason": self.reason,
         }
@@ -165,10 +175,47 @@ def _pct(x: float | None) -> str:
     return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
 
 
+# metrics that are time already summed over the calls; the others are per call (or per byte)
+_TOTAL_TIME = {"comm_ms", "wait_ms", "exposed_ms", "total_ms"}
+
+
+@dataclass(frozen=True)
+class SingleRun:
+    """The margin of a timing against a one-run baseline (Settings.single_run_*): worse by more
+    than `factor`, and by more than `floor_ms` of time (a share of the baseline run's time).
+    `calls`: how many times a per-call metric's change is paid; `avg_ms`: a key's latency, what
+    its bandwidth costs."""
+
+    factor: float
+    floor_ms: float
+    calls: float = 1.0
+    avg_ms: float | None = None
+
+    def threshold(self, metric: Metric, thr: Threshold) -> Threshold:
+        if metric.unit not in ("ms", "GB/s"):
+            return thr  # counts are the same from run to run: their own thresholds hold
+        calls = 1.0 if metric.name in _TOTAL_TIME else max(self.calls, 1.0)
+        if metric.better == "lower":
+            return replace(thr, rel=max(thr.rel, (self.factor - 1) * 100), abs=max(thr.abs, self.floor_ms / calls))
+        rel = (1 - 1 / self.factor) * 100
+        if self.floor_ms and self.avg_ms:  # bandwidth down to 1/(1+x) costs x of the time it took
+            rel = max(rel, (1 - 1 / (1 + self.floor_ms / (calls * self.avg_ms))) * 100)
+        return replace(thr, rel=max(thr.rel, rel))
+
+
 def compare_values(
-    metric: Metric, thr: Threshold, base: list[float], cur: float | None, noise_sigma: float = 0.0
+    metric: Metric,
+    thr: Threshold,
+    base: list[float],
+    cur: float | None,
+    noise_sigma: float = 0.0,
+    single: SingleRun | None = None,
 ) -> Comparison:
-    """One metric of one item: baseline values (one per run that has it) against the current value."""
+    """One metric of one item: baseline values (one per run that has it) against the current value.
+    With one baseline value there is no band: `single` (when given) widens the threshold."""
+    given = thr
+    if len(base) == 1 and single is not None:
+        thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
         return Comparison(
@@ -185,6 +232,7 @@ def compare_values(
             thr,
             status,
             reason,
+            thr != given,
         )
 
     if not base or cur is None:
@@ -212,7 +260,9 @@ def compare_values(
         return comp(NOISE, f"inside the baseline runs' band [{lo:.4g}, {hi:.4g}]", **kw)
     if not thr.fail:
         return comp(WARN, "reported only (fail = false)", **kw)
-    return comp(REGRESSION, f"beyond {thr.rel:g}% and {thr.abs:g} {metric.unit}".rstrip(), **kw)
+    # what it exceeded is the comparison's margin (Comparison.margin, shown beside it)
+    why = "outside the baseline runs' band" if len(base) > 1 else "one baseline run: no noise band"
+    return comp(REGRESSION, why, **kw)
 
 
 def _level(baselines: list[Run], current: Run, want: str) -> tuple[str, list[str]]:
@@ -247,6 +297,8 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         )
     level, level_notes = _level(baselines, current, s.level)
     notes += level_notes
+    if len(baselines) == 1:
+        notes.append(_single_run_note(s, baselines[0].doc))
     items: list[Item] = []
 
     # --- keys
@@ -256,7 +308,8 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     keys.sort(key=lambda k: (k.op, k.bytes is None, k.bytes or 0, k.group_size or 0, k.caller or ""))
     key_metrics = [m for m in METRICS if m.scope == "key"]
     for k in keys:
-        in_base = [rows[k] for rows in base_rows if k in rows]
+        holders = [i for i, rows in enumerate(base_rows) if k in rows]
+        in_base = [base_rows[i][k] for i in holders]
         cur = cur_rows.get(k)
         bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
         bcall = statistics.median(bcalls) if bcalls else None
@@ -276,12 +329,15 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
                 items.pop()
             continue
         gated = min(bcall or 0, ccall or 0) >= s.min_calls
+        first = in_base[0]
+        one = _single(s, baselines[holders[0]].doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms")))
+        one = one if _noisy_row(first) else None
         for m in key_metrics:
             base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
             cv = _num(cur.get(m.name))
             if not base_vals and cv is None:
                 continue  # neither side has this metric (e.g. busbw without bytes)
-            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma)
+            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one)
             if c.status == REGRESSION and not gated:
                 c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
             item.comparisons.append(c)
@@ -290,15 +346,18 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     # --- ranks and job
     rank_metrics = [m for m in METRICS if m.scope == "rank"]
     rank_items: dict[int, Item] = {}
+    rank_calls = [per_rank("ranks", "calls")(b.doc) or {} for b in baselines]
     for m in rank_metrics:
         base_maps = [m.extract(b.doc) for b in baselines]
         cur_map = m.extract(current.doc)
         if cur_map is None or all(bm is None for bm in base_maps):
             continue  # the section is not on both sides: nothing to compare
         for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
-            vals = [bm[rank] for bm in base_maps if bm and rank in bm]
+            have = [i for i, bm in enumerate(base_maps) if bm and rank in bm]
+            vals = [base_maps[i][rank] for i in have]  # type: ignore[index]
+            one = _single(s, baselines[have[0]].doc, rank_calls[have[0]].get(rank, 1.0), noisy=True)
             it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))
-            it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma))
+            it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma, one))
     for rank in sorted(rank_items):
         _settle(rank_items[rank], True)
         items.append(rank_items[rank])
@@ -313,16 +372,71 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
 
     job = Item("job", "job totals")
     for m in (m for m in METRICS if m.scope == "job"):
-        base_vals = [v for v in (m.extract(b.doc) for b in baselines) if v is not None]
+        have = [(b, v) for b, v in ((b, m.extract(b.doc)) for b in baselines) if v is not None]
+        base_vals = [v for _, v in have]
         cv = m.extract(current.doc)
         if base_vals and cv is not None:
-            job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma))
+            calls = max((per_rank("ranks", "calls")(have[0][0].doc) or {1: 1.0}).values())
+            one = _single(s, have[0][0].doc, calls, noisy=True)
+            job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one))
     if job.comparisons:
         _settle(job, True)
         items.append(job)
     if current.empty and all(b.empty for b in baselines):
         notes.append("no collective calls on either side: nothing to compare")
     return Verdict(items, level, [b.source for b in baselines], current.source, s, notes)
+
+
+def _run_ms(doc: dict) -> float | None:
+    """A run's time: its longest rank's elapsed time (None when the document has no ranks)."""
+    elapsed = per_rank("ranks", "elapsed_ms")(doc)
+    return max(elapsed.values()) if elapsed else None
+
+
+# A key whose mean latency is this far from its median varies from call to call within the run:
+# host-timed collectives (gloo on CPU, NVTX ranges) do, by 2x and more; NCCL kernels timed on the
+# GPU do not (0.01% on the real 2xH100 window). From run to run they varied the more (issue 36).
+NOISY_SPREAD = 0.2
+
+
+def _noisy_row(row: dict) -> bool:
+    avg, p50 = _num(row.get("avg_ms")), _num(row.get("p50_ms"))
+    return bool(avg is not None and p50 and abs(avg - p50) > NOISY_SPREAD * p50)
+
+
+def _noisy_run(doc: dict) -> bool:
+    """Most of the run's collective time in keys that vary from call to call (_noisy_row)."""
+    rows = [r for r in doc.get("summary") or [] if isinstance(r, dict)]
+    total = sum(_num(r.get("total_ms")) or 0.0 for r in rows)
+    noisy = sum(_num(r.get("total_ms")) or 0.0 for r in rows if _noisy_row(r))
+    return total > 0 and noisy > total / 2
+
+
+def _single(s: Settings, doc: dict, calls: float, avg_ms: float | None = None, noisy: bool = False) -> SingleRun | None:
+    """The single-run margin (SingleRun) for a value of doc's run; a run whose totals are sums of
+    noisy keys (noisy: _noisy_run checked) only."""
+    if s.single_run_factor <= 1 and s.single_run_share <= 0:
+        return None
+    if noisy and not _noisy_run(doc):
+        return None
+    floor = s.single_run_share / 100 * (_run_ms(doc) or 0.0)
+    return SingleRun(s.single_run_factor, floor, calls, avg_ms)
+
+
+def _single_run_note(s: Settings, doc: dict) -> str:
+    how = (
+        "record several runs of the same code for a noise band: "
+        "nsyscomm baseline --append --output BASELINE.json RUN (docs/gate.md, noise bands)"
+    )
+    rows = [r for r in doc.get("summary") or [] if isinstance(r, dict)]
+    if (s.single_run_factor <= 1 and s.single_run_share <= 0) or not any(_noisy_row(r) for r in rows):
+        return f"one baseline run: no noise band is known, the thresholds alone apply; {how}"
+    run_ms = _run_ms(doc)
+    floor = f" and by more than {s.single_run_share:g}% of its {run_ms:.0f} ms" if run_ms and s.single_run_share else ""
+    return (
+        f"one baseline run: no noise band is known, and its calls vary (mean >{NOISY_SPREAD:.0%} off the "
+        f"median): a timing of theirs fails only when worse than x{s.single_run_factor:g}{floor}; {how}"
+    )
 
 
 def _settle(item: Item, gated: bool) -> None:
