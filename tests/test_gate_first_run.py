@@ -127,3 +127,15 @@ def test_the_single_run_margin_is_a_setting(tmp_path):
     cfg.write_text("single_run_factor = 0.5\n")
     r = _gate(tmp_path, [CPU_A], CPU_B, "--config", str(cfg))
     assert r.exit_code == 2 and "single_run_factor must be >= 1" in r.output
+
+
+def test_a_run_without_gpu_kernels_counts_as_host_timed_whatever_its_spread(tmp_path):
+    """On a quiet machine a gloo key's mean may sit near its median; the run has no GPU kernels
+    (an empty overlap section) all the same, and its timings get the single-run margin."""
+    steady = _doc(avg=0.50, p50=0.48, comm=(20.0, 20.0), wait=(2.0, 2.0))
+    slower = _doc(avg=0.70, p50=0.66, comm=(28.0, 27.0), wait=(2.8, 2.6))  # +40%: within x2 and 10%
+    assert _gate(tmp_path, [steady], slower).exit_code == 1  # nothing says it is host-timed
+    no_kernels = {"per_rank": [], "per_step": []}
+    r = _gate(tmp_path, [{**steady, "overlap": no_kernels}], {**slower, "overlap": no_kernels})
+    assert r.exit_code == 0, r.output
+    assert "timed on the host" in r.output
