@@ -4,6 +4,7 @@ The real `nsyscomm run` of these points is in tests/test_readme.py (the README's
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -117,3 +118,13 @@ def test_export_needs_no_format(tmp_path):
     res = CliRunner().invoke(main, ["export", str(tmp_path / "out"), str(sample("synthetic_ddp_4rank.sqlite"))])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["meta-nsyscomm.yaml", "trace-nsyscomm.parquet"]
+
+
+def test_baseline_makes_the_folder_of_its_output(tmp_path, monkeypatch):
+    """`nsyscomm baseline --output ci/comm-baseline.json RUN` in a fresh checkout, as the README says."""
+    from nsyscomm.commands.gate import baseline
+
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(baseline, ["--output", "ci/comm-baseline.json", str(sample("synthetic_ddp_4rank.sqlite"))])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "ci" / "comm-baseline.json").read_text())["kind"] == "baseline"

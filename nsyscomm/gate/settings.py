@@ -32,12 +32,12 @@ class Settings:
     new_keys: str = "fail"  # a key absent from every baseline run: fail | warn | ignore
     missing_keys: str = "warn"  # a baseline key absent from the current run
     noise_sigma: float = 0.0  # widen the baseline runs' [min, max] band by this many standard deviations
-    # A baseline of one run has no noise band: on a CPU job the same code varied by +650% in a
-    # key's latency from run to run (issue 36). A timing then fails only when it is worse by more
-    # than this factor (x2: +100% time, half the bandwidth) and costs more than this share (%) of
-    # the baseline run's time. 1 and 0 give one run the thresholds of a band.
+    # A baseline of one run has no noise band, and a host-timed job's figures move a lot from run
+    # to run of the same code (issue 36; what was seen: docs/gate.md). A timing of a noisy key or
+    # run then fails only when it is worse by more than this factor (x2: +100% time, half the bandwidth) and costs more than this share (%) of the
+    # baseline run's time. 1 and 0 give one run the thresholds of a band.
     single_run_factor: float = 2.0
-    single_run_share: float = 10.0
+    single_run_share: float = 25.0
     level: str = "auto"  # compare per op (op, bytes, n) or per caller too; auto: caller when both sides have it
     source: list[str] = field(default_factory=list)  # where the settings came from
 

@@ -393,9 +393,9 @@ def _run_ms(doc: dict) -> float | None:
     return max(elapsed.values()) if elapsed else None
 
 
-# A key whose mean latency is this far from its median varies from call to call within the run:
-# host-timed collectives (gloo on CPU, NVTX ranges) do, by 2x and more; NCCL kernels timed on the
-# GPU do not (0.01% on the real 2xH100 window). From run to run they varied the more (issue 36).
+# A key whose mean latency is this far from its median varies from call to call within the run, as
+# host-timed collectives do (gloo on CPU, NVTX ranges) and NCCL kernels timed on the GPU do not;
+# such keys vary the more from run to run (issue 36; the figures: docs/gate.md).
 NOISY_SPREAD = 0.2
 
 
