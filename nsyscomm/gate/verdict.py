@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from nsyscomm import __version__
 from nsyscomm.errors import InputError
 from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _num, per_rank
 from nsyscomm.gate.runs import Run, load_run, load_runs
 from nsyscomm.gate.settings import Settings, Threshold
+from nsyscomm.gate.single_run import SingleRun, host_timed, noisy_row, single_run_margin, single_run_note
 from nsyscomm.views.units import signed_pct
 
 REGRESSION, IMPROVEMENT, OK, NOISE, WARN, SKIPPED = "regression", "improvement", "ok", "noise", "warn", "skipped"
@@ -175,34 +176,6 @@ def _pct(x: float | None) -> str:
     return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
 
 
-# metrics that are time already summed over the calls; the others are per call (or per byte)
-_TOTAL_TIME = {"comm_ms", "wait_ms", "exposed_ms", "total_ms"}
-
-
-@dataclass(frozen=True)
-class SingleRun:
-    """The margin of a timing against a one-run baseline (Settings.single_run_*): worse by more
-    than `factor`, and by more than `floor_ms` of time (a share of the baseline run's time).
-    `calls`: how many times a per-call metric's change is paid; `avg_ms`: a key's latency, what
-    its bandwidth costs."""
-
-    factor: float
-    floor_ms: float
-    calls: float = 1.0
-    avg_ms: float | None = None
-
-    def threshold(self, metric: Metric, thr: Threshold) -> Threshold:
-        if metric.unit not in ("ms", "GB/s"):
-            return thr  # counts are the same from run to run: their own thresholds hold
-        calls = 1.0 if metric.name in _TOTAL_TIME else max(self.calls, 1.0)
-        if metric.better == "lower":
-            return replace(thr, rel=max(thr.rel, (self.factor - 1) * 100), abs=max(thr.abs, self.floor_ms / calls))
-        rel = (1 - 1 / self.factor) * 100
-        if self.floor_ms and self.avg_ms:  # bandwidth down to 1/(1+x) costs x of the time it took
-            rel = max(rel, (1 - 1 / (1 + self.floor_ms / (calls * self.avg_ms))) * 100)
-        return replace(thr, rel=max(thr.rel, rel))
-
-
 def compare_values(
     metric: Metric,
     thr: Threshold,
@@ -298,7 +271,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     level, level_notes = _level(baselines, current, s.level)
     notes += level_notes
     if len(baselines) == 1:
-        notes.append(_single_run_note(s, baselines[0].doc))
+        notes.append(single_run_note(s, baselines[0].doc))
     items: list[Item] = []
 
     # --- keys
@@ -330,8 +303,10 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
             continue
         gated = min(bcall or 0, ccall or 0) >= s.min_calls
         first = in_base[0]
-        one = _single(s, baselines[holders[0]].doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms")))
-        one = one if _host_timed(baselines[holders[0]].doc) or _noisy_row(first) else None
+        one = single_run_margin(
+            s, baselines[holders[0]].doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms"))
+        )
+        one = one if host_timed(baselines[holders[0]].doc) or noisy_row(first) else None
         for m in key_metrics:
             base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
             cv = _num(cur.get(m.name))
@@ -355,7 +330,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
             have = [i for i, bm in enumerate(base_maps) if bm and rank in bm]
             vals = [base_maps[i][rank] for i in have]  # type: ignore[index]
-            one = _single(s, baselines[have[0]].doc, rank_calls[have[0]].get(rank, 1.0), noisy=True)
+            one = single_run_margin(s, baselines[have[0]].doc, rank_calls[have[0]].get(rank, 1.0), noisy=True)
             it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))
             it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma, one))
     for rank in sorted(rank_items):
@@ -377,7 +352,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         cv = m.extract(current.doc)
         if base_vals and cv is not None:
             calls = max((per_rank("ranks", "calls")(have[0][0].doc) or {1: 1.0}).values())
-            one = _single(s, have[0][0].doc, calls, noisy=True)
+            one = single_run_margin(s, have[0][0].doc, calls, noisy=True)
             job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one))
     if job.comparisons:
         _settle(job, True)
@@ -385,69 +360,6 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     if current.empty and all(b.empty for b in baselines):
         notes.append("no collective calls on either side: nothing to compare")
     return Verdict(items, level, [b.source for b in baselines], current.source, s, notes)
-
-
-def _run_ms(doc: dict) -> float | None:
-    """A run's time: its longest rank's elapsed time (None when the document has no ranks)."""
-    elapsed = per_rank("ranks", "elapsed_ms")(doc)
-    return max(elapsed.values()) if elapsed else None
-
-
-# A key whose mean latency is this far from its median varies from call to call within the run, as
-# host-timed collectives do (gloo on CPU, NVTX ranges) and NCCL kernels timed on the GPU do not;
-# such keys vary the more from run to run (issue 36; the figures: docs/gate.md).
-NOISY_SPREAD = 0.2
-
-
-def _noisy_row(row: dict) -> bool:
-    avg, p50 = _num(row.get("avg_ms")), _num(row.get("p50_ms"))
-    return bool(avg is not None and p50 and abs(avg - p50) > NOISY_SPREAD * p50)
-
-
-def _host_timed(doc: dict) -> bool:
-    """A run without GPU kernels (gloo on CPU): its overlap section has no rank. Every call of it
-    is timed on the host, where the scheduler's noise is in every figure."""
-    overlap = doc.get("overlap")
-    return isinstance(overlap, dict) and "per_rank" in overlap and not overlap["per_rank"]
-
-
-def _noisy_run(doc: dict) -> bool:
-    """A host-timed run, or most of its collective time in keys that vary from call to call."""
-    if _host_timed(doc):
-        return True
-    rows = [r for r in doc.get("summary") or [] if isinstance(r, dict)]
-    total = sum(_num(r.get("total_ms")) or 0.0 for r in rows)
-    noisy = sum(_num(r.get("total_ms")) or 0.0 for r in rows if _noisy_row(r))
-    return total > 0 and noisy > total / 2
-
-
-def _single(s: Settings, doc: dict, calls: float, avg_ms: float | None = None, noisy: bool = False) -> SingleRun | None:
-    """The single-run margin (SingleRun) for a value of doc's run; a run whose totals are sums of
-    noisy keys (noisy: _noisy_run checked) only."""
-    if s.single_run_factor <= 1 and s.single_run_share <= 0:
-        return None
-    if noisy and not _noisy_run(doc):
-        return None
-    floor = s.single_run_share / 100 * (_run_ms(doc) or 0.0)
-    return SingleRun(s.single_run_factor, floor, calls, avg_ms)
-
-
-def _single_run_note(s: Settings, doc: dict) -> str:
-    how = (
-        "record several runs of the same code for a noise band: "
-        "nsyscomm baseline --append --output BASELINE.json RUN (docs/gate.md, noise bands)"
-    )
-    rows = [r for r in doc.get("summary") or [] if isinstance(r, dict)]
-    noisy = _host_timed(doc) or any(_noisy_row(r) for r in rows)
-    if (s.single_run_factor <= 1 and s.single_run_share <= 0) or not noisy:
-        return f"one baseline run: no noise band is known, the thresholds alone apply; {how}"
-    run_ms = _run_ms(doc)
-    floor = f" and by more than {s.single_run_share:g}% of its {run_ms:.0f} ms" if run_ms and s.single_run_share else ""
-    return (
-        f"one baseline run: no noise band is known, and its calls are timed on the host or vary (mean "
-        f">{NOISY_SPREAD:.0%} off the median): a timing of theirs fails only when worse than "
-        f"x{s.single_run_factor:g}{floor}; {how}"
-    )
 
 
 def _settle(item: Item, gated: bool) -> None:
