@@ -342,7 +342,14 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         notes.append(f"ranks differ: baseline {_ranges(base_ranks)}, current {_ranges(cur_ranks)}")
     bs = {(b.doc.get("skew") or {}).get("straggler_rank") for b in baselines} - {None}
     cs = (current.doc.get("skew") or {}).get("straggler_rank")
-    if cs is not None and bs and cs not in bs:
+    # which rank comes last most often flips between runs of a balanced job: news only when the
+    # arrival delays moved beyond their margin (issue 36)
+    moved = any(
+        c.metric == "rank.arrival_delay_ms" and c.status in (REGRESSION, WARN, NOISE)
+        for it in rank_items.values()
+        for c in it.comparisons
+    )
+    if cs is not None and bs and cs not in bs and moved:
         notes.append(f"straggler changed: rank {cs} now arrives last most often (baseline: rank(s) {_ranges(bs)})")
 
     job = Item("job", "job totals")
