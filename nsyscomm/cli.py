@@ -178,7 +178,8 @@ def summarize(
     memory_limit: str | None,
     debug: bool,
 ) -> None:
-    """Summarize collectives in nsys SQLite exports: files, folders of per-rank reports, or globs.
+    """Summarize collectives in nsys reports (SQLite or Arrow exports, as `nsyscomm run` writes them),
+    PyTorch profiler traces and Flight Recorder dumps: files, folders of per-rank reports, or globs.
 
     With no INPUTS, the bundled sample reports are summarized."""
     started = False

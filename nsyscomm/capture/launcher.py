@@ -37,6 +37,7 @@ from nsyscomm.capture.nsys_command import (
     torchrun_split,
     trace_for,
 )
+from nsyscomm.capture.nsys_output import FilteredStderr
 from nsyscomm.capture.post import (  # noqa: F401 - issue 24
     EXPORTS,
     StageLog,
@@ -307,13 +308,21 @@ def run(
             f"free space there or pass --output with another folder"
         ) from None
     temp_before = _temp_reports()
+    err = FilteredStderr(_stderr_fd())  # issue 36: nsys's importer lines, which ask nothing of the user
     try:
         # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
         proc = subprocess.Popen(
-            full, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None
+            full,
+            env=env,
+            start_new_session=True,
+            stdout=_stderr_fd() if stdout_to_stderr else None,
+            stderr=err.child_fd,
         )
     except OSError as e:
+        os.close(err.child_fd)
+        err.close(0)
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
+    err.start()
     watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # issue 22
     growth = CaptureWatch(lambda: _capture_files(out_dir, temp_before), preset).start()  # issue 34
     started = time.perf_counter()
@@ -321,6 +330,7 @@ def run(
         rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
     finally:
         growth.stop()
+        err.close()
         if watcher is not None:
             watcher.stop()
     if growth.warning:

@@ -97,10 +97,12 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
 
 
 def console() -> SafeConsole:
-    # report text with its control characters shown, never executed by the terminal (issue 26)
+    """The console every text view prints on: report text with its control characters shown,
+    never executed by the terminal (issue 26). Lines of text are never broken by it (soft_wrap):
+    a command it suggests stays one line to copy, in a terminal as in a log (issue 36)."""
     from nsyscomm.views.safe import SafeConsole as Console
 
-    c = Console(highlight=False)
+    c = Console(highlight=False, soft_wrap=True)
     if not c.is_terminal:  # CI logs and files: wide tables instead of rich's 80 columns
-        c = Console(highlight=False, width=200)
+        c = Console(highlight=False, soft_wrap=True, width=200)
     return c

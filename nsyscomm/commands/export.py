@@ -13,7 +13,8 @@ from nsyscomm.commands import guard as _guard
     "--format",
     "fmt",
     type=click.Choice(["whatif"]),
-    required=True,
+    default="whatif",
+    show_default=True,
     help="whatif: the per-op trace of the OSDI'25 straggler study's artifact "
     "(trace-NAME.parquet + meta-NAME.yaml; ByteDance-Seed/StragglerAnalysis).",
 )

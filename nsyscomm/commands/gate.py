@@ -255,6 +255,8 @@ def _baseline(inputs, output, append, keep, each, label):
     doc = g.baseline_document(old + runs, keep=keep)
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if output:
+        # `--output ci/comm-baseline.json` in a fresh checkout: its folder is made (issue 36)
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text, encoding="utf-8")
         keys = len({k for r in doc["runs"] for k in g.run_from_doc(r, output).op_rows})
         click.echo(f"nsyscomm: wrote {output}: {len(doc['runs'])} run(s), {keys} key(s)", err=True)

@@ -32,6 +32,12 @@ class Settings:
     new_keys: str = "fail"  # a key absent from every baseline run: fail | warn | ignore
     missing_keys: str = "warn"  # a baseline key absent from the current run
     noise_sigma: float = 0.0  # widen the baseline runs' [min, max] band by this many standard deviations
+    # A baseline of one run has no noise band, and a host-timed job's figures move a lot from run
+    # to run of the same code (issue 36; what was seen: docs/gate.md). A timing of a noisy key or
+    # run then fails only when it is worse by more than this factor (x2: +100% time, half the bandwidth) and costs more than this share (%) of the
+    # baseline run's time. 1 and 0 give one run the thresholds of a band.
+    single_run_factor: float = 2.0
+    single_run_share: float = 25.0
     level: str = "auto"  # compare per op (op, bytes, n) or per caller too; auto: caller when both sides have it
     source: list[str] = field(default_factory=list)  # where the settings came from
 
@@ -41,6 +47,8 @@ class Settings:
             "new_keys": self.new_keys,
             "missing_keys": self.missing_keys,
             "noise_sigma": self.noise_sigma,
+            "single_run_factor": self.single_run_factor,
+            "single_run_share": self.single_run_share,
             "level": self.level,
             "source": self.source,
             "thresholds": {
@@ -50,7 +58,18 @@ class Settings:
         }
 
 
-_TOP_KEYS = {"min_calls", "new_keys", "missing_keys", "noise_sigma", "by", "rel", "abs", "ignore"}
+_TOP_KEYS = {
+    "min_calls",
+    "new_keys",
+    "missing_keys",
+    "noise_sigma",
+    "single_run_factor",
+    "single_run_share",
+    "by",
+    "rel",
+    "abs",
+    "ignore",
+}
 
 
 def _metric_ids(name: str, where: str) -> list[str]:
@@ -72,6 +91,13 @@ def _as_float(v, what: str, where: str) -> float:
         raise InputError(f"{where}: {what} must be a number, got {v!r}") from None
     if math.isnan(x) or x < 0:
         raise InputError(f"{where}: {what} must be a number >= 0, got {v!r}")
+    return x
+
+
+def _factor(v, where: str) -> float:
+    x = _as_float(v, "single_run_factor", where)
+    if x < 1:
+        raise InputError(f"{where}: single_run_factor must be >= 1 (1: no widening), got {v!r}")
     return x
 
 
@@ -103,6 +129,10 @@ def apply_config(settings: Settings, cfg: dict, where: str) -> Settings:
             s.missing_keys = _policy(v, k, where)
         elif k == "noise_sigma":
             s.noise_sigma = _as_float(v, k, where)
+        elif k == "single_run_factor":
+            s.single_run_factor = _factor(v, where)
+        elif k == "single_run_share":
+            s.single_run_share = _as_float(v, k, where)
         elif k == "by":
             if v not in LEVELS:
                 raise InputError(f"{where}: by must be one of {', '.join(LEVELS)}, got {v!r}")
@@ -218,6 +248,8 @@ def override(
     missing_keys: str | None = None,
     noise_sigma: float | None = None,
     level: str | None = None,
+    single_run_factor: float | None = None,
+    single_run_share: float | None = None,
 ) -> Settings:
     """Command-line options on top of settings."""
     s = replace(settings, thresholds=dict(settings.thresholds))
@@ -244,4 +276,8 @@ def override(
         s.noise_sigma = noise_sigma
     if level is not None:
         s.level = level
+    if single_run_factor is not None:
+        s.single_run_factor = _factor(single_run_factor, "--single-run-factor")
+    if single_run_share is not None:
+        s.single_run_share = _as_float(single_run_share, "single_run_share", "--single-run-share")
     return s

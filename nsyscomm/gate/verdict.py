@@ -12,6 +12,7 @@ from nsyscomm.errors import InputError
 from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _num, per_rank
 from nsyscomm.gate.runs import Run, load_run, load_runs
 from nsyscomm.gate.settings import Settings, Threshold
+from nsyscomm.gate.single_run import SingleRun, host_timed, noisy_row, single_run_margin, single_run_note
 from nsyscomm.views.units import signed_pct
 
 REGRESSION, IMPROVEMENT, OK, NOISE, WARN, SKIPPED = "regression", "improvement", "ok", "noise", "warn", "skipped"
@@ -30,13 +31,22 @@ class Comparison:
     current: float | None
     delta: float | None
     rel_pct: float | None
-    threshold: Threshold
+    threshold: Threshold  # the one applied: widened for a one-run baseline (single_run)
     status: str
     reason: str = ""
+    single_run: bool = False  # compared against one run: no band, the single-run margin
 
     @property
     def fails(self) -> bool:
         return self.status == REGRESSION
+
+    @property
+    def margin(self) -> str:
+        """What a change had to exceed to fail, in words: "+10% and 0.01 ms", "-50%"."""
+        t = self.threshold
+        if self.better == "higher":
+            return f"-{t.rel:g}%" + (f" and {t.abs:.3g} {self.unit}".rstrip() if t.abs else "")
+        return f"+{t.rel:g}%" + (f" and {t.abs:.3g} {self.unit}".rstrip() if t.abs else "")
 
     def to_dict(self) -> dict:
         return {
@@ -51,6 +61,7 @@ class Comparison:
             "delta": self.delta,
             "change_pct": self.rel_pct,
             "threshold": {"rel_pct": self.threshold.rel, "abs": self.threshold.abs},
+            "single_run": self.single_run,
             "status": self.status,
             "reason": self.reason,
         }
@@ -166,9 +177,18 @@ def _pct(x: float | None) -> str:
 
 
 def compare_values(
-    metric: Metric, thr: Threshold, base: list[float], cur: float | None, noise_sigma: float = 0.0
+    metric: Metric,
+    thr: Threshold,
+    base: list[float],
+    cur: float | None,
+    noise_sigma: float = 0.0,
+    single: SingleRun | None = None,
 ) -> Comparison:
-    """One metric of one item: baseline values (one per run that has it) against the current value."""
+    """One metric of one item: baseline values (one per run that has it) against the current value.
+    With one baseline value there is no band: `single` (when given) widens the threshold."""
+    given = thr
+    if len(base) == 1 and single is not None:
+        thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
         return Comparison(
@@ -185,6 +205,7 @@ def compare_values(
             thr,
             status,
             reason,
+            thr != given,
         )
 
     if not base or cur is None:
@@ -212,7 +233,9 @@ def compare_values(
         return comp(NOISE, f"inside the baseline runs' band [{lo:.4g}, {hi:.4g}]", **kw)
     if not thr.fail:
         return comp(WARN, "reported only (fail = false)", **kw)
-    return comp(REGRESSION, f"beyond {thr.rel:g}% and {thr.abs:g} {metric.unit}".rstrip(), **kw)
+    # what it exceeded is the comparison's margin (Comparison.margin, shown beside it)
+    why = "outside the baseline runs' band" if len(base) > 1 else "one baseline run: no noise band"
+    return comp(REGRESSION, why, **kw)
 
 
 def _level(baselines: list[Run], current: Run, want: str) -> tuple[str, list[str]]:
@@ -247,6 +270,8 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         )
     level, level_notes = _level(baselines, current, s.level)
     notes += level_notes
+    if len(baselines) == 1:
+        notes.append(single_run_note(s, baselines[0].doc))
     items: list[Item] = []
 
     # --- keys
@@ -256,7 +281,8 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     keys.sort(key=lambda k: (k.op, k.bytes is None, k.bytes or 0, k.group_size or 0, k.caller or ""))
     key_metrics = [m for m in METRICS if m.scope == "key"]
     for k in keys:
-        in_base = [rows[k] for rows in base_rows if k in rows]
+        holders = [i for i, rows in enumerate(base_rows) if k in rows]
+        in_base = [base_rows[i][k] for i in holders]
         cur = cur_rows.get(k)
         bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
         bcall = statistics.median(bcalls) if bcalls else None
@@ -276,12 +302,17 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
                 items.pop()
             continue
         gated = min(bcall or 0, ccall or 0) >= s.min_calls
+        first = in_base[0]
+        one = single_run_margin(
+            s, baselines[holders[0]].doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms"))
+        )
+        one = one if host_timed(baselines[holders[0]].doc) or noisy_row(first) else None
         for m in key_metrics:
             base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
             cv = _num(cur.get(m.name))
             if not base_vals and cv is None:
                 continue  # neither side has this metric (e.g. busbw without bytes)
-            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma)
+            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one)
             if c.status == REGRESSION and not gated:
                 c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
             item.comparisons.append(c)
@@ -290,15 +321,18 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     # --- ranks and job
     rank_metrics = [m for m in METRICS if m.scope == "rank"]
     rank_items: dict[int, Item] = {}
+    rank_calls = [per_rank("ranks", "calls")(b.doc) or {} for b in baselines]
     for m in rank_metrics:
         base_maps = [m.extract(b.doc) for b in baselines]
         cur_map = m.extract(current.doc)
         if cur_map is None or all(bm is None for bm in base_maps):
             continue  # the section is not on both sides: nothing to compare
         for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
-            vals = [bm[rank] for bm in base_maps if bm and rank in bm]
+            have = [i for i, bm in enumerate(base_maps) if bm and rank in bm]
+            vals = [base_maps[i][rank] for i in have]  # type: ignore[index]
+            one = single_run_margin(s, baselines[have[0]].doc, rank_calls[have[0]].get(rank, 1.0), noisy=True)
             it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))
-            it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma))
+            it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma, one))
     for rank in sorted(rank_items):
         _settle(rank_items[rank], True)
         items.append(rank_items[rank])
@@ -308,15 +342,25 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         notes.append(f"ranks differ: baseline {_ranges(base_ranks)}, current {_ranges(cur_ranks)}")
     bs = {(b.doc.get("skew") or {}).get("straggler_rank") for b in baselines} - {None}
     cs = (current.doc.get("skew") or {}).get("straggler_rank")
-    if cs is not None and bs and cs not in bs:
+    # which rank comes last most often flips between runs of a balanced job: news only when the
+    # arrival delays moved beyond their margin (issue 36)
+    moved = any(
+        c.metric == "rank.arrival_delay_ms" and c.status in (REGRESSION, WARN, NOISE)
+        for it in rank_items.values()
+        for c in it.comparisons
+    )
+    if cs is not None and bs and cs not in bs and moved:
         notes.append(f"straggler changed: rank {cs} now arrives last most often (baseline: rank(s) {_ranges(bs)})")
 
     job = Item("job", "job totals")
     for m in (m for m in METRICS if m.scope == "job"):
-        base_vals = [v for v in (m.extract(b.doc) for b in baselines) if v is not None]
+        have = [(b, v) for b, v in ((b, m.extract(b.doc)) for b in baselines) if v is not None]
+        base_vals = [v for _, v in have]
         cv = m.extract(current.doc)
         if base_vals and cv is not None:
-            job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma))
+            calls = max((per_rank("ranks", "calls")(have[0][0].doc) or {1: 1.0}).values())
+            one = single_run_margin(s, have[0][0].doc, calls, noisy=True)
+            job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one))
     if job.comparisons:
         _settle(job, True)
         items.append(job)

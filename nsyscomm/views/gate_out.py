@@ -57,7 +57,9 @@ def _pct(x: float | None) -> str:
 
 
 def _band(c: Comparison) -> str:
-    return f"{_v(c.band[0], c.unit)}..{_v(c.band[1], c.unit)}" if c.band else ""
+    if c.band:
+        return f"{_v(c.band[0], c.unit)}..{_v(c.band[1], c.unit)}"
+    return "none (1 run)" if c.runs == 1 else ""
 
 
 def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[dict]:
@@ -78,8 +80,8 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
     hidden = len(ranks) - len(keep)
     after_ranks = 0
     for it in verdict.items:
-        if show != "all" and not it.changed:
-            continue
+        if show != "all" and (not it.changed or it.status == FEW_CALLS):
+            continue  # a key of a few calls is never gated: nothing there to act on (--show all lists it)
         if it.scope == "rank" and id(it) not in keep:
             continue
         if it.status in (NEW, MISSING):
@@ -93,6 +95,7 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
                     "current": f"{_v(calls, '')} calls" if it.status == NEW else "-",
                     "change": "",
                     "band": "",
+                    "margin": "",
                     "note": it.note,
                     "fails": it.fails,
                 }
@@ -111,6 +114,7 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
                     "current": _v(c.current, c.unit) + unit,
                     "change": _pct(c.rel_pct),
                     "band": _band(c),
+                    "margin": c.margin,
                     "note": c.reason or (it.note if it.status == FEW_CALLS else ""),
                     "fails": c.fails,
                 }
@@ -128,6 +132,7 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
                 "current": "",
                 "change": "",
                 "band": "",
+                "margin": "",
                 "note": "--show all or --format json lists them",
                 "fails": False,
             },
@@ -152,6 +157,7 @@ def render_text(verdict: Verdict, console: Console, show: str = "changed") -> No
             ("current", "right"),
             ("change", "right"),
             ("baseline band", "right"),
+            ("margin", "right"),
             ("note", "left"),
         ):
             t.add_column(name, justify=just)
@@ -165,6 +171,7 @@ def render_text(verdict: Verdict, console: Console, show: str = "changed") -> No
                 x["current"],
                 f"[{st}]{x['change']}[/]" if st else x["change"],
                 x["band"],
+                x["margin"],
                 escape(x["note"]),
             )
         console.print(t)
@@ -196,8 +203,8 @@ def render_markdown(verdict: Verdict, show: str = "changed") -> str:
     r = rows(verdict, show)
     if r:
         lines += [
-            "| | op / size / n | metric | baseline | current | change | baseline band | note |",
-            "|---|---|---|---:|---:|---:|---:|---|",
+            "| | op / size / n | metric | baseline | current | change | baseline band | margin | note |",
+            "|---|---|---|---:|---:|---:|---:|---:|---|",
         ]
         for x in r:
             lines.append(
@@ -211,6 +218,7 @@ def render_markdown(verdict: Verdict, show: str = "changed") -> str:
                         x["current"],
                         f"**{x['change']}**" if x["fails"] else x["change"],
                         x["band"],
+                        x["margin"],
                         _md_escape(x["note"]),
                     ]
                 )
@@ -265,6 +273,7 @@ def render_junit(verdict: Verdict) -> str:
                 f"{c.status:11} {c.label}: baseline {_v(c.baseline, c.unit)}{unit} -> "
                 f"current {_v(c.current, c.unit)}{unit} ({_pct(c.rel_pct)})"
                 + (f" band {_band(c)}" if c.band else "")
+                + f" margin {c.margin}"
                 + (f" [{c.reason}]" if c.reason else "")
             )
         text = "\n".join(detail) or it.note

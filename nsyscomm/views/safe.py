@@ -39,19 +39,26 @@ def visible_line(text: str) -> str:
     return text.replace("\n", "\\n").replace("\t", "\\t") if ("\n" in text or "\t" in text) else text
 
 
+# spaces at the end of a line, before the style codes that may close it: rich pads every table
+# row to the table's width; in a log or a file they are noise (issue 36)
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
 class SafeConsole(Console):
     """A rich Console that shows the control characters of what it prints (visible()); its own
-    styling (colours, bold), which rich writes as separate control segments, is kept."""
+    styling (colours, bold), which rich writes as separate control segments, is kept. Lines end
+    without trailing spaces."""
 
     def _render_buffer(self, buffer) -> str:
         from rich.segment import Segment
 
-        return super()._render_buffer(
+        text = super()._render_buffer(
             Segment(visible(text), style, control)
             if not control and _UNSAFE.search(text)
             else Segment(text, style, control)
             for text, style, control in buffer
         )
+        return _TRAILING.sub(r"\1", text)
 
 
 # What spreadsheet-safe CSV writers (OWASP's CSV injection advice) neutralise: a cell starting

@@ -172,8 +172,16 @@ def _check(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
     if bad:
         warnings.append(f"{bad} NVTX range(s) without a start time or thread ignored (damaged export?)")
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL"):
-        if t not in tables:
+        if t not in tables and not (t == "CUPTI_ACTIVITY_KIND_KERNEL" and _cpu_only(con, tables)):
             warnings.append(f"table {t} is absent (nothing of that kind was captured)")
+
+
+def _cpu_only(con, tables: dict[str, set[str]]) -> bool:
+    """A job that used no CUDA at all (gloo on CPU): NVTX ranges, and neither a CUDA API call nor
+    an NCCL name. It has no kernels to capture; their absence is no news (issue 36)."""
+    if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" in tables or "StringIds" not in tables:
+        return False
+    return con.execute("SELECT NOT EXISTS (SELECT 1 FROM r.StringIds WHERE value LIKE 'nccl%')").fetchone()[0]
 
 
 def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):

@@ -1,0 +1,130 @@
+"""nsys's stderr, as `nsyscomm run` shows it: everything but the lines that ask nothing of the user.
+
+nsys 2022.4 (Debian's) cannot find its importer and says so after every run ("Importer error
+status: ... skipping importation of the QDSTRM file"), although nsyscomm imports the .qdstrm
+itself right after (capture/post.py): the run succeeds, and the two lines only alarm (issue 36).
+
+The profiled job inherits nsys's stderr, so the job's own stderr passes through here too: it is
+forwarded as it comes, byte for byte, a partial line (a progress bar) at once, unless it could
+still become one of the dropped lines. When nsyscomm's stderr is a terminal, the job writes into
+a pseudo-terminal of the same size, so that it still sees a terminal (colours, progress bars).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+# whole lines, compared without their line end
+DROPPED = (
+    b"Importer error status: The importer binary and its dependencies were not found.",
+    b"Unable to retrieve the importer version: skipping importation of the QDSTRM file.",
+)
+
+
+class LineFilter:
+    """Bytes in, the same bytes out less the DROPPED lines; a partial line is held back only
+    while it is the beginning of a dropped line."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._at_start = True
+
+    def feed(self, data: bytes) -> bytes:
+        self._buf += data
+        out = []
+        while self._buf:
+            end = self._buf.find(b"\n")
+            if not self._at_start:  # the rest of a line already (partly) shown
+                if end < 0:
+                    out.append(self._buf)
+                    self._buf = b""
+                    break
+                out.append(self._buf[: end + 1])
+                self._buf = self._buf[end + 1 :]
+                self._at_start = True
+            elif end < 0:
+                if not any(d.startswith(self._buf.rstrip(b"\r")) for d in DROPPED):
+                    out.append(self._buf)
+                    self._buf = b""
+                    self._at_start = False
+                break
+            else:
+                line = self._buf[: end + 1]
+                self._buf = self._buf[end + 1 :]
+                if line.rstrip(b"\r\n") not in DROPPED:
+                    out.append(line)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        rest, self._buf = self._buf, b""
+        return b"" if rest.rstrip(b"\r\n") in DROPPED else rest
+
+
+class FilteredStderr:
+    """A file descriptor for nsys's stderr (child_fd) whose output reaches out_fd filtered.
+
+    start() after the child is started (it closes the parent's copy of child_fd); close() after
+    it exited: the rest is forwarded, waiting at most `timeout` for a process the job left behind
+    that still holds the stderr."""
+
+    def __init__(self, out_fd: int) -> None:
+        self._out = out_fd
+        self._filter = LineFilter()
+        self._thread: threading.Thread | None = None
+        read_fd, self.child_fd = _terminal_like(out_fd) if _isatty(out_fd) else os.pipe()
+        self._read = read_fd
+
+    def start(self) -> FilteredStderr:
+        os.close(self.child_fd)
+        self._thread = threading.Thread(target=self._pump, name="nsys-stderr", daemon=True)
+        self._thread.start()
+        return self
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read, 65536)
+            except OSError:  # EIO: a pseudo-terminal whose last writer closed it; or closed by close()
+                break
+            if not data:
+                break
+            self._write(self._filter.feed(data))
+        self._write(self._filter.flush())
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self._out, data) :]
+            except OSError:  # our own stderr is gone: nothing left to show it on
+                return
+
+    def close(self, timeout: float = 2.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with contextlib.suppress(OSError):
+            os.close(self._read)
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _terminal_like(out_fd: int) -> tuple[int, int]:
+    """A pseudo-terminal (master, slave) of out_fd's size that writes lines as they are ("\\n",
+    not the "\\r\\n" a terminal's output processing would make of it)."""
+    import fcntl
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+    with contextlib.suppress(OSError):
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(out_fd, termios.TIOCGWINSZ, b"\0" * 8))
+    return master, slave
