@@ -142,6 +142,11 @@ def main() -> None:
     is_flag=True,
     help="Also output the profiled environment and command lines the reports hold (may contain secrets).",
 )
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="Read reports that do not look like one job (ranks or world sizes clash, runs far apart) as one job anyway.",
+)
 @click.option("--no-cache", is_flag=True, help="Extract every report again; neither read nor write the cache.")
 @click.option(
     "--jobs",
@@ -172,6 +177,7 @@ def summarize(
     units: str,
     nccl_logs: tuple[str, ...],
     include_env: bool,
+    merge: bool,
     no_cache: bool,
     jobs: int | None,
     dask_address: str | None,
@@ -193,6 +199,7 @@ def summarize(
             "cache": not no_cache,
             "dask": dask_address,
             "memory_limit": memory_limit,
+            "merge": merge,
         }
         if inputs:
             result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)

@@ -90,6 +90,8 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
         console.print(f"No collective calls found in {escape(reports)}.")
         for w in result.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
+        for line in skipped_lines(result):
+            console.print(f"note: {escape(line)}")
         return
     result.prefetch(
         ("summary", {"by_caller": by_caller}),
@@ -134,6 +136,20 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
     whatif_out.render(result, console)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+    for line in skipped_lines(result):
+        console.print(f"note: {escape(line)}")
+
+
+def skipped_lines(result: Result, shown: int = 6) -> list[str]:
+    """The files of the input folders that were not read, one line per reason."""
+    by: dict[str, list[str]] = {}
+    for path, why in result.skipped:
+        by.setdefault(why, []).append(path)
+    out = []
+    for why, paths in by.items():
+        names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+        out.append(f"not read ({why}): {names}")
+    return out
 
 
 def _hang_lines(result: Result) -> list[str]:
