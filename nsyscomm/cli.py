@@ -125,10 +125,11 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option(
     "--units",
-    type=click.Choice(["Gbps", "GBps"]),
-    default="Gbps",
+    type=click.Choice(["GBps", "Gbps"]),
+    default="GBps",
     show_default=True,
-    help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).",
+    help="Bandwidth unit of the text/markdown tables: GBps (GB/s, as JSON, CSV and HTML have it) "
+    "or Gbps (gigabits per second, DeepSpeed's).",
 )
 @click.option(
     "--nccl-log",
@@ -369,7 +370,7 @@ def run(
         with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
             result = _run_guarded(lambda: load(list(res.reports)), debug)
         shown = time.perf_counter()
-        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)  # the analyses run as they are shown
+        _run_guarded(lambda: emit(result, fmt, "GBps", False), debug)  # the analyses run as they are shown
         log.line(f"analyses and summary printed {time.perf_counter() - shown:.2f} s", echo=False)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)
