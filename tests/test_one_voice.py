@@ -10,14 +10,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
 from tests import job_shapes
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, job_did_its_work
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 NODES = SAMPLES / "synthetic_nowrapper_2node"
@@ -129,3 +134,36 @@ def test_steps_name_the_late_rank_and_say_where_a_step_begins(loop_job):
     md = _out("summarize", loop_job, "--format", "markdown")
     table = md.split("## Per step")[1].split("\n\n")[1].splitlines()[2:]
     assert [line.split("|")[4].strip() for line in table][:8] == ["1"] * 8
+
+
+PLAIN_LOOP = Path(__file__).resolve().parent / "data" / "plain_loop_job.py"
+
+
+@pytest.mark.skipif(
+    shutil.which("nsys") is None or shutil.which("torchrun") is None,
+    reason="nsys and torchrun are needed for the real run",
+)
+def test_real_plain_loop_steps_and_slow_rank(tmp_path):
+    """A real 2-rank gloo job under `nsyscomm run` (tests/data/plain_loop_job.py): 8 iterations
+    in which rank 1 sleeps 30 ms before the all_reduce, then a barrier. Steps 0-7 are the
+    iterations, each led by rank 1; step 8 holds the barrier alone; the lines say so."""
+    env = {k: v for k, v in os.environ.items() if k != "NSYSCOMM_HANG_TIMEOUT"}
+    cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(tmp_path / "out"), "--format", "csv", "--"]
+    cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(PLAIN_LOOP)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert job_did_its_work(r.returncode, r.stderr), r.stderr[-3000:]
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    steps = [x for x in rows if x["table"] == "steps"]
+    assert [int(x["step"]) for x in steps] == list(range(9)), steps
+    assert all(x["calls"] == "2" for x in steps)  # one all_reduce per rank, and the barrier
+    # rank 1 slept 30 ms before each all_reduce; in step 0 the ranks' start-up skew (up to
+    # hundreds of ms, either rank) comes on top, so it may name either. The lateness is the
+    # sleep less rank 0's own delays (a loaded machine takes up to half of it)
+    for x in steps[1:8]:
+        assert x["late_rank"] == "1" and float(x["late_ms"]) >= 10, x
+    text = _out("summarize", tmp_path / "out")
+    # which rank communicates most depends on the start-up skew too: each line says its waiting
+    assert "communication time per rank counts the time spent waiting for late ranks" in text
+    for label in ("minimum", "maximum"):
+        assert re.search(rf"{label} communication time = [\d.]+ ms for rank \d \([\d.]+ ms of it waiting\)", text)
+    assert "step N begins at the N-th optimizer.step()" in text
