@@ -94,7 +94,6 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     file is judged by what it is, not by what else the folder holds: a folder mixing kinds is
     read whole, and whether its reports make one job is combine's question (combine/one_job.py)."""
     from nsyscomm.ingest import flight_recorder
-    from nsyscomm.ingest.nsys import reader as nsys_reader
 
     exports = nsys_arrow.exports_in(folder)
     export_dirs = [e for e in exports if e.is_dir()]
@@ -105,7 +104,7 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     for f in sorted(x for x in folder.rglob("*") if x.is_file()):
         if any(d in f.parents for d in export_dirs) or f in exports:
             continue
-        if f.suffix == ".sqlite" and nsys_reader.is_sqlite(f):
+        if f.suffix == ".sqlite":  # by its name: one that is not a good export is named by the reader's error
             by_kind["nsys SQLite export"].append(f)
         elif straggler_trace.is_trace(f):
             by_kind["straggler trace"].append(f)
@@ -145,8 +144,6 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             )
         elif kineto.is_trace(f):
             why = "JSON, but not a PyTorch profiler trace"
-        elif f.suffix == ".sqlite":
-            why = "not an SQLite database"
         else:
             why = "not a report"
         skipped.append((f, why))
