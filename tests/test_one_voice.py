@@ -88,12 +88,14 @@ def test_one_bandwidth_unit_everywhere(tmp_path):
     assert shown in (tmp_path / "r.html").read_text()
 
 
-def test_sizes_read_alike_in_every_table():
+def test_sizes_read_alike_in_every_table(tmp_path):
     """The what-if keys say '25.0 MB' like every other table, never the raw bytes."""
     for fmt in ("text", "markdown"):
         out = _out("summarize", DDP, "--format", fmt)
         assert "all_reduce 25.0 MB train.py:88" in out, fmt
         assert "26214400" not in out and "10813440" not in out, fmt
+    _out("report", DDP, "-o", tmp_path / "r.html")
+    assert "op all_reduce 25.0 MB train.py:88" in (tmp_path / "r.html").read_text()
 
 
 def test_csv_counts_are_integers_and_times_rounded():
