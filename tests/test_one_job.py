@@ -124,3 +124,21 @@ def test_commands_without_input_show_one_sample_job(tmp_path):
     assert code == 0, err
     ranks = {e["pid"] for e in json.loads(out)["traceEvents"] if e.get("ph") == "X"}
     assert len(ranks) == 4
+
+
+def test_every_command_refuses_two_jobs_and_merges_on_request(tmp_path):
+    """The refusal's advice holds wherever it is given: every command that reads reports takes
+    --merge."""
+    shutil.copy(DDP, tmp_path)
+    shutil.copy(GLOO, tmp_path)
+    out = tmp_path / "out"
+    for cmd in (
+        ["summarize", tmp_path],
+        ["trace", tmp_path, "-o", out / "t.json"],
+        ["report", tmp_path, "-o", out / "r.html"],
+        ["export", "--format", "whatif", out / "w", tmp_path],
+    ):
+        code, _, err = _run(*cmd)
+        assert code == 2 and "--merge" in _refused(err), cmd
+        code, _, err = _run(*cmd, "--merge")
+        assert code == 0, (cmd, err)
