@@ -13,8 +13,8 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.analyses.result import SCHEMA_VERSION, Result
-from nsyscomm.combine import JobCalls, combine
-from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir
+from nsyscomm.combine import JobCalls, combine, one_job
+from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
 from nsyscomm.extract.readers import extract_one
 from nsyscomm.ingest import straggler_trace
 
@@ -45,19 +45,26 @@ def load(
     cache: bool = True,
     dask: str | None = None,
     memory_limit: str | None = None,
+    merge: bool = False,
 ) -> Result:
     """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
     job's NCCL context and a reference bandwidth curve. memory_limit: DuckDB's memory per process
-    ("4GB", "50%"; else NSYSCOMM_MEMORY_LIMIT, else DuckDB's default); past it, it spills to disk."""
-    files = discover(paths)
+    ("4GB", "50%"; else NSYSCOMM_MEMORY_LIMIT, else DuckDB's default); past it, it spills to disk.
+    Reports that cannot be one job are refused (InputError naming what differs: combine.one_job)
+    unless merge=True."""
+    found = survey(paths)
+    files = found.files
     names = report_names(files)
     from nsyscomm.extract import pool  # jobs/cache/dask: parallel extraction, Parquet cache, Dask cluster
 
     with duck.memory_limit(memory_limit):
         calls = JobCalls()
         extracts = pool.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
+        if not merge:
+            one_job.check(extracts, calls.pids)
         result = combine(extracts, by_caller=by_caller, calls=calls)
     result.sources = list(files)
+    result.skipped = [(str(p), why) for p, why in found.skipped]
     if nccl_logs:
         from nsyscomm.ingest import nccl_log
 

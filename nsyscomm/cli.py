@@ -125,10 +125,11 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option(
     "--units",
-    type=click.Choice(["Gbps", "GBps"]),
-    default="Gbps",
+    type=click.Choice(["GBps", "Gbps"]),
+    default="GBps",
     show_default=True,
-    help="Bandwidth unit of the text/markdown tables (JSON is always GB/s).",
+    help="Bandwidth unit of the text/markdown tables: GBps (GB/s, as JSON, CSV and HTML have it) "
+    "or Gbps (gigabits per second, DeepSpeed's).",
 )
 @click.option(
     "--nccl-log",
@@ -141,6 +142,11 @@ def main() -> None:
     "--include-env",
     is_flag=True,
     help="Also output the profiled environment and command lines the reports hold (may contain secrets).",
+)
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="Read reports that do not look like one job (ranks or world sizes clash, runs far apart) as one job anyway.",
 )
 @click.option("--no-cache", is_flag=True, help="Extract every report again; neither read nor write the cache.")
 @click.option(
@@ -172,6 +178,7 @@ def summarize(
     units: str,
     nccl_logs: tuple[str, ...],
     include_env: bool,
+    merge: bool,
     no_cache: bool,
     jobs: int | None,
     dask_address: str | None,
@@ -194,6 +201,7 @@ def summarize(
             "cache": not no_cache,
             "dask": dask_address,
             "memory_limit": memory_limit,
+            "merge": merge,
         }
         if inputs:
             result = _run_guarded(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
@@ -364,7 +372,7 @@ def run(
         with StageLog(res.output_dir) as log, log.stage("summarize", list(res.reports)):
             result = _run_guarded(lambda: load(list(res.reports)), debug)
         shown = time.perf_counter()
-        _run_guarded(lambda: emit(result, fmt, "Gbps", False), debug)  # the analyses run as they are shown
+        _run_guarded(lambda: emit(result, fmt, "GBps", False), debug)  # the analyses run as they are shown
         log.line(f"analyses and summary printed {time.perf_counter() - shown:.2f} s", echo=False)
     elif not res.reports:
         click.echo("nsyscomm: no report was produced", err=True)

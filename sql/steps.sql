@@ -1,6 +1,8 @@
--- Per training step (from the wrapper's step field): communication time summed over ranks,
--- the busiest rank's time, and the step's mean and worst arrival skew. Input: collectives,
--- logical_collectives.
+-- Per training step (from the wrapper's step field: a step begins at optimizer.step() or
+-- nsyscomm.step(i), step 0 is what precedes the first): communication time summed over ranks
+-- (waiting for late ranks included), the rank with the most of it, the rank that kept the others
+-- waiting longest (the last to arrive, weighted by how late), and the step's mean and worst
+-- arrival skew. Input: collectives, logical_collectives.
 WITH per_rank AS (
     SELECT step, rank, sum(duration_ns) AS comm_ns, count(*) AS calls
     FROM collectives WHERE step IS NOT NULL GROUP BY step, rank
@@ -8,6 +10,17 @@ WITH per_rank AS (
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
     FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 GROUP BY step
+),
+late_by AS (
+    SELECT step, last_rank, sum(last_arrival - first_arrival) AS late_ns
+    FROM logical_collectives
+    WHERE step IS NOT NULL AND participants >= 2 AND last_arrival > first_arrival
+    GROUP BY step, last_rank
+),
+late AS (
+    -- tie on delay: the smallest rank is named
+    SELECT step, arg_max(last_rank, (late_ns, -last_rank)) AS late_rank, max(late_ns) AS late_ns
+    FROM late_by GROUP BY step
 )
 SELECT p.step,
        sum(p.calls)                AS calls,
@@ -15,6 +28,8 @@ SELECT p.step,
        max(p.comm_ns) / 1e6        AS max_rank_comm_ms,
        arg_max(p.rank, p.comm_ns)  AS max_rank,
        any_value(s.avg_skew_ns) / 1e6 AS avg_skew_ms,
-       any_value(s.max_skew_ns) / 1e6 AS max_skew_ms
-FROM per_rank p LEFT JOIN skew s ON s.step = p.step
+       any_value(s.max_skew_ns) / 1e6 AS max_skew_ms,
+       any_value(l.late_rank)      AS late_rank,
+       any_value(l.late_ns) / 1e6  AS late_ms
+FROM per_rank p LEFT JOIN skew s ON s.step = p.step LEFT JOIN late l ON l.step = p.step
 GROUP BY p.step ORDER BY p.step

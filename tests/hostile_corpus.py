@@ -282,7 +282,7 @@ def build(d: Path, robustness: bool = True) -> dict[str, tuple[Path, str]]:
     runs = d / "two_runs"
     runs.mkdir()
     two_runs(runs)
-    c["two_4rank_runs"] = (runs, OK)
+    c["two_4rank_runs"] = (runs, ERROR)  # two jobs: refused, naming the clashing ranks (issue 36)
     if robustness:  # the families of tests/test_robustness.py (issue 11), with their expectations
         from tests.test_robustness import ERROR as R_ERROR
         from tests.test_robustness import build_corpus

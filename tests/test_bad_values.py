@@ -55,11 +55,11 @@ def test_calls_that_end_before_they_start_are_left_out(tmp_path):
 
 
 def test_duplicate_ranks_are_renumbered(tmp_path):
-    """The same job's report twice: the second copy's processes get new ranks, with a warning,
-    and no rank is counted twice in the skew table."""
+    """The same job's report twice, read as one job on request (merge): the second copy's
+    processes get new ranks, with a warning, and no rank is counted twice in the skew table."""
     a = _copy(tmp_path, "a.sqlite")
     shutil.copy(a, tmp_path / "b.sqlite")
-    res = nsyscomm.load(tmp_path, cache=False)
+    res = nsyscomm.load(tmp_path, cache=False, merge=True)
     ranks = res.ranks
     assert sorted(ranks["rank"]) == list(range(8))
     assert any("claimed by several processes" in w for w in res.warnings)

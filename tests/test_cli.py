@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sqlite3
 
@@ -28,7 +30,7 @@ def test_no_argument_tours_the_bundled_samples():
         "synthetic_nowrapper_2node",
     ):
         assert f"sample job: {name}" in r.output
-    assert "Comm. Op" in r.output and "busbw_avg (Gbps)" in r.output
+    assert "Comm. Op" in r.output and "busbw_avg (GB/s)" in r.output
 
 
 def test_text_layout_is_deepspeeds():
@@ -40,8 +42,8 @@ def test_text_layout_is_deepspeeds():
         "Count",
         "Total Latency(ms)",
         "Avg Latency(ms)",
-        "tput_avg (Gbps)",
-        "busbw_avg (Gbps)",
+        "tput_avg (GB/s)",
+        "busbw_avg (GB/s)",
     ]
     assert [header.index(c) for c in cols] == sorted(header.index(c) for c in cols)
     assert "25.0 MB" in out and "10.31 MB" in out
@@ -56,11 +58,14 @@ def test_by_caller_splits_ops_like_deepspeed_debug():
 
 
 def test_units():
+    """One unit, chosen once (issue 36): GB/s by default in every format, as JSON has it;
+    DeepSpeed's gigabits on request."""
     gbps = json.loads(run("summarize", DDP, "--format", "json").output)["summary"][0]["busbw_GBps"]
-    text = run("summarize", DDP, "--units", "GBps", "--format", "markdown").output
-    assert "busbw_avg (GBps)" in text and f"{gbps:.2f}" in text
-    text = run("summarize", DDP, "--format", "markdown").output
-    assert f"{gbps * 8:.2f}" in text
+    for fmt in ("text", "markdown"):
+        text = run("summarize", DDP, "--format", fmt).output
+        assert "busbw_avg (GB/s)" in text and f"{gbps:.2f}" in text and f"{gbps * 8:.2f}" not in text
+    text = run("summarize", DDP, "--units", "Gbps", "--format", "markdown").output
+    assert "busbw_avg (Gbit/s)" in text and f"{gbps * 8:.2f}" in text
 
 
 def test_json_contract():
@@ -94,9 +99,11 @@ def test_json_contract():
 
 
 def test_csv():
-    out = run("summarize", DDP, "--format", "csv").output.splitlines()
-    assert out[0].startswith("op,bytes,count,calls,ranks,total_ms")
-    assert len(out) == 4
+    """One CSV of every table, named in its first column (docs/views.md, "CSV")."""
+    rows = list(csv.DictReader(io.StringIO(run("summarize", DDP, "--format", "csv").stdout)))
+    summary = [r for r in rows if r["table"] == "summary"]
+    assert len(summary) == 3
+    assert {"op", "bytes", "count", "calls", "ranks", "total_ms", "busbw_GBps"} <= set(rows[0])
 
 
 def _bad_inputs(tmp_path):

@@ -264,7 +264,7 @@ def test_csv_cell_rules():
 
 def test_two_runs_keep_each_ranks_host(tmp_path):
     H.two_runs(tmp_path)
-    doc = json.loads(run("summarize", tmp_path, "--format", "json").stdout)
+    doc = json.loads(run("summarize", tmp_path, "--format", "json", "--merge").stdout)
     hosts = {r["rank"]: r["host"] for r in doc["ranks"]}
     assert hosts == {**{r: "node-a" for r in range(4)}, **{r: "node-b" for r in range(4, 8)}}, hosts
     assert any("renumbered" in w for w in doc["warnings"])

@@ -38,6 +38,7 @@ class Result:
     _prefetched: dict = field(default_factory=dict, init=False, repr=False)  # (name, params) -> Future
     op_trace: tuple | None = None  # (ops, meta) of a per-op what-if trace input
     sources: list = field(default_factory=list)  # the input files (issue 22: records beside them)
+    skipped: list = field(default_factory=list)  # (file, why): the files of input folders not read
 
     @functools.cached_property
     def hang(self) -> dict:

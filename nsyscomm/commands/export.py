@@ -19,17 +19,22 @@ from nsyscomm.commands import guard as _guard
     "(trace-NAME.parquet + meta-NAME.yaml; ByteDance-Seed/StragglerAnalysis).",
 )
 @click.option("--name", default="nsyscomm", show_default=True, help="The trace's name (trial_name).")
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="Read reports that do not look like one job (ranks or world sizes clash) as one job anyway.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=str))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
-def export(fmt: str, name: str, debug: bool, out_dir: str, inputs: tuple[str, ...]) -> None:
+def export(fmt: str, name: str, merge: bool, debug: bool, out_dir: str, inputs: tuple[str, ...]) -> None:
     """Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.
     With no INPUTS, the bundled sample reports are used."""
     with collector_paused():
         from nsyscomm.analyses import trace_export
         from nsyscomm.api import load
 
-    result = _guard(lambda: load(list(inputs) or None), debug)
+    result = _guard(lambda: load(list(inputs) or None, merge=merge), debug)
     files = _guard(lambda: trace_export.write(result, out_dir, name), debug)
     for f in files:
         click.echo(f"wrote {f}", err=True)

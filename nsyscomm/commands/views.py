@@ -20,11 +20,14 @@ def _steps(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-def _load(inputs, debug):
+MERGE_HELP = "Read reports that do not look like one job (ranks or world sizes clash) as one job anyway."
+
+
+def _load(inputs, debug, merge: bool = False):
     with collector_paused():
         from nsyscomm.api import load
 
-    return _guard(lambda: load(list(inputs) or None), debug)
+    return _guard(lambda: load(list(inputs) or None, merge=merge), debug)
 
 
 @click.command("trace")
@@ -57,6 +60,7 @@ def _load(inputs, debug):
     default=None,
     help="Add the replayed timeline of a what-if scenario (no_straggler, ideal, ...) beside the measured one.",
 )
+@click.option("--merge", is_flag=True, help=MERGE_HELP)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def trace(
     inputs: tuple[str, ...],
@@ -64,6 +68,7 @@ def trace(
     steps: tuple[int | None, int | None] | None,
     per_rank: str | None,
     what_if: str | None,
+    merge: bool,
     debug: bool,
 ) -> None:
     """Export collectives as a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing).
@@ -73,7 +78,7 @@ def trace(
     With no INPUTS, the bundled sample reports are used."""
     from nsyscomm.views import trace as tr
 
-    result = _load(inputs, debug)
+    result = _load(inputs, debug, merge)
     if output is None and per_rank is None:
         output = "trace.json"
     if output == "-":
@@ -109,8 +114,11 @@ def trace(
     help="Draw the hardware's peak bus bandwidth (GB/s) on the bandwidth chart.",
 )
 @click.option("--title", default=None, help="Page title (default: the report names).")
+@click.option("--merge", is_flag=True, help=MERGE_HELP)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def report(inputs: tuple[str, ...], output: str, peak_busbw: float | None, title: str | None, debug: bool) -> None:
+def report(
+    inputs: tuple[str, ...], output: str, peak_busbw: float | None, title: str | None, merge: bool, debug: bool
+) -> None:
     """Write a self-contained HTML report (works offline: no CDN, no network).
 
     Summary tables, bus bandwidth against message size, per-rank communication and wait,
@@ -118,7 +126,7 @@ def report(inputs: tuple[str, ...], output: str, peak_busbw: float | None, title
     overlap analysis is available) and top callers. With no INPUTS, the bundled samples are used."""
     from nsyscomm.views import html_report
 
-    result = _load(inputs, debug)
+    result = _load(inputs, debug, merge)
     page = _guard(lambda: html_report.render(result, peak_busbw=peak_busbw, title=title), debug)
     if output == "-":
         click.echo(page, nl=False)

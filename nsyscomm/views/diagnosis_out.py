@@ -1,11 +1,9 @@
-"""The diagnosis in the text summary (issue 21): the short "Diagnosis" block at its top: the
-straggler, why, what it costs, the best what-if. Reads only the Result (late, skew, what_if);
-the JSON `diagnosis` rows are the contract's (nsyscomm.analyses.contract)."""
+"""The diagnosis in the summary (issue 21): the short "Diagnosis" block at its top, in every
+format (nsyscomm.views.findings): the straggler, why, what it costs, the best what-if. Reads
+only the Result (late, skew, what_if); the JSON `diagnosis` rows are the contract's
+(nsyscomm.analyses.contract)."""
 
 from __future__ import annotations
-
-from rich.console import Console
-from rich.markup import escape
 
 from nsyscomm.analyses.contract import notes
 from nsyscomm.analyses.result import Result
@@ -47,12 +45,3 @@ def lines(result: Result) -> list[str]:
         )
     out += notes(result)
     return out
-
-
-def render(result: Result, console: Console) -> None:
-    body = lines(result)
-    if not body:
-        return
-    console.print("[bold]Diagnosis[/]")
-    for line in body:
-        console.print("  " + escape(line))

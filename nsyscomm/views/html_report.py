@@ -49,7 +49,9 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
     by_caller = result.summarize(by_caller=True)
     ranks = result.ranks
     skew = result.skew
-    warnings = list(result.warnings)
+    from nsyscomm.views.findings import skipped_lines  # the files of input folders not read (issue 36)
+
+    warnings = list(result.warnings) + skipped_lines(result)
     overlap_html = None
     try:
         overlap_html = exposed_section(result.overlap)

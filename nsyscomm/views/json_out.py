@@ -12,4 +12,7 @@ __all__ = ["RANK_KEYS", "SUMMARY_KEYS", "document", "dumps", "nccl_section", "re
 
 
 def dumps(result: Result, by_caller: bool = False) -> str:
-    return json.dumps(document(result, by_caller), indent=2, allow_nan=False)
+    doc = document(result, by_caller)
+    if result.skipped:  # an added key (allowed): the files of the input folders that were not read
+        doc["skipped"] = [{"file": f, "reason": why} for f, why in result.skipped]
+    return json.dumps(doc, indent=2, allow_nan=False)

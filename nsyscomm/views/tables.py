@@ -1,4 +1,6 @@
-"""Markdown and CSV renderings of the same tables as the terminal view."""
+"""Markdown and CSV renderings of the same findings as the terminal view (nsyscomm.views.findings),
+each in its own idiom: Markdown with a heading per table and per block of lines; CSV as one table
+whose first column names the table each row belongs to (docs/views.md, "CSV")."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import io
 import pandas as pd
 
 from nsyscomm.analyses.result import Result
-from nsyscomm.views.units import bandwidth, fmt, human_bytes
+from nsyscomm.views import findings as F
+from nsyscomm.views.units import DEFAULT_UNITS
+
+_MD_TITLES = {"nccl": "NCCL", "straggler": "Straggler", "warning": "Warnings", "note": "Notes"}
 
 
 def _md_cell(v) -> str:
@@ -22,94 +27,57 @@ def _md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(out)
 
 
-def markdown(result: Result, units: str = "Gbps", by_caller: bool = False) -> str:
-    s = result.summarize(by_caller=by_caller)
-    header = (
-        ["Comm. Op"]
-        + (["Caller"] if by_caller else [])
-        + [
-            "Message Size",
-            "n",
-            "Count",
-            "Total Latency(ms)",
-            "Avg Latency(ms)",
-            f"tput_avg ({units})",
-            f"busbw_avg ({units})",
-        ]
-    )
-    rows = []
-    for r in s.itertuples():
-        rows.append(
-            [r.op]
-            + ([r.caller if isinstance(r.caller, str) else "?"] if by_caller else [])
-            + [
-                human_bytes(None if pd.isna(r.bytes) else r.bytes),
-                "-" if pd.isna(r.group_size) else int(r.group_size),
-                int(r.count),
-                fmt(r.total_ms),
-                fmt(r.avg_ms),
-                fmt(bandwidth(r.algbw_GBps, units), 2),
-                fmt(bandwidth(r.busbw_GBps, units), 2),
-            ]
-        )
-    ranks = result.ranks
-    rrows = [
-        [
-            int(r.rank),
-            r.host if isinstance(r.host, str) else "-",
-            int(r.calls),
-            human_bytes(r.bytes),
-            fmt(r.comm_ms),
-            fmt(r.wait_ms),
-            fmt(r.elapsed_ms),
-            fmt(r.comm_pct, 2),
-        ]
-        for r in ranks.itertuples()
-    ]
-    from nsyscomm.analyses.hang import lines as hang_lines  # issue 22: the diagnosis first
-
-    hang = hang_lines(result.hang)
-    parts = (["## Hang diagnosis", "", "```", *hang, "```", ""] if hang else []) + [
-        "## Communication summary",
-        "",
-        _md_table(header, rows),
-        "",
-        "## Per rank",
-        "",
-        _md_table(["rank", "host", "calls", "bytes", "comm (ms)", "wait (ms)", "elapsed (ms)", "% comm"], rrows),
-    ]
-    links = result.link_metrics
-    if not links.empty:
-        lrows = [
-            [
-                r.op,
-                human_bytes(r.bytes),
-                r.metric,
-                int(r.calls),
-                int(r.devices),
-                fmt(r.avg_value, 1),
-                fmt(r.max_value, 1),
-            ]
-            for r in links.itertuples()
-        ]
-        parts += [
-            "",
-            "## Link throughput during collectives (nsys GPU metrics)",
-            "",
-            _md_table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], lrows),
-        ]
-    if result.warnings:
-        parts += ["", "## Warnings", ""] + [f"- {_md_cell(w)}" for w in result.warnings]
-    return "\n".join(parts) + "\n"
+def markdown(result: Result, units: str = DEFAULT_UNITS, by_caller: bool = False) -> str:
+    parts = [f"# {_md_cell(F.headline(result))}", ""]
+    for b in F.blocks(result, by_caller):
+        if isinstance(b, F.Table):
+            cols = [(i, c) for i, c in enumerate(b.cols) if c.shown]
+            rows = [[F.display(r[i], c, units) for i, c in cols] for r in b.rows]
+            parts += [f"## {_md_cell(b.title)}", "", _md_table([F.header(c, units) for _, c in cols], rows), ""]
+            parts += [f"{_md_cell(n)}" for n in b.notes] + ([""] if b.notes else [])
+            continue
+        parts += [f"## {_md_cell(b.title or _MD_TITLES.get(b.name, b.name))}", ""]
+        for line in b.lines:
+            # an indented line details the one above it
+            depth = len(line) - len(line.lstrip(" "))
+            parts.append(("  " if depth else "") + f"- {_md_cell(line.strip())}")
+        parts.append("")
+    return "\n".join(parts).rstrip("\n") + "\n"
 
 
 def csv(result: Result, by_caller: bool = False) -> str:
-    """The summary as CSV, its text cells spreadsheet-safe (safe.csv_cell: a cell that would start
-    a formula gets a leading ', control characters are shown; numbers stay numbers; issue 26)."""
+    """Every finding as one CSV: the first column, `table`, names the table a row belongs to
+    (summary, vs_reference, ranks, overlap, steps, size_histogram, link_metrics, top_skew), or
+    the kind of a line of words (diagnosis, hang, nccl, straggler, what_if, warning, note, and a
+    table's notes as TABLE_note), whose words are in the second column, `text`; the other
+    columns are the union of the tables' columns, empty where a table has none. Counts and sizes are integers, times ms, bandwidth GB/s (the JSON's keys and
+    units). Text cells are spreadsheet-safe (safe.csv_cell: a cell that would start a formula
+    gets a leading ', control characters are shown; numbers stay numbers; issue 26)."""
     from nsyscomm.views.safe import csv_cell
 
-    s = result.summarize(by_caller=by_caller)
-    s = s.apply(lambda c: c.map(csv_cell) if c.dtype == object or pd.api.types.is_string_dtype(c) else c)
+    records: list[dict] = []
+    columns: dict[str, F.Col] = {}
+    for b in F.blocks(result, by_caller):
+        if isinstance(b, F.Table):
+            for c in b.cols:
+                if c.key != "caller" or by_caller:
+                    columns.setdefault(c.key, c)
+            for r in b.rows:
+                rec = {"table": b.name}
+                for v, c in zip(r, b.cols):
+                    if c.key != "caller" or by_caller:
+                        rec[c.key] = F.machine(v, c)
+                records.append(rec)
+            records += [{"table": f"{b.name}_note", "text": n} for n in b.notes]
+        else:
+            records += [{"table": b.name, "text": line.strip()} for line in b.lines]
+    names = ["table", "text", *columns]
+    df = pd.DataFrame.from_records(records, columns=names)
+    for key, c in columns.items():
+        if c.kind in ("int", "bytes"):
+            df[key] = df[key].astype("Int64")
+    for key in ("table", "text", *[k for k, c in columns.items() if c.kind == "text"]):
+        df[key] = df[key].map(lambda v: v if F.missing(v) else csv_cell(v)).astype(object)
     buf = io.StringIO()
-    s.to_csv(buf, index=False)
+    df.to_csv(buf, index=False)
     return buf.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 _SIZE_NAMES = ("B", "KB", "MB", "GB", "TB", "PB")
 
@@ -16,6 +17,16 @@ def human_bytes(n: float | None) -> str:
         return "0B"
     i = min(int(math.floor(math.log(n, 1024))), len(_SIZE_NAMES) - 1)
     return f"{round(n / 1024**i, 2)} {_SIZE_NAMES[i]}"
+
+
+# one unit for every format, chosen once (issue 36): GB/s, the JSON's and the HTML's; DeepSpeed's
+# gigabits per second on request (--units Gbps)
+DEFAULT_UNITS = "GBps"
+
+
+def unit_label(units: str) -> str:
+    """'GBps' -> 'GB/s' (bytes), 'Gbps' -> 'Gbit/s'."""
+    return "Gbit/s" if units == "Gbps" else "GB/s"
 
 
 def bandwidth(gbps_bytes: float | None, units: str) -> float | None:
@@ -39,3 +50,12 @@ def signed_pct(x: float | None, none: str = "-", up: str = "new", down: str = "-
     if math.isinf(x):
         return up if x > 0 else down
     return f"{x:+.1f}%"
+
+
+_BYTES_IN_KEY = re.compile(r"^(\S+) (\d+)(?= |$)")
+
+
+def human_key(key: str) -> str:
+    """A what-if key ('all_reduce 26214400 train.py:88 step': op, bytes, caller) with its size
+    written as every table writes it ('all_reduce 25.0 MB train.py:88 step')."""
+    return _BYTES_IN_KEY.sub(lambda m: f"{m.group(1)} {human_bytes(int(m.group(2)))}", str(key))

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
-from nsyscomm.views.units import fmt
+from nsyscomm.views.units import fmt, human_key
 
 if TYPE_CHECKING:
     from nsyscomm.analyses.result import Result
@@ -71,7 +71,7 @@ def attribution_bars(attr: list[dict]) -> str | None:
         y = 5 + i * row_h
         extra = max(a["slowdown"] - 1.0, 0.0)
         w = extra / vmax * (W - L - R)
-        label = f"{a['by']} {a['key']}"
+        label = f"{a['by']} {human_key(str(a['key']))}"
         out.append(_text(L - 6, y + 12, label[:48], "end", "axis"))
         out.append(
             f'<rect x="{L}" y="{y + 2}" width="{w:.1f}" height="{row_h - 5}" class="exposed">'

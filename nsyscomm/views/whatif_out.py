@@ -1,45 +1,46 @@
-"""The what-if replay in the text summary: its short "What-if" block. Reads only
-Result.what_if_analysis; the JSON `diagnosis` keys (what_if, attribution) are the contract's
-(nsyscomm.analyses.contract)."""
+"""The what-if replay in the summary: its short "What-if" block, in every format
+(nsyscomm.views.findings). Reads only Result.what_if_analysis; the JSON `diagnosis` keys
+(what_if, attribution) are the contract's (nsyscomm.analyses.contract)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-
 from nsyscomm.analyses.result import Result
+from nsyscomm.views.units import human_key
+
+TITLE = "What-if (replay across ranks; mean step time, ms saved per step)"
 
 
-def render(result: Result, console: Console, top: int = 3) -> None:
-    """A few lines: the scenarios ranked by ms saved per step, each one's top keys; the top
-    attribution of each dimension."""
+def lines(result: Result, top: int = 3) -> list[str]:
+    """A few lines: the scenarios ranked by ms saved per step, each one's top keys (their sizes
+    written as the tables write them); the top attribution of each dimension."""
     a = result.what_if_analysis
     rows = [r for r in a["what_if"] if r.get("slowdown") is not None]
     if not rows:
-        return
-    console.print("[bold]What-if[/] (replay across ranks; mean step time, ms saved per step)")
+        return []
+    out = []
     for r in rows:
         keys = ", ".join(
-            f"{k['key']} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
+            f"{human_key(k['key'])} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
             for k in r["top_keys"][:top]
             if k["saved_ms"] > 0
         )
-        console.print(
-            f"  {r['scenario']:<16} {r['step_ms_before']:10.3f} -> {r['step_ms_after']:10.3f} ms "
-            f"saves {r['saved_ms']:9.3f} ms  (x{r['slowdown']:.3f})" + (f"  top: {escape(keys)}" if keys else "")
+        out.append(
+            f"{r['scenario']:<16} {r['step_ms_before']:10.3f} -> {r['step_ms_after']:10.3f} ms "
+            f"saves {r['saved_ms']:9.3f} ms  (x{r['slowdown']:.3f})" + (f"  top: {keys}" if keys else "")
         )
     by: dict = {}
     for row in a["attribution"]:
         if row["slowdown"] > by.get(row["by"], {"slowdown": -1})["slowdown"]:
             by[row["by"]] = row
     if by:
-        console.print(
-            "  slowdown over ideal, largest: "
-            + ", ".join(f"{k} {escape(str(v['key']))} x{v['slowdown']:.3f}" for k, v in by.items())
+        out.append(
+            "slowdown over ideal, largest: "
+            + ", ".join(f"{k} {human_key(str(v['key']))} x{v['slowdown']:.3f}" for k, v in by.items())
         )
     sm = a.get("straggler_model")
     if sm:
-        console.print(
-            f"  straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
+        out.append(
+            f"straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
             f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}"
         )
+    return out

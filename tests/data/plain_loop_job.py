@@ -1,0 +1,31 @@
+"""A 2-rank gloo job written as a user writes a first training loop (tests/test_one_voice.py):
+ITERATIONS iterations of forward, an all_reduce of the gradient, optimizer.step(); rank 1
+sleeps SLEEP_S before each all_reduce, so it is the slow rank and rank 0 waits for it. After the
+loop, one barrier. No nsyscomm in it: the wrapper counts steps at optimizer.step()."""
+import time
+
+import torch
+import torch.distributed as dist
+
+ITERATIONS = 8
+SLEEP_S = 0.03
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    w = torch.nn.Parameter(torch.ones(1024))
+    opt = torch.optim.SGD([w], lr=0.01)
+    for _ in range(ITERATIONS):
+        w.grad = torch.ones(1024)
+        if rank == 1:
+            time.sleep(SLEEP_S)
+        dist.all_reduce(w.grad)
+        opt.step()
+    # both ranks done before either tears gloo down (docs/capture.md, "A job that fails in its teardown")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
