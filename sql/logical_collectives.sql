@@ -1,6 +1,8 @@
 -- One row per logical collective: the calls of one communicator's seq-th operation on its ranks
 -- (for point-to-point: the seq-th message between one pair of ranks).
 -- latency = the fastest rank's duration (the transfer itself, without waiting for late ranks).
+-- setup: its calls set up their communicator (collectives.setup); startup: its ranks had not met
+-- before, so its arrival skew is their start-up (set after, by nsyscomm.combine.setup.mark_startup).
 -- Input: collectives.
 SELECT
     logical_id,
@@ -17,6 +19,8 @@ SELECT
     min(coalesce(gpu_start, cpu_start))         AS first_arrival,
     max(coalesce(gpu_start, cpu_start))         AS last_arrival,
     -- tie on arrival: the smallest rank is named
-    arg_max(rank, (coalesce(gpu_start, cpu_start), -rank)) AS last_rank
+    arg_max(rank, (coalesce(gpu_start, cpu_start), -rank)) AS last_rank,
+    bool_or(setup)                              AS setup,
+    false                                       AS startup
 FROM collectives
 GROUP BY logical_id

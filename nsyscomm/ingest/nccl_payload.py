@@ -33,6 +33,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from nsyscomm import duck
@@ -388,8 +389,60 @@ def apply(
             )
             calls = pd.concat([calls, extra], ignore_index=True)
         else:
-            warnings.append(
-                f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
-                f"(capture window edge): not counted"
-            )
+            warnings.extend(_orphan_warnings(orphan, calls, report))
     return duck.frame_arrow(calls), markers
+
+
+def _orphan_warnings(orphan: pd.DataFrame, calls: pd.DataFrame, report: str) -> list[str]:
+    """What the NCCL calls that launched no kernel in a report with kernels are. Inside a call
+    row (the wrapper's or PyTorch's range on the same thread) they are counted there; on a
+    one-rank communicator NCCL has no peer to run a kernel with: it copies locally on its stream
+    (the copy is the call's device time, nsyscomm.ingest.nsys.inside_calls) or, in place, does
+    nothing on the device. The others are not counted: their kernels may lie past the capture's
+    end, or NCCL had nothing to do."""
+    o = orphan.assign(
+        pid=[(int(g) >> 24) & 0xFFFFFF for g in orphan["globalTid"]],
+        tid=[int(g) & 0xFFFFFF for g in orphan["globalTid"]],
+    )
+    rows = calls[calls["cpu_start"].notna() & calls["cpu_end"].notna() & calls["tid"].notna()]
+    held = np.zeros(len(o), bool)
+    one_rank = np.zeros(len(o), bool)
+    if len(rows):
+        r = rows.assign(
+            pid=rows["pid"].astype("int64"),
+            tid=rows["tid"].astype("int64"),
+            cpu_start=rows["cpu_start"].astype("int64"),
+            cpu_end=rows["cpu_end"].astype("int64"),
+            gsize=pd.to_numeric(rows["group_size"], errors="coerce"),
+        ).sort_values("cpu_start")
+        u = o.assign(start=o["start"].astype("int64"), end=o["end"].astype("int64"), pos=range(len(o)))
+        m = pd.merge_asof(
+            u.sort_values("start"),
+            r[["pid", "tid", "cpu_start", "cpu_end", "gsize"]],
+            left_on="start",
+            right_on="cpu_start",
+            by=["pid", "tid"],
+            direction="backward",
+        )
+        ok = (m["cpu_end"] >= m["end"]).fillna(False).to_numpy(bool)
+        held[m["pos"].to_numpy()] = ok
+        one_rank[m["pos"].to_numpy()] = ok & (m["gsize"] == 1).to_numpy(bool)
+    out = []
+    if one_rank.sum():
+        out.append(
+            f"{report}: {int(one_rank.sum())} NCCL call(s) on one-rank communicators launched no kernel "
+            f"(NCCL copies locally on the device, or does nothing for an in-place call): counted, with "
+            f"their copies' time as device time where they made copies, else their host time"
+        )
+    other_held = int(held.sum() - one_rank.sum())
+    if other_held:
+        out.append(
+            f"{report}: {other_held} NCCL call(s) launched no kernel: counted by the ranges that hold "
+            f"them, with their copies' time as device time where they made copies, else their host time"
+        )
+    if (~held).sum():
+        out.append(
+            f"{report}: {int((~held).sum())} NCCL call(s) launched no kernel and no range of nsyscomm or "
+            f"PyTorch holds them: not counted (their kernels may lie past the capture's end)"
+        )
+    return out

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nsyscomm.analyses.result import Result
+from nsyscomm.views import set_aside
 from nsyscomm.views.units import bandwidth, fmt, human_bytes
 
 
@@ -111,6 +112,7 @@ def render(result: Result, console: Console, units: str = "Gbps", by_caller: boo
 
         diagnosis_out.render(result, console)
     console.print(summary_table(result.summarize(by_caller=by_caller), units, by_caller))
+    _set_aside(result, console)
     _vs_reference(result, console, units, by_caller)
     ranks = result.ranks
     console.print(ranks_table(ranks))
@@ -179,9 +181,10 @@ def _steps(result: Result, console: Console) -> None:
             "exposed (ms, all ranks)",
         ],
     )
+    warm = set_aside.warmup_steps(result)
     for r in steps.itertuples():
         t.add_row(
-            str(r.step),
+            f"{r.step} warm-up" if r.step in warm else str(r.step),
             str(int(r.calls)),
             fmt(r.comm_ms),
             str(r.max_rank),
@@ -191,6 +194,11 @@ def _steps(result: Result, console: Console) -> None:
             fmt(exposed.get(r.step) / 1e6) if r.step in exposed.index else "-",
         )
     console.print(t)
+
+
+def _set_aside(result: Result, console: Console) -> None:
+    for line in set_aside.lines(result):
+        console.print(escape(line))
 
 
 def _histogram(result: Result, console: Console) -> None:
