@@ -153,3 +153,21 @@ def test_real_one_gpu_export_sets_aside_nccl_init():
     text = " ".join(doc["warnings"])
     assert "373 NCCL call(s) on one-rank communicators launched no kernel" in text
     assert "capture window edge" not in text
+
+
+def test_html_charts_scale_to_the_steady_steps(tmp_path):
+    """The warm-up steps (0: setup; 1: 40 ms slower) neither set the per-step charts' scale nor
+    go unmarked: labelled w, a bar past the scale cut at the top with its value; the page says
+    what was set aside."""
+    from nsyscomm.views import html_report
+
+    res, truth = _job(tmp_path, 2)
+    page = html_report.render(res)
+    assert "<b>Set aside</b>" in page and "setup: all_reduce 4.0 MB at step 0" in page
+    for label in (">0w<", ">1w<"):
+        assert page.count(label) >= 2  # the waterfall and the what-if chart
+    assert ">2w<" not in page and ">2<" in page
+    # step 1 past the scale in both charts (step 0 starts at its first kernel, after the init: short)
+    assert page.count('class="cut"') == 2
+    steady_ms = max(truth["step_ns"][2:]) / 1e6
+    assert f"{truth['step_ns'][1] / 1e6:.3f} ms" in page and steady_ms < truth["step_ns"][1] / 1e6
