@@ -18,6 +18,7 @@ def render(result: Result, console: Console, top: int = 3) -> None:
     if not rows:
         return
     console.print("[bold]What-if[/] (replay across ranks; mean step time, ms saved per step)")
+    _warmup_line(rows, console)
     for r in rows:
         keys = ", ".join(
             f"{k['key']} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
@@ -43,3 +44,10 @@ def render(result: Result, console: Console, top: int = 3) -> None:
             f"  straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
             f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}"
         )
+
+
+def _warmup_line(rows: list[dict], console: Console) -> None:
+    """Which steps the means leave out (warm-up: nsyscomm.analyses.warmup)."""
+    warm = rows[0].get("warmup_steps") or []
+    if warm:
+        console.print(f"  (warm-up step(s) {', '.join(map(str, warm))} left out of these means and totals)")
