@@ -18,8 +18,9 @@ SELECT
     CASE WHEN busy_at_end IS NOT NULL AND busy_at_start IS NOT NULL
          THEN greatest(0, coalesce(gpu_end - gpu_start, cpu_end - cpu_start) - (busy_at_end - busy_at_start))
          END                                               AS exposed_ns,
-    coalesce((SELECT l.startup FROM logical_collectives l WHERE l.logical_id = c.logical_id), false) AS startup
-FROM collectives c
+    -- (a few collectives, at most one per rank: a semi-join with a small set)
+    logical_id IN (SELECT logical_id FROM logical_collectives WHERE startup) AS startup
+FROM collectives
 WHERE coalesce(gpu_start, cpu_start) IS NOT NULL AND coalesce(gpu_end, cpu_end) IS NOT NULL
 -- calls that tie on all four (two communicators' at one instant) in one order every run
 ORDER BY rank, start_ns, end_ns, seq, "group" NULLS FIRST, op, sync_id

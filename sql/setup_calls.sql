@@ -9,38 +9,30 @@
 --      the kernel) -- is at least $min_ns and over $factor times the median of the later calls
 --      on that communicator at least as large: of its op when there are $min_later of them,
 --      else of any op (a larger message never takes less; the first call is often a tiny one).
--- Input: collectives. Out: logical_id, how ('nccl_init' | 'first_call').
+-- Input: logical_collectives (took_ns, init_ns). Out: logical_id, how ('nccl_init' | 'first_call').
 WITH lc AS (
-    SELECT logical_id,
-           any_value("group")                                            AS grp,
-           any_value(pair)                                               AS pair,
-           any_value(op)                                                 AS op,
-           coalesce(min(bytes), 0)                                       AS bytes,
-           min(coalesce(gpu_start, cpu_start))                           AS first_arrival,
-           min(greatest(duration_ns, coalesce(cpu_end - cpu_start, 0)))  AS took_ns,
-           coalesce(max(init_ns), 0)                                     AS init_ns
-    FROM collectives
-    GROUP BY logical_id
+    SELECT logical_id, "group" AS grp, pair, op, coalesce(bytes, 0) AS bytes, first_arrival, took_ns,
+           coalesce(init_ns, 0) AS init_ns
+    FROM logical_collectives
 ),
-ordered AS (
-    SELECT *, row_number() OVER (PARTITION BY grp, pair ORDER BY first_arrival, logical_id) AS nth
-    FROM lc
+-- (a hash aggregate, not a window over every collective: the first per communicator)
+firsts AS (
+    SELECT arg_min(lc, (first_arrival, logical_id)) AS f FROM lc GROUP BY grp, pair
 ),
-firsts AS (SELECT * FROM ordered WHERE nth = 1),
 later AS (
-    SELECT f.logical_id,
-           count(*) FILTER (WHERE o.op = f.op)        AS same_op,
-           median(o.took_ns) FILTER (WHERE o.op = f.op) AS same_op_ns,
-           median(o.took_ns)                          AS any_op_ns
+    SELECT f.f.logical_id AS logical_id,
+           count(*) FILTER (WHERE o.op = f.f.op)          AS same_op,
+           median(o.took_ns) FILTER (WHERE o.op = f.f.op) AS same_op_ns,
+           median(o.took_ns)                              AS any_op_ns
     FROM firsts f
-    JOIN ordered o
-      ON o.grp IS NOT DISTINCT FROM f.grp AND o.pair IS NOT DISTINCT FROM f.pair
-     AND o.nth > 1 AND o.bytes >= f.bytes
-    GROUP BY f.logical_id
+    JOIN lc o
+      ON o.grp IS NOT DISTINCT FROM f.f.grp AND o.pair IS NOT DISTINCT FROM f.f.pair
+     AND o.logical_id <> f.f.logical_id AND o.bytes >= f.f.bytes
+    GROUP BY f.f.logical_id
 )
 SELECT logical_id, 'nccl_init' AS how FROM lc WHERE init_ns > 0
 UNION ALL
-SELECT f.logical_id, 'first_call'
-FROM firsts f JOIN later l USING (logical_id)
-WHERE f.init_ns = 0 AND f.took_ns >= $min_ns
-  AND f.took_ns > $factor * CASE WHEN l.same_op >= $min_later THEN l.same_op_ns ELSE l.any_op_ns END
+SELECT f.f.logical_id, 'first_call'
+FROM firsts f JOIN later l ON l.logical_id = f.f.logical_id
+WHERE f.f.init_ns = 0 AND f.f.took_ns >= $min_ns
+  AND f.f.took_ns > $factor * CASE WHEN l.same_op >= $min_later THEN l.same_op_ns ELSE l.any_op_ns END

@@ -145,13 +145,13 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     create_collectives(con)
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
-    setup.mark_setup(con)
     # each call's part of exposed communication (numpy, one core) is made meanwhile: the steps
     # below and the first views are DuckDB queries on one core too
     parts = begin_overlap(con)
     # plain tables, not TEMP ones, from here on: the views' queries run on cursors too (Result.prefetch)
     con.execute(f"CREATE TABLE rank_spans AS {duck.sql('rank_spans')}")
     con.execute(f"CREATE TABLE logical_collectives AS {duck.sql('logical_collectives')}")
+    setup.mark_setup(con)
     setup.mark_startup(con)
     # what the warnings below count, in one scan of the calls
     max_n, by_order, unsized = con.execute(duck.sql("job_checks")).fetchone()

@@ -18,8 +18,8 @@ SETUP_MIN_LATER = 3
 
 
 def mark_setup(con: duckdb.DuckDBPyConnection) -> int:
-    """Set collectives.setup on the calls of the logical collectives that set up their
-    communicator; returns how many calls."""
+    """Set collectives.setup and logical_collectives.setup on the (calls of the) logical
+    collectives that set up their communicator; returns how many calls."""
     con.execute(
         f"CREATE OR REPLACE TABLE setup_ids AS {duck.sql('setup_calls')}",
         {"min_ns": SETUP_MIN_NS, "factor": SETUP_FACTOR, "min_later": SETUP_MIN_LATER},
@@ -27,6 +27,7 @@ def mark_setup(con: duckdb.DuckDBPyConnection) -> int:
     if not _count(con, "SELECT count(*) FROM setup_ids"):
         return 0
     con.execute("UPDATE collectives SET setup = true WHERE logical_id IN (SELECT logical_id FROM setup_ids)")
+    con.execute("UPDATE logical_collectives SET setup = true WHERE logical_id IN (SELECT logical_id FROM setup_ids)")
     return _count(con, "SELECT count(*) FROM collectives WHERE setup")
 
 
