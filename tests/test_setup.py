@@ -171,3 +171,18 @@ def test_html_charts_scale_to_the_steady_steps(tmp_path):
     assert page.count('class="cut"') == 2
     steady_ms = max(truth["step_ns"][2:]) / 1e6
     assert f"{truth['step_ns'][1] / 1e6:.3f} ms" in page and steady_ms < truth["step_ns"][1] / 1e6
+
+
+def test_a_damaged_copy_table_leaves_the_host_time(tmp_path):
+    """Text where a copy's start should be: the calls keep their host time, one warning says why."""
+    import sqlite3
+
+    path = tmp_path / "job.sqlite"
+    sj.write_job(path, 1, [[("all_gather", MB4, False)]] * 3)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = 'abc' WHERE rowid = 1")
+    con.commit()
+    con.close()
+    res = load([path], cache=False)
+    assert res.collectives["gpu_start"].isna().all()
+    assert [w for w in res.warnings if "device copies not read" in w]

@@ -246,7 +246,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         # NCCL's communicator init inside the calls; copies as the device time of calls without a kernel
-        calls, _copied = inside_calls.apply(con, tables, calls)
+        calls, _copied = inside_calls.apply(con, tables, calls, warnings, report)
         by_device, kernels = compute.result()
         # what each call's device ran since the previous call, by kernel name (the late-arrival
         # diagnosis), on the report's cores while this thread goes on (its work below is short);

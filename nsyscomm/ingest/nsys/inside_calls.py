@@ -14,9 +14,14 @@ from nsyscomm import duck
 from nsyscomm.ingest.nccl_api import INIT_APIS
 
 _EDGES = ("pid", "tid", "cpu_start", "cpu_end")
+# what sql/copies_nsys.sql reads (a damaged or foreign table without them: no copies, no failure)
+_COPY_COLUMNS = {"start", "end", "streamId", "deviceId", "correlationId", "globalPid"}
+_LAUNCH_COLUMNS = {"start", "globalTid", "correlationId"}
 
 
-def apply(con: duckdb.DuckDBPyConnection, tables: dict, calls: pa.Table) -> tuple[pa.Table, int]:
+def apply(
+    con: duckdb.DuckDBPyConnection, tables: dict, calls: pa.Table, warnings: list[str], report: str
+) -> tuple[pa.Table, int]:
     """calls with init_ns filled, and gpu_start/gpu_end/stream/device from their copies where
     they ran no kernel; and how many calls took their device time from copies. Needs the
     connection of nsyscomm.ingest.nsys.extract (src_ranges, the report attached as r)."""
@@ -29,7 +34,8 @@ def apply(con: duckdb.DuckDBPyConnection, tables: dict, calls: pa.Table) -> tupl
     copies = (
         no_kernel is not None
         and pc.any(no_kernel).as_py()
-        and {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME"} <= tables.keys()
+        and _COPY_COLUMNS <= set(tables.get("CUPTI_ACTIVITY_KIND_MEMCPY", ()))
+        and _LAUNCH_COLUMNS <= set(tables.get("CUPTI_ACTIVITY_KIND_RUNTIME", ()))
     )
     if not has_init and not copies:
         return calls, 0
@@ -47,7 +53,13 @@ def apply(con: duckdb.DuckDBPyConnection, tables: dict, calls: pa.Table) -> tupl
             con.unregister("call_edges")
         if copies:
             con.register("call_edges", edges.filter(no_kernel))
-            got = con.execute(duck.sql("copies_nsys"), {"names": names}).fetchnumpy()
+            try:
+                got = con.execute(duck.sql("copies_nsys"), {"names": names}).fetchnumpy()
+            except duckdb.Error as e:  # a damaged copy table: the calls keep their host time
+                if isinstance(e, duckdb.OutOfMemoryException) or duck.interrupted(e):
+                    raise
+                warnings.append(f"{report}: device copies not read ({str(e).strip().splitlines()[0][:200]})")
+                got = {"idx": []}
             con.unregister("call_edges")
             copied = len(got["idx"])
             if copied:
