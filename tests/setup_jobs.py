@@ -12,7 +12,8 @@ NCCL's own range (ncclAllReduce, ...), and inside that:
   host time, marked by an ncclCommInitRankConfig range when `nccl_ranges` (NCCL >= 2.19), and
   holding copies of its own (on another stream) that are setup, not the call's transfer.
 
-`slow_steps` adds host time before a step's first call (a warm-up step's allocator, autotuning).
+`slow_steps` adds host time before a step's first call (a warm-up step's allocator, autotuning);
+without `wrapper`, NCCL's ranges are the only record of the calls.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def write_job(
     *,
     nccl_ranges: bool = True,
     slow_steps: dict[int, int] | None = None,
+    wrapper: bool = True,
 ) -> dict:
     """Write the job's report to path. Returns the truth: per call (rank, step, op, bytes,
     cpu_start, cpu_end, gpu_start, gpu_end), the setup call's (step, op, bytes, took_ns,
@@ -91,7 +93,8 @@ def write_job(
                     step=step,
                     caller=CALLER,
                 )
-                rep.range(p, p.pid, start, cpu_end, registered=msg, domain=1)
+                if wrapper:
+                    rep.range(p, p.pid, start, cpu_end, registered=msg, domain=1)
                 if first:
                     if nccl_ranges:
                         rep.range(
@@ -147,6 +150,17 @@ def write_job(
             t = max(cpu_end, gpu[1] if gpu else 0) + GAP_NS
         # a call's end as the statistics read it: its device's, else its host's
         step_ends.append(max(c[7] if c[7] is not None else c[5] for c in calls if c[1] == step))
+    for r, p in enumerate(procs):  # the job goes on after its last step: the capture did not end there
+        api = rep.api_call(p, p.pid, t, t + 5 * US, synth.LAUNCH_RUNTIME)
+        rep.kernel(
+            p,
+            api["correlationId"],
+            device=r,
+            stream=COMPUTE_STREAM,
+            start=t + 10 * US,
+            end=t + 10 * US + COMPUTE_NS,
+            name="sm90_gemm",
+        )
     synth.write_sqlite(rep, Path(path), seed=5)
     first_start = min(c[6] if c[6] is not None else c[4] for c in calls if c[1] == 0)
     step_ns = [step_ends[0] - first_start] + [b - a for a, b in zip(step_ends, step_ends[1:])]

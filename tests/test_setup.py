@@ -186,3 +186,38 @@ def test_a_damaged_copy_table_leaves_the_host_time(tmp_path):
     res = load([path], cache=False)
     assert res.collectives["gpu_start"].isna().all()
     assert [w for w in res.warnings if "device copies not read" in w]
+
+
+def test_one_rank_job_without_the_wrapper_is_counted_from_nccl_ranges(tmp_path):
+    """No wrapper: NCCL's own ranges are the calls (their kernels are not past the capture's end:
+    the device works on after them); the out-of-place ones take their copy's time."""
+    path = tmp_path / "job.sqlite"
+    truth = sj.write_job(path, 1, STEPS, wrapper=False)
+    res = load([path], cache=False)
+    calls = res.collectives
+    assert len(calls) == len(truth["calls"]) == 12
+    gathers = calls[calls["op"] == "all_gather"]
+    assert gathers["gpu_start"].tolist() == [c[6] for c in truth["calls"] if c[2] == "all_gather"]
+    assert (gathers["duration_ns"] == sj.COPY_NS).all()
+    reduces = calls[calls["op"] == "all_reduce"].sort_values("cpu_start")
+    # NCCL's range: from the launch to 1 us before the wrapper's end would have been
+    assert (reduces["duration_ns"].iloc[1:] == sj.LAUNCH_NS - sj.US).all()
+    assert [w for w in res.warnings if "12 NCCL call(s) launched no kernel (a one-rank" in w]
+    assert not [w for w in res.warnings if "capture's end" in w]
+
+
+def test_nccl_calls_at_the_capture_end_are_not_counted(tmp_path):
+    """Without the wrapper, an NCCL call after which its process launched nothing may have its
+    kernel past the capture's end: not counted, and said so."""
+    import sqlite3
+
+    path = tmp_path / "job.sqlite"
+    sj.write_job(path, 1, STEPS, wrapper=False)
+    con = sqlite3.connect(path)  # the capture ends after the last step's calls: no later launch
+    last = con.execute("SELECT max(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start = ?", (last,))
+    con.commit()
+    con.close()
+    res = load([path], cache=False)
+    assert len(res.collectives) == 11  # the last all_gather (its copy launched inside it) is out
+    assert [w for w in res.warnings if "1 NCCL call(s) at the capture's end launched no kernel" in w]

@@ -33,11 +33,10 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from nsyscomm import duck
-from nsyscomm.ingest import nvtx_payload
+from nsyscomm.ingest import nccl_orphans, nvtx_payload
 from nsyscomm.ingest.nccl_api import (
     ENTRY_FIELDS,
     INIT_APIS,
@@ -308,8 +307,9 @@ def apply(
       one row spans several units) and source 'nccl_payload'; kernel_name rows also take the
       unit's op and api. Wrapper rows are left alone (the wrapper is the better source).
     - Units without any kernel become rows of their own (source 'nccl_payload', CPU times only)
-      when the report has no CUDA kernels at all (captured with --trace=nvtx); otherwise they
-      are kernels outside the capture window and are only counted in a warning."""
+      when the report has no CUDA kernels at all (captured with --trace=nvtx), and otherwise
+      those nsyscomm.ingest.nccl_orphans counts (no range of the wrapper or PyTorch holds them,
+      and the capture goes on after them)."""
     # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
     if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'").fetchone()[
@@ -371,78 +371,9 @@ def apply(
             calls.at[i, "source"] = "nccl_payload"
     orphan = units[units["k_first"].isna()]
     if len(orphan):
-        if not has_kernels:
-            extra = pd.DataFrame(
-                {
-                    "pid": [(int(g) >> 24) & 0xFFFFFF for g in orphan["globalTid"]],
-                    "tid": [int(g) & 0xFFFFFF for g in orphan["globalTid"]],
-                    "op": orphan["op"],
-                    "api": orphan["api"],
-                    "bytes": orphan["bytes"],
-                    "group": orphan["group"],
-                    "group_size": orphan["group_size"],
-                    "cpu_start": orphan["start"],
-                    "cpu_end": orphan["end"],
-                    "source": "nccl_payload",
-                    "kernels": 0,
-                }
-            )
-            calls = pd.concat([calls, extra], ignore_index=True)
-        else:
-            warnings.extend(_orphan_warnings(orphan, calls, report))
+        # without any kernel in the report (--trace=nvtx) every one is a call; else
+        # nsyscomm.ingest.nccl_orphans tells which are
+        keep = orphan if not has_kernels else nccl_orphans.to_count(con, tables, orphan, calls, warnings, report)
+        if len(keep):
+            calls = pd.concat([calls, nccl_orphans.rows(keep)], ignore_index=True)
     return duck.frame_arrow(calls), markers
-
-
-def _orphan_warnings(orphan: pd.DataFrame, calls: pd.DataFrame, report: str) -> list[str]:
-    """What the NCCL calls that launched no kernel in a report with kernels are. Inside a call
-    row (the wrapper's or PyTorch's range on the same thread) they are counted there; on a
-    one-rank communicator NCCL has no peer to run a kernel with: it copies locally on its stream
-    (the copy is the call's device time, nsyscomm.ingest.nsys.inside_calls) or, in place, does
-    nothing on the device. The others are not counted: their kernels may lie past the capture's
-    end, or NCCL had nothing to do."""
-    o = orphan.assign(
-        pid=[(int(g) >> 24) & 0xFFFFFF for g in orphan["globalTid"]],
-        tid=[int(g) & 0xFFFFFF for g in orphan["globalTid"]],
-    )
-    rows = calls[calls["cpu_start"].notna() & calls["cpu_end"].notna() & calls["tid"].notna()]
-    held = np.zeros(len(o), bool)
-    one_rank = np.zeros(len(o), bool)
-    if len(rows):
-        r = rows.assign(
-            pid=rows["pid"].astype("int64"),
-            tid=rows["tid"].astype("int64"),
-            cpu_start=rows["cpu_start"].astype("int64"),
-            cpu_end=rows["cpu_end"].astype("int64"),
-            gsize=pd.to_numeric(rows["group_size"], errors="coerce"),
-        ).sort_values("cpu_start")
-        u = o.assign(start=o["start"].astype("int64"), end=o["end"].astype("int64"), pos=range(len(o)))
-        m = pd.merge_asof(
-            u.sort_values("start"),
-            r[["pid", "tid", "cpu_start", "cpu_end", "gsize"]],
-            left_on="start",
-            right_on="cpu_start",
-            by=["pid", "tid"],
-            direction="backward",
-        )
-        ok = (m["cpu_end"] >= m["end"]).fillna(False).to_numpy(bool)
-        held[m["pos"].to_numpy()] = ok
-        one_rank[m["pos"].to_numpy()] = ok & (m["gsize"] == 1).to_numpy(bool)
-    out = []
-    if one_rank.sum():
-        out.append(
-            f"{report}: {int(one_rank.sum())} NCCL call(s) on one-rank communicators launched no kernel "
-            f"(NCCL copies locally on the device, or does nothing for an in-place call): counted, with "
-            f"their copies' time as device time where they made copies, else their host time"
-        )
-    other_held = int(held.sum() - one_rank.sum())
-    if other_held:
-        out.append(
-            f"{report}: {other_held} NCCL call(s) launched no kernel: counted by the ranges that hold "
-            f"them, with their copies' time as device time where they made copies, else their host time"
-        )
-    if (~held).sum():
-        out.append(
-            f"{report}: {int((~held).sum())} NCCL call(s) launched no kernel and no range of nsyscomm or "
-            f"PyTorch holds them: not counted (their kernels may lie past the capture's end)"
-        )
-    return out
