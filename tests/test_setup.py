@@ -221,3 +221,26 @@ def test_nccl_calls_at_the_capture_end_are_not_counted(tmp_path):
     res = load([path], cache=False)
     assert len(res.collectives) == 11  # the last all_gather (its copy launched inside it) is out
     assert [w for w in res.warnings if "1 NCCL call(s) at the capture's end launched no kernel" in w]
+
+
+def test_nccl_log_init_timings_join_the_setup(tmp_path):
+    """NCCL_DEBUG=INFO's "Init timings" lines (both wordings) give the communicators' setup time."""
+    from nsyscomm.ingest import nccl_log
+
+    log = tmp_path / "nccl.log"
+    log.write_text(
+        "h:27:66 [2] NCCL INFO Init timings: rank 0 nranks 2 total 3.38 (kernels 0.24, bootstrap 2.40, rest 0.00)\n"
+        "h:28:71 [3] NCCL INFO Init timings - ncclCommInitRankConfig: rank 1 nranks 2 total 1.25 (kernels 0.2)\n"
+    )
+    parsed = nccl_log.parse(log)
+    assert parsed.init_timings == [
+        {"rank": 0, "nranks": 2, "total_s": 3.38},
+        {"rank": 1, "nranks": 2, "total_s": 1.25},
+    ]
+    path = tmp_path / "job.sqlite"
+    sj.write_job(path, 2, STEPS)
+    res = CliRunner().invoke(main, ["summarize", str(path), "--nccl-log", str(log), "--no-cache", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["setup"]["nccl_log_init_s"] == 3.38
+    text = CliRunner().invoke(main, ["summarize", str(path), "--nccl-log", str(log), "--no-cache"]).output
+    assert "NCCL's log (Init timings) gives 2 communicator init(s), the longest 3.38 s" in text

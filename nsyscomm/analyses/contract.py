@@ -192,6 +192,7 @@ def set_aside_section(result: Result) -> dict:
     set up their communicator, and `warmup`, the warm-up steps the what-if's job figures and the
     charts' scale leave out, and `startup`, the collectives whose skew is the ranks' start-up."""
     rows = records(result.setup, SETUP_KEYS)
+    inits = [t["total_s"] for log in result.nccl_logs for t in getattr(log, "init_timings", [])]
     w = result.warmup
     st = result.startup
     return {
@@ -200,6 +201,8 @@ def set_aside_section(result: Result) -> dict:
             "calls": int(sum(r.get("participants") or 0 for r in rows)),
             "took_ms": float(sum(r.get("took_ms") or 0.0 for r in rows)),
             "rows": rows,
+            # NCCL_DEBUG=INFO's "Init timings" (--nccl-log): the longest communicator init, in s
+            "nccl_log_init_s": max(inits) if inits else None,
             "note": f"calls that set up their communicator (NCCL initializes it inside its first collective): {SET_ASIDE}",
         },
         "warmup": {"steps": list(w["steps"]), "per_step": w["per_step"], "rule": w["rule"]},

@@ -23,6 +23,11 @@ def lines(result: Result) -> list[str]:
             f"communicator setup, left out of latency, bandwidth, per-rank and per-step statistics, "
             f"the what-if and the gate"
         )
+    inits = [t["total_s"] for log in result.nccl_logs for t in getattr(log, "init_timings", [])]
+    if inits:
+        out.append(
+            f"setup: NCCL's log (Init timings) gives {len(inits)} communicator init(s), the longest {max(inits):.2f} s"
+        )
     st = result.startup
     if st["collectives"]:
         out.append(
