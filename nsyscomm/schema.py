@@ -43,6 +43,8 @@ COLLECTIVES = (
     ("logical_id", "BIGINT"),  # one logical collective: same (group, pair, op, seq) on its ranks
     ("busy_at_start", "BIGINT"),  # compute busy time on the call's GPU before gpu_start (nsyscomm.ingest.busy)
     ("busy_at_end", "BIGINT"),  # ... and before gpu_end: their difference is compute under the call
+    ("init_ns", "BIGINT"),  # NCCL's communicator initialization inside the call (its init NVTX ranges)
+    ("setup", "BOOLEAN"),  # the call set up its communicator: left out of the statistics (sql/setup_calls.sql)
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)
@@ -52,7 +54,7 @@ def arrow_types() -> dict:
     """Column -> the Arrow type of its SQL type (the sources' calls are Arrow tables)."""
     import pyarrow as pa
 
-    by_sql = {"VARCHAR": pa.large_string(), "INTEGER": pa.int32(), "BIGINT": pa.int64()}
+    by_sql = {"VARCHAR": pa.large_string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
     return {name: by_sql[t] for name, t in COLLECTIVES}
 
 

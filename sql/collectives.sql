@@ -34,7 +34,8 @@ SELECT
     group_size::INTEGER AS group_size, group_ranks, seq,
     caller, step, cpu_start, cpu_end, gpu_start, gpu_end, stream, device,
     coalesce(gpu_end - gpu_start, cpu_end - cpu_start) AS duration_ns,
-    source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end,
+    source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
+    false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     (hash("group", pair, op, seq) >> 1)::BIGINT AS logical_id
 FROM numbered

@@ -11,7 +11,7 @@ WITH calls AS (
                 THEN c.duration_ns - coalesce(c.busy_at_end - c.busy_at_start, 0) END AS exposed_ns,
            c.group_size, c.group_ranks
     FROM collectives c JOIN logical_collectives l USING (logical_id)
-    WHERE c."group" IS NOT NULL
+    WHERE c."group" IS NOT NULL AND NOT c.setup
 ),
 -- the ranks seen in each group, in numeric order (ranks 0, 4, 8, 12: a stride the pattern reads)
 members AS (SELECT DISTINCT "group", rank FROM collectives WHERE "group" IS NOT NULL AND rank IS NOT NULL)

@@ -31,7 +31,8 @@ WITH timeline AS (
 ),
 late AS (
     SELECT * FROM logical_collectives
-    WHERE participants >= 2 AND last_arrival - first_arrival > $noise_ns
+    -- setup calls and start-up collectives (whose skew is the processes' start-up) name no late rank
+    WHERE participants >= 2 AND last_arrival - first_arrival > $noise_ns AND NOT setup AND NOT startup
 ),
 members AS (
     SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late, t.report, t.pid, t.device, t.gpu_start,

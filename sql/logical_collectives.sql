@@ -1,6 +1,9 @@
 -- One row per logical collective: the calls of one communicator's seq-th operation on its ranks
 -- (for point-to-point: the seq-th message between one pair of ranks).
 -- latency = the fastest rank's duration (the transfer itself, without waiting for late ranks).
+-- setup: its calls set up their communicator (collectives.setup); startup: it is every
+-- participant's first call, so its arrival skew is their start-up (both set after, by
+-- nsyscomm.combine.setup).
 -- Input: collectives.
 SELECT
     logical_id,
@@ -17,6 +20,12 @@ SELECT
     min(coalesce(gpu_start, cpu_start))         AS first_arrival,
     max(coalesce(gpu_start, cpu_start))         AS last_arrival,
     -- tie on arrival: the smallest rank is named
-    arg_max(rank, (coalesce(gpu_start, cpu_start), -rank)) AS last_rank
+    arg_max(rank, (coalesce(gpu_start, cpu_start), -rank)) AS last_rank,
+    -- for sql/setup_calls.sql: the call's time on its fastest rank, host or device, the longer
+    -- (NCCL initializes a communicator on the host, before the kernel), and NCCL's init inside it
+    min(greatest(duration_ns, coalesce(cpu_end - cpu_start, 0))) AS took_ns,
+    max(init_ns)                                AS init_ns,
+    false                                       AS setup,   -- set by nsyscomm.combine.setup
+    false                                       AS startup
 FROM collectives
 GROUP BY logical_id

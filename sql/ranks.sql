@@ -1,11 +1,12 @@
 -- mpitrace's per-task table: calls, bytes, communication time, waiting, elapsed, % comm.
 -- wait = a call's duration beyond its logical collective's latency (time spent waiting for
--- other ranks). Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
+-- other ranks). Calls that set up their communicator are left out. Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
 WITH per_row AS (
     SELECT c.rank, c.duration_ns, coalesce(c.bytes, 0) AS bytes, c.duration_ns - l.latency_ns AS wait_ns
     FROM collectives c
     JOIN logical_collectives l
       ON l.logical_id = c.logical_id
+    WHERE NOT c.setup
 ),
 per_rank AS (
     SELECT rank, count(*) AS calls, sum(bytes) AS bytes, sum(duration_ns) AS comm_ns, sum(wait_ns) AS wait_ns

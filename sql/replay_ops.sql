@@ -1,7 +1,8 @@
 -- The operations of the what-if replay (nsyscomm.analyses.whatif): every call in its rank's time
 -- order, with the group that synchronises it across ranks (sync_id: the logical collective; a send
 -- and its receive share one: same communicator, pair, sending rank and seq) and the part of it no
--- compute hides (exposed_ns: NULL without kernel timing). Input: collectives.
+-- compute hides (exposed_ns: NULL without kernel timing) and whether its collective is its ranks'
+-- first (startup: their skew there is start-up, no straggler's). Inputs: collectives, logical_collectives.
 SELECT
     rank,
     step,
@@ -16,7 +17,9 @@ SELECT
     coalesce(gpu_end, cpu_end)                             AS end_ns,
     CASE WHEN busy_at_end IS NOT NULL AND busy_at_start IS NOT NULL
          THEN greatest(0, coalesce(gpu_end - gpu_start, cpu_end - cpu_start) - (busy_at_end - busy_at_start))
-         END                                               AS exposed_ns
+         END                                               AS exposed_ns,
+    -- (a few collectives, at most one per rank: a semi-join with a small set)
+    logical_id IN (SELECT logical_id FROM logical_collectives WHERE startup) AS startup
 FROM collectives
 WHERE coalesce(gpu_start, cpu_start) IS NOT NULL AND coalesce(gpu_end, cpu_end) IS NOT NULL
 -- calls that tie on all four (two communicators' at one instant) in one order every run

@@ -1,8 +1,9 @@
 -- Arrival skew per rank over the logical collectives that several ranks took part in:
 -- how often the rank arrived last, by how much it trailed the first arrival on average,
--- and how long it waited for others. Inputs: collectives, logical_collectives.
+-- and how long it waited for others. Left out: setup calls, and collectives whose ranks had not
+-- met before (startup: their skew is the processes' start-up). Inputs: collectives, logical_collectives.
 WITH shared AS (
-    SELECT * FROM logical_collectives WHERE participants >= 2
+    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT startup
 ),
 per_row AS (
     SELECT c.rank,

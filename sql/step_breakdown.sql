@@ -2,7 +2,7 @@
 -- the ranks (the HTML report's waterfall beside the what-if: compute is the rest of the step).
 -- wait: a call's duration minus its logical collective's fastest (the transfer itself);
 -- exposed transfer: that transfer minus the compute-kernel busy time on the device while the call
--- ran (GPU calls; a CPU call's transfer is all exposed). Inputs: collectives, logical_collectives.
+-- ran (GPU calls; a CPU call's transfer is all exposed). Setup calls are left out. Inputs: collectives, logical_collectives.
 WITH c AS (
     SELECT c.rank, c.step,
            c.duration_ns - l.latency_ns AS wait_ns,
@@ -10,7 +10,7 @@ WITH c AS (
                 THEN greatest(l.latency_ns - coalesce(c.busy_at_end - c.busy_at_start, 0), 0)
                 ELSE l.latency_ns END AS exposed_ns
     FROM collectives c JOIN logical_collectives l USING (logical_id)
-    WHERE c.step IS NOT NULL
+    WHERE c.step IS NOT NULL AND NOT c.setup
 )
 SELECT step, count(DISTINCT rank) AS ranks,
        sum(wait_ns) / count(DISTINCT rank) / 1e6    AS wait_ms,

@@ -1,8 +1,9 @@
 -- DeepSpeed-style summary: per op and message size (and communicator size, so busbw uses
 -- the right n); per caller too when $by_caller. Latencies are logical collectives' (min over
--- ranks); calls and ranks count the per-rank rows. Inputs: collectives, logical_collectives, busbw_factors.
+-- ranks); calls and ranks count the per-rank rows. Calls that set up their communicator are left
+-- out (sql/setup_calls.sql). Inputs: collectives, logical_collectives, busbw_factors.
 WITH lc AS (
-    SELECT *, CASE WHEN $by_caller THEN caller END AS key_caller FROM logical_collectives
+    SELECT *, CASE WHEN $by_caller THEN caller END AS key_caller FROM logical_collectives WHERE NOT setup
 ),
 per_key AS (
     SELECT op, bytes, group_size, key_caller,
@@ -20,6 +21,7 @@ row_keys AS (
     FROM collectives c
     JOIN logical_collectives l
       ON l.logical_id = c.logical_id
+    WHERE NOT l.setup
     GROUP BY ALL
 )
 SELECT

@@ -196,6 +196,18 @@ def write_tied_delays_job(out: Path, calls: int = 3000) -> Path:
     rep = synth.Report("report.sqlite", cuda=False)
     procs = _cpu_ranks(rep, 2, 8100)
     t = T0 + 10 * US
+    # first, both on time on a fourth communicator: the ranks' first collective, whose skew would
+    # be their start-up (no late rank is named there)
+    for r in (0, 1):
+        rep.range(
+            procs[r],
+            procs[r].pid,
+            t + GAP,
+            t + GAP + XFER,
+            registered=_all_reduce(3, (0, 1), 0, CALLERS["W"]),
+            domain=1,
+        )
+    t += GAP + XFER
     for i in range(calls):
         pg = i % 3
         for r in (0, 1):

@@ -83,11 +83,17 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
         assert row["cause"] == "host", row
         assert "clock_nanosleep" in row["detail"] or "sleep" in row["detail"], row
         assert 130 <= row["delay_ms"] <= 400, row
-    # no_straggler removes every wait: it saves, over the job, what the ranks waited (rank 0 at
-    # the sleeps; rank 1 too, at the first collective, for the others' start), within 10%
-    waited_ms = sum(p["wait_ms"] for p in doc["skew"]["per_rank"])
+    # the first all_reduce is every rank's first call: its skew is their start-up and names no
+    # rank late (it may also be setup: gloo connects its pairs there, in some runs over 10x the
+    # later calls, and its step 0 is then warm-up, left out of the what-if's job figures)
+    assert all(row["seq"] != 0 for row in doc["diagnosis"]["late"]), doc["diagnosis"]["late"]
+    assert doc["startup"]["collectives"] == 1, doc["startup"]
+    # no_straggler removes every wait but the start-up's: over the job's steady steps it saves
+    # the sleep of each of steps 0-5 among them, within 10%
     ns = next(w for w in doc["diagnosis"]["what_if"] if w["scenario"] == "no_straggler")
-    assert ns["total_saved_ms"] == pytest.approx(waited_ms, rel=0.10), (ns, waited_ms)
+    assert ns["warmup_steps"] == doc["warmup"]["steps"]
+    slept = [s for s in range(6) if s not in ns["warmup_steps"]]
+    assert ns["total_saved_ms"] == pytest.approx(150 * len(slept), rel=0.10), ns
     # and in each later step about the sleep (steps 1-5; after the sixth optimizer step only the
     # job's closing barrier remains)
     later = [st for st in ns["steps"] if 1 <= st["step"] <= 5]
@@ -293,6 +299,7 @@ def test_dimension_patterns_read_ranks_in_numeric_order():
             "CREATE TABLE logical_collectives AS SELECT DISTINCT logical_id, 1000 AS latency_ns FROM collectives"
         )
         con.execute('CREATE TABLE group_descs ("group" VARCHAR, "desc" VARCHAR)')
+        con.execute("ALTER TABLE collectives ADD COLUMN setup BOOLEAN DEFAULT false")
         got = dimensions.dimensions(con).set_index("group")
     finally:
         con.close()
@@ -431,6 +438,8 @@ def test_host_events_in_a_gap_match_the_rules(seed):
                 f"INSERT INTO {'host_calls' if kind == 'osrt' else 'host_ranges'} VALUES (?, ?, ?, ?, ?, ?)",
                 [report, pid, tid, start, end, name],
             )
+        con.execute("ALTER TABLE logical_collectives ADD COLUMN setup BOOLEAN DEFAULT false")
+        con.execute("ALTER TABLE logical_collectives ADD COLUMN startup BOOLEAN DEFAULT false")
         rows = con.execute(duck.sql("late_arrivals"), {"noise_ns": 100_000}).fetchall()
         cols = [d[0] for d in con.description]
     finally:

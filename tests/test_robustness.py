@@ -380,6 +380,7 @@ def test_no_report_string_is_formatted_into_sql():
         "duck.sql('nccl_kernels')",
         "duck.sql('collectives')",
         "duck.sql('logical_collectives')",
+        "duck.sql('setup_calls')",
         "duck.sql('rank_spans')",
         "duck.sql('compute_kernels')",
         "duck.sql('compute_islands')",

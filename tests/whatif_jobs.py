@@ -20,8 +20,9 @@ BYTES = 4_000_000
 CALLER = "job.py:10 train_step"
 
 
-def write_job(path: Path, n_ranks: int, steps: list[list[tuple]]) -> dict:
-    """Write the job's report to path; returns each call's (rank, step, pg, start_ns, end_ns)."""
+def write_job(path: Path, n_ranks: int, steps: list[list[tuple]], start_ms: dict[int, float] | None = None) -> dict:
+    """Write the job's report to path; returns each call's (rank, step, pg, start_ns, end_ns).
+    start_ms: when a rank's process reaches the loop after synth.T0 (its start-up)."""
     rep = synth.Report(Path(path).name, cuda=False)
     procs = [rep.process(8000 + r, "python3", {8000 + r: "python3"}) for r in range(n_ranks)]
     clock = {}
@@ -29,7 +30,7 @@ def write_job(path: Path, n_ranks: int, steps: list[list[tuple]]) -> dict:
         t = synth.T0 - 100_000
         rep.domain_create(p, p.pid, t, nvtx_format.DOMAIN, 1)
         rep.mark(p, p.pid, t + 1000, registered=nvtx_format.format_rank_marker(r, r, n_ranks, "cpu-host"), domain=1)
-        clock[r] = synth.T0
+        clock[r] = synth.T0 + round((start_ms or {}).get(r, 0) * MS)
     seq = defaultdict(int)
     calls = []
     for step, events in enumerate(steps, start=1):

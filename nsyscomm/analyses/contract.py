@@ -147,6 +147,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
         "per_step": records(ov[ov["scope"] == "step"], ov_keys),
     }
+    doc.update(set_aside_section(result))
     links = result.link_metrics
     if not links.empty:
         doc["link_metrics"] = records(
@@ -180,6 +181,38 @@ def whatif_section(result: Result) -> dict:
     if "straggler_model" in a:
         out["straggler_model"] = a["straggler_model"]
     return _finite(out)
+
+
+SETUP_KEYS = ("op", "bytes", "group", "step", "caller", "participants", "how", "took_ms", "init_ms")
+SET_ASIDE = "left out of latency, bandwidth, per-rank and per-step statistics, the what-if and the gate"
+
+
+def set_aside_section(result: Result) -> dict:
+    """The keys of what the statistics set aside (added keys of schema 1): `setup`, the calls that
+    set up their communicator, and `warmup`, the warm-up steps the what-if's job figures and the
+    charts' scale leave out, and `startup`, the collectives whose skew is the ranks' start-up."""
+    rows = records(result.setup, SETUP_KEYS)
+    inits = [t["total_s"] for log in result.nccl_logs for t in getattr(log, "init_timings", [])]
+    w = result.warmup
+    st = result.startup
+    return {
+        "setup": {
+            "collectives": len(rows),
+            "calls": int(sum(r.get("participants") or 0 for r in rows)),
+            "took_ms": float(sum(r.get("took_ms") or 0.0 for r in rows)),
+            "rows": rows,
+            # NCCL_DEBUG=INFO's "Init timings" (--nccl-log): the longest communicator init, in s
+            "nccl_log_init_s": max(inits) if inits else None,
+            "note": f"calls that set up their communicator (NCCL initializes it inside its first collective): {SET_ASIDE}",
+        },
+        "warmup": {"steps": list(w["steps"]), "per_step": w["per_step"], "rule": w["rule"]},
+        "startup": {
+            "collectives": st["collectives"],
+            "max_skew_ms": st["max_skew_ms"],
+            "rows": records(st["rows"], ("op", "group", "step", "participants", "last_rank", "skew_ms")),
+            "note": st["note"],
+        },
+    }
 
 
 LATE_KEYS = ("rank", "group", "seq", "op", "caller", "delay_ms", "cause", "detail")

@@ -99,7 +99,9 @@ class Result:
     def skew(self) -> dict:
         per = self.skew_ranks
         instances = int(
-            self.con.execute("SELECT count(*) FROM logical_collectives WHERE participants >= 2").fetchone()[0]
+            self.con.execute(
+                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT startup"
+            ).fetchone()[0]
         )
         straggler = None
         if instances and len(per) and per["late_count"].max() > 0:
@@ -136,6 +138,36 @@ class Result:
     @property
     def steps(self) -> pd.DataFrame:
         return self._query("steps")
+
+    # --- what the statistics set aside (issue 34; docs/architecture.md, "Setup calls and warm-up steps") ---
+    @functools.cached_property
+    def setup(self) -> pd.DataFrame:
+        """The logical collectives that set up their communicator (sql/setup.sql): op, bytes, group,
+        step, caller, participants, how, took_ms, init_ms. Left out of every statistic."""
+        have = self.con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'setup_ids' AND NOT temporary"
+        ).fetchone()[0]
+        if not have:
+            return pd.DataFrame(
+                columns=["op", "bytes", "group", "step", "caller", "participants", "how", "took_ms", "init_ms"]
+            )
+        return self._query("setup")
+
+    @functools.cached_property
+    def startup(self) -> dict:
+        """The collectives that are their ranks' first, whose skew is start-up (nsyscomm.analyses.warmup)."""
+        from nsyscomm.analyses import warmup
+
+        return warmup.startup(self.con)
+
+    @functools.cached_property
+    def warmup(self) -> dict:
+        """The warm-up steps and why (nsyscomm.analyses.warmup): {steps, per_step, rule}."""
+        from nsyscomm.analyses import warmup
+
+        if not self.has_steps:
+            return {"steps": [], "per_step": [], "rule": warmup.RULE}
+        return warmup.warmup(self.con)
 
     @property
     def size_histogram(self) -> pd.DataFrame:

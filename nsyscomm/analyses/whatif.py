@@ -80,6 +80,8 @@ class Model:
     attribute_delays: bool = True  # attribution puts back measured delays too (the artifact: durations only)
     step_origin: np.ndarray | None = None
     notes: list = field(default_factory=list)
+    # the steps the job's figures count: warm-up steps left out (nsyscomm.analyses.warmup); None: all
+    steady: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
 
     def step_ms(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -93,6 +95,21 @@ class Model:
         np.minimum.at(first, self.step_of[m], start[m])
         prev = np.concatenate(([first[0]], last[:-1]))
         return last - prev
+
+    def kept(self, per_step: np.ndarray) -> np.ndarray:
+        """The figures of the steps the job's figures count (warm-up steps left out)."""
+        return per_step if self.steady is None else per_step[self.steady]
+
+    def set_warmup(self, warmup: set) -> None:
+        """Leave the warm-up steps out of the job's figures (never every step)."""
+        keep = np.array([s not in warmup for s in self.steps])
+        if keep.any() and not keep.all():
+            self.steady = keep
+            left = ", ".join(str(s) for s, k in zip(self.steps, keep) if not k)
+            self.notes.append(
+                f"warm-up step(s) {left} left out of the job's figures (saved_ms, step_ms_before/after, slowdown, "
+                "total_saved_ms, top keys, attribution); their rows under steps say warmup"
+            )
 
     def run(
         self, dur: ArrayLike | None = None, delay: ArrayLike | None = None, reduce: str | ArrayLike = "max"
@@ -136,6 +153,7 @@ def from_ops(ops: pd.DataFrame) -> Model:
     m.extra["bytes"] = ops["bytes"].to_numpy(np.float64)
     m.extra["op"] = ops["op"].to_numpy()
     m.extra["p2p"] = ops["op"].isin(("send", "recv")).to_numpy()
+    m.extra["startup"] = ops["startup"].to_numpy(bool) if "startup" in ops else np.zeros(n, bool)
     return m
 
 
@@ -201,6 +219,14 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict:
     p2p = m.extra["p2p"]
     no_wait = np.ones(max(m.graph.n_groups, 1), bool)
     no_wait[m.graph.group[p2p & (m.graph.group >= 0)]] = False
+    # nor a collective that is its ranks' first: its skew is their start-up (nsyscomm.combine.setup)
+    startup = m.extra.get("startup")
+    if startup is not None and startup.any():
+        no_wait[m.graph.group[startup & (m.graph.group >= 0)]] = False
+        m.notes.append(
+            "no_straggler keeps the waiting at the ranks' first collective: its skew is their start-up, "
+            "no straggler's delay"
+        )
     out = {"no_straggler": (m.dur, m.delay, no_wait)}
     if "comm" in m.extra:  # a per-op trace times each communication op on its own stream: all exposed
         out["full_overlap"] = (np.where(m.extra["comm"], 0.0, m.dur), m.delay, "max")
@@ -258,8 +284,11 @@ def _biggest(labels: np.ndarray, weight: np.ndarray, k: int) -> list:
     return list(s.index[:k])
 
 
-def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
-    """{'what_if': rows, 'attribution': rows, 'notes': [...]} (JSON-ready)."""
+def analyse(m: Model, reference: pd.DataFrame | None = None, warmup: set | None = None) -> dict:
+    """{'what_if': rows, 'attribution': rows, 'notes': [...]} (JSON-ready); warmup: the steps the
+    job's figures leave out."""
+    if warmup:
+        m.set_warmup(warmup)
     before = m.run()
     rows = []
     todo = scenarios(m, reference)
@@ -273,7 +302,7 @@ def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
         per_key = []
         for k in keys:
             part = m.run(*_restricted(m, sc, m.key == k))
-            per_key.append({"key": str(k), "saved_ms": float(np.sum(before - part))})
+            per_key.append({"key": str(k), "saved_ms": float(np.sum(m.kept(before - part)))})
         per_key.sort(key=lambda r: -r["saved_ms"])
         rows.append(_row(m, name, before, after) | {"top_keys": per_key[:TOP_KEYS]})
     rows.sort(key=lambda r: -r["saved_ms"])
@@ -281,10 +310,12 @@ def analyse(m: Model, reference: pd.DataFrame | None = None) -> dict:
 
 
 def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
-    mb, ma = float(np.mean(before)), float(np.mean(after))
+    mb, ma = float(np.mean(m.kept(before))), float(np.mean(m.kept(after)))
+    warm = np.zeros(len(m.steps), bool) if m.steady is None else ~m.steady
     steps = [
         {"step": s, "step_ms_before": float(b), "step_ms_after": float(a), "saved_ms": float(b - a)}
-        for s, b, a in zip(m.steps, before, after)
+        | ({"warmup": True} if w else {})
+        for s, b, a, w in zip(m.steps, before, after, warm)
     ]
     return {
         "scenario": name,
@@ -292,15 +323,16 @@ def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
         "step_ms_before": mb,
         "step_ms_after": ma,
         "slowdown": mb / ma if ma > 0 else None,
-        "total_saved_ms": float(np.sum(before - after)),
+        "total_saved_ms": float(np.sum(m.kept(before - after))),
         "steps": steps,
+        "warmup_steps": [s for s, w in zip(m.steps, warm) if w],
     }
 
 
 def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
     """S of each rank / op / (DP rank, stage, op type): the ideal replay with only its operations
     as measured, over the ideal step time (1.0: it costs nothing)."""
-    ideal = float(np.mean(m.run(m.ideal_dur, m.ideal_delay)))
+    ideal = float(np.mean(m.kept(m.run(m.ideal_dur, m.ideal_delay))))
     if ideal <= 0:
         return []
     out = []
@@ -313,7 +345,9 @@ def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
             mask = lab == k
             delay = np.where(mask, m.delay, m.ideal_delay) if m.attribute_delays else m.ideal_delay
             st = m.run(np.where(mask, m.dur, m.ideal_dur), delay)
-            out.append({"by": by, "key": k.item() if hasattr(k, "item") else k, "slowdown": float(np.mean(st)) / ideal})
+            out.append(
+                {"by": by, "key": k.item() if hasattr(k, "item") else k, "slowdown": float(np.mean(m.kept(st))) / ideal}
+            )
     out.sort(key=lambda r: (r["by"], -r["slowdown"]))
     return out
 
@@ -365,7 +399,8 @@ def of_result(result: _ResultLike) -> dict:
     ops = result._query("replay_ops")
     if ops.empty:
         return {"what_if": [], "attribution": [], "notes": ["no timed calls: nothing to replay"]}
-    return analyse(from_ops(ops), getattr(result, "reference", None))
+    warm = getattr(result, "warmup", None) or {}
+    return analyse(from_ops(ops), getattr(result, "reference", None), set(warm.get("steps", ())))
 
 
 def timeline(result: _ResultLike, scenario: str) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from nsyscomm.ingest.nsys.extract import Extract
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end")
 # collectives columns computed for the whole job in sql/collectives.sql
-_DERIVED = ("rank", "local_rank", "host", "duration_ns", "pair", "logical_id")
+_DERIVED = ("rank", "local_rank", "host", "duration_ns", "pair", "logical_id", "setup")
 
 
 # The most calls a job holds in Arrow: past that, JobCalls moves them into the job's database a

@@ -10,7 +10,7 @@ import pyarrow as pa
 from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
-from nsyscomm.combine import clocks
+from nsyscomm.combine import clocks, setup
 from nsyscomm.combine.calls import (
     TIME_COLS,
     JobCalls,
@@ -151,6 +151,8 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     # plain tables, not TEMP ones, from here on: the views' queries run on cursors too (Result.prefetch)
     con.execute(f"CREATE TABLE rank_spans AS {duck.sql('rank_spans')}")
     con.execute(f"CREATE TABLE logical_collectives AS {duck.sql('logical_collectives')}")
+    setup.mark_setup(con)
+    setup.mark_startup(con)
     # what the warnings below count, in one scan of the calls
     max_n, by_order, unsized = con.execute(duck.sql("job_checks")).fetchone()
     max_n = int(max_n)

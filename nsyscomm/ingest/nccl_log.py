@@ -34,6 +34,11 @@ _INIT = re.compile(
     r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-fA-F]+)"
     r"(?: commId (?P<commid>0x[0-9a-f]+))?(?: localSize \d+)? - Init COMPLETE"
 )
+# "Init timings: rank 10 nranks 16 total 3.38 (kernels 0.24, bootstrap 2.40, ...)" (NCCL 2.20+;
+# "Init timings - ncclCommInitRankConfig: rank ..." later): a communicator's setup, in seconds
+_INIT_TIMINGS = re.compile(
+    r"Init timings(?: - \w+)?: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total>[\d.]+)"
+)
 _VIA = re.compile(
     r"Channel \d+/\d+ : \d+\[[0-9a-f]+\] -> \d+\[[0-9a-f]+\](?: \[(?:send|receive)\])? via (?P<via>\S+(?: \S+)*?)(?:/\d+)?(?:/(?P<flags>[A-Z]+))?(?:\(.*\))?\s*$"
 )
@@ -96,6 +101,7 @@ class NcclLog:
     tuner: str | None = None  # "internal" or the plugin's name
     gpus: list[str] = field(default_factory=list)
     nccl_tests: list[dict] = field(default_factory=list)  # per result table: op, ranks, avg_busbw_GBps, peak
+    init_timings: list[dict] = field(default_factory=list)  # per communicator init: rank, nranks, total_s
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -159,6 +165,10 @@ def parse(path: str | os.PathLike) -> NcclLog:
             c = comms.setdefault(key, {"comm_id": v["commid"], "nranks": int(v["nranks"]), "ranks_seen": set()})
             c["ranks_seen"].add(int(v["rank"]))
             ranks.add(int(v["rank"]))
+            continue
+        v = _INIT_TIMINGS.search(msg)
+        if v:
+            out.init_timings.append({"rank": int(v["rank"]), "nranks": int(v["nranks"]), "total_s": float(v["total"])})
             continue
         v = _VIA.search(msg)
         if v:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from nsyscomm import duck
-from nsyscomm.ingest import nvtx_payload
+from nsyscomm.ingest import nccl_orphans, nvtx_payload
 from nsyscomm.ingest.nccl_api import (
     ENTRY_FIELDS,
     INIT_APIS,
@@ -307,8 +307,9 @@ def apply(
       one row spans several units) and source 'nccl_payload'; kernel_name rows also take the
       unit's op and api. Wrapper rows are left alone (the wrapper is the better source).
     - Units without any kernel become rows of their own (source 'nccl_payload', CPU times only)
-      when the report has no CUDA kernels at all (captured with --trace=nvtx); otherwise they
-      are kernels outside the capture window and are only counted in a warning."""
+      when the report has no CUDA kernels at all (captured with --trace=nvtx), and otherwise
+      those nsyscomm.ingest.nccl_orphans counts (no range of the wrapper or PyTorch holds them,
+      and the capture goes on after them)."""
     # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
     if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'").fetchone()[
@@ -370,26 +371,9 @@ def apply(
             calls.at[i, "source"] = "nccl_payload"
     orphan = units[units["k_first"].isna()]
     if len(orphan):
-        if not has_kernels:
-            extra = pd.DataFrame(
-                {
-                    "pid": [(int(g) >> 24) & 0xFFFFFF for g in orphan["globalTid"]],
-                    "tid": [int(g) & 0xFFFFFF for g in orphan["globalTid"]],
-                    "op": orphan["op"],
-                    "api": orphan["api"],
-                    "bytes": orphan["bytes"],
-                    "group": orphan["group"],
-                    "group_size": orphan["group_size"],
-                    "cpu_start": orphan["start"],
-                    "cpu_end": orphan["end"],
-                    "source": "nccl_payload",
-                    "kernels": 0,
-                }
-            )
-            calls = pd.concat([calls, extra], ignore_index=True)
-        else:
-            warnings.append(
-                f"{report}: {len(orphan)} NCCL call(s) launched no kernel inside the report "
-                f"(capture window edge): not counted"
-            )
+        # without any kernel in the report (--trace=nvtx) every one is a call; else
+        # nsyscomm.ingest.nccl_orphans tells which are
+        keep = orphan if not has_kernels else nccl_orphans.to_count(con, tables, orphan, calls, warnings, report)
+        if len(keep):
+            calls = pd.concat([calls, nccl_orphans.rows(keep)], ignore_index=True)
     return duck.frame_arrow(calls), markers

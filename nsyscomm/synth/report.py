@@ -86,6 +86,29 @@ TABLES = {
         "returnValue INTEGER NOT NULL",
         "callchainId INTEGER",
     ),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": (
+        "start INTEGER NOT NULL",
+        "end INTEGER NOT NULL",
+        "deviceId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "greenContextId INTEGER",
+        "streamId INTEGER NOT NULL",
+        "correlationId INTEGER",
+        "globalPid INTEGER",
+        "bytes INTEGER NOT NULL",
+        "copyKind INTEGER NOT NULL",
+        "deprecatedSrcId INTEGER",
+        "srcKind INTEGER",
+        "dstKind INTEGER",
+        "srcDeviceId INTEGER",
+        "srcContextId INTEGER",
+        "dstDeviceId INTEGER",
+        "dstContextId INTEGER",
+        "migrationCause INTEGER",
+        "graphNodeId INTEGER",
+        "virtualAddress INTEGER",
+        "copyCount INTEGER",
+    ),
     "PROCESSES": (
         "globalPid INTEGER",
         "pid INTEGER",
@@ -125,7 +148,10 @@ _EVENT_CLASS = {
     "cudaSetDevice_v3020": 0,
     "cudaStreamIsCapturing_v10000": 0,
     "cudaEventRecord_v3020": 0,
+    "cudaMemcpyAsync_v3020": 0,
 }
+MEMCPY_ASYNC = "cudaMemcpyAsync_v3020"
+COPY_DEVICE_TO_DEVICE = 8  # ENUM_CUDA_MEMCPY_OPER
 
 NCCL_DOMAIN_ID = 1  # NCCL's NVTX domain id (as in the real 2xH100 file)
 HOST_ID = 1  # top bits of globalTid (real files: 0x1000000000000 + ...)
@@ -196,6 +222,7 @@ class Report:
         self.nvtx: list[dict] = []
         self.runtime: list[dict] = []
         self.kernels: list[dict] = []
+        self.memcpys: list[dict] = []  # written (CUPTI_ACTIVITY_KIND_MEMCPY) only when there are some
 
     def process(self, pid: int, name: str, threads: dict[int, str] | None = None, host: int = HOST_ID) -> Proc:
         p = Proc(pid, name, threads or {pid: name}, host)
@@ -276,4 +303,28 @@ class Report:
             "nccl": nccl,
         }
         self.kernels.append(row)
+        return row
+
+    def memcpy(self, proc: Proc, corr: int, *, device: int, stream: int, start: int, end: int, nbytes: int) -> dict:
+        """A device-to-device copy launched by the runtime call of correlation id corr."""
+        row = {
+            "start": start,
+            "end": end,
+            "deviceId": device,
+            "contextId": device + 1,
+            "greenContextId": 0,
+            "streamId": stream,
+            "correlationId": corr,
+            "globalPid": proc.gpid,
+            "bytes": nbytes,
+            "copyKind": COPY_DEVICE_TO_DEVICE,
+            "srcKind": 2,
+            "dstKind": 2,
+            "srcDeviceId": device,
+            "srcContextId": device + 1,
+            "dstDeviceId": device,
+            "dstContextId": device + 1,
+            "copyCount": 1,
+        }
+        self.memcpys.append(row)
         return row

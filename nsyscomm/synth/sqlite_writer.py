@@ -168,8 +168,12 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
             row.update(kernel_shape(k["name"]))
             ks.append(tuple(row[c] for c in k_cols))
         tables["CUPTI_ACTIVITY_KIND_KERNEL"] = ks
+        m_cols = cols("CUPTI_ACTIVITY_KIND_MEMCPY")
+        tables["CUPTI_ACTIVITY_KIND_MEMCPY"] = [
+            tuple({**dict.fromkeys(m_cols), **m}[c] for c in m_cols) for m in rep.memcpys
+        ]
     else:
-        assert not rep.runtime and not rep.kernels
+        assert not rep.runtime and not rep.kernels and not rep.memcpys
 
     utc = SESSION_UTC_EPOCH_NS + rep.session_offset_ns
     tables["TARGET_INFO_SESSION_START_TIME"] = [
@@ -210,6 +214,8 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
             "META_DATA_EXPORT",
             "NVTX_EVENTS",
         ] + (list(CUPTI_TABLES) if rep.cuda else [])
+        if rep.cuda and rep.memcpys:
+            order.append("CUPTI_ACTIVITY_KIND_MEMCPY")
         for t in order:
             con.execute(create_statement(t))
             rows = list(tables[t])

@@ -278,9 +278,18 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         rr["rank"]: {"rank": rr["rank"], "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0, "instances": 0}
         for rr in rank_rows
     }
+    # a collective that is every participant's first call of the job is where the ranks meet for
+    # the first time: its skew is their start-up, not a late rank (nsyscomm.combine.setup)
+    first_of: dict = {}
+    for key, lst in logical.items():
+        for r in lst:
+            t = (r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"], r["cpu_start"])
+            if r["rank"] not in first_of or t < first_of[r["rank"]][0]:
+                first_of[r["rank"]] = (t, key)
+    startup = [key for key, lst in logical.items() if len(lst) >= 2 and all(first_of[r["rank"]][1] == key for r in lst)]
     instances = 0
-    for lst in logical.values():
-        if len(lst) < 2:
+    for key, lst in logical.items():
+        if len(lst) < 2 or key in startup:
             continue
         instances += 1
         arr = {r["rank"]: (r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"]) for r in lst}
@@ -317,6 +326,7 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         "by_caller": summarize(True),
         "ranks": rank_rows,
         "skew": {"straggler_rank": straggler, "instances": instances, "per_rank": [per[k] for k in sorted(per)]},
+        "startup_collectives": len(startup),
     }
 
 

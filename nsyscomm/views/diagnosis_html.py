@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 from nsyscomm.analyses.result import Result
-from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
+from nsyscomm.views import html_scale
+from nsyscomm.views.html_parts import _e, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt
 
 PARTS = (
@@ -36,7 +37,9 @@ def waterfall(result: Result) -> str | None:
         return None
     W, L, R, T, B, H = 900, 70, 20, 24, 46, 300
     pw, ph = W - L - R, H - T - B
-    vmax = _nice_max(max(sum(x[1:]) for x in rows) or 1.0)
+    warm_steps = set(result.warmup["steps"])
+    warm = [x[0] in warm_steps for x in rows]
+    vmax = html_scale.steady_max([sum(x[1:]) for x in rows], warm)
     bw = pw / len(rows)
     out = [_svg_open(W, H, "step time: compute, exposed transfer, waiting")]
     for i, (cls, name, fill) in enumerate(PARTS):
@@ -48,15 +51,16 @@ def waterfall(result: Result) -> str | None:
     for i, (step, *vals) in enumerate(rows):
         x, y = L + i * bw + bw * 0.15, T + ph
         for (cls, name, fill), v in zip(PARTS, vals):
-            h = v / vmax * ph
+            h = min(v, max(y - T, 0.0) / ph * vmax) / vmax * ph  # a warm-up bar stops at the top
             y -= h
             attr = f'fill="{fill}"' if fill else f'class="{cls}"'
             out.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw * 0.7:.1f}" height="{h:.1f}" {attr}>'
                 f"<title>{_e(f'step {step}: {name} {fmt(v)} ms')}</title></rect>"
             )
+        out.append(html_scale.cut_mark(x, bw * 0.7, T, sum(vals), vmax))
         if i % every == 0:
-            out.append(_text(L + i * bw + bw / 2, T + ph + 16, str(step), "middle", "axis"))
+            out.append(_text(L + i * bw + bw / 2, T + ph + 16, html_scale.warm_label(step, warm[i]), "middle", "axis"))
     out.append(_text(L + pw / 2, H - 6, "step", "middle", "axis"))
     out.append(_text(14, T + ph / 2, "ms", "middle", "axis", f' transform="rotate(-90 14 {T + ph / 2:.1f})"'))
     out.append("</svg>")

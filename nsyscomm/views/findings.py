@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from nsyscomm.analyses.result import Result
+from nsyscomm.views import set_aside
 from nsyscomm.views.units import DEFAULT_UNITS, bandwidth, fmt, human_bytes, unit_label
 
 
@@ -118,6 +119,8 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     if not hang:  # issue 21: why a rank is late, first (a hung job's diagnosis is the hang)
         out.append(Lines("diagnosis", "Diagnosis", diagnosis_out.lines(result)))
     out.append(summary(result, by_caller))
+    # issue 34: the setup calls, start-up collectives and warm-up steps the statistics leave out
+    out.append(Lines("set_aside", None, set_aside.lines(result)))
     out.append(vs_reference(result, by_caller))
     out.append(ranks(result))
     out.append(overlap(result))
@@ -272,6 +275,7 @@ def steps(result: Result) -> Table:
     st = result.steps
     cols = [
         Col("step", "step", "int"),
+        Col("warmup", "warm-up", "text"),
         Col("calls", "calls", "int"),
         Col("comm_ms", "comm (ms)", "ms"),
         Col("late_rank", "last to arrive", "int"),
@@ -287,6 +291,8 @@ def steps(result: Result) -> Table:
     ov = result.overlap
     exposed = ov[ov["scope"] == "step"].groupby("step")["exposed_ns"].sum() / 1e6 if not ov.empty else pd.Series()
     st = st.assign(exposed_ms=st["step"].map(exposed) if len(exposed) else None)
+    warm = set_aside.warmup_steps(result)
+    st = st.assign(warmup=["warm-up" if s in warm else "" for s in st["step"]])
     return Table("steps", "Per step", cols, _rows(st, cols), list(STEP_NOTES))
 
 

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from nsyscomm.views import html_scale
 from nsyscomm.views.html_parts import (
     _e,
     _na,
@@ -225,7 +226,7 @@ def skew_heatmap(matrix: pd.DataFrame) -> str:
     return "".join(out)
 
 
-def step_bars(agg: pd.DataFrame) -> str:
+def step_bars(agg: pd.DataFrame, warmup: set | frozenset = frozenset()) -> str:
     steps = list(agg.index)
     n = len(steps)
     W, L, R, T, B = 900, 70, 20, 24, 46
@@ -233,7 +234,9 @@ def step_bars(agg: pd.DataFrame) -> str:
     pw, ph = W - L - R, H - T - B
     vals = list(agg["exposed"].fillna(0))
     comm = list(agg["comm"].fillna(0)) if "comm" in agg.columns else None
-    vmax = _nice_max(max(vals + (comm or [])) or 1.0)
+    warm = [int(s) in warmup for s in steps]
+    tops = [max(v, comm[i] if comm is not None else 0.0) for i, v in enumerate(vals)]
+    vmax = html_scale.steady_max(tops, warm)
     bw = pw / max(n, 1)
     out = [_svg_open(W, H, "exposed communication per step")]
     if comm is not None:
@@ -246,18 +249,19 @@ def step_bars(agg: pd.DataFrame) -> str:
     for i, s in enumerate(steps):
         x = L + i * bw
         if comm is not None:
-            h = comm[i] / vmax * ph
+            h = min(comm[i], vmax) / vmax * ph
             out.append(
                 f'<rect x="{x + bw * 0.1:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.8:.1f}" height="{h:.1f}" '
                 f'class="xfer"><title>{_e(f"step {int(s)}: communication {fmt(comm[i])} ms")}</title></rect>'
             )
-        h = vals[i] / vmax * ph
+        h = min(vals[i], vmax) / vmax * ph
         out.append(
             f'<rect x="{x + bw * 0.25:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.5:.1f}" height="{h:.1f}" '
             f'class="exposed"><title>{_e(f"step {int(s)}: exposed {fmt(vals[i])} ms")}</title></rect>'
         )
+        out.append(html_scale.cut_mark(x + bw * 0.1, bw * 0.8, T, tops[i], vmax))
         if i % every == 0:
-            out.append(_text(x + bw / 2, T + ph + 16, str(int(s)), "middle", "axis"))
+            out.append(_text(x + bw / 2, T + ph + 16, html_scale.warm_label(int(s), warm[i]), "middle", "axis"))
     out.append(_text(L + pw / 2, H - 6, "step (slowest rank)", "middle", "axis"))
     out.append(_text(14, T + ph / 2, "ms", "middle", "axis", f' transform="rotate(-90 14 {T + ph / 2:.1f})"'))
     out.append("</svg>")

@@ -54,7 +54,7 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
     warnings = list(result.warnings) + skipped_lines(result)
     overlap_html = None
     try:
-        overlap_html = exposed_section(result.overlap)
+        overlap_html = exposed_section(result.overlap, set(result.warmup["steps"]))
     except Exception as e:  # the page still renders without this section
         warnings.append(f"exposed communication not shown: the overlap analysis failed ({type(e).__name__}: {e})")
     n_calls = result.n_calls
@@ -79,6 +79,7 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
         sections.append(
             '<div class="warn"><b>Warnings</b><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul></div>"
         )
+    sections.append(_set_aside(result))
     sections.append('<h2 id="summary">Summary per operation and message size</h2>' + summary_section(summary))
     sections.append(
         '<h2 id="busbw">Bus bandwidth against message size</h2>'
@@ -172,3 +173,13 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
 </html>
 """
     return page
+
+
+def _set_aside(result: Result) -> str:
+    """What the statistics set aside (setup calls, start-up skew, warm-up steps), in words."""
+    from nsyscomm.views import set_aside
+
+    lines = set_aside.lines(result)
+    if not lines:
+        return ""
+    return '<div class="note"><b>Set aside</b><ul>' + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul></div>"

@@ -94,15 +94,15 @@ def skew_text(skew: dict) -> str:
     )
 
 
-def exposed_section(overlap: pd.DataFrame | None) -> str | None:
+def exposed_section(overlap: pd.DataFrame | None, warmup: set | frozenset = frozenset()) -> str | None:
     """The exposed-communication section from Result.overlap (rows of scope 'rank', the whole
     capture, and 'step', per rank and step), or None without it."""
     if overlap is None:
         return None
-    return _exposed_from_overlap(overlap)
+    return _exposed_from_overlap(overlap, warmup)
 
 
-def _exposed_from_overlap(df: pd.DataFrame) -> str:
+def _exposed_from_overlap(df: pd.DataFrame, warmup: set | frozenset = frozenset()) -> str:
     if df.empty:
         return (
             '<p class="note">No GPU communication to set against compute (CPU-synchronous backends '
@@ -119,7 +119,7 @@ def _exposed_from_overlap(df: pd.DataFrame) -> str:
             }
         )
         agg = d.groupby("step").max().sort_index()  # the slowest rank bounds the step
-        parts.append(step_bars(agg))
+        parts.append(step_bars(agg, warmup))
         parts.append(
             '<p class="note">Per step, the rank with the most exposed communication '
             "(and, behind it, the most communication time).</p>"

@@ -13,7 +13,13 @@ from nsyscomm.analyses.result import Result
 from nsyscomm.views import findings as F
 from nsyscomm.views.units import DEFAULT_UNITS
 
-_MD_TITLES = {"nccl": "NCCL", "straggler": "Straggler", "warning": "Warnings", "note": "Notes"}
+_MD_TITLES = {
+    "nccl": "NCCL",
+    "set_aside": "Set aside",
+    "straggler": "Straggler",
+    "warning": "Warnings",
+    "note": "Notes",
+}
 
 
 def _md_cell(v) -> str:

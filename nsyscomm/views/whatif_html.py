@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from nsyscomm.views.html_parts import _e, _nice_max, _svg_open, _table, _text, _y_grid
+from nsyscomm.views import html_scale
+from nsyscomm.views.html_parts import _e, _svg_open, _table, _text, _y_grid
 from nsyscomm.views.units import fmt, human_key
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ def step_chart(rows: list[dict]) -> str | None:
     W, L, R, T, B = 900, 70, 20, 24, 46
     H = 300
     pw, ph = W - L - R, H - T - B
-    vmax = _nice_max(max((v for _, _, vals in series for v in vals if v == v), default=1.0) or 1.0)
+    warm = [bool(s.get("warmup")) for s in rows[0]["steps"]]
+    tops = [max((vals[i] for _, _, vals in series if vals[i] == vals[i]), default=0.0) for i in range(n)]
+    vmax = html_scale.steady_max(tops, warm)
     bw = pw / max(n, 1)
     out = [_svg_open(W, H, "step time measured and replayed")]
     for i, (name, cls, _) in enumerate(series):
@@ -41,15 +44,17 @@ def step_chart(rows: list[dict]) -> str | None:
     for i, s in enumerate(steps):
         x = L + i * bw
         for j, (name, cls, vals) in enumerate(series):
-            h = max(vals[i], 0) / vmax * ph
+            h = min(max(vals[i], 0), vmax) / vmax * ph
             w = bw * 0.8 / k
             label = f"step {s}: {name} {fmt(vals[i])} ms"
             out.append(
                 f'<rect x="{x + bw * 0.1 + j * w:.1f}" y="{T + ph - h:.1f}" width="{w:.1f}" height="{h:.1f}" '
                 f'class="{cls}"><title>{_e(label)}</title></rect>'
             )
+        out.append(html_scale.cut_mark(x + bw * 0.1, bw * 0.8, T, tops[i], vmax))
         if i % every == 0:
-            out.append(_text(x + bw / 2, T + ph + 16, "job" if s is None else str(s), "middle", "axis"))
+            label = "job" if s is None else html_scale.warm_label(s, warm[i])
+            out.append(_text(x + bw / 2, T + ph + 16, label, "middle", "axis"))
     out.append(_text(L + pw / 2, H - 6, "step", "middle", "axis"))
     out.append(_text(14, T + ph / 2, "ms", "middle", "axis", f' transform="rotate(-90 14 {T + ph / 2:.1f})"'))
     out.append("</svg>")
@@ -90,6 +95,8 @@ def section(result: Result) -> str | None:
     chart = step_chart(rows)
     if chart:
         parts.append(chart)
+        if any(r.get("warmup_steps") for r in rows):
+            parts.append(f'<p class="note">{_e(html_scale.NOTE)}</p>')
         table = [
             [
                 r["scenario"],

@@ -17,7 +17,7 @@ def lines(result: Result, top: int = 3) -> list[str]:
     rows = [r for r in a["what_if"] if r.get("slowdown") is not None]
     if not rows:
         return []
-    out = []
+    out = _warmup_lines(rows)
     for r in rows:
         keys = ", ".join(
             f"{human_key(k['key'])} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
@@ -44,3 +44,9 @@ def lines(result: Result, top: int = 3) -> list[str]:
             f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}"
         )
     return out
+
+
+def _warmup_lines(rows: list[dict]) -> list[str]:
+    """Which steps the means leave out (warm-up: nsyscomm.analyses.warmup)."""
+    warm = rows[0].get("warmup_steps") or []
+    return [f"(warm-up step(s) {', '.join(map(str, warm))} left out of these means and totals)"] if warm else []

@@ -22,6 +22,7 @@ from nsyscomm.errors import InputError
 from nsyscomm.ingest import gap_kernels, gpu_metrics, limits, nccl_payload
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
+from nsyscomm.ingest.nsys import inside_calls
 from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
@@ -244,6 +245,8 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         """).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
+        # NCCL's communicator init inside the calls; copies as the device time of calls without a kernel
+        calls, _copied = inside_calls.apply(con, tables, calls, warnings, report)
         by_device, kernels = compute.result()
         # what each call's device ran since the previous call, by kernel name (the late-arrival
         # diagnosis), on the report's cores while this thread goes on (its work below is short);
