@@ -57,6 +57,7 @@ def load(
         calls = JobCalls()
         extracts = pool.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         result = combine(extracts, by_caller=by_caller, calls=calls)
+        result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     if nccl_logs:
         from nsyscomm.ingest import nccl_log
@@ -65,7 +66,6 @@ def load(
         curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
-    result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
     return result
 
 
