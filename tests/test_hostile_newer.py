@@ -120,3 +120,25 @@ def test_yaml_without_aliases_reads_plain_meta(tmp_path):
     p.write_text("a: &a [1, 2]\nb: *a\n")
     with pytest.raises(InputError, match="alias"):
         bounded.read_yaml(p, "fix")
+
+
+def test_kept_events_hold_only_bounded_args():
+    """What a kept event holds of its args is bounded whatever the trace wrote (KEPT_BYTES)."""
+    from nsyscomm.ingest import kineto_checks
+
+    args = {
+        "correlation": 5,
+        "Process Group Ranks": "[" + ", ".join(map(str, range(100_000))) + "]",
+        "Input Dims": [list(range(100_000)), [2]],
+        "Input type": ["float" * 10_000],
+        "Collective name": ["allreduce"] * 1000,
+        "unused": [0] * 1_000_000,
+    }
+    slim = kineto_checks.slim_args(args)
+    assert set(slim) == {"correlation", "Process Group Ranks", "Input type"}
+    assert len(slim["Process Group Ranks"]) == limits.MAX_NAME + len(limits.CUT_MARK)
+    assert slim["Input type"] == [limits.cut_name("float" * 10_000)]
+    assert kineto_checks.slim_args({"Input Dims": [[4, 8], [1]], "Group size": 2}) == {
+        "Input Dims": [[4, 8]],
+        "Group size": 2,
+    }

@@ -105,7 +105,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             pid, tid = e.get("pid"), e.get("tid")
             if cat == "kernel":
                 if name.startswith("nccl"):
-                    kernels.append((ts, end, name, args))
+                    kernels.append((ts, end, name, kineto_checks.slim_args(args)))
                 else:
                     compute.append((int_or_none(args.get("device")), ts, end))
                 continue
@@ -122,14 +122,14 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
                     launches[corr] = (ts, end, pid, tid)
             elif name == "record_param_comms":
                 if args.get("Collective name"):
-                    params.append(_Range(ts, end, pid, tid, name, args))
+                    params.append(_Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
             elif cat in _RANGE_CATS and name.startswith("nsyscomm"):
                 if name.startswith(nvtx_format.COLLECTIVE_PREFIX):
-                    wrappers.append(_Range(ts, end, pid, tid, name, args))
+                    wrappers.append(_Range(ts, end, pid, tid, name, {}))  # read from its name
                 elif name.startswith(nvtx_format.RANK_PREFIX + "|"):
                     rank_marks.append((ts, pid, nvtx_format.parse(name)))
             elif cat in _RANGE_CATS and _is_comm_range(name):
-                ranges.append(_Range(ts, end, pid, tid, name, args))
+                ranges.append(_Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
     except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as ex:
         raise InputError(
             f"{path}: not a readable PyTorch profiler trace ({ex}); "

@@ -10,10 +10,34 @@ from pathlib import Path
 
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
+from nsyscomm.ingest.kineto_meta import META_KEYS
 
 # Memory one kept event costs until the calls are made (docs/limits.md): an NCCL kernel, CPU
-# range or record_param_comms with its args and its row; a compute kernel or a launch
-KEPT_BYTES, SMALL_BYTES = 4096, 512
+# range or record_param_comms with its args (slim_args) and its row; a compute kernel or a launch
+KEPT_BYTES, SMALL_BYTES = 4096, 256
+# the args the reader uses of a kept event (nsyscomm.ingest.kineto, kineto_meta)
+_USED_ARGS = frozenset(("correlation", "device", "stream", "Input Dims", "Input type", *META_KEYS))
+_SHAPES = 64  # dimensions kept of record_shapes' first input
+
+
+def slim_args(args: dict) -> dict:
+    """The args of an event the reader keeps, bounded whatever the trace holds, so that
+    KEPT_BYTES holds: only the keys it reads, strings cut at limits.MAX_NAME, of record_shapes'
+    lists only the first input's (at most _SHAPES dimensions), no other list or object."""
+    out: dict = {}
+    for k in _USED_ARGS.intersection(args):
+        v = args[k]
+        if isinstance(v, str):
+            out[k] = limits.cut_name(v)
+        elif k in ("Input Dims", "Input type") and isinstance(v, list) and v:
+            first = v[0]
+            if isinstance(first, list) and len(first) <= _SHAPES and all(isinstance(x, int) for x in first):
+                out[k] = [first]
+            elif isinstance(first, str):
+                out[k] = [limits.cut_name(first)]
+        elif not isinstance(v, (list, dict)):
+            out[k] = v
+    return out
 
 
 def check_budget(

@@ -44,7 +44,7 @@ DTYPES = {
 
 _TORCH_SIZES = {v[0]: v[1] for v in DTYPES.values()} | {"float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
 
-_META_KEYS = (
+META_KEYS = (  # the args PyTorch records per collective (read by meta_row)
     "Collective name",
     "In msg nelems",
     "Out msg nelems",
