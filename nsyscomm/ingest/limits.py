@@ -73,10 +73,10 @@ def budget() -> int:
     return max(1, int(float(m.group(1)) * _UNIT[(m.group(2) or "").lower()]))
 
 
-def over_budget(path: Path, what: str, count: int, per_item: int, limit: int | None = None) -> InputError | None:
-    """An InputError when count items of per_item bytes each do not fit in the budget (or limit
-    items); None when they do."""
-    most = min(limit, budget() // per_item) if limit is not None else budget() // per_item
+def over_budget(path: Path, what: str, count: int, per_item: int) -> InputError | None:
+    """An InputError when count items of per_item bytes each do not fit in the budget; None when
+    they do."""
+    most = budget() // per_item
     if count <= most:
         return None
     return InputError(
