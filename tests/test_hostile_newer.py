@@ -16,6 +16,7 @@ from nsyscomm.errors import InputError
 from nsyscomm.ingest import bounded, kineto_stream, limits
 
 from . import hostile_newer as H
+from . import hostile_whatif as W
 from .hostile_corpus import kineto_trace
 
 
@@ -27,14 +28,14 @@ def test_newer_formats_through_their_commands(tmp_path):
     assert totals["exit-2 one-liners"] >= totals["command runs"] - 20
     for key in ("internal errors", "hangs", "other failures"):
         assert totals[key] == 0, (key, failing)
-    names = {c.name for c in H.REGISTRY if c.heavy}
+    names = {c.name for c in H.load_families() if c.heavy}
     heavy = [r for r in per if r["case"] in names]
     assert len(heavy) == len(names) and all("peak_mb" in r for r in heavy)
     assert max(r["peak_mb"] for r in heavy) < H.MEMORY_CAP >> 20
 
 
 def test_registry_holds_the_issues_families():
-    names = {c.name for c in H.REGISTRY}
+    names = {c.name for c in H.load_families()}
     for name in (
         "whatif_duration_string",
         "whatif_rank_list",
@@ -54,7 +55,7 @@ def test_registry_holds_the_issues_families():
         "kineto_gzip_3m_kernels",
     ):
         assert name in names, sorted(names)
-    assert all(c.expect in (H.ERROR, H.OK) and c.commands for c in H.REGISTRY)
+    assert all(c.expect in (H.ERROR, H.OK) and c.commands for c in H.load_families())
 
 
 def _kernels(path, n: int):
@@ -84,7 +85,7 @@ def test_memory_limit_raises_the_kineto_budget(tmp_path):
 def test_memory_limit_raises_the_whatif_budget(tmp_path, monkeypatch):
     """A trace's rows are checked against the budget from its footer: refused under a small one,
     read under a larger one."""
-    H.write_whatif(tmp_path, H.whatif_rows(steps=40))
+    W.write_whatif(tmp_path, W.whatif_rows(steps=40))
     monkeypatch.setenv(limits.MEMORY_LIMIT_ENV, "100kB")
     from nsyscomm.ingest import straggler_trace
 
@@ -92,7 +93,7 @@ def test_memory_limit_raises_the_whatif_budget(tmp_path, monkeypatch):
         straggler_trace.read(tmp_path / "trace-T.parquet")
     monkeypatch.setenv(limits.MEMORY_LIMIT_ENV, "1GB")
     ops, meta = straggler_trace.read(tmp_path / "trace-T.parquet")
-    assert len(ops) == len(H.whatif_rows(steps=40)["rank"]) and meta["pp_size"] == 2
+    assert len(ops) == len(W.whatif_rows(steps=40)["rank"]) and meta["pp_size"] == 2
 
 
 def test_budget_reads_the_memory_limit(monkeypatch):
