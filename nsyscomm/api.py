@@ -63,6 +63,7 @@ def load(
         if not merge:
             one_job.check(extracts, calls.pids)
         result = combine(extracts, by_caller=by_caller, calls=calls)
+        result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     result.skipped = [(str(p), why) for p, why in found.skipped]
     if nccl_logs:
@@ -72,7 +73,6 @@ def load(
         curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
-    result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
     return result
 
 

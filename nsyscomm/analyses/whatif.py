@@ -352,13 +352,31 @@ def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
     return out
 
 
+def _prepared(result: _ResultLike, ops: pd.DataFrame, meta: dict) -> stragglers.Trace:
+    """The per-op trace ready to replay; a trace whose operations wait on each other in a cycle
+    (its values each in range, their order impossible) is the input's fault: an InputError
+    naming it."""
+    try:
+        return stragglers.prepare(ops, meta)
+    except replay.CycleError as e:
+        from pathlib import Path
+
+        from nsyscomm.errors import InputError
+        from nsyscomm.ingest import straggler_trace
+
+        src = next((s for s in getattr(result, "sources", ()) if straggler_trace.is_trace(Path(s))), "what-if trace")
+        raise InputError(
+            f"{src}: no order of its operations is possible ({e}); check dp_size/pp_size in its job "
+            f"description and the trace's seq_id order"
+        ) from None
+
+
 def of_result(result: _ResultLike) -> dict:
     """The what-if analysis of a Result: its per-op trace when it was read from one (with the
     artifact's own figures under 'straggler_model'), else its collectives."""
     op_trace = getattr(result, "op_trace", None)
     if op_trace is not None:
-        ops, meta = op_trace
-        trace = stragglers.prepare(ops, meta)
+        trace = _prepared(result, *op_trace)
         out = analyse(from_trace(trace))
         paper = stragglers.analyse(trace)
         out["straggler_model"] = {
@@ -410,8 +428,7 @@ def timeline(result: _ResultLike, scenario: str) -> pd.DataFrame:
     if op_trace is not None:
         from nsyscomm.ingest import straggler_trace
 
-        ops, meta = op_trace
-        trace = stragglers.prepare(ops, meta)
+        trace = _prepared(result, *op_trace)
         m = from_trace(trace)
         names = trace.ops["optype"].astype(str).to_numpy()
         steps = trace.ops["step"].to_numpy()

@@ -40,7 +40,7 @@ import pandas as pd
 
 from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import limits
+from nsyscomm.ingest import kineto_checks, limits
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.kineto_meta import int_or_none, meta_row, shape_meta
 from nsyscomm.ingest.kineto_stream import iter_trace, to_ns
@@ -49,6 +49,7 @@ from nsyscomm.ingest.nsys.extract import Extract
 from nsyscomm.schema import COLUMN_NAMES
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+_BUDGET_EVERY = 1 << 16  # events between two checks of the kept events against the budget
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime"}
 _RANGE_CATS = {"user_annotation", "cpu_op", "python_function"}  # CPU-side names we look at
 
@@ -92,6 +93,8 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             if not isinstance(e, dict) or e.get("ph") != "X":
                 continue
             n_events += 1
+            if not n_events % _BUDGET_EVERY:
+                kineto_checks.check_budget(path, kernels, ranges, params, wrappers, rank_marks, compute, launches)
             ts = to_ns(e.get("ts"))
             if ts is None:
                 continue
@@ -102,7 +105,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             pid, tid = e.get("pid"), e.get("tid")
             if cat == "kernel":
                 if name.startswith("nccl"):
-                    kernels.append((ts, end, name, args))
+                    kernels.append((ts, end, name, kineto_checks.slim_args(args)))
                 else:
                     compute.append((int_or_none(args.get("device")), ts, end))
                 continue
@@ -119,14 +122,14 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
                     launches[corr] = (ts, end, pid, tid)
             elif name == "record_param_comms":
                 if args.get("Collective name"):
-                    params.append(_Range(ts, end, pid, tid, name, args))
+                    params.append(_Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
             elif cat in _RANGE_CATS and name.startswith("nsyscomm"):
                 if name.startswith(nvtx_format.COLLECTIVE_PREFIX):
-                    wrappers.append(_Range(ts, end, pid, tid, name, args))
+                    wrappers.append(_Range(ts, end, pid, tid, name, {}))  # read from its name
                 elif name.startswith(nvtx_format.RANK_PREFIX + "|"):
                     rank_marks.append((ts, pid, nvtx_format.parse(name)))
             elif cat in _RANGE_CATS and _is_comm_range(name):
-                ranges.append(_Range(ts, end, pid, tid, name, args))
+                ranges.append(_Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
     except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as ex:
         raise InputError(
             f"{path}: not a readable PyTorch profiler trace ({ex}); "
@@ -134,12 +137,14 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
         ) from None
     if not n_events and not meta:
         raise InputError(f"{path}: no trace events; pass a PyTorch profiler (Kineto) JSON trace")
+    kineto_checks.check_budget(path, kernels, ranges, params, wrappers, rank_marks, compute, launches)
 
-    dist = meta.get("distributedInfo") or {}
+    dist = kineto_checks.distributed_info(path, meta.get("distributedInfo"))
     # the rank's process: the CPU pid with most events (a trace is one process; GPU "pids" are device ids)
     main_pid = max(cpu_pids, key=cpu_pids.get) if cpu_pids else 0
 
     rows = _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappers)
+    kineto_checks.check_int64(path, rows)
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
         columns=["report", "rank", "local_rank", "host", "duration_ns"]
     )
@@ -154,6 +159,12 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
         host = f.get("host") or None
         if isinstance(mpid, int):
             main_pid = mpid
+    for what, v, lo in (("rank", rank, 0), ("local_rank", local, 0), ("world size", world, 1)):
+        if v is not None and not lo <= v <= limits.MAX_GROUP:
+            raise InputError(
+                f"{path}: the {what} {v} is outside {lo} to {limits.MAX_GROUP}; record the trace again "
+                f"(nsyscomm run) or leave this file out"
+            )
     markers = pd.DataFrame(
         {
             "pid": pd.Series([main_pid] if rank is not None else [], dtype="int64"),
@@ -179,6 +190,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             }
         )
     version = dist.get("nccl_version")
+    version = version if isinstance(version, (str, int)) and len(str(version)) <= 64 else None
     compute = pd.DataFrame(compute, columns=["device", "start", "end"]).assign(pid=main_pid)
     calls = duck.frame_arrow(calls)
     return Extract(

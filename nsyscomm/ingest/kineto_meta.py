@@ -44,7 +44,7 @@ DTYPES = {
 
 _TORCH_SIZES = {v[0]: v[1] for v in DTYPES.values()} | {"float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
 
-_META_KEYS = (
+META_KEYS = (  # the args PyTorch records per collective (read by meta_row)
     "Collective name",
     "In msg nelems",
     "Out msg nelems",
@@ -70,13 +70,18 @@ def _dtype(raw) -> tuple[str | None, int | None]:
     return raw, None
 
 
+_INT64 = 1 << 63
+
+
 def int_or_none(v: Any) -> int | None:
+    """v as an int, or None when it is none, not a number, or no 64-bit integer (inf, 1e300)."""
     try:
         if v is None or v == "":
             return None
-        return int(v)
-    except (TypeError, ValueError):
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return i if -_INT64 <= i < _INT64 else None
 
 
 def message_size(
@@ -141,10 +146,15 @@ def shape_meta(op: str | None, args: dict) -> dict:
     dims, types = args.get("Input Dims"), args.get("Input type")
     if op not in ("all_reduce", "broadcast", "reduce", "send", "recv", "all_to_all") or not dims or not types:
         return {}
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return {}
     if not isinstance(dims[0], list) or not dims[0]:
         return {}
     numel = 1
     for d in dims[0]:
-        numel *= int(d)
+        n = int_or_none(d)
+        if n is None or numel * n >= _INT64:
+            return {}
+        numel *= n
     dtype, ts = _dtype(types[0])
     return {"numel": numel, "dtype": dtype, "bytes": numel * ts if ts else None}

@@ -1,15 +1,27 @@
 """A PyTorch profiler (Kineto) trace read as a stream: ``traceEvents`` one event at a time from a
 ``.json`` or ``.json.gz`` file, so memory grows with the events kept, not with the file; numbers
-kept as written (microseconds with fractions) and turned into integer nanoseconds exactly."""
+kept as written (microseconds with fractions) and turned into integer nanoseconds exactly.
+
+Bounded by construction (issue 35): the text comes from nsyscomm.ingest.bounded.open_text (a
+gzip file inflated as a stream, up to a limit relative to its size), and one value (an event,
+or another top-level key's) may hold at most MAX_VALUE_CHARS: a value the decoder cannot finish
+in the buffer is retried only once the buffer has doubled, so that reading it costs time in
+proportion to its size, and a value past the limit is an InputError naming the file."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from nsyscomm.errors import InputError
+from nsyscomm.ingest import bounded
+
+MAX_VALUE_CHARS = 16 << 20  # one event of a real trace is under a few kB
+_WS = re.compile(r"[ \t\r\n]*")
 
 
 class Num(float):
@@ -44,18 +56,11 @@ def to_ns(us: int | float | None) -> int | None:
     return None
 
 
-def _open_text(path: Path):
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
-
-
-def iter_trace(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[str, Any]]:
+def iter_trace(path: Path, chunk: int = 1 << 20, max_value: int = MAX_VALUE_CHARS) -> Iterator[tuple[str, Any]]:
     """Stream a Chrome/Kineto trace: yields ("event", dict) for every traceEvents element and
     ("meta", (key, value)) for every other top-level key. A bare JSON array of events works too."""
     dec = json.JSONDecoder(parse_float=Num)
-    ws = " \t\r\n"
-    with _open_text(path) as f:
+    with bounded.open_text(path) as f:
         buf, pos, eof = "", 0, False
 
         def more() -> bool:
@@ -73,8 +78,7 @@ def iter_trace(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[str, Any]]:
         def skip_ws():
             nonlocal pos
             while True:
-                while pos < len(buf) and buf[pos] in ws:
-                    pos += 1
+                pos = _WS.match(buf, pos).end()  # type: ignore[union-attr]  # matches the empty string
                 if pos < len(buf) or not more():
                     return
 
@@ -94,8 +98,17 @@ def iter_trace(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[str, Any]]:
                     pos = end
                     return v
                 except json.JSONDecodeError:
+                    # decode again only once the unfinished value's text has doubled
+                    want = 2 * (len(buf) - pos)
                     if not more():
                         raise
+                    while len(buf) - pos < want and len(buf) - pos <= max_value and more():
+                        pass
+                    if len(buf) - pos > max_value:
+                        raise InputError(
+                            f"{path}: one value of more than {max_value:,} characters; pass the trace "
+                            f"as the PyTorch profiler wrote it (prof.export_chrome_trace)"
+                        ) from None
 
         def expect(ch: str):
             nonlocal pos

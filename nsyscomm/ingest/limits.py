@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -35,12 +37,53 @@ MAX_TS_US = float(1 << 53)
 # diagnosis: 100 us, below any delay it reports (nsyscomm.analyses.late's noise threshold is larger)
 HOST_MIN_NS = 100_000
 
+# What one reader may hold of one source (issue 35): --memory-limit (NSYSCOMM_MEMORY_LIMIT, the
+# memory per process DuckDB gets too), else DEFAULT_BUDGET. The readers of the formats that are
+# parsed in Python (what-if Parquet traces, Kineto JSON) turn it into counts with their own cost
+# per kept item, checked before the items are made; docs/limits.md states them.
+DEFAULT_BUDGET = 1 << 30
+MEMORY_LIMIT_ENV = "NSYSCOMM_MEMORY_LIMIT"  # nsyscomm.duck reads the same variable
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?i?B|bytes)?\s*$", re.IGNORECASE)
+_UNIT = {"": 1, "b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_UNIT |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
+
 _NAME_COLUMNS = ("op", "api", "dtype", "group", "group_ranks", "caller", "source", "kernel", "algo", "proto")
 _CHECKED_VALUES = (
     ("bytes", 0, MAX_BYTES, "message size (bytes=)"),
     ("numel", 0, 1 << 52, "element count (numel=)"),
     ("group_size", 1, MAX_GROUP, "group size (gsize=)"),
 )
+
+
+def budget() -> int:
+    """Bytes one reader may hold of one source: the memory limit set for this process (a size, or
+    a share of RAM: "50%"), else DEFAULT_BUDGET. A limit that does not parse leaves the default
+    (DuckDB's own check names the bad setting)."""
+    text = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1]) / 100
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return DEFAULT_BUDGET
+        return int(ram * share) if 0 < share <= 1 else DEFAULT_BUDGET
+    m = _SIZE.match(text)
+    if not m:
+        return DEFAULT_BUDGET
+    return max(1, int(float(m.group(1)) * _UNIT[(m.group(2) or "").lower()]))
+
+
+def over_budget(path: Path, what: str, count: int, per_item: int) -> InputError | None:
+    """An InputError when count items of per_item bytes each do not fit in the budget; None when
+    they do."""
+    most = budget() // per_item
+    if count <= most:
+        return None
+    return InputError(
+        f"{path}: {count:,} {what}, over the {most:,} this process may hold "
+        f"(about {per_item * count / 2**30:.1f} GiB); if the file is real, give a larger "
+        f"--memory-limit (NSYSCOMM_MEMORY_LIMIT; docs/limits.md)"
+    )
 
 
 def cut_name(name: str) -> str:
@@ -121,7 +164,12 @@ def checked(extract: _S, path: Path, fix: str | None = None) -> _S:
 # --------------------------------------------------------------------------- PyTorch profiler events
 
 _STR_FIELDS = ("name", "cat", "ph")
+_ID_FIELDS = ("pid", "tid")
 _TIME_FIELDS = ("ts", "dur")
+
+
+def _is_int64(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < 1 << 63
 
 
 def _event_error(path: Path, i: int, field: str, value, want: str) -> InputError:
@@ -173,6 +221,12 @@ def _check_event(e: dict, i: int, path: Path) -> None:
     args = e.get("args")
     if args is not None and not isinstance(args, dict):
         raise _event_error(path, i, "args", args, "an object")
+    for f in _ID_FIELDS:  # keys of the reader's tables: hashable, and 64-bit where integers
+        v = e.get(f)
+        if v is not None and not isinstance(v, str) and not _is_int64(v):
+            raise _event_error(path, i, f, v, "an integer or a string")
+    if args and "correlation" in args and not _is_int64(args["correlation"]):
+        raise _event_error(path, i, "args.correlation", args["correlation"], "an integer")
     for f in _TIME_FIELDS:
         v = e.get(f)
         if v is None:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import bounded, limits
 from nsyscomm.schema import COLUMN_NAMES
 
 if TYPE_CHECKING:
@@ -53,58 +54,52 @@ def meta_path(path: Path) -> Path:
     return path.with_name("meta-" + _NAME.match(path.name).group("name") + ".yaml")
 
 
-def read_meta(path: Path) -> dict:
-    import yaml
+_META_FIX = "write it as 'key: value' lines (dp_size, pp_size, tp_size, world_size)"
 
+
+def read_meta(path: Path) -> dict:
+    """The trace's job description, checked: every size a positive integer within the ranks a
+    job may have (MAX_GROUP), dp_size x pp_size too. Read without aliases and with bounded
+    nesting (nsyscomm.ingest.bounded)."""
     mp = meta_path(path)
     if not mp.is_file():
         raise InputError(
             f"{path}: the job description {mp.name} is not beside it; "
             f"put the trace's meta-<name>.yaml (dp_size, pp_size, ...) in the same folder"
         )
-    try:
-        meta = yaml.safe_load(mp.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise InputError(
-            f"{mp}: not readable YAML ({str(e).splitlines()[0]}); "
-            f"write it as 'key: value' lines (dp_size, pp_size, tp_size, world_size)"
-        ) from None
+    meta = bounded.read_yaml(mp, _META_FIX)
     if not isinstance(meta, dict):
         raise InputError(f"{mp}: expected 'key: value' lines (dp_size, pp_size, tp_size, world_size)")
+    meta = {k: v for k, v in meta.items() if isinstance(k, str)}
     for k in META_SIZES:
         v = meta.setdefault(k, 1)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise InputError(f"{mp}: {k} must be a positive integer, not {v!r}; fix the job description")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= limits.MAX_GROUP:
+            raise InputError(
+                f"{mp}: {k} must be a positive integer up to {limits.MAX_GROUP}, not {_shown(v)}; "
+                f"fix the job description"
+            )
+    if meta["dp_size"] * meta["pp_size"] > limits.MAX_GROUP:
+        raise InputError(f"{mp}: dp_size x pp_size is over {limits.MAX_GROUP} ranks; fix the job description")
     return meta
 
 
+def _shown(v: object) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:40] + "…"
+
+
 def read(path: Path) -> tuple[pd.DataFrame, dict]:
-    """The trace's rows (index 0..n-1) and its job description, checked."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """The trace's rows (index 0..n-1) and its job description, checked at the edge: column
+    types, nulls, finite times and ranges (nsyscomm.ingest.straggler_checks), its size against
+    the memory budget from the Parquet footer before any row is read."""
+    from nsyscomm.ingest import straggler_checks
 
     path = Path(path)
     meta = read_meta(path)
-    try:
-        df = pq.read_table(path).to_pandas()
-    except (pa.ArrowException, OSError) as e:
-        raise InputError(
-            f"{path}: not a readable Parquet file ({str(e).splitlines()[0]}); write the trace again"
-        ) from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise InputError(
-            f"{path}: missing column(s) {', '.join(missing)}; the what-if trace format needs {', '.join(REQUIRED)}"
-        )
-    if df.empty:
-        raise InputError(f"{path}: the trace has no operations")
+    table = straggler_checks.read_table(path, REQUIRED)
+    df = table.to_pandas()
+    df = straggler_checks.checked(df, meta, path, seq_stride=_OPTYPE_STRIDE)
     df["optype"] = df["optype"].astype(str)
-    bad = ~np.isfinite(df["start_ts"].to_numpy(np.float64)) | ~(df["duration"].to_numpy(np.float64) >= 0)
-    if bad.any():
-        raise InputError(
-            f"{path}: {int(bad.sum())} operation(s) with a missing or negative time; "
-            f"fix start_ts/duration (seconds) in the trace"
-        )
     return df.reset_index(drop=True), meta
 
 
