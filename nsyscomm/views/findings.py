@@ -275,7 +275,7 @@ def steps(result: Result) -> Table:
     st = result.steps
     cols = [
         Col("step", "step", "int"),
-        Col("warmup", "warm-up", "text"),
+        Col("warmup", "warm-up", "text", shown=False),
         Col("calls", "calls", "int"),
         Col("comm_ms", "comm (ms)", "ms"),
         Col("late_rank", "last to arrive", "int"),
@@ -293,6 +293,8 @@ def steps(result: Result) -> Table:
     st = st.assign(exposed_ms=st["step"].map(exposed) if len(exposed) else None)
     warm = set_aside.warmup_steps(result)
     st = st.assign(warmup=["warm-up" if s in warm else "" for s in st["step"]])
+    if warm:  # the column only where there is something to mark (CSV has it always)
+        cols[1] = Col("warmup", "warm-up", "text")
     return Table("steps", "Per step", cols, _rows(st, cols), list(STEP_NOTES))
 
 
