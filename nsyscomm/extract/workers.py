@@ -38,6 +38,22 @@ WORKER_NAME = "nsyscomm-extract"
 # reports in progress (seconds; very large reports may need more)
 STALL_ENV = "NSYSCOMM_STALL_TIMEOUT"
 DEFAULT_STALL_S = 600.0
+# imported once in the fork server (in this order: this module first, it patches spawn.prepare
+# there), so that the workers of every load have them: what extracting a report imports, read or
+# from the cache. Not the caller's __main__, which the server would otherwise import itself.
+PRELOAD = (
+    __name__,
+    "nsyscomm.extract.pool",
+    "nsyscomm.extract.readers",
+    "nsyscomm.ingest.nsys.arrow",
+    "nsyscomm.ingest._sqlite_scan",
+    "nsyscomm.bundled",
+    "duckdb_extension_sqlite_scanner",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "pandas.io.parquet",
+    "pandas.core.arrays.arrow.extension_types",
+)
 
 
 class WorkerError(InputError):
@@ -110,9 +126,7 @@ def warm() -> None:
     """Start the fork server now, without waiting for it: it imports the readers while the caller
     goes on (a command: its own imports), instead of when the first worker is asked for."""
     if _CONTEXT.get_start_method() == "forkserver":
-        # this module first (it patches spawn.prepare there), then what every worker imports;
-        # not the caller's __main__, which the server would otherwise import itself
-        _CONTEXT.set_forkserver_preload([__name__, "nsyscomm.extract.readers"])
+        _CONTEXT.set_forkserver_preload(list(PRELOAD))
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
