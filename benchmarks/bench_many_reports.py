@@ -10,10 +10,10 @@ half of them NCCL) in a temporary folder and times summarize on them in a fresh 
 the cache and then with it warm. Prints seconds and ms per report for each N, and the peak RSS
 of the process that combines the reports (its workers each hold one report at a time).
 
---baseline DIR: another checkout of nsyscomm (its C extensions built in place) runs the same
-summarizes, alternating with this one's (which goes first alternates) --runs times; prints each
-one's median and the ratio of this checkout's to the baseline's, the figure to quote on a shared,
-busy machine.
+--baseline DIR [DIR...]: other checkouts of nsyscomm (their C extensions built in place) run the
+same summarizes, alternating with this one's (the order reverses every run) --runs times; prints
+each one's median and its ratio to the first baseline's, the figure to quote on a shared, busy
+machine.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ def main(argv=None) -> int:
         help="collective calls per report (a multiple of 20; default: small reports of 16)",
     )
     ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
-    ap.add_argument("--baseline", type=Path, help="another checkout of nsyscomm, run in the same alternation")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        nargs="+",
+        help="other checkouts of nsyscomm, run in the same alternation (ratios: to the first)",
+    )
     ap.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each checkout per count")
     a = ap.parse_args(argv)
     gen, bench = _load("gen_large_report"), _load("bench_summarize")
@@ -86,12 +91,15 @@ def _against_baseline(a, gen, bench, shape, tmp: Path, env: dict) -> int:
     # the runs compile nothing: with PYTHONDONTWRITEBYTECODE set (this project's sandbox) every
     # summarize would compile the modules changed since the last run that wrote them
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    trees = {"this": HERE.parent, "baseline": a.baseline.resolve()}
+    trees = {"this": HERE.parent}
+    for k, d in enumerate(a.baseline):
+        trees[f"baseline{k or ''}"] = d.resolve()
     envs = {}
     for name, root in trees.items():
         compileall.compile_dir(str(root / "nsyscomm"), quiet=1)
         envs[name] = dict(env, PYTHONPATH=str(root), NSYSCOMM_CACHE_DIR=str(tmp / f"cache-{name}"))
-    baseline.check(a.baseline, envs["baseline"])  # its own code and SQL, not this checkout's
+        if name != "this":
+            baseline.check(root, envs[name])  # its own code and SQL, not this checkout's
     extra = [
         *(["--jobs", str(a.jobs)] if a.jobs else []),
         *(["--memory-limit", a.memory_limit] if a.memory_limit else []),
@@ -109,9 +117,11 @@ def _against_baseline(a, gen, bench, shape, tmp: Path, env: dict) -> int:
         for what, times in (("no cache", cold), ("cache hit", hit)):
             med = {k: statistics.median(v) for k, v in times.items()}
             runs = "; ".join(f"{k} " + " ".join(f"{x:.1f}" for x in v) for k, v in times.items())
+            ratios = ", ".join(f"{k} {med[k] / med['baseline']:.3f}" for k in trees if k != "baseline")
             print(
-                f"{n:5d} reports, {what}: this {med['this']:.1f} s, baseline {med['baseline']:.1f} s, "
-                f"ratio {med['this'] / med['baseline']:.3f} (runs: {runs})",
+                f"{n:5d} reports, {what}: medians "
+                + ", ".join(f"{k} {med[k]:.1f} s" for k in trees)
+                + f"; ratio to the baseline: {ratios} (runs: {runs})",
                 flush=True,
             )
     return 0

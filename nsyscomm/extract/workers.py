@@ -21,6 +21,7 @@ Workers are named WORKER_NAME-..., and the fork server leaves ``__main__`` alone
 
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
 import os
@@ -143,6 +144,10 @@ def _init(environ: dict) -> None:
     # Ctrl-C is the caller's to handle: it ends the workers (stop); a worker of its own would
     # print a traceback of its loop and leave the pool broken
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the modules the server imported stay to the end: frozen, the collector no longer walks their
+    # objects at every full collection of every report (as commands.collector_paused does in the
+    # caller; docs/performance.md, "The extraction pool's workers")
+    gc.freeze()
     _end_with_parent()
     os.environ.clear()
     os.environ.update(environ)
