@@ -2,24 +2,34 @@
 
     python benchmarks/bench_many_reports.py [--counts 128 256 512 1024] [--jobs N]
     python benchmarks/bench_many_reports.py --counts 32 --calls-per-report 60000 --memory-limit 500MB
+    python benchmarks/bench_many_reports.py --counts 256 --baseline DIR [--runs 3]
 
 Generates N per-rank reports (benchmarks/gen_large_report.py --per-rank; by default small ones,
 2 steps x 4 layers x 10 kernels each; with --calls-per-report, 10 steps of layers of 4 kernels,
 half of them NCCL) in a temporary folder and times summarize on them in a fresh process, without
 the cache and then with it warm. Prints seconds and ms per report for each N, and the peak RSS
 of the process that combines the reports (its workers each hold one report at a time).
+
+--baseline DIR [DIR...]: other checkouts of nsyscomm (their C extensions built in place) run the
+same summarizes, alternating with this one's (the order reverses every run) --runs times; prints
+each one's median and its ratio to the first baseline's, the figure to quote on a shared, busy
+machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import baseline  # noqa: E402 - benchmarks/baseline.py, beside this script
 
 
 def _load(name: str):
@@ -40,6 +50,13 @@ def main(argv=None) -> int:
         help="collective calls per report (a multiple of 20; default: small reports of 16)",
     )
     ap.add_argument("--memory-limit", help="passed to summarize: DuckDB's memory per process (it spills past it)")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        nargs="+",
+        help="other checkouts of nsyscomm, run in the same alternation (ratios: to the first)",
+    )
+    ap.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each checkout per count")
     a = ap.parse_args(argv)
     gen, bench = _load("gen_large_report"), _load("bench_summarize")
     shape = dict(steps=2, layers=4, kernels_per_layer=10, nccl_share=0.2)
@@ -48,6 +65,8 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="nsyscomm-many-"))
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=str(tmp / "cache"))
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    if a.baseline:
+        return _against_baseline(a, gen, bench, shape, tmp, env)
     for n in a.counts:
         folder = tmp / f"n{n}"
         info = gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
@@ -65,6 +84,46 @@ def main(argv=None) -> int:
             f"cache hit {hit:.1f} s ({1000 * hit / n:.1f} ms/report)",
             flush=True,
         )
+    return 0
+
+
+def _against_baseline(a, gen, bench, shape, tmp: Path, env: dict) -> int:
+    # the runs compile nothing: with PYTHONDONTWRITEBYTECODE set (this project's sandbox) every
+    # summarize would compile the modules changed since the last run that wrote them
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    trees = {"this": HERE.parent}
+    for k, d in enumerate(a.baseline):
+        trees[f"baseline{k or ''}"] = d.resolve()
+    envs = {}
+    for name, root in trees.items():
+        compileall.compile_dir(str(root / "nsyscomm"), quiet=1)
+        envs[name] = dict(env, PYTHONPATH=str(root), NSYSCOMM_CACHE_DIR=str(tmp / f"cache-{name}"))
+        if name != "this":
+            baseline.check(root, envs[name])  # its own code and SQL, not this checkout's
+    extra = [
+        *(["--jobs", str(a.jobs)] if a.jobs else []),
+        *(["--memory-limit", a.memory_limit] if a.memory_limit else []),
+    ]
+    for n in a.counts:
+        folder = tmp / f"n{n}"
+        gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
+        cold: dict = {k: [] for k in trees}
+        hit: dict = {k: [] for k in trees}
+        for r in range(a.runs):
+            for name in list(trees)[:: 1 if r % 2 == 0 else -1]:
+                cold[name].append(bench.run(str(folder), "--no-cache", *extra, env=envs[name])[0])
+                bench.run(str(folder), *extra, env=envs[name])  # fill the cache
+                hit[name].append(bench.run(str(folder), *extra, env=envs[name])[0])
+        for what, times in (("no cache", cold), ("cache hit", hit)):
+            med = {k: statistics.median(v) for k, v in times.items()}
+            runs = "; ".join(f"{k} " + " ".join(f"{x:.1f}" for x in v) for k, v in times.items())
+            ratios = ", ".join(f"{k} {med[k] / med['baseline']:.3f}" for k in trees if k != "baseline")
+            print(
+                f"{n:5d} reports, {what}: medians "
+                + ", ".join(f"{k} {med[k]:.1f} s" for k in trees)
+                + f"; ratio to the baseline: {ratios} (runs: {runs})",
+                flush=True,
+            )
     return 0
 
 

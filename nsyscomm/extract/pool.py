@@ -6,12 +6,11 @@ The combining stage (nsyscomm.combine) reads only what these return: one Extract
 
 from __future__ import annotations
 
-import gc
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -116,34 +115,60 @@ def _as_is(i: int, extract):
 
 
 def _on_pool(files, names, cache, jobs, bar, keep) -> list:
+    # imported here: a serial or Dask run starts no worker (nsyscomm.extract.workers: how they
+    # start, and why not by forking this process)
+    from nsyscomm.extract import workers
+
     # the workers share the cores: each DuckDB gets its share of them, not all of them (256 small
     # reports on 2 cores, 2 workers: 14.9 s with 2 threads each, 10.4 s with 1)
     threads = max(1, usable_cores() // jobs)
-    # fork where there is one: workers start at once and inherit the imported modules
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    stall = workers.stall_timeout()
     out: list = [None] * len(files)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        # workers fork at submit: frozen, the parent's objects are never collected in a worker (a
-        # library caller's torch/gloo objects in a reference cycle would run their destructors
-        # there, without the threads they belong to: a crash); unfrozen once the workers exist
-        gc.freeze()
-        try:
-            pending = {pool.submit(_one, f, name, cache, threads): i for i, (f, name) in enumerate(zip(files, names))}
-        finally:
-            gc.unfreeze()
-        try:
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    i = pending.pop(fut)
-                    out[i] = keep(i, fut.result())  # a report's InputError surfaces here, as in the serial run
-                    bar.advance()
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+    pool = workers.start(jobs)
+    try:
+        pending = {pool.submit(_one, f, name, cache, threads): i for i, (f, name) in enumerate(zip(files, names))}
+        while pending:
+            done, _ = wait(pending, timeout=stall, return_when=FIRST_COMPLETED)
+            if not done:
+                raise workers.WorkerError(
+                    _in_progress(
+                        files,
+                        pending,
+                        jobs,
+                        f"no report finished in {stall:g} s: a worker is stuck on it",
+                        f"give more time with {workers.STALL_ENV}=SECONDS, or run with --jobs 1",
+                    )
+                )
+            for fut in sorted(done, key=pending.__getitem__):
+                try:
+                    extract = fut.result()  # a report's InputError surfaces here, as in the serial run
+                except BrokenProcessPool:
+                    raise workers.WorkerError(
+                        _in_progress(
+                            files,
+                            pending,
+                            jobs,
+                            "a worker process ended while extracting it (killed, out of memory, or crashed)",
+                            "run again with --jobs 1, or with a --memory-limit",
+                        )
+                    ) from None
+                i = pending.pop(fut)
+                out[i] = keep(i, extract)
+                bar.advance()
+    except BaseException:
+        workers.stop(pool)  # Ctrl-C, a report's error, a dead or stuck worker: no worker left behind
+        raise
+    pool.shutdown(wait=True)
     return out
+
+
+def _in_progress(files, pending, jobs: int, what: str, fix: str) -> str:
+    """'REPORT: WHAT (or OTHER, OTHER beside it); FIX', naming the reports not finished that the
+    workers took: the first ``jobs`` of them (the pool hands them out in order)."""
+    first = sorted(pending.values())[:jobs]
+    others = ", ".join(str(files[i]) for i in first[1:])
+    beside = f" (or {others}, beside it)" if others else ""
+    return f"{files[first[0]]}: {what}{beside}; {fix}"
 
 
 def _on_dask(files, names, cache, address, bar, keep) -> list:

@@ -1,0 +1,31 @@
+"""A short soak of the extraction pool (issue 33; benchmarks/soak_pool.py is the long one): loads
+serial and parallel, cache on and off, in a process whose own threads keep DuckDB and numpy busy,
+then the CLI on the folder; each loop and run bounded in time. Before issue 33 a forked worker
+could inherit a lock one of those threads held and wait for it forever."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _soak():
+    spec = importlib.util.spec_from_file_location("soak_pool", ROOT / "benchmarks" / "soak_pool.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.timeout(600)
+def test_loads_and_commands_beside_busy_threads_never_hang(tmp_path):
+    soak = _soak()
+    folder = soak.make_folder(tmp_path / "reports", 3)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # (loops ended, hangs): a loop is four loads, serial and parallel, without and with the cache
+    assert soak.soak_loads(folder, loops=4, timeout=120, env=env) == (4, 0)
+    assert soak.soak_cli(folder, runs=2, timeout=120, env=env) == (2, 0)
