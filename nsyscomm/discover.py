@@ -101,6 +101,7 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     by_kind["nsys Arrow export"] = list(exports)
     companions: set[Path] = set()  # files read as part of another one (a trace's meta-*.yaml)
     others: list[Path] = []
+    refused: list[tuple[Path, InputError]] = []
     for f in sorted(x for x in folder.rglob("*") if x.is_file()):
         if any(d in f.parents for d in export_dirs) or f in exports:
             continue
@@ -111,12 +112,18 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             companions.add(straggler_trace.meta_path(f))
         elif kineto.is_trace(f) and _looks_kineto(f):
             by_kind["PyTorch profiler trace"].append(f)
-        elif flight_recorder.is_dump(f):
-            by_kind["Flight Recorder dump"].append(f)
+        elif flight_recorder.looks_like(f):
+            try:
+                flight_recorder.load_dump(f)
+                by_kind["Flight Recorder dump"].append(f)
+            except InputError as e:  # named with the reader's reason, not as "not a report"
+                refused.append((f, e))
         else:
             others.append(f)
     by_kind["Flight Recorder dump"].sort(key=lambda p: (p.parent, flight_recorder.rank_of(p)))
     hits = [f for k in _KINDS for f in by_kind[k]]
+    if not hits and refused:  # a folder of dumps, all refused: the first one's reason
+        raise refused[0][1]
     if not hits:
         reps = sorted(folder.rglob("*.nsys-rep"))
         hint = (
@@ -125,7 +132,7 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             else "point to a folder of nsys SQLite exports (*.sqlite)"
         )
         raise InputError(f"{folder}: no report (*.sqlite, or PyTorch profiler *.json/*.json.gz) in this folder; {hint}")
-    skipped: list[tuple[Path, str]] = []
+    skipped: list[tuple[Path, str]] = [(f, f"a Flight Recorder dump, refused: {e}") for f, e in refused]
     # the same nsys report exported twice (report.sqlite and report.arrow): read once
     sqlite_stems = {(f.parent, f.stem) for f in by_kind["nsys SQLite export"]}
     for f in list(by_kind["nsys Arrow export"]):

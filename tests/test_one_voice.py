@@ -121,13 +121,15 @@ def test_per_rank_lines_say_the_waiting_is_counted(loop_job):
 
 
 def test_steps_name_the_late_rank_and_say_where_a_step_begins(loop_job):
-    """8 iterations: steps 0-7, each led by rank 1's lateness; step 8 holds the barrier after
-    the loop, and the output says where a step begins."""
+    """8 iterations: steps 1-7 each led by rank 1's lateness (step 0's late all-reduce is every
+    rank's first call: start-up skew, which names no rank, issue 34); step 8 holds the barrier
+    after the loop, and the output says where a step begins."""
     rows = [r for r in _csv("summarize", loop_job) if r["table"] == "steps"]
     assert [int(r["step"]) for r in rows] == list(range(9))
-    for r in rows[:8]:
+    assert float(rows[0]["late_ms"]) < 0.1, rows[0]
+    for r in rows[1:8]:
         assert r["late_rank"] == "1" and 1.9 < float(r["late_ms"]) < 2.2, r
-        assert r["calls"] == "8"
+    assert all(r["calls"] == "8" for r in rows[:8])
     assert rows[8]["calls"] == "4"  # the barrier after the loop: one more step
     for fmt in ("text", "markdown"):
         out = _out("summarize", loop_job, "--format", fmt)
@@ -135,7 +137,7 @@ def test_steps_name_the_late_rank_and_say_where_a_step_begins(loop_job):
         assert "busiest rank" not in out and "last to arrive" in out, fmt
     md = _out("summarize", loop_job, "--format", "markdown")
     table = md.split("## Per step")[1].split("\n\n")[1].splitlines()[2:]
-    assert [line.split("|")[4].strip() for line in table][:8] == ["1"] * 8
+    assert [line.split("|")[4].strip() for line in table][1:8] == ["1"] * 7
 
 
 PLAIN_LOOP = Path(__file__).resolve().parent / "data" / "plain_loop_job.py"

@@ -70,7 +70,9 @@ def test_warm_up_steps_leave_the_what_if_job_figures(tmp_path):
         assert row["step_ms_before"] == pytest.approx(statistics.mean(step_ns[2:]) / 1e6, abs=1e-6)
     # the per-step table marks them, the text says what was set aside
     out = CliRunner().invoke(main, ["summarize", str(tmp_path / "job.sqlite"), "--no-cache"]).output
-    assert "0 warm-up" in out and "1 warm-up" in out
+    per_step = out.split("Per step")[1].split("\n\n")[1].splitlines()
+    marked = [line.split()[0] for line in per_step[2:] if "warm-up" in line]
+    assert marked == ["0", "1"], per_step
     assert "setup: all_reduce 4.0 MB at step 0 on 2 rank(s)" in out
 
 
