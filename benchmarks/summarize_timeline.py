@@ -35,7 +35,7 @@ STAGES = [
     ("nsyscomm.analyses.hang", "diagnose"),
     ("nsyscomm.analyses.late", "late_arrivals"),
     ("nsyscomm.analyses.dimensions", "dimensions"),
-    ("nsyscomm.analyses.whatif", "of_result"),
+    ("nsyscomm.analyses.whatif_result", "of_result"),
     ("nsyscomm.views.json_out", "document"),
 ]
 

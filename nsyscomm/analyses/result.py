@@ -238,9 +238,9 @@ class Result:
     @functools.cached_property
     def what_if_analysis(self) -> dict:
         """what_if rows, attribution rows and the model's notes (computed once)."""
-        from nsyscomm.analyses import whatif
+        from nsyscomm.analyses import whatif_result
 
-        return whatif.of_result(self)
+        return whatif_result.of_result(self)
 
     @property
     def what_if(self) -> list[dict]:

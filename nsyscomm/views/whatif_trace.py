@@ -16,10 +16,10 @@ PID_BASE = 1_000_000  # the measured trace's processes are the ranks: these sort
 def events(
     result: Result, scenario: str, origin: int, steps: tuple[int | None, int | None] | None = None
 ) -> list[dict]:
-    from nsyscomm.analyses import whatif
+    from nsyscomm.analyses import whatif_result
 
     try:
-        tl = whatif.timeline(result, scenario)
+        tl = whatif_result.timeline(result, scenario)
     except KeyError:
         names = ", ".join(r["scenario"] for r in result.what_if) or "none"
         raise InputError(
