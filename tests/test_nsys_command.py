@@ -207,3 +207,21 @@ def test_capture_files_are_the_new_ones(tmp_path, monkeypatch):
     (out / "report.nsys-rep").write_bytes(b"xyz")
     got = set(launcher._capture_files(out, before))
     assert new in got and out / "report.nsys-rep" in got and old not in got
+
+
+def test_a_stray_capture_is_blamed_on_the_disk_only_when_it_is_full(tmp_path, monkeypatch):
+    """issue 34: a capture nsys left in its temporary folder after being stopped was reported as
+    "could not write into the output folder (full or not writable?)" on a disk with room."""
+    from collections import namedtuple
+
+    from nsyscomm.capture import launcher
+
+    stray = tmp_path / "nsys-report-1.qdstrm"
+    stray.write_bytes(b"x" * 1000)
+    out = tmp_path / "out"
+    out.mkdir()
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(launcher.shutil, "disk_usage", lambda p: usage(10**9, 0, 10**9))
+    assert launcher._has_room(out, [stray])
+    monkeypatch.setattr(launcher.shutil, "disk_usage", lambda p: usage(10**9, 10**9, 10))
+    assert not launcher._has_room(out, [stray])
