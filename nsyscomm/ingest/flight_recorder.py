@@ -124,25 +124,6 @@ def is_dump(path: Path) -> bool:
         return False
 
 
-def dumps_in(folder: Path) -> list[Path]:
-    """The dumps below folder, by their names and first bytes; the folder's first refused dump's
-    reason (InputError) when none of them loads, so that the user reads why."""
-    found = sorted(
-        (p for p in Path(folder).rglob("*") if looks_like(p)),
-        key=lambda p: (p.parent, _rank_digits(p)),
-    )
-    first_error = None
-    for p in found:
-        try:
-            load_dump(p)
-            return found
-        except InputError as e:
-            first_error = first_error or e
-    if first_error is not None:
-        raise first_error
-    return found
-
-
 def _rank_digits(path: Path) -> int:
     m = _NAME.match(Path(path).name)
     return int(m.group(1)) if m and len(m.group(1)) < 20 else -1
