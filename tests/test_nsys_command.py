@@ -132,6 +132,13 @@ def test_importer_from_the_environment_comes_first(tmp_path, monkeypatch):
     assert post.find_importer(str(nsys)) == str(mine)
 
 
+def _poll(watch: capture_watch.CaptureWatch, looks: int) -> None:
+    """Look at the capture once a (fake) second."""
+    last = (0.0, 0)
+    for t in range(1, looks + 1):
+        last = watch.poll(float(t), last)
+
+
 class _Growing:
     """A capture file that grows by a known amount at each look."""
 
@@ -148,9 +155,7 @@ class _Growing:
 def test_capture_watch_warns_once_past_the_limit_with_advice(tmp_path, capsys):
     files = _Growing(tmp_path / "nsys-report-1.qdstrm", 400)
     watch = capture_watch.CaptureWatch(files, "default", show=False, limit=1000)
-    last = (0.0, 0)
-    for t in range(1, 6):
-        last = watch.poll(float(t), last)
+    _poll(watch, 5)
     assert watch.peak == 2000
     assert watch.warning is not None and "--preset light" in watch.warning and "growing" in watch.warning
     err = capsys.readouterr().err
@@ -160,9 +165,7 @@ def test_capture_watch_warns_once_past_the_limit_with_advice(tmp_path, capsys):
 def test_capture_watch_is_quiet_below_the_limit_off_a_terminal(tmp_path, capsys):
     files = _Growing(tmp_path / "report.qdstrm", 10)
     watch = capture_watch.CaptureWatch(files, "light", show=False, limit=10_000)
-    last = (0.0, 0)
-    for t in range(1, 4):
-        last = watch.poll(float(t), last)
+    _poll(watch, 3)
     assert watch.warning is None and capsys.readouterr().err == ""
 
 
@@ -170,9 +173,7 @@ def test_capture_watch_shows_doublings_on_a_terminal(tmp_path, capsys, monkeypat
     monkeypatch.setattr(capture_watch, "FIRST_MILESTONE", 100)
     files = _Growing(tmp_path / "report.qdstrm", 150)
     watch = capture_watch.CaptureWatch(files, "full", show=True, limit=10_000)
-    last = (0.0, 0)
-    for t in range(1, 5):  # 150, 300, 450, 600: past 100, 200, 400
-        last = watch.poll(float(t), last)
+    _poll(watch, 4)  # 150, 300, 450, 600: past 100, 200, 400
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln]
     assert len(lines) == 3 and all(ln.startswith("nsyscomm: nsys capture ") for ln in lines)
 

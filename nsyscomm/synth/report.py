@@ -290,14 +290,7 @@ class Report:
     def kernel(self, proc: Proc, corr: int, *, device: int, stream: int, start: int, end: int, name: str) -> dict:
         nccl = name.startswith("nccl")
         row = {
-            "start": start,
-            "end": end,
-            "deviceId": device,
-            "contextId": device + 1,
-            "greenContextId": 0,
-            "streamId": stream,
-            "correlationId": corr,
-            "globalPid": proc.gpid,
+            **_on_device(proc, corr, device, stream, start, end),
             "name": name,
             "gridId": proc.next_grid(),
             "nccl": nccl,
@@ -308,14 +301,7 @@ class Report:
     def memcpy(self, proc: Proc, corr: int, *, device: int, stream: int, start: int, end: int, nbytes: int) -> dict:
         """A device-to-device copy launched by the runtime call of correlation id corr."""
         row = {
-            "start": start,
-            "end": end,
-            "deviceId": device,
-            "contextId": device + 1,
-            "greenContextId": 0,
-            "streamId": stream,
-            "correlationId": corr,
-            "globalPid": proc.gpid,
+            **_on_device(proc, corr, device, stream, start, end),
             "bytes": nbytes,
             "copyKind": COPY_DEVICE_TO_DEVICE,
             "srcKind": 2,
@@ -328,3 +314,17 @@ class Report:
         }
         self.memcpys.append(row)
         return row
+
+
+def _on_device(proc: Proc, corr: int, device: int, stream: int, start: int, end: int) -> dict:
+    """The columns a kernel and a copy share: where and when it ran, and the launch it came from."""
+    return {
+        "start": start,
+        "end": end,
+        "deviceId": device,
+        "contextId": device + 1,
+        "greenContextId": 0,
+        "streamId": stream,
+        "correlationId": corr,
+        "globalPid": proc.gpid,
+    }
