@@ -30,7 +30,12 @@ COLLECTIVES = (
     ("gpu_end", "BIGINT"),
     ("stream", "BIGINT"),
     ("device", "INTEGER"),
-    ("duration_ns", "BIGINT"),
+    # the execution span every analysis times a call by (docs/architecture.md, "Timing model"):
+    # a source gives it where it knows when the work ran (an asynchronous call's completion on
+    # the backend's thread); else the kernels' span, else the host range
+    ("exec_start", "BIGINT"),
+    ("exec_end", "BIGINT"),
+    ("duration_ns", "BIGINT"),  # exec_end - exec_start
     ("source", "VARCHAR"),  # wrapper | nccl_payload | torch_range | kernel_name
     # extras beyond the first list (docs/architecture.md, "The collectives table": extra columns are fine)
     ("kernel", "VARCHAR"),  # NCCL kernel short name, first one when several

@@ -2,7 +2,7 @@
 -- HTML report's rank x collective heatmap (delay after the first arrival, time waited).
 -- Inputs: collectives, logical_collectives.
 SELECT c.rank, l."group", l.op, l.seq, l.step, l.first_arrival,
-       (coalesce(c.gpu_start, c.cpu_start) - l.first_arrival) / 1e6 AS delay_ms,
+       (c.exec_start - l.first_arrival) / 1e6 AS delay_ms,
        (c.duration_ns - l.latency_ns) / 1e6                       AS wait_ms
 FROM collectives c
 JOIN logical_collectives l

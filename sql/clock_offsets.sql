@@ -2,7 +2,7 @@
 -- the logical collectives both saw, i.e. how far the report's clock is behind; and the residual
 -- (median absolute deviation around that median) that alignment cannot remove. Input: collectives.
 WITH ends AS (
-    SELECT report, logical_id, coalesce(gpu_end, cpu_end) AS e FROM collectives
+    SELECT report, logical_id, exec_end AS e FROM collectives
 ),
 pairs AS (
     SELECT b.report, a.e - b.e AS d

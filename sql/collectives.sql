@@ -19,8 +19,8 @@ WITH ranked AS NOT MATERIALIZED (
 by_order AS (
     -- (calls that tie on time, on two streams or threads, numbered in one order every run)
     SELECT * REPLACE (row_number() OVER (PARTITION BY rank, op
-                                         ORDER BY coalesce(gpu_start, cpu_start), cpu_start, pid, tid, stream,
-                                                  coalesce(gpu_end, cpu_end)) - 1 AS seq)
+                                         ORDER BY coalesce(exec_start, gpu_start, cpu_start), cpu_start, pid, tid, stream,
+                                                  coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq)
     FROM ranked WHERE seq IS NULL
 ),
 numbered AS (
@@ -33,7 +33,11 @@ SELECT
     report, rank, local_rank, host, pid, tid, op, api, bytes, dtype, numel, "group",
     group_size::INTEGER AS group_size, group_ranks, seq,
     caller, step, cpu_start, cpu_end, gpu_start, gpu_end, stream, device,
-    coalesce(gpu_end - gpu_start, cpu_end - cpu_start) AS duration_ns,
+    -- the execution span: the source's own where it knows when the work ran, else the kernels',
+    -- else the host range (docs/architecture.md, "The collectives table")
+    coalesce(exec_start, gpu_start, cpu_start) AS exec_start,
+    coalesce(exec_end, gpu_end, cpu_end) AS exec_end,
+    coalesce(exec_end, gpu_end, cpu_end) - coalesce(exec_start, gpu_start, cpu_start) AS duration_ns,
     source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)

@@ -18,8 +18,8 @@
 -- gap_kernel_names, gap_kernel_reports.
 WITH timeline AS (
     SELECT rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start,
-           coalesce(gpu_start, cpu_start)                                   AS arrive,
-           lag(coalesce(gpu_end, cpu_end)) OVER w                           AS prev_done,
+           exec_start                                   AS arrive,
+           lag(exec_end) OVER w                           AS prev_done,
            lag(cpu_end) OVER w                                              AS prev_cpu_end,
            lag(logical_id) OVER w                                           AS prev_logical,
            cpu_start - lag(cpu_end) OVER w                                  AS host_gap,
@@ -27,7 +27,7 @@ WITH timeline AS (
            busy_at_start - lag(busy_at_end) OVER w                          AS busy_gap
     FROM collectives
     -- (a call's previous one: calls that tie on time ordered by their collective, the same every run)
-    WINDOW w AS (PARTITION BY rank ORDER BY coalesce(gpu_start, cpu_start), cpu_start, logical_id)
+    WINDOW w AS (PARTITION BY rank ORDER BY exec_start, cpu_start, logical_id)
 ),
 late AS (
     SELECT * FROM logical_collectives

@@ -17,10 +17,10 @@ SELECT
     min(step)                                   AS step,
     count(*)                                    AS participants,
     min(duration_ns)                            AS latency_ns,
-    min(coalesce(gpu_start, cpu_start))         AS first_arrival,
-    max(coalesce(gpu_start, cpu_start))         AS last_arrival,
+    min(exec_start)         AS first_arrival,
+    max(exec_start)         AS last_arrival,
     -- tie on arrival: the smallest rank is named
-    arg_max(rank, (coalesce(gpu_start, cpu_start), -rank)) AS last_rank,
+    arg_max(rank, (exec_start, -rank)) AS last_rank,
     -- for sql/setup_calls.sql: the call's time on its fastest rank, host or device, the longer
     -- (NCCL initializes a communicator on the host, before the kernel), and NCCL's init inside it
     min(greatest(duration_ns, coalesce(cpu_end - cpu_start, 0))) AS took_ns,

@@ -13,14 +13,14 @@ SELECT
     CASE WHEN op IN ('send', 'recv') AND peer IS NOT NULL
          THEN (hash("group", pair, CASE WHEN op = 'send' THEN rank ELSE peer END, seq) >> 1)::BIGINT
          ELSE logical_id END                               AS sync_id,
-    coalesce(gpu_start, cpu_start)                         AS start_ns,
-    coalesce(gpu_end, cpu_end)                             AS end_ns,
+    exec_start                                             AS start_ns,
+    exec_end                                               AS end_ns,
     CASE WHEN busy_at_end IS NOT NULL AND busy_at_start IS NOT NULL
-         THEN greatest(0, coalesce(gpu_end - gpu_start, cpu_end - cpu_start) - (busy_at_end - busy_at_start))
+         THEN greatest(0, (exec_end - exec_start) - (busy_at_end - busy_at_start))
          END                                               AS exposed_ns,
     -- (a few collectives, at most one per rank: a semi-join with a small set)
     logical_id IN (SELECT logical_id FROM logical_collectives WHERE startup) AS startup
 FROM collectives
-WHERE coalesce(gpu_start, cpu_start) IS NOT NULL AND coalesce(gpu_end, cpu_end) IS NOT NULL
+WHERE exec_start IS NOT NULL AND exec_end IS NOT NULL
 -- calls that tie on all four (two communicators' at one instant) in one order every run
 ORDER BY rank, start_ns, end_ns, seq, "group" NULLS FIRST, op, sync_id

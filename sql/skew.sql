@@ -8,7 +8,7 @@ WITH shared AS (
 per_row AS (
     SELECT c.rank,
            (l.last_rank = c.rank)::INTEGER                     AS is_last,
-           coalesce(c.gpu_start, c.cpu_start) - l.first_arrival AS delay_ns,
+           c.exec_start - l.first_arrival AS delay_ns,
            c.duration_ns - l.latency_ns                        AS wait_ns
     FROM collectives c
     JOIN shared l ON l.logical_id = c.logical_id

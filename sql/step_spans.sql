@@ -4,8 +4,8 @@
 -- Input: collectives.
 WITH s AS (
     SELECT c.step,
-           min(coalesce(c.gpu_start, c.cpu_start))                      AS first_ns,
-           max(coalesce(c.gpu_end, c.cpu_end))                          AS last_ns,
+           min(c.exec_start)                      AS first_ns,
+           max(c.exec_end)                          AS last_ns,
            count(*) FILTER (WHERE c.setup)                              AS setup_calls
     FROM collectives c
     WHERE c.step IS NOT NULL

@@ -6,9 +6,9 @@ SELECT c.*,
        l.participants,
        l.latency_ns,
        c.duration_ns - l.latency_ns                          AS wait_ns,
-       coalesce(c.gpu_start, c.cpu_start) - l.first_arrival  AS arrival_delay_ns
+       c.exec_start - l.first_arrival  AS arrival_delay_ns
 FROM collectives c
 LEFT JOIN logical_collectives l
   ON l.logical_id = c.logical_id
 WHERE NOT $by_step OR (c.step IS NOT NULL AND ($lo IS NULL OR c.step >= $lo) AND ($hi IS NULL OR c.step < $hi))
-ORDER BY c.rank, coalesce(c.gpu_start, c.cpu_start), c.seq, c."group" NULLS FIRST, c.cpu_start, c.pid, c.tid
+ORDER BY c.rank, c.exec_start, c.seq, c."group" NULLS FIRST, c.cpu_start, c.pid, c.tid

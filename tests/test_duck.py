@@ -143,6 +143,11 @@ def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
             'v(rank, step, op, bytes, "group", pair, seq, logical_id, group_size, cpu_start, cpu_end, gpu_start, '
             "gpu_end, busy_at_start, busy_at_end, caller, peer)"
         )
+        con.execute("ALTER TABLE collectives ADD COLUMN exec_start BIGINT DEFAULT NULL")
+        con.execute("ALTER TABLE collectives ADD COLUMN exec_end BIGINT DEFAULT NULL")
+        con.execute(
+            "UPDATE collectives SET exec_start = coalesce(gpu_start, cpu_start), exec_end = coalesce(gpu_end, cpu_end)"
+        )
         ops = con.execute(duck.sql("replay_ops")).fetchall()
         assert [r[6] for r in ops] == [1, 2]  # sync_id: g1's collective first
     finally:

@@ -359,7 +359,9 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         con.execute(
             "CREATE TABLE collectives (rank INTEGER, report VARCHAR, pid BIGINT, tid BIGINT, device INTEGER, "
             "gpu_start BIGINT, gpu_end BIGINT, logical_id BIGINT, caller VARCHAR, cpu_start BIGINT, "
-            "cpu_end BIGINT, busy_at_start BIGINT, busy_at_end BIGINT)"
+            "cpu_end BIGINT, busy_at_start BIGINT, busy_at_end BIGINT, "
+            "exec_start BIGINT GENERATED ALWAYS AS (coalesce(gpu_start, cpu_start)), "
+            "exec_end BIGINT GENERATED ALWAYS AS (coalesce(gpu_end, cpu_end)))"
         )
         con.execute(
             'CREATE TABLE logical_collectives (logical_id BIGINT, "group" VARCHAR, seq BIGINT, op VARCHAR, '

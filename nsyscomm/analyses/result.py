@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1  # of the JSON output contract (docs/architecture.md, "JSON c
 # of these (two communicators' at one instant) by communicator, the same every run
 ORDERED = (
     "SELECT * FROM collectives "
-    'ORDER BY rank, coalesce(gpu_start, cpu_start), cpu_start, pid, tid, seq, "group" NULLS FIRST, op'
+    'ORDER BY rank, exec_start, cpu_start, pid, tid, seq, "group" NULLS FIRST, op'
 )
 
 

@@ -19,7 +19,7 @@ from nsyscomm import duck, schema
 from nsyscomm.ingest.names import canonical_op
 from nsyscomm.ingest.nsys.extract import Extract
 
-TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end")
+TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
 # collectives columns computed for the whole job in sql/collectives.sql
 _DERIVED = ("rank", "local_rank", "host", "duration_ns", "pair", "logical_id", "setup")
 

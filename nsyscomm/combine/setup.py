@@ -43,7 +43,7 @@ def mark_startup(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""
         UPDATE logical_collectives SET startup = true
         FROM (SELECT logical_id, count(*) AS firsts
-              FROM (SELECT rank, arg_min(logical_id, (coalesce(gpu_start, cpu_start), cpu_start, logical_id)) AS logical_id
+              FROM (SELECT rank, arg_min(logical_id, (exec_start, cpu_start, logical_id)) AS logical_id
                     FROM collectives WHERE rank IS NOT NULL GROUP BY rank)
               GROUP BY logical_id) f
         WHERE f.logical_id = logical_collectives.logical_id
