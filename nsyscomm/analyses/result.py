@@ -18,10 +18,7 @@ SCHEMA_VERSION = 1  # of the JSON output contract (docs/architecture.md, "JSON c
 
 # the collectives table in each rank's time order (it is stored unsorted); calls that tie on all
 # of these (two communicators' at one instant) by communicator, the same every run
-ORDERED = (
-    "SELECT * FROM collectives "
-    'ORDER BY rank, exec_start, cpu_start, pid, tid, seq, "group" NULLS FIRST, op'
-)
+ORDERED = 'SELECT * FROM collectives ORDER BY rank, exec_start, cpu_start, pid, tid, seq, "group" NULLS FIRST, op'
 
 
 @dataclass
