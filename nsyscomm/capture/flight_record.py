@@ -76,7 +76,8 @@ def open_ring(path: Path, slots: int = SLOTS, rank: int | None = None, pid: int 
     """A fresh ring file of `slots` slots, mapped shared (its pages outlive the process).
     rank/pid: this process's unless given (tests write other processes' records)."""
     size = HEADER_SIZE + slots * SLOT_SIZE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    # the job's user's alone: a ring names the job's code and collectives
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.ftruncate(fd, size)
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -192,7 +193,7 @@ def chain(
     if not directory:
         return push, pop, _no_raising
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)  # the job's user's alone
         mm = open_ring(ring_path(directory))
     except OSError as e:
         import warnings

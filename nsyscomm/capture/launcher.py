@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsyscomm.capture import run_folder
 from nsyscomm.capture.capture_watch import CaptureWatch, advice
 from nsyscomm.capture.nsys_command import (
     find_nsys,
@@ -90,7 +91,7 @@ def _check_output(output: str | None) -> Path:
             out = Path(f"{base}-{k}")
             k += 1
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        run_folder.private_dir(out)
         probe = out / ".nsyscomm-write-test"
         probe.write_text("")
         probe.unlink()
@@ -267,11 +268,12 @@ def run(
         raise InputError(f"unknown profiler {profiler!r}: use one of {', '.join(PROFILERS)}")
     if profiler == "torch":
         steps_ab = _parse_steps(steps) if steps else None
-        return _run_torch(cmd, _check_output(output), steps_ab, per_rank, nsys_args, stdout_to_stderr)
+        out_dir = _check_output(output)
+        with run_folder.claimed(out_dir):
+            return _run_torch(cmd, out_dir, steps_ab, per_rank, nsys_args, stdout_to_stderr)
     nsys, _ver = find_nsys()
     steps_ab = _parse_steps(steps) if steps else None
     out_dir = _check_output(output)
-    warnings_: list[str] = []
     if export not in EXPORTS:
         raise InputError(f"unknown export {export!r}: use one of {', '.join(EXPORTS)}")
     trace = trace_for(preset, has_gpu())
@@ -279,15 +281,10 @@ def run(
     env = job_env(steps_ab)
     if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
-    # ---- issue 22: flight records and --hang-timeout (nsyscomm.capture.hang_watch) ----
-    from nsyscomm.capture import flight_record, hang_watch
+    from nsyscomm.capture import hang_watch
 
     hang_s = hang_watch.parse_duration(hang_timeout) if hang_timeout not in (None, "") else None
-    records = out_dir / "records"
-    hang_watch.clear(records)
-    env[flight_record.ENV_DIR] = str(records)
-    # ---- end issue 22 ----
-
+    warnings_: list[str] = []
     if per_rank:
         split = torchrun_split(cmd)
         if split is None:
@@ -299,9 +296,30 @@ def run(
         full = launcher_part + ["--no-python"] + prof + [sys.executable, "-u"] + (["-m"] if module else []) + script
     else:
         full = nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace, options) + cmd
+    with run_folder.claimed(out_dir):
+        return _run_nsys(full, out_dir, nsys, env, trace, hang_s, export, preset, stdout_to_stderr, warnings_)
 
+
+def _run_nsys(
+    full: list[str],
+    out_dir: Path,
+    nsys: str,
+    env: dict,
+    trace: str,
+    hang_s: float | None,
+    export: str,
+    preset: str,
+    stdout_to_stderr: bool,
+    warnings_: list[str],
+) -> RunResult:
+    """The job under nsys (the command line `full`), then the import and export of its capture,
+    in a folder this run holds."""
+    from nsyscomm.capture import flight_record, hang_watch
+
+    records = run_folder.private_dir(out_dir / run_folder.RECORDS_DIR)
+    env[flight_record.ENV_DIR] = str(records)
     try:
-        (out_dir / "nsys-command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
+        (out_dir / run_folder.COMMAND_NAME).write_text(" ".join(shlex.quote(c) for c in full) + "\n")
     except OSError as e:
         raise InputError(
             f"cannot write into the output folder {out_dir} ({e.strerror}): "
@@ -351,7 +369,7 @@ def run(
     log.line(f"job exited with status {rc} after {time.perf_counter() - started:.2f} s (nsys profile --trace={trace})")
     try:
         with log:
-            reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log)
+            reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log, base="report")
     except OSError as e:
         warnings_.append(
             f"cannot import/export the report in {out_dir} ({e.strerror or e}): "

@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from nsyscomm.capture.nsys_command import export_help, nsys_export_args
+from nsyscomm.capture.run_folder import LOG_NAME
 
-LOG_NAME = "nsyscomm-run.log"
 EXPORTS = ("sqlite", "arrow")
 _SUFFIX = {"sqlite": ".sqlite", "arrow": ".arrow"}
 
@@ -94,8 +94,9 @@ class StageLog:
                 self._progress.console.print(f"nsyscomm: {text}", highlight=False, markup=False)
 
     @contextlib.contextmanager
-    def stage(self, name: str, src: Path | list, dst: Path | None = None) -> Iterator[None]:
-        """Time one stage; its line says name, input(s) and sizes, elapsed time, output and size."""
+    def stage(self, name: str, src: Path | list, dst: Path | None = None) -> Iterator[Stage]:
+        """Time one stage; its line says name, input(s) and sizes, elapsed time, output and size,
+        and "ok" unless the stage raised or was marked failed (Stage.fail: a tool's exit status)."""
         srcs = src if isinstance(src, list) else [src]
         what = ", ".join(Path(s).name for s in srcs[:3]) + (f" (+{len(srcs) - 3})" if len(srcs) > 3 else "")
         in_size = sum(_size(Path(s)) or 0 for s in srcs)
@@ -103,18 +104,29 @@ class StageLog:
         if self._progress is not None:
             task = self._progress.add_task(f"{name} {what} ({size_text(in_size)})", total=None)
         t0 = time.perf_counter()
-        status = "ok"
+        st = Stage()
         try:
-            yield
+            yield st
         except BaseException as e:
-            status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed ({type(e).__name__})"
+            st.status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed ({type(e).__name__})"
             raise
         finally:
             dt = time.perf_counter() - t0
+            status = st.status
             out = f" -> {dst.name} {size_text(_size(dst))}" if dst is not None and dst.exists() else ""
             if task is not None:
                 self._progress.remove_task(task)
             self.line(f"{name} {what} {size_text(in_size)}{out} {dt:.2f} s {status}")
+
+
+class Stage:
+    """A stage's outcome as its log line says it."""
+
+    def __init__(self) -> None:
+        self.status = "ok"
+
+    def fail(self, why: str) -> None:
+        self.status = f"failed ({why})"
 
 
 def _stderr_is_terminal() -> bool:
@@ -139,14 +151,18 @@ def import_and_export(
     export: str = "sqlite",
     log: StageLog | None = None,
     jobs: int | None = None,
+    base: str | None = None,
 ) -> list[Path]:
     """Turn every .qdstrm / .nsys-rep in out_dir into an export (export: "sqlite" or "arrow");
-    return the exports, in report order. Reports are worked on in parallel (jobs, default: the
-    usable cores), each one's import before its export."""
+    return the exports, in report order. base: only the captures named base or base.rankN (a
+    run's own, nsys's -o), not others that may lie beside them. Reports are worked on in parallel
+    (jobs, default: the usable cores), each one's import before its export."""
     if export not in EXPORTS:
         raise ValueError(f"export must be one of {EXPORTS}, not {export!r}")
     log = log or StageLog(out_dir, show=False)
     stems = sorted({p.stem for p in out_dir.glob("*.qdstrm")} | {p.stem for p in out_dir.glob("*.nsys-rep")})
+    if base is not None:
+        stems = [s for s in stems if s == base or s.startswith(f"{base}.rank")]
     if not stems:
         return []
     jobs = max(1, min(len(stems), jobs or usable_cores()))
@@ -180,8 +196,10 @@ def _import(q: Path, rep: Path, nsys: str, warnings_: list, timeout: float, log:
                 "(set NSYSCOMM_QDSTRM_IMPORTER to its path)"
             )
             return None
-        with log.stage("import", q, rep):
+        with log.stage("import", q, rep) as st:
             r = subprocess.run([importer, "-i", str(q)], capture_output=True, text=True, timeout=timeout)
+            if r.returncode != 0 or not rep.exists():
+                st.fail(f"exit status {r.returncode}" if r.returncode else "no report written")
         if r.returncode != 0 or not rep.exists():
             warnings_.append(f"{q.name}: QdstrmImporter failed ({(r.stderr or r.stdout).strip()[-300:]})")
             return None
@@ -197,13 +215,15 @@ def _export(rep: Path, export: str, nsys: str, warnings_: list, timeout: float, 
     out = rep.with_suffix(_SUFFIX[export])
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
         return out
-    with log.stage(f"export ({export})", rep, out):
+    with log.stage(f"export ({export})", rep, out) as st:
         r = subprocess.run(
             nsys_export_args(nsys, export, str(out), str(rep)),
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+        if r.returncode != 0 or not out.exists():
+            st.fail(f"exit status {r.returncode}" if r.returncode else "no export written")
     if r.returncode != 0 or not out.exists():
         warnings_.append(
             f"{rep.name}: nsys export failed ({(r.stderr or r.stdout).strip()[-300:]}); "
