@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsyscomm.capture import run_folder
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import kineto, straggler_trace
 from nsyscomm.ingest.nsys import arrow as nsys_arrow
@@ -61,6 +62,8 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
             found.files.extend(hits)
             found.skipped.extend(skipped)
         elif p.is_file():
+            if _own_output(p):
+                raise InputError(f"{p}: nsyscomm's own output, not a report; point to the reports it was made from")
             found.files.append(p)
         elif any(ch in str(p) for ch in "*?["):
             hits = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
@@ -102,10 +105,13 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     companions: set[Path] = set()  # files read as part of another one (a trace's meta-*.yaml)
     others: list[Path] = []
     refused: list[tuple[Path, InputError]] = []
+    own: list[Path] = []
     for f in sorted(x for x in folder.rglob("*") if x.is_file()):
         if any(d in f.parents for d in export_dirs) or f in exports:
             continue
-        if f.suffix == ".sqlite":  # by its name: one that is not a good export is named by the reader's error
+        if _own_output(f):
+            own.append(f)
+        elif f.suffix == ".sqlite":  # by its name: one that is not a good export is named by the reader's error
             by_kind["nsys SQLite export"].append(f)
         elif straggler_trace.is_trace(f):
             by_kind["straggler trace"].append(f)
@@ -133,6 +139,7 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         )
         raise InputError(f"{folder}: no report (*.sqlite, or PyTorch profiler *.json/*.json.gz) in this folder; {hint}")
     skipped: list[tuple[Path, str]] = [(f, f"a Flight Recorder dump, refused: {e}") for f, e in refused]
+    skipped += [(f, run_folder.OWN_OUTPUT) for f in own]
     # the same nsys report exported twice (report.sqlite and report.arrow): read once
     sqlite_stems = {(f.parent, f.stem) for f in by_kind["nsys SQLite export"]}
     for f in list(by_kind["nsys Arrow export"]):
@@ -155,6 +162,30 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             why = "not a report"
         skipped.append((f, why))
     return hits, skipped
+
+
+# what nsyscomm writes into its JSON (a top-level key; the trace's otherData, at its end) and HTML
+_OWN_MARKS = (b'"tool": "nsyscomm"', b'"tool":"nsyscomm"', b'<meta name="generator" content="nsyscomm')
+
+
+def _own_output(path: Path) -> bool:
+    """A file nsyscomm wrote, never a report: the run folder's own files by name (its lock,
+    nsys command, log and flight-record rings), and the JSON and HTML it writes by their marker
+    (a summary, a trace, a gate verdict or baseline, an HTML report), looked for in the first
+    and the last 64 KiB."""
+    if path.name in run_folder.RUN_FILES or (path.suffix == ".ring" and path.parent.name == run_folder.RECORDS_DIR):
+        return True
+    if path.suffix.lower() not in (".json", ".html", ".htm"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(len(head), size - (1 << 16)))
+            tail = f.read()
+    except OSError:
+        return False
+    return any(m in head or m in tail for m in _OWN_MARKS)
 
 
 def _looks_kineto(path: Path) -> bool:

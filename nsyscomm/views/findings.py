@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from nsyscomm.analyses.result import Result
+from nsyscomm.capture.run_folder import OWN_OUTPUT
 from nsyscomm.views import set_aside
 from nsyscomm.views.units import DEFAULT_UNITS, bandwidth, fmt, human_bytes, unit_label
 
@@ -151,9 +152,12 @@ def _closing(result: Result) -> list[Block]:
 
 
 def skipped_lines(result: Result, shown: int = 6) -> list[str]:
-    """The files of the input folders that were not read, one line per reason."""
+    """The files of the input folders that were not read, one line per reason; nsyscomm's own
+    files (its run folder's, its outputs) are not news to the user and go unnamed."""
     by: dict[str, list[str]] = {}
     for path, why in result.skipped:
+        if why == OWN_OUTPUT:
+            continue
         by.setdefault(why, []).append(path)
     out = []
     for why, paths in by.items():
