@@ -351,6 +351,7 @@ def run(
     res = _run_guarded(
         lambda: launch(
             list(cmd),
+            while_job_runs=None if no_summary else functools.partial(_prepare_summary, per_rank),
             output=output,
             steps=steps,
             per_rank=per_rank,
@@ -379,6 +380,21 @@ def run(
         # the command's own failure comes first; a clean run that left no report is ours to flag
         sys.exit(res.exit_code or 2)
     sys.exit(res.exit_code)
+
+
+def _prepare_summary(per_rank: bool) -> None:
+    """While the job runs: the summary's imports and, for per-rank reports, the extraction pool's
+    fork server (at full priority: its workers inherit it), so that the wait after the job is the
+    import, the export and the reading of the report alone."""
+    from nsyscomm.capture.launcher import nice_this_thread
+    from nsyscomm.commands import import_summary_stack
+
+    if per_rank:
+        from nsyscomm.extract import workers
+
+        workers.warm()
+    nice_this_thread()
+    import_summary_stack()
 
 
 def entry(args: Sequence[str] | None = None) -> None:

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,9 +206,43 @@ def _has_room(out_dir: Path, files: list[Path]) -> bool:
 
 
 PROFILERS = ("nsys", "torch")
+# the niceness a thread beside the job takes (nice_this_thread): it uses the cores the job leaves
+# idle, and the job's ranks and nsys go first
+BESIDE_NICE = 10
 
 
-def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stderr) -> RunResult:
+def nice_this_thread(nice: int = BESIDE_NICE) -> None:
+    """Lower the calling thread's priority alone (Linux: a thread has its own niceness). What it
+    starts afterwards inherits it, so a process that must run at full speed is started before."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (AttributeError, OSError):
+        pass
+
+
+class _Beside:
+    """A function run in a daemon thread while the job runs. Its errors are its own: what it
+    prepares is done again, and reported, by the step that needs it."""
+
+    def __init__(self, fn: Callable[[], object] | None) -> None:
+        self._thread: threading.Thread | None = None
+        if fn is not None:
+            self._thread = threading.Thread(target=self._run, args=(fn,), name="nsyscomm-beside-job", daemon=True)
+            self._thread.start()
+
+    @staticmethod
+    def _run(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - a head start only
+            pass
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+
+def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stderr, while_job_runs=None) -> RunResult:
     """--profiler torch: no nsys; the startup hook runs torch.profiler in every process that
     initializes a process group and writes DIR/rank<R>.json.gz (nsyscomm/capture/torch_profile.py)."""
     warnings_: list[str] = []
@@ -226,7 +261,9 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH") from None
+    beside = _Beside(while_job_runs)
     rc = _wait(proc, warnings_, profiler="torch")
+    beside.join()
     if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the traces cover the run until then")
     reports = sorted(
@@ -252,8 +289,11 @@ def run(
     hang_timeout: str | float | None = None,
     export: str = "sqlite",
     preset: str = "default",
+    while_job_runs: Callable[[], object] | None = None,
 ) -> RunResult:
-    """stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
+    """while_job_runs: called in a thread as the job starts (nice_this_thread lowers its priority),
+    and waited for before this returns, after the import and export: what the caller's next step
+    can do before the report exists (the summary's imports). stdout_to_stderr: send nsys's and the command's output to stderr, keeping stdout for a
     machine-readable summary (``nsyscomm run --format json > summary.json``).
     profiler: "nsys" (default) or "torch" (torch.profiler in each process, one Kineto trace per rank).
     hang_timeout: seconds or "90s"/"5m": end a job hung in a collective (nsyscomm.capture.hang_watch),
@@ -270,7 +310,7 @@ def run(
         steps_ab = _parse_steps(steps) if steps else None
         out_dir = _check_output(output)
         with run_folder.claimed(out_dir):
-            return _run_torch(cmd, out_dir, steps_ab, per_rank, nsys_args, stdout_to_stderr)
+            return _run_torch(cmd, out_dir, steps_ab, per_rank, nsys_args, stdout_to_stderr, while_job_runs)
     nsys, _ver = find_nsys()
     steps_ab = _parse_steps(steps) if steps else None
     out_dir = _check_output(output)
@@ -297,7 +337,9 @@ def run(
     else:
         full = nsys_profile_args(nsys, str(out_dir / "report"), steps_ab, nsys_args, trace, options) + cmd
     with run_folder.claimed(out_dir):
-        return _run_nsys(full, out_dir, nsys, env, trace, hang_s, export, preset, stdout_to_stderr, warnings_)
+        return _run_nsys(
+            full, out_dir, nsys, env, trace, hang_s, export, preset, stdout_to_stderr, warnings_, while_job_runs
+        )
 
 
 def _run_nsys(
@@ -311,6 +353,7 @@ def _run_nsys(
     preset: str,
     stdout_to_stderr: bool,
     warnings_: list[str],
+    while_job_runs: Callable[[], object] | None = None,
 ) -> RunResult:
     """The job under nsys (the command line `full`), then the import and export of its capture,
     in a folder this run holds."""
@@ -343,6 +386,7 @@ def _run_nsys(
     err.start()
     watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # issue 22
     growth = CaptureWatch(lambda: _capture_files(out_dir, temp_before), preset).start()  # issue 34
+    beside = _Beside(while_job_runs)
     started = time.perf_counter()
     try:
         rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
@@ -396,4 +440,5 @@ def _run_nsys(
             )
         else:
             warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
+    beside.join()
     return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)

@@ -42,6 +42,42 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+# what a summary imports after the report is read: its analyses, views and the combining stage
+# (whole packages, so that a module added to them is covered), and the readers' extra modules
+SUMMARY_PACKAGES = ("nsyscomm.combine", "nsyscomm.analyses", "nsyscomm.views")
+SUMMARY_MODULES = (
+    "nsyscomm.bundled",
+    "nsyscomm.extract.cache",
+    "nsyscomm.extract.pool",
+    "nsyscomm.ingest._sqlite_scan",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "pandas.core.arrays.arrow.extension_types",
+    "rich._emoji_codes",
+)
+
+
+def import_summary_stack() -> None:
+    """Import what summarizing a report will import, with the collector paused: ahead of time,
+    while a profiled job runs (``nsyscomm run``), so that the wait after the job holds none of
+    it. A module that fails to import here is left for the summary to report."""
+    import importlib
+    import pkgutil
+
+    with collector_paused():
+        for name in SUMMARY_PACKAGES:
+            try:
+                pkg = importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - reported by the summary itself
+                continue
+            for info in pkgutil.walk_packages(pkg.__path__, f"{name}."):
+                with contextlib.suppress(Exception):
+                    importlib.import_module(info.name)
+        for name in SUMMARY_MODULES:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+
 def _first_line(e: BaseException) -> str:
     from nsyscomm.views.safe import visible_line  # messages quote report text (issue 26)
 
