@@ -52,12 +52,14 @@ def test_two_samples_in_a_folder_are_refused_naming_what_differs(tmp_path):
 
 
 def test_every_file_of_a_folder_is_read_or_named(tmp_path):
-    """A sample .sqlite, an Arrow report, a .json and a .txt: the Arrow report is read too (it
+    """A sample .sqlite, an Arrow report, two .json and a .txt: the Arrow report is read too (it
     was dropped without a word), so the two jobs are refused; with --merge both are read and
-    the other files are named with the reason they are not read."""
+    the other files are named with the reason they are not read (nsyscomm's own summary in JSON
+    only)."""
     shutil.copy(DDP, tmp_path)
     convert(GLOO, tmp_path / "report.arrow")
     (tmp_path / "summary.json").write_text(json.dumps({"schema": 1, "tool": "nsyscomm", "summary": []}))
+    (tmp_path / "config.json").write_text(json.dumps({"lr": 0.1}))
     (tmp_path / "notes.txt").write_text("what I ran\n")
     code, _, err = _run("summarize", tmp_path)
     assert code == 2
@@ -67,10 +69,15 @@ def test_every_file_of_a_folder_is_read_or_named(tmp_path):
     doc = json.loads(out)
     assert code == 0 and sorted(doc["reports"]) == ["report.arrow", "synthetic_ddp_4rank.sqlite"]
     skipped = {Path(s["file"]).name: s["reason"] for s in doc["skipped"]}
-    assert skipped == {"notes.txt": "not a report", "summary.json": "JSON, but not a PyTorch profiler trace"}
+    assert skipped == {
+        "notes.txt": "not a report",
+        "config.json": "JSON, but not a PyTorch profiler trace",
+        "summary.json": "nsyscomm's own output",
+    }
     code, out, _ = _run("summarize", tmp_path, "--merge")
     assert code == 0
-    assert "not read (not a report):" in out and "notes.txt" in out and "summary.json" in out
+    assert "not read (not a report):" in out and "notes.txt" in out and "config.json" in out
+    assert "summary.json" not in out  # nsyscomm's own: not news to the user
 
 
 def test_one_report_per_node_is_one_job(tmp_path):
