@@ -25,10 +25,11 @@ def _nsyscomm(*args) -> str:
     return r.output
 
 
-@pytest.fixture
-def run_dir(tmp_path) -> Path:
-    """A run folder as `nsyscomm run` leaves it, then the outputs users write into it."""
-    d = tmp_path / "run"
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A run folder as `nsyscomm run` leaves it, then the outputs users write into it (the tests
+    only read it)."""
+    d = tmp_path_factory.mktemp("own") / "run"
     (d / "records").mkdir(parents=True)
     shutil.copy(sample("synthetic_ddp_4rank.sqlite"), d / "report.sqlite")
     (d / "nsys-command.txt").write_text("nsys profile -o report python train.py\n")
@@ -52,9 +53,9 @@ def test_later_summaries_read_the_reports_alone(run_dir):
     assert not any("rank" in w and "t.json" in w for w in doc.get("warnings", []))
 
 
-def test_text_and_html_do_not_warn_about_them(run_dir):
+def test_text_and_html_do_not_warn_about_them(run_dir, tmp_path):
     text = _nsyscomm("summarize", run_dir)
-    html_path = run_dir.parent / "again.html"
+    html_path = tmp_path / "again.html"
     _nsyscomm("report", run_dir, "-o", html_path)
     html = html_path.read_text()
     for name in (
