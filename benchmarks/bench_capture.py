@@ -2,6 +2,7 @@
 
     python benchmarks/bench_capture.py [--ranks 2] [--calls 3000] [--bytes 4096] [--compute-ms 0]
                                        [--repeats 3] [--variants bare,nsys,nsys-light,run-sqlite,run-arrow,run-light]
+                                       [--baseline DIR]
 
 The job is benchmarks/gloo_job.py (CALLS all-reduces of BYTES per rank, a broadcast every 10th,
 COMPUTE_MS of pure-Python spinning before each call). Variants, run in turn within each repeat so
@@ -18,6 +19,8 @@ that a shared machine's load falls on all of them alike:
   run-sqlite   nsyscomm run (wrapper + nsys, default preset), --export sqlite, summary printed
   run-arrow    the same with --export arrow
   run-light    nsyscomm run --preset light --export arrow
+  run-base     run-arrow with the nsyscomm of another tree (--baseline DIR: a checkout or `git archive`
+               of an older commit, its C extensions copied in), alternated with this one's
 
 Job times: the loop of the job (gloo_job.py --timing: from after init to the last call, the
 slowest rank; wall and CPU), which leaves out torchrun's and the interpreters' start, and the
@@ -47,7 +50,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gloo_job.py"
 NSYS_FLAGS = ["-s", "none", "--cpuctxsw=none", "-f", "true"]
-ALL = ("bare", "nsys", "nsys-light", "nsys-wrapped", "run-sqlite", "run-arrow", "run-light")
+ALL = ("bare", "nsys", "nsys-light", "nsys-wrapped", "run-sqlite", "run-arrow", "run-light", "run-base")
 
 
 TIMING = Path(tempfile.gettempdir()) / f"nsyscomm-bench-loop-{os.getpid()}.txt"
@@ -125,8 +128,12 @@ STAGE = re.compile(r"^\S+ (import|export \(\w+\)|summarize) .* ([\d.]+) s ok$")
 SHOWN = re.compile(r"^\S+ analyses and summary printed ([\d.]+) s$")
 
 
-def nsyscomm_run(a, tmp: Path, export: str, preset: str) -> dict:
-    out = tmp / f"run-{export}-{preset}"
+def nsyscomm_run(a, tmp: Path, export: str, preset: str, tree: str | None = None) -> dict:
+    """nsyscomm run of the job; tree: the nsyscomm of that folder instead of this one's."""
+    out = tmp / f"run-{export}-{preset}{'-base' if tree else ''}"
+    env = None
+    if tree:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, *filter(None, [os.environ.get("PYTHONPATH")])]))
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
         sys.executable,
@@ -143,7 +150,7 @@ def nsyscomm_run(a, tmp: Path, export: str, preset: str) -> dict:
         *job_cmd(a),
     ]
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env, cwd=tree)
     end = time.time()
     r = {"total": time.perf_counter() - t0, "import": 0.0, "export": 0.0, "summarize": 0.0, "shown": 0.0}
     for line in (out / "nsyscomm-run.log").read_text().splitlines():
@@ -167,9 +174,12 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--compute-ms", type=float, default=0.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--variants", default=",".join(ALL))
+    ap.add_argument("--variants", default=",".join(v for v in ALL if v != "run-base"))
+    ap.add_argument("--baseline", metavar="DIR", help="the nsyscomm tree of variant run-base")
     a = ap.parse_args()
     variants = [v for v in a.variants.split(",") if v]
+    if "run-base" in variants and not a.baseline:
+        sys.exit("variant run-base needs --baseline DIR")
     unknown = set(variants) - set(ALL)
     if unknown:
         sys.exit(f"unknown variants {sorted(unknown)}: choose from {', '.join(ALL)}")
@@ -193,8 +203,10 @@ def main() -> None:
                         "run-sqlite": ("sqlite", "default"),
                         "run-arrow": ("arrow", "default"),
                         "run-light": ("arrow", "light"),
+                        "run-base": ("arrow", "default"),
                     }[v]
-                    res[v].append(nsyscomm_run(a, tmp, export, preset))
+                    tree = str(Path(a.baseline).resolve()) if v == "run-base" else None
+                    res[v].append(nsyscomm_run(a, tmp, export, preset, tree))
                 res[v][-1].update(loop_times())
                 loads.append(os.getloadavg()[0])
             print(f"# repeat {i + 1}/{a.repeats} done, load {loads[-1]:.2f}", file=sys.stderr, flush=True)
@@ -259,18 +271,23 @@ def main() -> None:
                 f"{what} ({v} / {ref}, same flags): job x{med(v, 'job') / med(ref, 'job'):.3f}, its loop "
                 f"x{med(v, 'loop') / med(ref, 'loop'):.3f} (CPU x{med(v, 'loop cpu') / med(ref, 'loop cpu'):.3f})"
             )
-    for v in ("nsys-wrapped", "run-sqlite", "run-arrow", "run-light"):  # paired within each repeat
+    for v in ("nsys-wrapped", "run-sqlite", "run-arrow", "run-light", "run-base"):  # paired within each repeat
         ref = "nsys-light" if v == "run-light" else "nsys"
         if v in res and ref in res:
             pairs = [x["loop"] / y["loop"] for x, y in zip(res[v], res[ref]) if "loop" in x and "loop" in y]
             if pairs:
                 print(f"  {v} / {ref} loop, per repeat: " + ", ".join(f"x{p:.3f}" for p in pairs))
     base = (med("nsys", "import") or 0) + (med("nsys", "export sqlite") or 0) if "nsys" in res else None
-    for v in ("run-sqlite", "run-arrow", "run-light"):
+    for v in ("run-sqlite", "run-arrow", "run-light", "run-base"):
         if v in res and base:
+            per = [
+                x["wait"] / (y.get("import", 0) + y["export sqlite"])
+                for x, y in zip(res[v], res["nsys"])
+                if "wait" in x and "export sqlite" in y
+            ]
             print(
                 f"wait after the job ({v}): {med(v, 'wait'):.2f} s = x{med(v, 'wait') / base:.2f} "
-                f"of import + SQLite export ({base:.2f} s)"
+                f"of import + SQLite export ({base:.2f} s); per repeat " + ", ".join(f"x{r:.2f}" for r in per)
             )
 
 
