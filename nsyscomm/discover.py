@@ -69,7 +69,9 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
             hits = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
             if not hits:
                 raise InputError(f"{p}: the pattern matches no file; check the path")
-            found.files.extend(hits)
+            own = [h for h in hits if _own_output(h)]
+            found.files.extend(h for h in hits if h not in own)
+            found.skipped.extend((h, run_folder.OWN_OUTPUT) for h in own)
         else:
             raise InputError(f"{p}: no such file or folder; check the path")
     out, seen = [], set()

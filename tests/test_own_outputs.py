@@ -96,3 +96,9 @@ def test_a_profiler_trace_beside_them_is_still_read(tmp_path):
     ours = tmp_path / "big_trace.json"  # the marker at the end of a large trace, past the first 64 KiB
     ours.write_text(json.dumps({"traceEvents": [{"name": "x" * 100}] * 2000, "otherData": {"tool": "nsyscomm"}}))
     assert _own_output(ours)
+
+
+def test_a_glob_over_the_run_folder_reads_the_reports_alone(run_dir):
+    doc = json.loads(_nsyscomm("summarize", f"{run_dir}/*", "--format", "json"))
+    assert doc["reports"] == ["report.sqlite"]
+    assert {Path(s["file"]).name for s in doc["skipped"] if s["reason"] == OWN} >= {"t.json", "r.html", "s.json"}
