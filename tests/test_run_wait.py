@@ -41,6 +41,8 @@ def test_the_work_beside_the_job_runs_while_the_job_runs(fake_nsys, tmp_path):  
     assert res.exit_code == 0, res.warnings
     assert seen["thread"] != threading.main_thread().name
     assert [p.name for p in res.reports] == ["report.sqlite"]
+    log = (res.output_dir / "nsyscomm-run.log").read_text()
+    assert "beside the job: done" in log and log.rstrip().endswith(", ok"), log
 
 
 def test_a_failing_head_start_changes_nothing(fake_nsys, tmp_path):  # noqa: F811
@@ -51,6 +53,7 @@ def test_a_failing_head_start_changes_nothing(fake_nsys, tmp_path):  # noqa: F81
 
     res = run([sys.executable, "-c", "pass"], output=str(tmp_path / "out"), while_job_runs=beside)
     assert res.exit_code == 0 and len(res.reports) == 1 and not res.warnings, res.warnings
+    assert "failed (RuntimeError: no head start)" in (res.output_dir / "nsyscomm-run.log").read_text()
 
 
 def test_nice_this_thread_lowers_the_calling_thread_alone():

@@ -226,20 +226,31 @@ class _Beside:
 
     def __init__(self, fn: Callable[[], object] | None) -> None:
         self._thread: threading.Thread | None = None
+        self.started = time.perf_counter()
+        self.ended: float | None = None
+        self.error: str | None = None
         if fn is not None:
             self._thread = threading.Thread(target=self._run, args=(fn,), name="nsyscomm-beside-job", daemon=True)
             self._thread.start()
 
-    @staticmethod
-    def _run(fn: Callable[[], object]) -> None:
+    def _run(self, fn: Callable[[], object]) -> None:
         try:
             fn()
-        except Exception:  # noqa: BLE001 - a head start only
-            pass
+        except Exception as e:  # noqa: BLE001 - a head start only
+            self.error = f"{type(e).__name__}: {e}"
+        self.ended = time.perf_counter()
 
     def join(self) -> None:
         if self._thread is not None:
             self._thread.join()
+
+    def summary(self, job_end: float) -> str | None:
+        """The run log's line: how long it took, and whether the job was still running then."""
+        if self._thread is None or self.ended is None:
+            return None
+        when = "before" if self.ended <= job_end else f"{self.ended - job_end:.2f} s after"
+        status = f"failed ({self.error})" if self.error else "ok"
+        return f"beside the job: done {self.ended - self.started:.2f} s after its start, {when} its exit, {status}"
 
 
 def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stderr, while_job_runs=None) -> RunResult:
@@ -410,7 +421,8 @@ def _run_nsys(
             warnings_.append(note)
 
     log = StageLog(out_dir)  # issue 24: each stage after the job shown and logged
-    log.line(f"job exited with status {rc} after {time.perf_counter() - started:.2f} s (nsys profile --trace={trace})")
+    job_end = time.perf_counter()
+    log.line(f"job exited with status {rc} after {job_end - started:.2f} s (nsys profile --trace={trace})")
     try:
         with log:
             reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log, base="report")
@@ -441,4 +453,7 @@ def _run_nsys(
         else:
             warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
     beside.join()
+    line = beside.summary(job_end)
+    if line:
+        log.line(line, echo=False)
     return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)
