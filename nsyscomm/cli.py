@@ -17,7 +17,7 @@ import click
 from click.utils import make_default_short_help
 
 from nsyscomm import __version__
-from nsyscomm.commands import collector_paused, console
+from nsyscomm.commands import collector_paused, console, interrupted_exit
 from nsyscomm.commands import guard as _run_guarded
 
 if TYPE_CHECKING:  # hints only: the CLI starts without pandas and DuckDB (benchmarks/bench_startup.py)
@@ -224,9 +224,8 @@ def summarize(
                 click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
             result = _run_guarded(functools.partial(load, [job], nccl_logs=nccl_logs, **scale_opts), debug)
             _run_guarded(functools.partial(emit, result, fmt, units, by == "caller"), debug)
-    except KeyboardInterrupt:  # during the imports, before any guard: the same line and status
-        click.echo("nsyscomm: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # during the imports, before any guard: the same line and status
+        interrupted_exit(e)
     finally:
         if started:  # whatever ended the run: an untaken head start is stopped and closed
             from nsyscomm.ingest.nsys.reader import drop_head_starts

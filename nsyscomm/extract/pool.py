@@ -124,6 +124,13 @@ def _on_pool(files, names, cache, jobs, bar, keep) -> list:
     threads = max(1, usable_cores() // jobs)
     stall = workers.stall_timeout()
     out: list = [None] * len(files)
+    with workers.sigterm_ends_workers():
+        return _collect(files, names, cache, jobs, threads, stall, bar, keep, out)
+
+
+def _collect(files, names, cache, jobs, threads, stall, bar, keep, out) -> list:
+    from nsyscomm.extract import workers
+
     pool = workers.start(jobs)
     try:
         pending = {pool.submit(_one, f, name, cache, threads): i for i, (f, name) in enumerate(zip(files, names))}
