@@ -100,3 +100,25 @@ def test_a_caller_killed_mid_extraction_leaves_no_process_nor_folder(reports, tm
         assert (p.returncode, err.read_text().strip()) == (143, "nsyscomm: terminated")
     else:
         assert p.returncode == -signal.SIGKILL
+
+
+def _calls_loaded(folder: str) -> int:
+    """In a multiprocessing.Pool's worker: a parallel load's count of calls."""
+    return int(nsyscomm.load(folder, jobs=2, cache=False).summary["calls"].sum())
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_load_inside_a_multiprocessing_pool_worker_extracts_in_that_process(reports, tmp_path, method):
+    """A Pool's workers are daemonic: multiprocessing refuses them children of their own. (In a
+    process of its own: the Pool's workers import this checkout's code from its sys.path.)"""
+    code = (
+        "import multiprocessing, sys, tests.test_pool_ends as t\n"
+        f"with multiprocessing.get_context({method!r}).Pool(1) as p:\n"
+        f"    print(p.apply_async(t._calls_loaded, ({str(reports)!r},)).get(timeout=120))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=_path())
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=150
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, str(4 * 2 * 4 * 2)), out.stderr[-2000:]

@@ -83,7 +83,8 @@ def extract_many(
     consume: Callable[[int, Any], Any] | None = None,
 ) -> list:
     """Extract every report (same order as ``files``). ``jobs``: worker processes (default: the
-    usable cores, at most one per report; 1 runs in this process). ``dask``: the address of a
+    usable cores, at most one per report; 1 runs in this process, as does a daemonic process, a
+    multiprocessing.Pool's worker, which may start none). ``dask``: the address of a
     running Dask scheduler (``tcp://host:8786``) to run the extraction on instead. ``progress``:
     None shows a bar on stderr when it is a terminal or there are many reports. ``consume(i,
     extract)``: called with each extract as it arrives (in any order); what it returns is kept
@@ -99,6 +100,8 @@ def extract_many(
         if dask:
             return _on_dask(files, names, cache, dask, bar, keep)
         jobs = default_jobs(n) if not jobs else max(1, int(jobs))
+        if _daemonic():  # multiprocessing refuses it children: the reports are extracted here
+            jobs = 1
         if jobs == 1 or n == 1:
             out = []
             for i, (f, name) in enumerate(zip(files, names)):
@@ -108,6 +111,14 @@ def extract_many(
         return _on_pool(files, names, cache, jobs, bar, keep)
     finally:
         bar.close()
+
+
+def _daemonic() -> bool:
+    """Whether this process is a daemonic one of multiprocessing's (a multiprocessing.Pool's
+    worker, a Process(daemon=True)): it may start no process of its own."""
+    import multiprocessing
+
+    return bool(multiprocessing.current_process().daemon)
 
 
 def _as_is(i: int, extract):
