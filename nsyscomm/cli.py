@@ -161,7 +161,8 @@ def main() -> None:
     "dask_address",
     metavar="ADDRESS",
     default=None,
-    help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786).",
+    help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786), or on one "
+    "started for the run: local.",
 )
 @click.option(
     "--memory-limit",

@@ -6,6 +6,7 @@ The combining stage (nsyscomm.combine) reads only what these return: one Extract
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -14,10 +15,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from nsyscomm.errors import InputError
 from nsyscomm.extract.cache import cached_extract
 
 # show a progress bar without a terminal from this many reports on (a job's log then shows it)
 MANY_REPORTS = 64
+# how long --dask waits for its scheduler to answer (seconds)
+DASK_CONNECT_S = 30
 
 
 def _one(path: str, name: str, cache: bool, threads: int | None = None):
@@ -85,7 +89,8 @@ def extract_many(
     """Extract every report (same order as ``files``). ``jobs``: worker processes (default: the
     usable cores, at most one per report; 1 runs in this process, as does a daemonic process, a
     multiprocessing.Pool's worker, which may start none). ``dask``: the address of a
-    running Dask scheduler (``tcp://host:8786``) to run the extraction on instead. ``progress``:
+    running Dask scheduler (``tcp://host:8786``) to run the extraction on instead, or ``local``
+    for a cluster started in this process (``jobs`` threads) for the extraction. ``progress``:
     None shows a bar on stderr when it is a terminal or there are many reports. ``consume(i,
     extract)``: called with each extract as it arrives (in any order); what it returns is kept
     instead (the combining stage takes the calls from there, so they are not all held at once)."""
@@ -97,9 +102,9 @@ def extract_many(
     keep = consume or _as_is
     bar = _Bar(_want_progress(progress, n), n, f"extracting {n} report(s)")
     try:
-        if dask:
-            return _on_dask(files, names, cache, dask, bar, keep)
         jobs = default_jobs(n) if not jobs else max(1, int(jobs))
+        if dask:
+            return _on_dask(files, names, cache, dask, jobs, bar, keep)
         if _daemonic():  # multiprocessing refuses it children: the reports are extracted here
             jobs = 1
         if jobs == 1 or n == 1:
@@ -189,15 +194,32 @@ def _in_progress(files, pending, jobs: int, what: str, fix: str) -> str:
     return f"{files[first[0]]}: {what}{beside}; {fix}"
 
 
-def _on_dask(files, names, cache, address, bar, keep) -> list:
+def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
+    """On the Dask cluster at ``address``, or on one started in this process for ``local`` (one
+    worker of ``jobs`` threads, closed at the end). The workers get absolute paths: their current
+    folder is not this process's."""
     try:
         from distributed import Client
     except ImportError:
-        from nsyscomm.errors import InputError
-
         raise InputError("--dask needs the distributed package: pip install 'nsyscomm[dask]'") from None
-    client = Client(address, set_as_default=False)
-    try:
+    files = [os.path.abspath(f) for f in files]
+    with contextlib.ExitStack() as stack:
+        if address == "local":
+            from distributed import LocalCluster
+
+            target: Any = stack.enter_context(
+                LocalCluster(n_workers=1, threads_per_worker=jobs, processes=False, dashboard_address=None)
+            )
+        else:
+            target = address
+        try:
+            client = stack.enter_context(Client(target, set_as_default=False, timeout=DASK_CONNECT_S))
+        except (OSError, ValueError, TypeError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise InputError(
+                f"--dask {address}: no Dask scheduler reached there ({first}); give a running scheduler's "
+                f"address, e.g. tcp://host:8786, or local for a cluster in this process"
+            ) from None
         futures = client.map(_one, files, names, [cache] * len(files), pure=False)
         out = []
         for i, fut in enumerate(futures):  # in order; the cluster runs them all meanwhile
@@ -205,5 +227,3 @@ def _on_dask(files, names, cache, address, bar, keep) -> list:
             fut.release()  # the cluster and this client let go of the extract's calls
             bar.advance()
         return out
-    finally:
-        client.close()
