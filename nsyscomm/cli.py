@@ -192,6 +192,9 @@ def summarize(
     With no INPUTS, the bundled sample reports are summarized."""
     started = False
     try:
+        from nsyscomm import duck
+
+        _run_guarded(duck.check_task_room, debug)  # before the imports, which start threads
         started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
         with _interrupt_after(), collector_paused():
             from nsyscomm.api import load, sample_jobs

@@ -68,6 +68,7 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
     except OSError as e:  # unreadable input, unwritable output: the user's to fix
         if debug:
             _traceback()
+        _out_of_tasks(e)
         where = f"{e.filename}: " if e.filename else ""
         click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
         sys.exit(EXIT_INPUT)
@@ -78,6 +79,7 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
             _traceback()
         from nsyscomm.duck import interrupted  # imported once something failed: duckdb is loaded by then
 
+        _out_of_tasks(e)
         if interrupted(e):
             click.echo("nsyscomm: interrupted", err=True)
             sys.exit(130)
@@ -94,6 +96,17 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+
+
+def _out_of_tasks(e: BaseException) -> None:
+    """A thread or process that could not start under the user's limit on them (RLIMIT_NPROC):
+    one line naming the limit and what to change, status 2 (the command's own setting, as a
+    memory limit is)."""
+    from nsyscomm import duck
+
+    if duck.task_room() is not None and duck.out_of_tasks(e):
+        click.echo(f"nsyscomm: error: {duck.task_limit_message()}", err=True)
+        sys.exit(EXIT_INPUT)
 
 
 def interrupted_exit(e: KeyboardInterrupt) -> NoReturn:

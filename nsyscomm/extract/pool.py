@@ -15,11 +15,17 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.extract.cache import cached_extract
 
 # show a progress bar without a terminal from this many reports on (a job's log then shows it)
 MANY_REPORTS = 64
+# processes and threads of a parallel extraction besides this process's: the fork server with its
+# imports' threads and multiprocessing's resource tracker; and each worker with DuckDB on one
+# thread, its allocator's thread and its extraction's helper threads (counted with ps -L)
+SERVER_TASKS = 4
+WORKER_TASKS = 4
 # how long --dask waits for its scheduler to answer (seconds)
 DASK_CONNECT_S = 30
 
@@ -107,15 +113,35 @@ def extract_many(
             return _on_dask(files, names, cache, dask, jobs, bar, keep)
         if _daemonic():  # multiprocessing refuses it children: the reports are extracted here
             jobs = 1
-        if jobs == 1 or n == 1:
+        jobs = _within_task_limit(jobs if n > 1 else 1)
+        if jobs == 1:
             out = []
             for i, (f, name) in enumerate(zip(files, names)):
                 out.append(keep(i, _one(f, name, cache)))
                 bar.advance()
             return out
         return _on_pool(files, names, cache, jobs, bar, keep)
+    except (OSError, RuntimeError, EOFError) as e:
+        # a thread or process that could not start (EOFError: the fork server, which ended when
+        # its fork failed): the limit that stopped it, named, instead of what it broke
+        if duck.task_room() is not None and (isinstance(e, EOFError) or duck.out_of_tasks(e)):
+            raise InputError(duck.task_limit_message()) from None
+        raise
     finally:
         bar.close()
+
+
+def _within_task_limit(jobs: int) -> int:
+    """``jobs`` or fewer, for the processes and threads this user may still start
+    (RLIMIT_NPROC): workers as many as fit, else 1 (the extraction in this process); an
+    InputError naming the limit when not even that fits."""
+    room = duck.task_room()
+    if room is None:
+        return jobs
+    duck.check_task_room()
+    limit, used = room
+    fit = (limit - used - duck.TASK_HEADROOM - SERVER_TASKS) // WORKER_TASKS
+    return min(jobs, fit) if fit >= 2 else 1
 
 
 def _daemonic() -> bool:
@@ -137,7 +163,7 @@ def _on_pool(files, names, cache, jobs, bar, keep) -> list:
 
     # the workers share the cores: each DuckDB gets its share of them, not all of them (256 small
     # reports on 2 cores, 2 workers: 14.9 s with 2 threads each, 10.4 s with 1)
-    threads = max(1, usable_cores() // jobs)
+    threads = max(1, usable_cores() // jobs) if duck.task_room() is None else 1
     stall = workers.stall_timeout()
     out: list = [None] * len(files)
     with workers.sigterm_ends_workers():
