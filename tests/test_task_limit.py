@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,7 +98,29 @@ def _summarize(top: Path, nproc: int | None, jobs: int) -> subprocess.CompletedP
         OPENBLAS_NUM_THREADS="1",
         PYTHONWARNINGS="ignore::DeprecationWarning",
     )
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=top, timeout=RUN_S)
+    # a session of its own: whatever the command leaves behind (a fork server, workers, as it once
+    # did under the limit) is ended with it
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=top, start_new_session=True
+    )
+    try:
+        out, err = p.communicate(timeout=RUN_S)
+    finally:
+        _end_session(p)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def _end_session(p: subprocess.Popen) -> None:
+    from tests.test_pool_workers import _session
+
+    for pid in _session(p.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if p.poll() is None:
+        p.kill()
+        p.wait()
 
 
 @pytest.fixture(scope="module")
