@@ -17,7 +17,7 @@ import click
 from click.utils import make_default_short_help
 
 from nsyscomm import __version__
-from nsyscomm.commands import collector_paused, console
+from nsyscomm.commands import collector_paused, console, interrupted_exit
 from nsyscomm.commands import guard as _run_guarded
 
 if TYPE_CHECKING:  # hints only: the CLI starts without pandas and DuckDB (benchmarks/bench_startup.py)
@@ -161,7 +161,8 @@ def main() -> None:
     "dask_address",
     metavar="ADDRESS",
     default=None,
-    help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786).",
+    help="Extract on a running Dask cluster (scheduler address, e.g. tcp://host:8786), or on one "
+    "started for the run: local.",
 )
 @click.option(
     "--memory-limit",
@@ -191,6 +192,9 @@ def summarize(
     With no INPUTS, the bundled sample reports are summarized."""
     started = False
     try:
+        from nsyscomm import duck
+
+        _run_guarded(duck.check_task_room, debug)  # before the imports, which start threads
         started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
         with _interrupt_after(), collector_paused():
             from nsyscomm.api import load, sample_jobs
@@ -224,9 +228,8 @@ def summarize(
                 click.echo(f"\n=== sample job: {job.name} (synthetic, made by nsyscomm.synth) ===\n")
             result = _run_guarded(functools.partial(load, [job], nccl_logs=nccl_logs, **scale_opts), debug)
             _run_guarded(functools.partial(emit, result, fmt, units, by == "caller"), debug)
-    except KeyboardInterrupt:  # during the imports, before any guard: the same line and status
-        click.echo("nsyscomm: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # during the imports, before any guard: the same line and status
+        interrupted_exit(e)
     finally:
         if started:  # whatever ended the run: an untaken head start is stopped and closed
             from nsyscomm.ingest.nsys.reader import drop_head_starts

@@ -8,6 +8,7 @@ import itertools
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -49,6 +50,7 @@ _databases = itertools.count()
 def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     # Auto-install/auto-load off: a profiler on a cluster node must never reach the network.
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    threads = within_task_limit(threads)
     if threads:
         config["threads"] = threads
     # DuckDB flushes its allocator (memory back to the OS) after every task that peaked over
@@ -94,6 +96,111 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     return con
 
 
+# Threads a process of nsyscomm's may start beside its DuckDB's at once (closing a database,
+# a second cursor's query, pyarrow's and the readers' pools): kept free under a limit on tasks.
+TASK_HEADROOM = 4
+# A limit this high is not counted against: Linux's default is about half its threads-max
+# (hundreds of thousands), and counting a user's tasks reads every process's status in /proc.
+TASK_LIMIT_UNCOUNTED = 1 << 16
+# a count serves this long: one per database would read /proc once per report
+TASK_COUNT_TTL_S = 1.0
+_counted: list = []
+
+
+def task_room() -> tuple[int, int] | None:
+    """(the limit on processes and threads, RLIMIT_NPROC; how many its user runs now) where it
+    applies to this process: a finite limit, a user other than root without the capabilities that
+    lift it. None elsewhere (the usual case: no limit, nothing counted)."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft == resource.RLIM_INFINITY or soft >= TASK_LIMIT_UNCOUNTED or os.getuid() == 0 or _lifts_task_limit():
+        return None
+    now = time.monotonic()
+    if _counted and now - _counted[0] < TASK_COUNT_TTL_S and _counted[1] == soft:
+        return soft, _counted[2]
+    used = _tasks_of(os.getuid())
+    _counted[:] = [now, soft, used]
+    return soft, used
+
+
+def _lifts_task_limit() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE or CAP_SYS_ADMIN (the kernel then lets it
+    past RLIMIT_NPROC)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next((int(line.split()[1], 16) for line in f if line.startswith("CapEff:")), 0)
+    except OSError:
+        return False
+    return bool(caps & ((1 << 24) | (1 << 21)))
+
+
+def _tasks_of(uid: int) -> int:
+    """Processes and threads whose real user is uid: what RLIMIT_NPROC counts (Linux's /proc;
+    elsewhere this process's threads alone)."""
+    if not os.path.isdir("/proc/self/task"):
+        return threading.active_count()
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if line.startswith(("Uid:", "Threads:")))
+            if int(fields["Uid"].split()[0]) == uid:
+                total += int(fields["Threads"])
+        except (OSError, KeyError, ValueError):  # ended meanwhile, or hidden
+            continue
+    return total
+
+
+def within_task_limit(threads: int | None) -> int | None:
+    """DuckDB's ``threads`` for a new database: as asked (None: DuckDB's default, every core),
+    but within the processes and threads the process may still start (task_room), less
+    TASK_HEADROOM. DuckDB counts the thread that runs the query: N threads start N - 1."""
+    room = task_room()
+    if room is None:
+        return threads
+    limit, used = room
+    free = limit - used - TASK_HEADROOM
+    return max(1, min(threads or os.cpu_count() or 1, free + 1))
+
+
+def check_task_room() -> None:
+    """An InputError naming the limit on processes and threads when it leaves this process less
+    than TASK_HEADROOM more: no command can run so (its imports start threads of their own)."""
+    room = task_room()
+    if room is not None and room[0] - room[1] < TASK_HEADROOM:
+        from nsyscomm.errors import InputError
+
+        raise InputError(task_limit_message(TASK_HEADROOM))
+
+
+def task_limit_message(free_needed: int | None = None) -> str:
+    """The one line that names the limit on processes and threads and what to change."""
+    room = task_room()
+    limit, used = room if room else (0, 0)
+    need = f"; nsyscomm needs about {free_needed} more" if free_needed else ""
+    return (
+        f"the limit on processes and threads of this user (RLIMIT_NPROC, `ulimit -u`) is {limit} and "
+        f"{used} run now{need}: raise it (e.g. `ulimit -u {max(2 * limit, 256)}`), or end some of the "
+        f"user's processes"
+    )
+
+
+def out_of_tasks(e: BaseException) -> bool:
+    """Whether e is a thread or process that could not be started for the lack of room under
+    RLIMIT_NPROC (Python's thread start, a fork, or DuckDB's own thread start)."""
+    import errno
+
+    if isinstance(e, OSError) and e.errno == errno.EAGAIN:
+        return True
+    text = str(e)
+    return "can't start new thread" in text or "Resource temporarily unavailable" in text
+
+
 def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """No progress bar on ``con`` (a per-connection setting: cursors need it too). With it on,
     the waiting thread asks every pipeline for its progress between tasks, under a lock: 3% of
@@ -119,7 +226,7 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
     takes 0.07 s that the next steps need not wait for. Under a memory limit it closes now: the
     next report's database needs that memory, and the spill folder must be gone. The thread is
     not a daemon: the process waits for it before it exits."""
-    if _limit():
+    if _limit() or not _room_for_threads(1):
         con.close()
     else:
         threading.Thread(target=con.close, name="nsyscomm-close").start()
@@ -135,7 +242,6 @@ def on_cursor_soon(
 ) -> Future[T]:
     """fn(cursor) on a thread of its own, with a cursor of its own (a DuckDB connection serves one
     thread at a time), made here and closed when fn returns: the future holds what fn returned."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nsyscomm-{name}")
     cur = quiet(con.cursor())
 
     def run() -> T:
@@ -144,10 +250,24 @@ def on_cursor_soon(
         finally:
             cur.close()
 
+    if not _room_for_threads(1):  # under the limit on threads: here and now, the same result
+        done: Future[T] = Future()
+        try:
+            done.set_result(run())
+        except Exception as e:  # noqa: BLE001 - handed over as the thread's would be
+            done.set_exception(e)
+        return done
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nsyscomm-{name}")
     try:
         return pool.submit(run)
     finally:
         pool.shutdown(wait=False)
+
+
+def _room_for_threads(n: int) -> bool:
+    """Whether n more threads fit under the limit on tasks (task_room) with TASK_HEADROOM left."""
+    room = task_room()
+    return room is None or room[0] - room[1] - n >= TASK_HEADROOM
 
 
 @contextlib.contextmanager

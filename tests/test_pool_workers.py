@@ -149,11 +149,12 @@ def test_a_stuck_worker_is_an_error_after_the_stall_timeout_and_is_ended(folder,
     names = [f.name for f in files]
     monkeypatch.setattr(pool, "_one", _sleeps_on_rank_2)
     pool.extract_many(files[:2], names[:2], jobs=2)  # the fork server started: the timeout counts no start-up
-    monkeypatch.setenv(workers.STALL_ENV, "5")
+    # long enough for the workers' own start on a busy machine (the stuck one sleeps 300 s)
+    monkeypatch.setenv(workers.STALL_ENV, "15")
     with pytest.raises(workers.WorkerError) as e:
         pool.extract_many(files, names, jobs=2)
     line = str(e.value)
-    assert line.startswith(f"{files[2]}: no report finished in 5 s: a worker is stuck on it"), line
+    assert line.startswith(f"{files[2]}: no report finished in 15 s: a worker is stuck on it"), line
     assert workers.STALL_ENV in line and "\n" not in line
     stuck = _noted(pids, 1)
     assert not any(_alive(p) for p in stuck)

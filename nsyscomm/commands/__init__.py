@@ -2,7 +2,8 @@
 
 Exit status: 0 success, 1 regression (gate only), 2 unusable input or bad options (one line
 naming the file and the fix; also running out of memory, with --memory-limit as the fix), 3 an
-internal error of nsyscomm's (never confused with the others), 130 interrupted.
+internal error of nsyscomm's (never confused with the others), 130 interrupted, 143 terminated
+(SIGTERM while extracting).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import contextlib
 import gc
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
-from nsyscomm.errors import InputError
+from nsyscomm.errors import InputError, Terminated
 
 if TYPE_CHECKING:
     from nsyscomm.views.safe import SafeConsole
@@ -103,17 +104,18 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
     except OSError as e:  # unreadable input, unwritable output: the user's to fix
         if debug:
             _traceback()
+        _out_of_tasks(e)
         where = f"{e.filename}: " if e.filename else ""
         click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
         sys.exit(EXIT_INPUT)
-    except KeyboardInterrupt:
-        click.echo("nsyscomm: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        interrupted_exit(e)
     except Exception as e:  # a bug of ours, unless memory ran out or Ctrl-C stopped DuckDB
         if debug:
             _traceback()
         from nsyscomm.duck import interrupted  # imported once something failed: duckdb is loaded by then
 
+        _out_of_tasks(e)
         if interrupted(e):
             click.echo("nsyscomm: interrupted", err=True)
             sys.exit(130)
@@ -130,6 +132,26 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+
+
+def _out_of_tasks(e: BaseException) -> None:
+    """A thread or process that could not start under the user's limit on them (RLIMIT_NPROC):
+    one line naming the limit and what to change, status 2 (the command's own setting, as a
+    memory limit is)."""
+    from nsyscomm import duck
+
+    if duck.task_room() is not None and duck.out_of_tasks(e):
+        click.echo(f"nsyscomm: error: {duck.task_limit_message()}", err=True)
+        sys.exit(EXIT_INPUT)
+
+
+def interrupted_exit(e: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C: "interrupted", status 130; SIGTERM (Terminated): "terminated", 143 (128 + 15)."""
+    if isinstance(e, Terminated):
+        click.echo("nsyscomm: terminated", err=True)
+        sys.exit(143)
+    click.echo("nsyscomm: interrupted", err=True)
+    sys.exit(130)
 
 
 def console() -> SafeConsole:

@@ -6,6 +6,7 @@ The combining stage (nsyscomm.combine) reads only what these return: one Extract
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -14,10 +15,19 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from nsyscomm import duck
+from nsyscomm.errors import InputError
 from nsyscomm.extract.cache import cached_extract
 
 # show a progress bar without a terminal from this many reports on (a job's log then shows it)
 MANY_REPORTS = 64
+# processes and threads of a parallel extraction besides this process's: the fork server with its
+# imports' threads and multiprocessing's resource tracker; and each worker with DuckDB on one
+# thread, its allocator's thread and its extraction's helper threads (counted with ps -L)
+SERVER_TASKS = 4
+WORKER_TASKS = 4
+# how long --dask waits for its scheduler to answer (seconds)
+DASK_CONNECT_S = 30
 
 
 def _one(path: str, name: str, cache: bool, threads: int | None = None):
@@ -83,8 +93,10 @@ def extract_many(
     consume: Callable[[int, Any], Any] | None = None,
 ) -> list:
     """Extract every report (same order as ``files``). ``jobs``: worker processes (default: the
-    usable cores, at most one per report; 1 runs in this process). ``dask``: the address of a
-    running Dask scheduler (``tcp://host:8786``) to run the extraction on instead. ``progress``:
+    usable cores, at most one per report; 1 runs in this process, as does a daemonic process, a
+    multiprocessing.Pool's worker, which may start none). ``dask``: the address of a
+    running Dask scheduler (``tcp://host:8786``) to run the extraction on instead, or ``local``
+    for a cluster started in this process (``jobs`` threads) for the extraction. ``progress``:
     None shows a bar on stderr when it is a terminal or there are many reports. ``consume(i,
     extract)``: called with each extract as it arrives (in any order); what it returns is kept
     instead (the combining stage takes the calls from there, so they are not all held at once)."""
@@ -96,18 +108,48 @@ def extract_many(
     keep = consume or _as_is
     bar = _Bar(_want_progress(progress, n), n, f"extracting {n} report(s)")
     try:
-        if dask:
-            return _on_dask(files, names, cache, dask, bar, keep)
         jobs = default_jobs(n) if not jobs else max(1, int(jobs))
-        if jobs == 1 or n == 1:
+        if dask:
+            return _on_dask(files, names, cache, dask, jobs, bar, keep)
+        if _daemonic():  # multiprocessing refuses it children: the reports are extracted here
+            jobs = 1
+        jobs = _within_task_limit(jobs if n > 1 else 1)
+        if jobs == 1:
             out = []
             for i, (f, name) in enumerate(zip(files, names)):
                 out.append(keep(i, _one(f, name, cache)))
                 bar.advance()
             return out
         return _on_pool(files, names, cache, jobs, bar, keep)
+    except (OSError, RuntimeError, EOFError) as e:
+        # a thread or process that could not start (EOFError: the fork server, which ended when
+        # its fork failed): the limit that stopped it, named, instead of what it broke
+        if duck.task_room() is not None and (isinstance(e, EOFError) or duck.out_of_tasks(e)):
+            raise InputError(duck.task_limit_message()) from None
+        raise
     finally:
         bar.close()
+
+
+def _within_task_limit(jobs: int) -> int:
+    """``jobs`` or fewer, for the processes and threads this user may still start
+    (RLIMIT_NPROC): workers as many as fit, else 1 (the extraction in this process); an
+    InputError naming the limit when not even that fits."""
+    room = duck.task_room()
+    if room is None:
+        return jobs
+    duck.check_task_room()
+    limit, used = room
+    fit = (limit - used - duck.TASK_HEADROOM - SERVER_TASKS) // WORKER_TASKS
+    return min(jobs, fit) if fit >= 2 else 1
+
+
+def _daemonic() -> bool:
+    """Whether this process is a daemonic one of multiprocessing's (a multiprocessing.Pool's
+    worker, a Process(daemon=True)): it may start no process of its own."""
+    import multiprocessing
+
+    return bool(multiprocessing.current_process().daemon)
 
 
 def _as_is(i: int, extract):
@@ -121,9 +163,16 @@ def _on_pool(files, names, cache, jobs, bar, keep) -> list:
 
     # the workers share the cores: each DuckDB gets its share of them, not all of them (256 small
     # reports on 2 cores, 2 workers: 14.9 s with 2 threads each, 10.4 s with 1)
-    threads = max(1, usable_cores() // jobs)
+    threads = max(1, usable_cores() // jobs) if duck.task_room() is None else 1
     stall = workers.stall_timeout()
     out: list = [None] * len(files)
+    with workers.sigterm_ends_workers():
+        return _collect(files, names, cache, jobs, threads, stall, bar, keep, out)
+
+
+def _collect(files, names, cache, jobs, threads, stall, bar, keep, out) -> list:
+    from nsyscomm.extract import workers
+
     pool = workers.start(jobs)
     try:
         pending = {pool.submit(_one, f, name, cache, threads): i for i, (f, name) in enumerate(zip(files, names))}
@@ -171,15 +220,32 @@ def _in_progress(files, pending, jobs: int, what: str, fix: str) -> str:
     return f"{files[first[0]]}: {what}{beside}; {fix}"
 
 
-def _on_dask(files, names, cache, address, bar, keep) -> list:
+def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
+    """On the Dask cluster at ``address``, or on one started in this process for ``local`` (one
+    worker of ``jobs`` threads, closed at the end). The workers get absolute paths: their current
+    folder is not this process's."""
     try:
         from distributed import Client
     except ImportError:
-        from nsyscomm.errors import InputError
-
         raise InputError("--dask needs the distributed package: pip install 'nsyscomm[dask]'") from None
-    client = Client(address, set_as_default=False)
-    try:
+    files = [os.path.abspath(f) for f in files]
+    with contextlib.ExitStack() as stack:
+        if address == "local":
+            from distributed import LocalCluster
+
+            target: Any = stack.enter_context(
+                LocalCluster(n_workers=1, threads_per_worker=jobs, processes=False, dashboard_address=None)
+            )
+        else:
+            target = address
+        try:
+            client = stack.enter_context(Client(target, set_as_default=False, timeout=DASK_CONNECT_S))
+        except (OSError, ValueError, TypeError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise InputError(
+                f"--dask {address}: no Dask scheduler reached there ({first}); give a running scheduler's "
+                f"address, e.g. tcp://host:8786, or local for a cluster in this process"
+            ) from None
         futures = client.map(_one, files, names, [cache] * len(files), pure=False)
         out = []
         for i, fut in enumerate(futures):  # in order; the cluster runs them all meanwhile
@@ -187,5 +253,3 @@ def _on_dask(files, names, cache, address, bar, keep) -> list:
             fut.release()  # the cluster and this client let go of the extract's calls
             bar.advance()
         return out
-    finally:
-        client.close()

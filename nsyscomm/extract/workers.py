@@ -21,18 +21,23 @@ Workers are named WORKER_NAME-..., and the fork server leaves ``__main__`` alone
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import gc
 import itertools
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import context, process, spawn
+from types import FrameType
 from typing import Any
 
-from nsyscomm.errors import InputError
+from nsyscomm.errors import InputError, Terminated
 
 WORKER_NAME = "nsyscomm-extract"
 # a worker that finishes no report in this long is stuck: the run stops with an error naming the
@@ -144,6 +149,7 @@ def _init(environ: dict) -> None:
     # Ctrl-C is the caller's to handle: it ends the workers (stop); a worker of its own would
     # print a traceback of its loop and leave the pool broken
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _let_go_of_server()
     # the modules the server imported stay to the end: frozen, the collector no longer walks their
     # objects at every full collection of every report (as commands.collector_paused does in the
     # caller; docs/performance.md, "The extraction pool's workers")
@@ -153,12 +159,32 @@ def _init(environ: dict) -> None:
     os.environ.update(environ)
 
 
+def _let_go_of_server() -> None:
+    """Close the worker's copy of the fork server's "alive" pipe. The server ends when every
+    process holding the pipe's write end has ended; multiprocessing hands a copy to every process
+    it forks, so that it could start processes of its own. A worker never does, and with its copy
+    open a caller killed outright (SIGKILL, or SIGTERM to a library caller) left the server
+    waiting for the workers, and the workers (killed when the server ends) waiting for the server:
+    both alive for good."""
+    if _CONTEXT.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver
+    fd = server._forkserver_alive_fd
+    server._forkserver_alive_fd = None
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 def _end_with_parent() -> None:
     """Linux: the worker is killed when the process that forked it ends. That is the fork server,
     which ends with the caller: a caller killed outright (SIGKILL, a CI timeout) leaves no worker
     waiting for work forever."""
     if not sys.platform.startswith("linux"):
         return
+    server = os.getppid()
     try:
         import ctypes
 
@@ -167,8 +193,57 @@ def _end_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the server ended before the call above
+    if os.getppid() != server:  # the server ended before the call above
         os._exit(1)
+
+
+def _in_fork_server() -> bool:
+    """Whether this module is being imported by multiprocessing's fork server (its preload)."""
+    from multiprocessing import forkserver
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is forkserver.main.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _remove_callers_folder() -> None:
+    """At the fork server's exit (its caller has ended: the server ends when the caller's end of
+    the "alive" pipe closes): remove the caller's multiprocessing folder (pymp-*, which holds the
+    server's socket). The caller removes it at its own exit; a caller killed outright cannot."""
+    from multiprocessing import forkserver
+
+    address = forkserver._forkserver._forkserver_address  # type: ignore[attr-defined]
+    if not isinstance(address, str) or not address or address.startswith("\0"):
+        return
+    folder = os.path.dirname(address)
+    if os.path.basename(folder).startswith("pymp-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if _CONTEXT.get_start_method() == "forkserver" and _in_fork_server():
+    atexit.register(_remove_callers_folder)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_ends_workers() -> Iterator[None]:
+    """SIGTERM raises Terminated in the block (the main thread's; elsewhere signal handlers cannot
+    be set), so that it ends the workers as Ctrl-C does, at once, and the command says so in one
+    line. A handler of the caller's own, or SIGTERM ignored, is left as it is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def stop(pool: ProcessPoolExecutor) -> None:
