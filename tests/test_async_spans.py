@@ -1,0 +1,184 @@
+"""Asynchronous calls timed by their execution, on generated reports whose truth is exact by
+construction: each call's enqueue range, its completion mark on the backend's thread and the
+caller's wait range are placed at known times (nsyscomm/nvtx_format.py, "Completion mark")."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import nsyscomm
+from nsyscomm import nvtx_format as fmt
+from nsyscomm.synth import Report, write_sqlite
+
+MS = 1_000_000
+T0 = 1_000 * MS
+BYTES = 4 << 20
+
+
+def _call(rep, proc, op, seq, start, end, *, asy=True, peer=None, api=None, pg=0):
+    msg = fmt.format_collective(
+        op,
+        api=api or op,
+        bytes=BYTES,
+        dtype="float32",
+        numel=BYTES // 4,
+        pg=pg,
+        gsize=2,
+        seq=seq,
+        async_op=asy,
+        caller="job.py:1 main",
+        peer=peer,
+    )
+    rep.range(proc, proc.pid, start, end, registered=msg, domain=1)
+
+
+def _done(rep, proc, t, op, seq, peer=None, pg=0):
+    rep.mark(proc, proc.pid + 1, t, registered=fmt.format_done(fmt.format_ident(op, pg, seq, peer)), domain=1)
+
+
+def _wait(rep, proc, start, end, op, seq, peer=None, pg=0):
+    rep.range(proc, proc.pid, start, end, registered=fmt.format_wait(fmt.format_ident(op, pg, seq, peer)), domain=1)
+
+
+def _job(tmp_path, build):
+    rep = Report("job.sqlite", cuda=False)
+    procs = [rep.process(100 + 10 * r, "python3", {100 + 10 * r: "python3", 101 + 10 * r: "gloo"}) for r in range(2)]
+    for r, p in enumerate(procs):
+        rep.mark(p, p.pid, T0 - MS, registered=fmt.format_rank_marker(r, r, 2, "h"), domain=1)
+    build(rep, procs)
+    write_sqlite(rep, tmp_path / "job.sqlite", seed=0)
+    return nsyscomm.load(tmp_path / "job.sqlite")
+
+
+def _row(c, rank, seq, op="all_reduce"):
+    rows = c[(c["rank"] == rank) & (c["seq"] == seq) & (c["op"] == op)]
+    assert len(rows) == 1, rows
+    return rows.iloc[0]
+
+
+def _invariants(res):
+    c = res.collectives
+    assert (c["exec_end"] >= c["exec_start"]).all() and (c["duration_ns"] >= 0).all()
+    assert (c["exec_start"] >= c["cpu_start"]).all()
+    assert c["duration_ns"].max() <= c["exec_end"].max() - c["cpu_start"].min()  # nothing longer than the capture
+
+
+def test_an_async_call_runs_until_its_completion_mark(tmp_path):
+    """An all_reduce enqueued in 0.1 ms whose work completes 8 ms later on the backend's thread:
+    8 ms, not 0.1 ms, in the row, the logical collective and the summary's latency and bandwidth.
+    A synchronous call beside it keeps its host range."""
+
+    def build(rep, procs):
+        for r, p in enumerate(procs):
+            _call(rep, p, "all_reduce", 0, T0 + r * 50_000, T0 + r * 50_000 + 100_000)
+            _done(rep, p, T0 + 8 * MS + r * 10_000, "all_reduce", 0)
+            _call(rep, p, "all_reduce", 1, T0 + 20 * MS, T0 + 24 * MS, asy=False)
+
+    res = _job(tmp_path, build)
+    c = res.collectives
+    for r in range(2):
+        a = _row(c, r, 0)
+        assert a["exec_start"] == a["cpu_start"] == T0 + r * 50_000
+        assert a["exec_end"] == T0 + 8 * MS + r * 10_000
+        assert a["duration_ns"] == 8 * MS + r * 10_000 - r * 50_000
+        assert a["cpu_end"] - a["cpu_start"] == 100_000  # the enqueue stays the host range
+        s = _row(c, r, 1)
+        assert (s["exec_start"], s["exec_end"]) == (s["cpu_start"], s["cpu_end"]) and s["duration_ns"] == 4 * MS
+        assert pd.isna(s["wait_start"]) and pd.isna(s["wait_end"])
+    lc = res.con.execute("SELECT seq, latency_ns FROM logical_collectives ORDER BY seq").fetchall()
+    assert lc == [(0, 8 * MS - 40_000), (1, 4 * MS)]
+    _invariants(res)
+
+
+def test_a_wait_that_returns_before_the_mark_bounds_the_completion(tmp_path):
+    """The mark waits for the GIL; the caller's wait returns once the work is done. The wait's
+    end is the completion when it comes first, and the wait is kept as wait_start/wait_end."""
+
+    def build(rep, procs):
+        for r, p in enumerate(procs):
+            _call(rep, p, "all_reduce", 0, T0, T0 + 100_000)
+            _wait(rep, p, T0 + 2 * MS, T0 + 6 * MS, "all_reduce", 0)
+            _done(rep, p, T0 + (9 if r == 0 else 5) * MS, "all_reduce", 0)
+
+    res = _job(tmp_path, build)
+    c = res.collectives
+    r0, r1 = _row(c, 0, 0), _row(c, 1, 0)
+    assert r0["exec_end"] == T0 + 6 * MS  # the wait returned first
+    assert r1["exec_end"] == T0 + 5 * MS  # the mark came first
+    assert (r0["wait_start"], r0["wait_end"]) == (T0 + 2 * MS, T0 + 6 * MS)
+    _invariants(res)
+
+
+def test_point_to_point_marks_join_by_peer(tmp_path):
+    """Rank 0 receives from rank 1, which sends 30 ms later; two point-to-point calls of rank 0
+    share seq 0 with different peers in another group: each takes its own mark. A mark of
+    another process never joins."""
+
+    def build(rep, procs):
+        p0, p1 = procs
+        _call(rep, p0, "recv", 0, T0, T0 + 100_000, peer=1, api="irecv")
+        _wait(rep, p0, T0 + 200_000, T0 + 30 * MS, "recv", 0, peer=1)
+        _call(rep, p1, "send", 0, T0 + 29 * MS, T0 + 29 * MS + 100_000, peer=0, api="isend")
+        _wait(rep, p1, T0 + 29 * MS + 150_000, T0 + 29 * MS + 200_000, "send", 0, peer=0)
+        # group 7: rank 0's all_reduce seq 0 completes at +50 ms; rank 1's mark for its own seq 0
+        # (the same identity, in another process) at +90 ms
+        _call(rep, p0, "all_reduce", 0, T0 + 40 * MS, T0 + 41 * MS, pg=7)
+        _call(rep, p1, "all_reduce", 0, T0 + 40 * MS, T0 + 41 * MS, pg=7)
+        _done(rep, p0, T0 + 50 * MS, "all_reduce", 0, pg=7)
+        _done(rep, p1, T0 + 90 * MS, "all_reduce", 0, pg=7)
+
+    res = _job(tmp_path, build)
+    c = res.collectives
+    recv = _row(c, 0, 0, "recv")
+    assert recv["exec_end"] == T0 + 30 * MS and recv["duration_ns"] == 30 * MS
+    send = _row(c, 1, 0, "send")
+    assert send["exec_end"] == T0 + 29 * MS + 200_000
+    g7 = c[c["group"] == "7"].set_index("rank")
+    assert g7.loc[0, "exec_end"] == T0 + 50 * MS and g7.loc[1, "exec_end"] == T0 + 90 * MS
+    _invariants(res)
+
+
+def test_kernels_stay_the_truth_on_a_device(tmp_path):
+    """A call with NCCL kernels keeps the kernels' span whatever a completion mark says (a device
+    backend's future completes at the enqueue)."""
+    import random
+
+    from nsyscomm.synth import RankSim, add_rank_marker, finish_collective
+
+    rep = Report("gpu.sqlite")
+    rng = random.Random(0)
+    sims = []
+    for r in range(2):
+        p = rep.process(200 + r, "python3")
+        sim = RankSim(rep, p, rng, rank=r, device=r, start=T0)
+        add_rank_marker(rep, sim, rank=r, local_rank=r, world=2, host="h")
+        sims.append(sim)
+    pending = [
+        s.wrapper_collective(
+            s.main,
+            "all_reduce",
+            api="all_reduce",
+            nbytes=BYTES,
+            dtype="float32",
+            itemsize=4,
+            pg=0,
+            gsize=2,
+            caller="job.py:1 main",
+            kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            stream=7,
+        )
+        for s in sims
+    ]
+    finish_collective(pending, 2 * MS, rng)
+    for s in sims:  # a mark far after the kernels: it must not move them
+        rep.mark(
+            s.proc,
+            s.proc.pid,
+            T0 + 500 * MS,
+            registered=fmt.format_done(fmt.format_ident("all_reduce", 0, 0)),
+            domain=1,
+        )
+    write_sqlite(rep, tmp_path / "gpu.sqlite", seed=0)
+    c = nsyscomm.load(tmp_path / "gpu.sqlite").collectives
+    assert len(c) == 2 and c["gpu_start"].notna().all()
+    assert (c["exec_start"] == c["gpu_start"]).all() and (c["exec_end"] == c["gpu_end"]).all()
