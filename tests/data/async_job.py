@@ -9,7 +9,9 @@ Phases, each separated by a barrier (their calls are told apart by seq in the te
 4. p2p:    rank 0 irecv from 1, rank 1 sleeps LATE_S then isend; both wait().
 5. funcol: functional all_reduce + wait_tensor; rank 1 sleeps LATE_S before it.
 6. ddp:    DDP (bucket_cap_mb small) forward/backward STEPS times; the bucket all_reduces run on
-           gloo's thread while backward goes on.
+           gloo's thread while backward goes on. Each bucket holds one layer's parameters (LAYER
+           elements, past the first step), so the program times a synchronous all_reduce of LAYER
+           elements too, after the steps.
 
 The figures go to $ASYNC_JOB_OUT/rank<r>.json. The user code has no nsyscomm in it.
 """
@@ -26,6 +28,8 @@ REPS = 5
 LATE_S = 0.4
 COMPUTE_S = 0.15
 STEPS = 3
+WIDTH = 512
+LAYER = WIDTH * WIDTH + WIDTH  # float32 elements of one Linear(WIDTH, WIDTH)
 
 
 def main():
@@ -72,14 +76,23 @@ def main():
     dist.barrier()
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(4)])
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x = torch.randn(64, 512)
+    x = torch.randn(64, WIDTH)
     for _ in range(STEPS):
         opt.zero_grad()
         ddp(x).sum().backward()
         opt.step()
+    dist.barrier()
+    layer = torch.ones(LAYER)
+    dist.all_reduce(layer)
+    layer_ns = []
+    for _ in range(REPS):
+        t0 = time.perf_counter_ns()
+        dist.all_reduce(layer)
+        layer_ns.append(time.perf_counter_ns() - t0)
+    out["layer_sync_ns"] = layer_ns
     dist.barrier()
 
     path = os.environ.get("ASYNC_JOB_OUT")
