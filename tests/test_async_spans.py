@@ -182,3 +182,65 @@ def test_kernels_stay_the_truth_on_a_device(tmp_path):
     c = nsyscomm.load(tmp_path / "gpu.sqlite").collectives
     assert len(c) == 2 and c["gpu_start"].notna().all()
     assert (c["exec_start"] == c["gpu_start"]).all() and (c["exec_end"] == c["gpu_end"]).all()
+
+
+# ---------------------------------------------------------------- PyTorch profiler (Kineto) traces
+
+
+def _kx(name, ts, dur, tid, pid=500):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+
+def _kmsg(op, seq, asy, api=None):
+    return fmt.format_collective(
+        op, api=api or op, bytes=BYTES, dtype="float32", numel=BYTES // 4, pg=0, gsize=2, seq=seq, async_op=asy
+    )
+
+
+def _trace(tmp_path, events, rank=0):
+    import json
+
+    ev = [_kx(fmt.format_rank_marker(rank, rank, 2, "h"), 10.0, 1.0, 500), *events]
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}}
+    path = tmp_path / f"rank{rank}.json"
+    path.write_text(json.dumps({**doc, "traceEvents": ev}))
+    return path
+
+
+def test_kineto_async_calls_take_gloo_worker_ranges_in_order(tmp_path):
+    """Two async all_reduces enqueued back to back run one after the other on gloo's threads
+    (worker tids 501, 502): each takes its own worker range, in order. A broadcast_object_list,
+    synchronous, runs two gloo:broadcast inside its own range: they stay its own, and the async
+    broadcast after it takes the third."""
+    events = [
+        _kx(_kmsg("all_reduce", 0, True), 100.0, 0.2, 500),
+        _kx(_kmsg("all_reduce", 1, True), 100.5, 0.2, 500),
+        _kx("gloo:all_reduce", 100.3, 7.0, 501),
+        _kx("gloo:all_reduce", 107.5, 6.0, 502),
+        _kx(_kmsg("broadcast", 2, False, api="broadcast_object_list"), 200.0, 30.0, 500),
+        _kx("gloo:broadcast", 201.0, 5.0, 501),
+        _kx("gloo:broadcast", 210.0, 15.0, 502),
+        _kx(_kmsg("broadcast", 3, True, api="ddp.broadcast"), 300.0, 0.5, 500),
+        _kx("gloo:broadcast", 301.0, 9.0, 501),
+    ]
+    res = nsyscomm.load(_trace(tmp_path, events))
+    c = res.collectives.set_index("seq")
+    us = 1000  # ns; the trace's ts are µs
+    assert (c.loc[0, "exec_start"], c.loc[0, "exec_end"]) == (100_300, 107_300)
+    assert (c.loc[1, "exec_start"], c.loc[1, "exec_end"]) == (107_500, 113_500)
+    assert c.loc[2, "duration_ns"] == 30 * us  # the synchronous call keeps its range
+    assert (c.loc[3, "exec_start"], c.loc[3, "exec_end"]) == (301_000, 310_000)
+    assert not any("could not be paired" in w for w in res.warnings)
+
+
+def test_kineto_async_calls_left_unpaired_when_the_counts_differ(tmp_path):
+    """One worker range for two async calls: no pairing is sure, so none is made, and a warning says so."""
+    events = [
+        _kx(_kmsg("all_reduce", 0, True), 100.0, 0.2, 500),
+        _kx(_kmsg("all_reduce", 1, True), 100.5, 0.2, 500),
+        _kx("gloo:all_reduce", 100.3, 7.0, 501),
+    ]
+    res = nsyscomm.load(_trace(tmp_path, events))
+    c = res.collectives
+    assert (c["exec_start"] == c["cpu_start"]).all() and (c["exec_end"] == c["cpu_end"]).all()
+    assert any("2 asynchronous call(s) could not be paired" in w for w in res.warnings)

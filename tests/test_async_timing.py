@@ -1,7 +1,8 @@
 """Asynchronous calls on a real 2-rank gloo job under `nsyscomm run`, timed by their execution
 and checked against figures nsyscomm does not make (tests/data/async_job.py): the program's own
 timing of synchronous all_reduces of the same sizes, and sleeps it puts in rank 1 (rank 0's work
-cannot complete before rank 1 has enqueued its side). About 40-60 s on 2 cores.
+cannot complete before rank 1 has enqueued its side). Profiled by nsys and by torch.profiler:
+about 50 s each on 2 cores.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory):
+@pytest.fixture(scope="module", params=["nsys", "torch"])
+def job(request, tmp_path_factory):
+    """The job profiled by nsys (completion marks and wait ranges) and by torch.profiler (gloo's
+    own ranges on its worker threads)."""
     pytest.importorskip("torch")
     import nsyscomm
     from nsyscomm.capture.launcher import run
@@ -37,14 +40,19 @@ def job(tmp_path_factory):
     figures.mkdir()
     os.environ["ASYNC_JOB_OUT"] = str(figures)
     try:
-        res = run(["torchrun", "--standalone", "--nproc-per-node", "2", str(SCRIPT)], output=str(base / "out"))
+        res = run(
+            ["torchrun", "--standalone", "--nproc-per-node", "2", str(SCRIPT)],
+            output=str(base / "out"),
+            profiler=request.param,
+        )
     finally:
         os.environ.pop("ASYNC_JOB_OUT", None)
     assert job_did_its_work(res.exit_code, res.warnings), res.warnings
     own = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in figures.glob("rank*.json")}
     assert sorted(own) == [0, 1]
     loaded = nsyscomm.load(res.reports)
-    return loaded, own
+    assert not any("could not be paired" in w for w in loaded.warnings), loaded.warnings
+    return loaded, own, request.param
 
 
 def _sync_ms(own, key):
@@ -59,7 +67,7 @@ def _plain(c):
 
 
 def test_invariants(job):
-    res, _ = job
+    res, _, _ = job
     c = res.collectives
     assert (c["duration_ns"] >= 0).all() and (c["exec_end"] >= c["exec_start"]).all()
     assert (c["exec_start"] >= c["cpu_start"]).all()
@@ -70,19 +78,20 @@ def test_invariants(job):
 def test_async_all_reduce_takes_as_long_as_a_synchronous_one(job):
     """async_op=True, then 150 ms of the program's own work, then wait(): the call's execution
     is the transfer (about a synchronous all_reduce of the size), not its 0.1 ms enqueue."""
-    res, own = job
+    res, own, profiler = job
     sync = _sync_ms(own, "sync_ns")
     for r, calls in _plain(res.collectives).items():
         a = calls.iloc[6]
         took = a["duration_ns"] / MS
         assert took >= 0.5 * sync, (r, took, sync)
         assert took <= 140, (r, took)  # done while the program slept 150 ms after the enqueue
-        assert a["wait_end"] > a["wait_start"] >= a["cpu_end"]  # the caller's wait() was seen
+        if profiler == "nsys":  # the caller's wait() was seen
+            assert a["wait_end"] > a["wait_start"] >= a["cpu_end"]
 
 
 def test_async_all_reduce_cannot_end_before_the_late_rank_enqueues(job):
     """Rank 1 sleeps 400 ms before its side: rank 0's work completes after rank 1's enqueue."""
-    res, _ = job
+    res, _, _ = job
     calls = _plain(res.collectives)
     r0, r1 = calls[0].iloc[7], calls[1].iloc[7]
     assert r0["exec_end"] >= r1["cpu_start"]
@@ -90,7 +99,7 @@ def test_async_all_reduce_cannot_end_before_the_late_rank_enqueues(job):
 
 
 def test_irecv_cannot_end_before_the_send_is_posted(job):
-    res, _ = job
+    res, _, _ = job
     c = res.collectives
     recv = c[(c["rank"] == 0) & (c["op"] == "recv")].iloc[0]
     send = c[(c["rank"] == 1) & (c["op"] == "send")].iloc[0]
@@ -99,17 +108,18 @@ def test_irecv_cannot_end_before_the_send_is_posted(job):
 
 
 def test_functional_all_reduce_runs_until_the_late_rank_and_its_wait(job):
-    res, _ = job
+    res, _, profiler = job
     c = res.collectives
     f = c[c["api"] == "funcol.all_reduce"].set_index("rank")
     assert f.loc[0, "exec_end"] >= f.loc[1, "cpu_start"]
-    assert f.loc[0, "wait_end"] >= f.loc[0, "wait_start"]
+    if profiler == "nsys":
+        assert f.loc[0, "wait_end"] >= f.loc[0, "wait_start"]
 
 
 def test_ddp_buckets_take_as_long_as_a_synchronous_all_reduce(job):
     """DDP's reducer all_reduces each 1 MiB bucket on gloo's thread while backward goes on: its
     execution is comparable to the program's synchronous all_reduce of the same size."""
-    res, own = job
+    res, own, _ = job
     c = res.collectives
     buckets = c[(c["api"] == "ddp.allreduce") & (c["bytes"] == 4 * (512 * 512 + 512))]
     assert len(buckets) >= 2 * 8, buckets  # 4 buckets x 2 ranks x the steps after the first
