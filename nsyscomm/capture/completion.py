@@ -70,7 +70,11 @@ def track(result: Any, ident: str) -> None:
             _work_ident[work] = ident
         except TypeError:
             pass
-    work.get_future().then(_on_done(ident))
+    try:
+        fut = work.get_future()
+    except RuntimeError:  # a Work without a future (gloo's send and recv): its wait ends it
+        return
+    fut.then(_on_done(ident))
 
 
 def _storage(tensor) -> int:
