@@ -244,3 +244,34 @@ def test_kineto_async_calls_left_unpaired_when_the_counts_differ(tmp_path):
     c = res.collectives
     assert (c["exec_start"] == c["cpu_start"]).all() and (c["exec_end"] == c["cpu_end"]).all()
     assert any("2 asynchronous call(s) could not be paired" in w for w in res.warnings)
+
+
+def test_waiting_on_its_own_call_is_no_cause_of_lateness(tmp_path):
+    """Rank 0 enqueues an async all_reduce and waits 50 ms for it in Work.wait (a
+    pthread_cond_wait, as nsys -t osrt records it), then sleeps 8 ms (clock_nanosleep) and comes
+    late to the next collective. The sleep is named; the wait on its own communication is not."""
+    from tests.late_jobs import _add_osrt
+
+    def build(rep, procs):
+        p0, p1 = procs
+        for r, p in enumerate(procs):
+            _call(rep, p, "all_reduce", 0, T0 + r * 49 * MS, T0 + r * 49 * MS + 100_000)
+            _done(rep, p, T0 + 50 * MS, "all_reduce", 0)
+        _wait(rep, p0, T0 + 200_000, T0 + 50 * MS, "all_reduce", 0)
+        _call(rep, p1, "all_reduce", 1, T0 + 51 * MS, T0 + 60 * MS + 100_000, asy=False)
+        _call(rep, p0, "all_reduce", 1, T0 + 60 * MS, T0 + 60 * MS + 100_000, asy=False)
+
+    res = _job(tmp_path, build)
+    path = tmp_path / "job.sqlite"
+    _add_osrt(
+        path,
+        [
+            (100, T0 + 300_000, T0 + 49_900_000, "pthread_cond_wait"),
+            (100, T0 + 51 * MS, T0 + 59 * MS, "clock_nanosleep"),
+        ],
+    )
+    res = nsyscomm.load([path], cache=False)
+    late = res.late.set_index("seq")
+    row = late.loc[1]
+    assert row["rank"] == 0 and row["cause"] == "host"
+    assert "clock_nanosleep 8.0 ms" in row["detail"] and "pthread_cond_wait" not in row["detail"]
