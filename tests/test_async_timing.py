@@ -104,12 +104,16 @@ def test_async_all_reduce_cannot_end_before_the_late_rank_enqueues(job):
 
 
 def test_irecv_cannot_end_before_the_send_is_posted(job):
+    """irecv, and a batch_isend_irecv exchange: rank 0's receive from rank 1 ends after rank 1,
+    400 ms late, posted its send."""
     res, _, _ = job
     c = res.collectives
-    recv = c[(c["rank"] == 0) & (c["op"] == "recv")].iloc[0]
-    send = c[(c["rank"] == 1) & (c["op"] == "send")].iloc[0]
-    assert recv["api"] == "irecv" and send["api"] == "isend"
-    assert recv["exec_end"] >= send["cpu_start"] and recv["duration_ns"] >= 300 * MS
+    for recv_api, send_api in (("irecv", "isend"), ("batch_isend_irecv", "batch_isend_irecv")):
+        recv = c[(c["rank"] == 0) & (c["op"] == "recv") & (c["api"] == recv_api)]
+        send = c[(c["rank"] == 1) & (c["op"] == "send") & (c["api"] == send_api)]
+        assert len(recv) == len(send) == 1, recv_api
+        recv, send = recv.iloc[0], send.iloc[0]
+        assert recv["exec_end"] >= send["cpu_start"] and recv["duration_ns"] >= 300 * MS, recv_api
 
 
 def test_functional_all_reduce_runs_until_the_late_rank_and_its_wait(job):

@@ -6,7 +6,8 @@ Phases, each separated by a barrier (their calls are told apart by seq in the te
 1. sync:   BIG all_reduce, synchronous, REPS times; the program records each one's wall time.
 2. async:  BIG all_reduce with async_op=True, then a compute stand-in (a sleep), then wait().
 3. late:   async all_reduce; rank 1 sleeps LATE_S before it. Rank 0 waits in wait().
-4. p2p:    rank 0 irecv from 1, rank 1 sleeps LATE_S then isend; both wait().
+4. p2p:    rank 0 irecv from 1, rank 1 sleeps LATE_S then isend; both wait(). Then both ways
+           at once through batch_isend_irecv, rank 1 LATE_S late again.
 5. funcol: functional all_reduce + wait_tensor; rank 1 sleeps LATE_S before it.
 6. ddp:    DDP (bucket_cap_mb small) forward/backward STEPS times; the bucket all_reduces run on
            gloo's thread while backward goes on. Each bucket holds one layer's parameters (LAYER
@@ -65,6 +66,15 @@ def main():
         time.sleep(LATE_S)
         w = dist.isend(buf, dst=0)
     w.wait()
+    dist.barrier()
+
+    # the same exchange both ways through batch_isend_irecv (what pipeline schedules call)
+    if rank == 1:
+        time.sleep(LATE_S)
+    peer = 1 - rank
+    ops = [dist.P2POp(dist.isend, buf, peer), dist.P2POp(dist.irecv, torch.zeros_like(buf), peer)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
     dist.barrier()
 
     import torch.distributed._functional_collectives as fc
