@@ -5,6 +5,7 @@ caller's wait range are placed at known times (nsyscomm/nvtx_format.py, "Complet
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 import nsyscomm
 from nsyscomm import nvtx_format as fmt
@@ -26,6 +27,7 @@ def _call(rep, proc, op, seq, start, end, *, asy=True, peer=None, api=None, pg=0
         gsize=2,
         seq=seq,
         async_op=asy,
+        step=0,
         caller="job.py:1 main",
         peer=peer,
     )
@@ -275,3 +277,19 @@ def test_waiting_on_its_own_call_is_no_cause_of_lateness(tmp_path):
     row = late.loc[1]
     assert row["rank"] == 0 and row["cause"] == "host"
     assert "clock_nanosleep 8.0 ms" in row["detail"] and "pthread_cond_wait" not in row["detail"]
+
+
+def test_an_async_call_is_exposed_only_while_its_caller_waits(tmp_path):
+    """An 8 ms all_reduce the caller overlapped with 6 ms of its own work, then waited 2 ms for:
+    2 ms exposed, not 8 (step 0, both ranks alike)."""
+
+    def build(rep, procs):
+        for p in procs:
+            _call(rep, p, "all_reduce", 0, T0, T0 + 100_000)
+            _wait(rep, p, T0 + 6 * MS, T0 + 8 * MS, "all_reduce", 0)
+            _done(rep, p, T0 + 8 * MS, "all_reduce", 0)
+
+    res = _job(tmp_path, build)
+    b = res.step_breakdown
+    assert len(b) == 1
+    assert b["exposed_ms"].iloc[0] == pytest.approx(2.0) and b["wait_ms"].iloc[0] == pytest.approx(0.0)
