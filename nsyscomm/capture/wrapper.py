@@ -16,6 +16,8 @@ Two layers, so that nothing is missed and the common path stays cheap:
 
 The hot wrappers of layer 1 (one-tensor calls) run their steady state in C when the optional
 extension ``_fastpath`` is built (same messages, ~1.4 us instead of ~2.6 us per call).
+An asynchronous call (one that returns a Work or a future) also gets its completion marked on the
+backend's thread and its caller's wait ranged (completion.py); synchronous calls never pay for it.
 
 Nothing here synchronizes a device or touches a tensor's data; a failure to build or emit
 the message degrades to no annotation (warned once); exceptions of the collective itself
