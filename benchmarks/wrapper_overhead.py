@@ -11,7 +11,8 @@ fallback), as `nsyscomm run` writes it into NSYSCOMM_RECORD_DIR. Then a real 16-
 bare, wrapped, and a control (bare after a Python busy loop as long as the wrapper), in rounds of
 random order, so gloo's drift and its thread hand-off effects hit every arm alike.
 DeepSpeed's comms logger (prof_all) is measured too when deepspeed imports: its timed_op decorator
-around the same no-op, and deepspeed.comm.all_reduce as a gloo arm.
+around the same no-op, and deepspeed.comm.all_reduce as a gloo arm. Last, the same all_reduce with
+async_op=True and wait(), bare and wrapped: what an asynchronous call costs with its completion hook.
 """
 
 from __future__ import annotations
@@ -170,6 +171,33 @@ def main():
 
     if ds_comm is None:
         print(f"  DeepSpeed comms logger: not measured ({ds_why})")
+    _async_arms(a, dist, W, t)
+
+
+def _async_arms(a, dist, W, t) -> None:
+    """3. an asynchronous all_reduce (async_op=True, then wait()), bare and wrapped, in rounds of
+    random order: wrapped - bare is what an asynchronous call costs, the completion hook (a
+    callback on the Work's future, its mark on gloo's thread, the wait range) included."""
+    calls = max(1, a.calls // 4)
+    arms = {"bare": False, "wrapped": True}
+    per: dict[str, list[float]] = {k: [] for k in arms}
+    rng = random.Random(1)
+    for _ in range(a.rounds):
+        order = list(arms)
+        rng.shuffle(order)
+        for k in order:
+            W.annotate(arms[k])
+            per[k].append(_per_call(lambda: dist.all_reduce(t, async_op=True).wait(), calls))
+        W.annotate(False)
+    print(f"gloo all_reduce 16 x float32, async_op=True then wait(), {a.rounds} rounds x {calls} calls")
+    for k, v in per.items():
+        print(
+            f"  {k + ' call':28s} min {min(v):7.2f} us  median {statistics.median(v):7.2f} us  p90 {_q(v, 0.9):7.2f} us"
+        )
+    print(
+        f"  wrapped - bare: min {min(per['wrapped']) - min(per['bare']):5.2f} us, median "
+        f"{statistics.median(per['wrapped']) - statistics.median(per['bare']):5.2f} us"
+    )
 
 
 def _ring_emitters(W) -> dict:

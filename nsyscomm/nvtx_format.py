@@ -24,6 +24,17 @@ Step marker (a range or a mark, emitted by ``nsyscomm.step(i)``)::
 
     nsyscomm.step|step=12
 
+Completion mark of an asynchronous call (a call that returned a Work or a future: ``async=1``),
+emitted on the backend's thread when its work is done (nsyscomm/capture/completion.py), and the
+range of the caller's wait for it (``Work.wait``, ``wait_tensor``)::
+
+    nsyscomm.done|op=all_reduce|pg=0|seq=17
+    nsyscomm.wait|op=recv|pg=0|seq=3|peer=1
+
+Their fields name the call they belong to in its process: ``op``, ``pg`` and ``seq`` as in the
+call's message, and ``peer`` for point-to-point calls. Neither is emitted for synchronous calls,
+nor for groups of device backends (NCCL), whose kernels tell when the work ran.
+
 ``granks`` is empty for the default (world) group. ``step`` is empty when no
 step is known. ``seq`` counts calls per group name in each process, from 0.
 """
@@ -38,6 +49,8 @@ COLLECTIVE_PREFIX = "nsyscomm:"
 RANK_PREFIX = "nsyscomm.rank"
 GROUP_PREFIX = "nsyscomm.group"
 STEP_PREFIX = "nsyscomm.step"
+DONE_PREFIX = "nsyscomm.done"
+WAIT_PREFIX = "nsyscomm.wait"
 VERSION = 1
 
 # Order matters only for readability; caller must stay last.
@@ -126,6 +139,20 @@ def collective_template(
 def with_peer(message: str, peer: int) -> str:
     """Add the peer field to a point-to-point message made from a template (before caller, which is last)."""
     return message.replace("|caller=", f"|peer={_clean(peer)}|caller=", 1)
+
+
+def format_ident(op: str, pg: str | int, seq: int, peer: int | None = None) -> str:
+    """The fields that name one call in its process, for its completion mark and wait range."""
+    ident = f"op={_clean(op)}|pg={_clean(pg)}|seq={seq}"
+    return ident if peer is None else f"{ident}|peer={_clean(peer)}"
+
+
+def format_done(ident: str) -> str:
+    return f"{DONE_PREFIX}|{ident}"
+
+
+def format_wait(ident: str) -> str:
+    return f"{WAIT_PREFIX}|{ident}"
 
 
 def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str:

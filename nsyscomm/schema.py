@@ -50,6 +50,10 @@ COLLECTIVES = (
     ("busy_at_end", "BIGINT"),  # ... and before gpu_end: their difference is compute under the call
     ("init_ns", "BIGINT"),  # NCCL's communicator initialization inside the call (its init NVTX ranges)
     ("setup", "BOOLEAN"),  # the call set up its communicator: left out of the statistics (sql/setup_calls.sql)
+    # the caller's wait for an asynchronous call (Work.wait, wait_tensor: the nsyscomm.wait range
+    # of nvtx_format.py), NULL where it made none that nsyscomm saw
+    ("wait_start", "BIGINT"),
+    ("wait_end", "BIGINT"),
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

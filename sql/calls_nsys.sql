@@ -6,6 +6,8 @@
 -- and PyTorch's nccl:/gloo: record_function ranges, the name only for PyTorch's; made by
 -- nsys_sqlite.py).
 -- Metadata priority per row: wrapper range > PyTorch range > kernel name alone.
+-- exec_start/exec_end: the execution span where this source knows it beyond the call's own range
+-- and kernels (an asynchronous call's completion, docs/architecture.md "Timing model"), else NULL.
 WITH profiler_steps AS (
     -- torch.profiler's ProfilerStep#N ranges give the step to calls the wrapper did not label
     SELECT globalTid, start, "end", TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)', 1) AS BIGINT) AS step
@@ -90,6 +92,22 @@ wrapper AS (
                           WHERE r.parsed OR r.name LIKE 'nsyscomm:%')))
     ) r
 ),
+completions AS (
+    -- an asynchronous call's completion mark (emitted on the backend's thread when its work is
+    -- done) and the caller's waits for it (nsyscomm/nvtx_format.py), by the call they name in
+    -- their process: (op, group, seq, peer)
+    SELECT ((globalTid >> 24) & 16777215)                                         AS x_pid,
+           regexp_extract(name, '\|op=([^|]*)', 1)                                AS x_op,
+           regexp_extract(name, '\|pg=([^|]*)', 1)                                AS x_pg,
+           TRY_CAST(regexp_extract(name, '\|seq=([0-9]+)', 1) AS BIGINT)          AS x_seq,
+           TRY_CAST(nullif(regexp_extract(name, '\|peer=(-?[0-9]+)', 1), '') AS INTEGER) AS x_peer,
+           min(start) FILTER (WHERE name LIKE 'nsyscomm.done|%')                  AS done,
+           min(start) FILTER (WHERE name LIKE 'nsyscomm.wait|%')                  AS wait_start,
+           max("end") FILTER (WHERE name LIKE 'nsyscomm.wait|%')                  AS wait_end
+    FROM src_ranges
+    WHERE name LIKE 'nsyscomm.done|%' OR name LIKE 'nsyscomm.wait|%'
+    GROUP BY ALL
+),
 calls AS (
     SELECT
         globalTid                                           AS gtid,
@@ -101,15 +119,26 @@ calls AS (
         start AS cpu_start, "end" AS cpu_end, gpu_start, gpu_end, stream, device,
         'wrapper' AS source, kernel, algo, proto,
         coalesce(kernels, 0) AS kernels, coalesce(kernel_ns, 0) AS kernel_ns,
-        w_peer AS peer
+        w_peer AS peer,
+        -- the execution span of an asynchronous call without kernels (gloo, MPI): from its enqueue
+        -- to its completion on the backend's thread, or to the end of the caller's wait for it
+        -- when that came first (the mark waits for the GIL; a wait returns only once the work is
+        -- done), never before the enqueue. The kernels stay the truth where there are any.
+        CASE WHEN gpu_start IS NULL AND least(x.done, x.wait_end) IS NOT NULL THEN start END AS exec_start,
+        CASE WHEN gpu_start IS NULL AND least(x.done, x.wait_end) IS NOT NULL
+             THEN greatest(start, least(x.done, x.wait_end)) END AS exec_end,
+        x.wait_start, x.wait_end
     FROM wrapper
+    LEFT JOIN completions x
+      ON x.x_pid = ((wrapper.globalTid >> 24) & 16777215) AND x.x_op = wrapper.w_op AND x.x_pg = wrapper.w_pg
+         AND x.x_seq = wrapper.w_seq AND x.x_peer IS NOT DISTINCT FROM wrapper.w_peer
     UNION ALL
     -- PyTorch ranges that own kernels (a range without a kernel is CPU bookkeeping, not a call)
     SELECT
         r.globalTid, ((r.globalTid >> 24) & 16777215), (r.globalTid & 16777215),
         NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
-        'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL
+        'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL, NULL, NULL, NULL, NULL
     FROM ranges r JOIN by_range b ON b.rid = r.rid
     WHERE r.kind = 'torch_range'
     UNION ALL
@@ -119,7 +148,7 @@ calls AS (
         CASE WHEN launch_tid IS NULL THEN NULL ELSE (launch_tid & 16777215) END,
         kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         launch_start, launch_end, kstart, kend, stream, device,
-        'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL
+        'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL, NULL, NULL, NULL, NULL
     FROM (SELECT o.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
           FROM owned o JOIN nccl_kernel_names n ON n.id = o.name_id WHERE o.rid IS NULL)
 )

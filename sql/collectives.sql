@@ -40,6 +40,7 @@ SELECT
     coalesce(exec_end, gpu_end, cpu_end) - coalesce(exec_start, gpu_start, cpu_start) AS duration_ns,
     source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
+    wait_start, wait_end,
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     (hash("group", pair, op, seq) >> 1)::BIGINT AS logical_id
 FROM numbered

@@ -5,7 +5,8 @@
 -- cpu_end: when the CPU came to launch it), the compute-kernel busy time in the device gap (B(t) of
 -- nsyscomm/ingest/busy.py: busy_at_start minus the previous call's busy_at_end; NULL without
 -- kernels), and for the late rank the OS-runtime calls of the calling thread in the host gap
--- (previous call's cpu_end to this call's cpu_start), clipped to it; likewise the program's own
+-- (previous call's cpu_end to this call's cpu_start), clipped to it, except those inside the
+-- rank's waits for its own asynchronous calls (wait_start, wait_end); likewise the program's own
 -- NVTX ranges on that thread, except those that enclose the whole host gap (a "train_step" range
 -- around both calls explains nothing): nvtx_ns is the longest one's share of the gap (nested
 -- ranges would count twice in a sum).
@@ -123,9 +124,19 @@ in_gap AS (  -- the overlap itself is checked again: a gap can be inverted (the 
     FROM by_end g JOIN host_events h ON h.th = g.th AND h.j = g.j
     WHERE h."end" > g.prev_cpu_end AND h.start < g.cpu_start AND h.start <= g.prev_cpu_end  -- b
 ),
+own_waits AS (  -- the caller blocked on its own asynchronous call (Work.wait, wait_tensor)
+    SELECT report, pid, tid, wait_start, wait_end FROM collectives WHERE wait_start IS NOT NULL
+),
 host AS (
-    SELECT logical_id, name, sum(least("end", cpu_start) - greatest(start, prev_cpu_end)) AS ns
-    FROM in_gap WHERE kind = 'osrt' GROUP BY ALL
+    -- an OS-runtime call inside such a wait is that call's communication (its own execution
+    -- span), not what kept the rank from arriving
+    SELECT g.logical_id, g.name, sum(least(g."end", g.cpu_start) - greatest(g.start, g.prev_cpu_end)) AS ns
+    FROM in_gap g JOIN late_rank r ON r.logical_id = g.logical_id
+    WHERE g.kind = 'osrt'
+      AND NOT EXISTS (SELECT 1 FROM own_waits w
+                      WHERE w.report = r.report AND w.pid = r.pid AND w.tid = r.tid
+                        AND g.start >= w.wait_start AND g."end" <= w.wait_end)
+    GROUP BY ALL
 ),
 user_ranges AS (
     SELECT logical_id, name, max(least("end", cpu_start) - greatest(start, prev_cpu_end)) AS ns

@@ -359,7 +359,7 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         con.execute(
             "CREATE TABLE collectives (rank INTEGER, report VARCHAR, pid BIGINT, tid BIGINT, device INTEGER, "
             "gpu_start BIGINT, gpu_end BIGINT, logical_id BIGINT, caller VARCHAR, cpu_start BIGINT, "
-            "cpu_end BIGINT, busy_at_start BIGINT, busy_at_end BIGINT, "
+            "cpu_end BIGINT, busy_at_start BIGINT, busy_at_end BIGINT, wait_start BIGINT, wait_end BIGINT, "
             "exec_start BIGINT GENERATED ALWAYS AS (coalesce(gpu_start, cpu_start)), "
             "exec_end BIGINT GENERATED ALWAYS AS (coalesce(gpu_end, cpu_end)))"
         )
@@ -394,8 +394,8 @@ def test_host_events_in_a_gap_match_the_rules(seed):
             overlapping = rnd.random() < 0.15
             end1 = start1 + (3_000_000 if overlapping else rnd.randint(1_000, 80_000))
             con.execute(
-                "INSERT INTO collectives VALUES (0, 'a.sqlite', 10, 10, NULL, NULL, NULL, ?, 'x.py:1', ?, ?, NULL, NULL), "
-                "(1, 'a.sqlite', 11, ?, NULL, NULL, NULL, ?, 'x.py:2', ?, ?, NULL, NULL)",
+                "INSERT INTO collectives VALUES (0, 'a.sqlite', 10, 10, NULL, NULL, NULL, ?, 'x.py:1', ?, ?, NULL, NULL, "
+                "NULL, NULL), (1, 'a.sqlite', 11, ?, NULL, NULL, NULL, ?, 'x.py:2', ?, ?, NULL, NULL, NULL, NULL)",
                 [k, start0, start0 + 10_000, tid1, k, start1, end1],
             )
             con.execute(

@@ -243,6 +243,11 @@ static PyObject *hot_vectorcall(PyObject *callable, PyObject *const *args, size_
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     }
 
+    /* an asynchronous call: the Python wrapper marks its completion too (completion.py) */
+    PyObject *a = arg(args, nargs, kwnames, self->a_idx, self->a_kw);
+    if (a && (a == Py_True || (a != Py_False && a != Py_None && PyObject_IsTrue(a) != 0)))
+        goto slow;
+
     /* not in steady state: the Python wrapper does it (and fills the caches) */
     PyObject *marked = G(self, s_rank_marked);
     PyObject *prof = G(self, s_prof);
@@ -289,15 +294,9 @@ static PyObject *hot_vectorcall(PyObject *callable, PyObject *const *args, size_
     int pushed = 0;
     PyObject *msg = NULL;
     if (seq) {
-        PyObject *a = arg(args, nargs, kwnames, self->a_idx, self->a_kw);
-        int asy = a ? PyObject_IsTrue(a) : 0;
-        if (asy < 0) {  /* an async_op whose truth fails: "0", as bool() would have raised in Python */
-            PyErr_Clear();
-            asy = 0;
-        }
         PyObject *st = G(self, s_step);
         PyObject *who = caller(self);
-        PyObject *tup = who ? PyTuple_Pack(6, nbytes, numel, seq, asy > 0 ? s_one : s_zero,
+        PyObject *tup = who ? PyTuple_Pack(6, nbytes, numel, seq, s_zero,
                                            (st && st != Py_None) ? st : s_empty, who) : NULL;
         Py_XDECREF(who);
         msg = tup ? PyUnicode_Format(tm, tup) : NULL;

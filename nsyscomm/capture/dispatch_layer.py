@@ -14,7 +14,8 @@ import os
 import sys
 from types import ModuleType
 
-from nsyscomm.capture import groups
+from nsyscomm import nvtx_format as _fmt
+from nsyscomm.capture import groups, python_layer
 
 W: ModuleType  # nsyscomm.capture.wrapper, set by install()
 
@@ -99,7 +100,9 @@ def _funcol_op_message(name, args):
     if times_n:
         nbytes *= g.size
         numel *= g.size
-    return W._compose(g, op, "_c10d_functional." + name, dt, nbytes, numel, next(g.counter), "1")
+    seq = next(g.counter)
+    msg = W._compose(g, op, "_c10d_functional." + name, dt, nbytes, numel, seq, "1")
+    return msg, (_fmt.format_ident(op, g.name, seq) if g.tracked else None)
 
 
 def _tracing(args) -> bool:
@@ -145,7 +148,8 @@ def _dispatch_message(name, args):
         seq = g.p2p_seq(peer)
     else:
         seq = next(g.counter)
-    return W._compose(g, op, _dispatch_api(name), dt, nbytes, numel, seq, "1", peer)
+    msg = W._compose(g, op, _dispatch_api(name), dt, nbytes, numel, seq, "1", peer)
+    return msg, (_fmt.format_ident(op, g.name, seq, peer) if g.tracked else None)
 
 
 def _make_kernel(name, opov, message=None):
@@ -155,9 +159,10 @@ def _make_kernel(name, opov, message=None):
     def kernel(*args, **kwargs):
         pushed = False
         rf = None
+        ident = None
         if W._enabled and not (functional and _tracing(args)):
             try:
-                msg = message(name, args)
+                msg, ident = message(name, args)
                 W._push(msg)
                 pushed = True
                 if W._prof._is_profiler_enabled:
@@ -169,7 +174,6 @@ def _make_kernel(name, opov, message=None):
             with W._Below():
                 r = opov(*args, **kwargs)
             done = True
-            return r
         finally:
             if rf is not None:
                 W._rf_close(rf)
@@ -180,6 +184,9 @@ def _make_kernel(name, opov, message=None):
                     W._pop()
                 except Exception:
                     pass
+        if ident is not None:  # the work runs on the backend's thread: mark when it is done
+            python_layer.track(r, ident, "c10d." + name)
+        return r
 
     return kernel
 

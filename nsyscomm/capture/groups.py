@@ -49,7 +49,7 @@ def dtype_name(dt: Any) -> str:
 class Group:
     # no reference to the ProcessGroup itself: the per-call caches hold Groups, and a group
     # must die when torch destroys it (issue 26, forget_groups)
-    __slots__ = ("name", "size", "granks", "counter", "templates", "ranks")
+    __slots__ = ("name", "size", "granks", "counter", "templates", "ranks", "tracked")
 
     def __init__(self, pg):
         c10d = W._c10d
@@ -67,6 +67,12 @@ class Group:
         with _lock:
             self.counter = counters.setdefault(self.name, itertools.count())
         self.templates = {}
+        # the completion of its asynchronous calls is marked (completion.py) unless its backend
+        # runs the work as device kernels, whose own times are the truth
+        try:
+            self.tracked = str(c10d.get_backend(pg)) not in ("nccl", "xccl")
+        except Exception:
+            self.tracked = True
         try:  # DeviceMesh's dimension names (group_desc "mesh_dp"), once per group
             desc = str(getattr(pg, "group_desc", "") or "")
             if desc and desc not in ("undefined", "default_pg"):

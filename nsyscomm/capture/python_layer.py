@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from nsyscomm.capture import groups
+from nsyscomm import nvtx_format as _fmt
+from nsyscomm.capture import completion, groups
 from nsyscomm.capture.api_specs import C10D_SPECS, FUNCOL_SPECS, arg
 
 W: ModuleType  # nsyscomm.capture.wrapper, set by install()
@@ -98,7 +99,9 @@ def make_wrapper(
             seq = g.p2p_seq(peer)
         else:
             seq = next(g.counter)
-        return W._compose(g, op, W._tls.api or api, dt, nbytes, numel, seq, asy, peer)
+        # an asynchronous call of a group without device kernels: its completion is marked
+        ident = _fmt.format_ident(op, g.name, seq, peer) if asy == "1" and g.tracked else None
+        return W._compose(g, op, W._tls.api or api, dt, nbytes, numel, seq, asy, peer), ident
 
     def wrapper(*args, **kwargs):
         tls = W._tls
@@ -108,16 +111,23 @@ def make_wrapper(
             return fn(*args, **kwargs)
         pushed = False
         rf = None
+        ident = None
         try:
-            msg = message(args, kwargs)
-            if msg is not None:
+            made = message(args, kwargs)
+            if made is not None:
+                msg, ident = made
                 W._push(msg)
                 pushed = True
                 if W._prof._is_profiler_enabled:
                     rf = W._rf_enter(msg, None)
         except Exception as e:
             W._warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
-        return _call_below(fn, args, kwargs, tls, rf, pushed)
+        r = _call_below(fn, args, kwargs, tls, rf, pushed)
+        if ident is not None:
+            track(r, ident, api)
+        return r
+
+    generic = wrapper
 
     tmpls: dict | None = None
     if size_rule == "t" and p2p is None and not funcol and not always_async:
@@ -132,10 +142,17 @@ def make_wrapper(
             tls = tls_
             if not W._enabled or tls.busy:
                 return fn(*args, **kwargs)
+            n = len(args)
+            try:
+                asy = args[a_idx] if n > a_idx else kwargs.get(a_kw)
+                asy = asy is not None and asy is not False and bool(asy)
+            except Exception:  # an async_op whose truth fails: the call goes on unannotated
+                return fn(*args, **kwargs)
+            if asy:
+                return generic(*args, **kwargs)  # asynchronous: its completion is marked too
             pushed = False
             rf = None
             try:
-                n = len(args)
                 pg = args[g_idx] if n > g_idx else kwargs.get(g_kw)
                 g = by_pg.get(pg, missing)
                 if g is missing:
@@ -154,7 +171,7 @@ def make_wrapper(
                         numel * t.element_size(),
                         numel,
                         next(g.counter),
-                        "1" if (args[a_idx] if n > a_idx else kwargs.get(a_kw)) else "0",
+                        "0",
                         "" if st is None else st,
                         caller(),
                     )
@@ -179,6 +196,15 @@ def make_wrapper(
     made.__module__ = getattr(fn, "__module__", None)
     made._nsyscomm = True
     return made
+
+
+def track(result, ident: str, api: str) -> None:
+    """Mark the completion of an asynchronous call's work (completion.py); a failure leaves the
+    call timed by its enqueue (warned once), never raises into the program."""
+    try:
+        completion.track(result, ident)
+    except Exception as e:
+        W._warn_once("done" + api, f"nsyscomm: could not mark the completion of {api} ({e!r})")
 
 
 def _is_compiling():

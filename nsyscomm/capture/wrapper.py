@@ -16,6 +16,8 @@ Two layers, so that nothing is missed and the common path stays cheap:
 
 The hot wrappers of layer 1 (one-tensor calls) run their steady state in C when the optional
 extension ``_fastpath`` is built (same messages, ~1.4 us instead of ~2.6 us per call).
+An asynchronous call (one that returns a Work or a future) also gets its completion marked on the
+backend's thread and its caller's wait ranged (completion.py); synchronous calls never pay for it.
 
 Nothing here synchronizes a device or touches a tensor's data; a failure to build or emit
 the message degrades to no annotation (warned once); exceptions of the collective itself
@@ -38,7 +40,7 @@ import warnings
 from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
-from nsyscomm.capture import dispatch_layer, groups, nvtx_emitter, python_layer, torch_bindings
+from nsyscomm.capture import completion, dispatch_layer, groups, nvtx_emitter, python_layer, torch_bindings
 from nsyscomm.steps import parse_step_range
 
 _lock = threading.RLock()
@@ -102,6 +104,8 @@ def _noop(*_a):
 
 _push = _noop
 _pop = _noop
+_wpush = _noop  # the emitter's own push and pop, for the wait ranges (completion.py)
+_wpop = _noop
 _mark = _noop
 _raising = _noop  # before the pop of a call left by an exception (the flight record flags it)
 _emitter_kind = "none"
@@ -110,8 +114,9 @@ _domain_keepalive = None
 
 def _init_emitter():
     """Bind _push/_pop/_mark to nvtx (nsyscomm.capture.nvtx_emitter)."""
-    global _push, _pop, _mark, _emitter_kind, _domain_keepalive
+    global _push, _pop, _mark, _emitter_kind, _domain_keepalive, _wpush, _wpop
     _push, _pop, _mark, _emitter_kind, _domain_keepalive = nvtx_emitter.make(_fastpath, _tls, _warn_once)
+    _wpush, _wpop = _push, _pop
 
 
 def _warn_once(key, text):
@@ -361,6 +366,7 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
             python_layer.install(sys.modules[__name__])
             if ddp:
                 _lib, _ = dispatch_layer.install(sys.modules[__name__])
+            completion.install(sys.modules[__name__])
             try:
                 from torch.optim.optimizer import register_optimizer_step_post_hook
 

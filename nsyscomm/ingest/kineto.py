@@ -17,7 +17,8 @@ One trace file is one rank (``distributedInfo.rank``); a job is a folder of them
   cpu_start/end, NCCL kernels launched inside attributed to the innermost one (before any
   PyTorch range). ``nsyscomm.rank|rank=..`` annotations give the rank (before distributedInfo).
   When a trace has wrapper ranges, PyTorch ``nccl:*`` / ``gloo:*`` ranges that own no kernel are
-  the same calls seen again (gloo's run on its worker threads) and are not counted.
+  the same calls seen again (gloo's run on its worker threads) and are not counted; they give
+  the asynchronous calls their execution span (nsyscomm.ingest.kineto_exec).
 
 A range owns a kernel when it contains the kernel's launch on the same thread (as for nsys).
 Message size S follows nccl-tests (docs/architecture.md, "Message size and bus bandwidth"): all_gather = output = n x per-rank input,
@@ -40,7 +41,7 @@ import pandas as pd
 
 from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto_checks, limits
+from nsyscomm.ingest import kineto_checks, kineto_exec, limits
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.kineto_meta import int_or_none, meta_row, shape_meta
 from nsyscomm.ingest.kineto_stream import iter_trace, to_ns
@@ -324,6 +325,7 @@ def _match(kernels, launches, ranges, params, main_pid, warnings, report, wrappe
         }
 
     rows = [_wrapper_row(w, owned.get(id(w)), kernel_fields) for w in wrappers]
+    kineto_exec.apply(rows, wrappers, ranges, owned, warnings, report)  # asynchronous calls' execution
     has_kernels = bool(kernels)
     dropped = 0
     for r in ranges:
