@@ -190,3 +190,21 @@ def test_a_step_the_replay_does_not_reproduce_is_withheld(pipeline):
     m.measured = np.array([1.0, 1.0, 1.0, 1.0])
     out = whatif.analyse(m)
     assert out["what_if"] == [] and "reproduce" in out["withheld"]["all"]
+
+
+def test_the_trace_draws_each_message_from_its_send_to_its_receive(pipeline):
+    from nsyscomm.views import trace as tr
+
+    doc = tr.build(pipeline, None)
+    ev = [e for e in doc["traceEvents"] if e.get("cat") == "message"]
+    starts = {e["id"]: e for e in ev if e["ph"] == "s"}
+    ends = {e["id"]: e for e in ev if e["ph"] == "f"}
+    assert len(starts) == len(ends) == 3 and set(starts) == set(ends)
+    for i, s in starts.items():
+        f = ends[i]
+        assert (s["pid"], f["pid"]) == (0, 1) and f["bp"] == "e"
+        assert f["ts"] >= s["ts"]
+    # from each send's start (5.1, 10.3, 15.5 ms after the first call, in us), where the receive
+    # that waited for it holds the data
+    assert sorted(e["ts"] for e in starts.values()) == pytest.approx([5100, 10300, 15500], abs=1e-3)
+    assert sorted(e["ts"] for e in ends.values()) == pytest.approx([5100, 10300, 15500], abs=1e-3)
