@@ -5,12 +5,18 @@ and every figure printed keeps the invariants 0 <= after <= before <= the captur
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from nsyscomm.analyses.whatif import Model
+
+class Model(Protocol):
+    """What these checks read of a nsyscomm.analyses.whatif.Model (which imports this module)."""
+
+    steps: list
+    measured: np.ndarray | None
+    capture_ms: float | None
+
 
 # a replayed step counts as reproduced within this much of its measured time: the larger of a
 # share of it and a floor (the trace's clocks and the replay's float sums differ by far less;
