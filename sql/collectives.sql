@@ -3,8 +3,10 @@
 -- (report, pid -> rank, local_rank, host; chosen in nsyscomm/api.py).
 -- Calls without the wrapper's (group, seq) get seq = their order among the rank's calls
 -- of the same op, and a group size inferred from how many ranks share that seq.
--- logical_id names one logical collective: the same (group, op, seq) on every rank, and for
--- point-to-point calls also the same pair of ranks (their seq counts per pair).
+-- logical_id names one logical collective: the same (group, op, seq) on every rank. A
+-- point-to-point message is its send and its receive: the n-th send from one rank to another in a
+-- communicator pairs with the n-th receive there from that rank (messages between two ranks
+-- arrive in the order sent), whatever each side's seq, which counts both directions of a pair.
 -- Stored unsorted: sorting 200k wide rows cost as much as the rest of the query; readers that
 -- list calls order them (nsyscomm.api.ORDERED).
 -- NOT MATERIALIZED: recomputing this join for each branch below is cheaper than storing it
@@ -28,6 +30,15 @@ numbered AS (
     UNION ALL BY NAME
     SELECT * REPLACE (coalesce(group_size, count(*) OVER (PARTITION BY "group", op, seq)) AS group_size)
     FROM by_order
+),
+-- each message's place among the messages from its sender to its receiver
+messages AS (
+    SELECT *, row_number() OVER (PARTITION BY "group", sender, receiver, op ORDER BY seq, exec_start, cpu_start) - 1 AS msg
+    FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS sender,
+                    CASE WHEN op = 'send' THEN peer ELSE rank END AS receiver
+          FROM numbered WHERE pair IS NOT NULL)
+    UNION ALL BY NAME
+    SELECT * FROM numbered WHERE pair IS NULL
 )
 SELECT
     report, rank, local_rank, host, pid, tid, op, api, bytes, dtype, numel, "group",
@@ -42,5 +53,6 @@ SELECT
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
     wait_start, wait_end,
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
-    (hash("group", pair, op, seq) >> 1)::BIGINT AS logical_id
-FROM numbered
+    CASE WHEN pair IS NULL THEN (hash("group", pair, op, seq) >> 1)::BIGINT
+         ELSE (hash("group", 'p2p', sender, receiver, msg) >> 1)::BIGINT END AS logical_id
+FROM messages

@@ -1,5 +1,5 @@
 -- One row per logical collective: the calls of one communicator's seq-th operation on its ranks
--- (for point-to-point: the seq-th message between one pair of ranks).
+-- (for point-to-point: one message, its send and its receive).
 -- latency = the fastest rank's duration (the transfer itself, without waiting for late ranks).
 -- setup: its calls set up their communicator (collectives.setup); startup: it is every
 -- participant's first call, so its arrival skew is their start-up (both set after, by
@@ -9,8 +9,8 @@ SELECT
     logical_id,
     any_value("group")                          AS "group",
     any_value(pair)                             AS pair,
-    any_value(op)                               AS op,
-    any_value(seq)                              AS seq,
+    max(op)                                     AS op,   -- a message: 'send' (its send and receive)
+    min(seq)                                    AS seq,
     min(bytes)                                  AS bytes,
     min(group_size)                             AS group_size,
     min(caller)                                 AS caller,
@@ -18,9 +18,13 @@ SELECT
     count(*)                                    AS participants,
     min(duration_ns)                            AS latency_ns,
     min(exec_start)         AS first_arrival,
-    max(exec_start)         AS last_arrival,
-    -- tie on arrival: the smallest rank is named
-    arg_max(rank, (exec_start, -rank)) AS last_rank,
+    -- a message: a receive waits for its send, a send for nobody (it is buffered); a receive that
+    -- starts first waited for the sender, which is the one late; a late receive kept nobody waiting
+    coalesce(max(exec_start) FILTER (WHERE op = 'send' AND pair IS NOT NULL), max(exec_start)) AS last_arrival,
+    CASE WHEN count(*) FILTER (WHERE op = 'send' AND pair IS NOT NULL) > 0
+         THEN arg_max(rank, exec_start) FILTER (WHERE op = 'send' AND pair IS NOT NULL)
+         -- tie on arrival: the smallest rank is named
+         ELSE arg_max(rank, (exec_start, -rank)) END AS last_rank,
     -- for sql/setup_calls.sql: the call's time on its fastest rank, host or device, the longer
     -- (NCCL initializes a communicator on the host, before the kernel), and NCCL's init inside it
     min(greatest(duration_ns, coalesce(cpu_end - cpu_start, 0))) AS took_ns,

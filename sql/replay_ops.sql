@@ -1,6 +1,6 @@
 -- The operations of the what-if replay (nsyscomm.analyses.whatif): every call in its rank's time
 -- order, with the group that synchronises it across ranks (sync_id: the logical collective; a send
--- and its receive share one: same communicator, pair, sending rank and seq) and the part of it no
+-- and its receive share one, sql/collectives.sql) and the part of it no
 -- compute hides (exposed_ns: NULL without kernel timing) and whether its collective is its ranks'
 -- first (startup: their skew there is start-up, no straggler's). Inputs: collectives, logical_collectives.
 SELECT
@@ -10,9 +10,7 @@ SELECT
     bytes,
     coalesce(caller, '')                                   AS caller,
     coalesce(group_size, 1)                                AS group_size,
-    CASE WHEN op IN ('send', 'recv') AND peer IS NOT NULL
-         THEN (hash("group", pair, CASE WHEN op = 'send' THEN rank ELSE peer END, seq) >> 1)::BIGINT
-         ELSE logical_id END                               AS sync_id,
+    logical_id                                             AS sync_id,
     exec_start                                             AS start_ns,
     exec_end                                               AS end_ns,
     CASE WHEN busy_at_end IS NOT NULL AND busy_at_start IS NOT NULL

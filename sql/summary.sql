@@ -1,9 +1,20 @@
 -- DeepSpeed-style summary: per op and message size (and communicator size, so busbw uses
 -- the right n); per caller too when $by_caller. Latencies are logical collectives' (min over
 -- ranks); calls and ranks count the per-rank rows. Calls that set up their communicator are left
--- out (sql/setup_calls.sql). Inputs: collectives, logical_collectives, busbw_factors.
-WITH lc AS (
-    SELECT *, CASE WHEN $by_caller THEN caller END AS key_caller FROM logical_collectives WHERE NOT setup
+-- out (sql/setup_calls.sql). A point-to-point message is one logical collective (its send and
+-- its receive); it is listed under send and under recv, each with its own calls and the
+-- message's latency (the receive's wait for its send left out, as a late rank's is).
+-- Inputs: collectives, logical_collectives, busbw_factors.
+WITH sides AS (
+    SELECT logical_id, op, count(*) AS n FROM collectives WHERE pair IS NOT NULL GROUP BY ALL
+),
+lc AS (
+    SELECT *, CASE WHEN $by_caller THEN caller END AS key_caller FROM logical_collectives
+    WHERE NOT setup AND pair IS NULL
+    UNION ALL BY NAME
+    SELECT l.* REPLACE (s.op AS op, s.n AS participants), CASE WHEN $by_caller THEN l.caller END AS key_caller
+    FROM logical_collectives l JOIN sides s ON s.logical_id = l.logical_id
+    WHERE NOT l.setup AND l.pair IS NOT NULL
 ),
 per_key AS (
     SELECT op, bytes, group_size, key_caller,

@@ -2,7 +2,12 @@
 
 A job is a list of steps; a step is a list of events run in order: ("compute", rank, ms) moves
 that rank's clock; ("coll", ranks, transfer_ms, pg) is one collective of those ranks: it starts
-when its last rank arrives and ends transfer_ms later on all of them. The reports are written
+when its last rank arrives and ends transfer_ms later on all of them; ("async", ranks, transfer_ms,
+pg) the same collective issued asynchronously and timed as its enqueue on each rank but the last
+to arrive (its range ends 0.01 ms after it starts, the rank's clock moves on from there), the last
+rank's call ending as a "coll" would; ("p2p", src, dst, transfer_ms, pg) one message: a buffered
+send from src's clock to transfer_ms later, a receive from dst's clock to transfer_ms after the
+later of the two starts (it waits for its send). The reports are written
 with nsyscomm.synth's public pieces (a gloo-style CPU report: the nsyscomm wrapper's NVTX
 ranges, no kernels), one process per rank; every rank's clock starts at synth.T0. The tests state
 the what-if truth of each job by hand from these events.
@@ -20,7 +25,30 @@ BYTES = 4_000_000
 CALLER = "job.py:10 train_step"
 
 
-def write_job(path: Path, n_ranks: int, steps: list[list[tuple]], start_ms: dict[int, float] | None = None) -> dict:
+def _msg(op: str, pg, ranks, seq: int, step: int, peer: int | None = None) -> str:
+    return nvtx_format.format_collective(
+        op,
+        api=op,
+        bytes=BYTES,
+        dtype="float32",
+        numel=BYTES // 4,
+        pg=pg,
+        gsize=len(ranks),
+        granks=tuple(ranks),
+        seq=seq,
+        step=step,
+        caller=CALLER,
+        **({"peer": peer} if peer is not None else {}),
+    )
+
+
+def write_job(
+    path: Path,
+    n_ranks: int,
+    steps: list[list[tuple]],
+    start_ms: dict[int, float] | None = None,
+    first_step: int = 1,
+) -> dict:
     """Write the job's report to path; returns each call's (rank, step, pg, start_ns, end_ns).
     start_ms: when a rank's process reaches the loop after synth.T0 (its start-up)."""
     rep = synth.Report(Path(path).name, cuda=False)
@@ -33,32 +61,44 @@ def write_job(path: Path, n_ranks: int, steps: list[list[tuple]], start_ms: dict
         clock[r] = synth.T0 + round((start_ms or {}).get(r, 0) * MS)
     seq = defaultdict(int)
     calls = []
-    for step, events in enumerate(steps, start=1):
+    for step, events in enumerate(steps, start=first_step):
         for ev in events:
             if ev[0] == "compute":
                 _, r, ms = ev
                 clock[r] += round(ms * MS)
                 continue
-            _, ranks, transfer_ms, pg = ev
-            end = max(clock[r] for r in ranks) + round(transfer_ms * MS)
+            if ev[0] == "p2p":
+                _, src, dst, transfer_ms, pg = ev
+                pair = (pg, min(src, dst), max(src, dst))
+                ends = {
+                    src: clock[src] + round(transfer_ms * MS),
+                    dst: max(clock[src], clock[dst]) + round(transfer_ms * MS),
+                }
+                for r, op, peer in ((src, "send", dst), (dst, "recv", src)):
+                    s = seq[(r, pair)]  # the wrapper's seq: both directions of a pair, per rank
+                    seq[(r, pair)] += 1
+                    rep.range(
+                        procs[r],
+                        procs[r].pid,
+                        clock[r],
+                        ends[r],
+                        registered=_msg(op, pg, (src, dst), s, step, peer),
+                        domain=1,
+                    )
+                    calls.append((r, step, pg, clock[r], ends[r]))
+                    clock[r] = ends[r]
+                continue
+            kind, ranks, transfer_ms, pg = ev
+            last = max(ranks, key=lambda r: (clock[r], -r))
+            end = clock[last] + round(transfer_ms * MS)
             for r in ranks:
                 s = seq[(r, pg)]
                 seq[(r, pg)] += 1
-                msg = nvtx_format.format_collective(
-                    "all_reduce",
-                    api="all_reduce",
-                    bytes=BYTES,
-                    dtype="float32",
-                    numel=BYTES // 4,
-                    pg=pg,
-                    gsize=len(ranks),
-                    granks=tuple(ranks),
-                    seq=s,
-                    step=step,
-                    caller=CALLER,
+                e = end if kind == "coll" or r == last else clock[r] + MS // 100
+                rep.range(
+                    procs[r], procs[r].pid, clock[r], e, registered=_msg("all_reduce", pg, ranks, s, step), domain=1
                 )
-                rep.range(procs[r], procs[r].pid, clock[r], end, registered=msg, domain=1)
-                calls.append((r, step, pg, clock[r], end))
-                clock[r] = end
+                calls.append((r, step, pg, clock[r], e))
+                clock[r] = e
     synth.write_sqlite(rep, Path(path), seed=7)
     return {"calls": calls}

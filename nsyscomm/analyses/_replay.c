@@ -5,11 +5,12 @@
  * 15 what-if replays of a 2-rank job of 22,000 calls, measured by benchmarks/bench_capture.py).
  * Here each level is a plain loop; the arithmetic is the same, in the same order:
  * ready = max over in-edges of end[src]; st = ready + delay; plain: end = st + dur;
- * group member: gstart[g] = max (or min) of its members' st; end = gstart[g] + dur.
+ * group member: gstart[g] = max (or min) of its members' st; end = gstart[g] + dur, except a
+ * member that does not wait for its group (free: a buffered send), which ends at st + dur.
  *
  * replay(order, level_ptr, edge_ptr, src, dst, group, dur, delay, ready, use_min, any_min,
- *        start, end, gstart): every array a contiguous buffer of int64 or float64 (use_min: uint8),
- *        ready/start/end/gstart filled in place (ready and gstart come initialised).
+ *        start, end, gstart, free): every array a contiguous buffer of int64 or float64 (use_min,
+ *        free: uint8), ready/start/end/gstart filled in place (ready and gstart come initialised).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,15 +22,15 @@ static int get(PyObject *o, Py_buffer *b, int writable) {
 }
 
 static PyObject *replay(PyObject *self, PyObject *args) {
-    PyObject *o[14];
+    PyObject *o[15];
     int any_min;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOpOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &any_min, &o[11], &o[12], &o[13]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOpOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &any_min, &o[11], &o[12], &o[13], &o[14]))
         return NULL;
-    Py_buffer b[14];
-    int got[14] = {0};
-    int writable[14] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1};
-    for (int i = 0; i < 14; i++) {
+    Py_buffer b[15];
+    int got[15] = {0};
+    int writable[15] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 0};
+    for (int i = 0; i < 15; i++) {
         if (i == 10) continue;
         if (get(o[i], &b[i], writable[i]) < 0) goto fail;
         got[i] = 1;
@@ -39,7 +40,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
                       *dst = b[4].buf, *group = b[5].buf;
         const double *dur = b[6].buf, *delay = b[7].buf;
         double *ready = b[8].buf, *start = b[11].buf, *end = b[12].buf, *gstart = b[13].buf;
-        const uint8_t *use_min = b[9].buf;
+        const uint8_t *use_min = b[9].buf, *free_ = b[14].buf;
         Py_ssize_t levels = b[1].len / (Py_ssize_t)sizeof(int64_t) - 1;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t L = 0; L < levels; L++) {
@@ -65,6 +66,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
                 int64_t op = order[k];
                 int64_t g = group[op];
                 if (g < 0) continue;
+                if (free_[op]) { end[op] = start[op] + dur[op]; continue; }
                 double gs = gstart[g];
                 if (any_min && (gs != gs || gs < start[op])) start[op] = gs;
                 end[op] = gstart[g] + dur[op];
@@ -72,10 +74,10 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i < 14; i++) if (got[i]) PyBuffer_Release(&b[i]);
+    for (int i = 0; i < 15; i++) if (got[i]) PyBuffer_Release(&b[i]);
     Py_RETURN_NONE;
 fail:
-    for (int i = 0; i < 14; i++) if (got[i]) PyBuffer_Release(&b[i]);
+    for (int i = 0; i < 15; i++) if (got[i]) PyBuffer_Release(&b[i]);
     return NULL;
 }
 
@@ -141,4 +143,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_replay", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__replay(void) {
+    PyObject *m = PyModule_Create(&module);
+    /* the call convention of replay(): 2 takes the free array (an older build is not used) */
+    if (m && PyModule_AddIntConstant(m, "ABI", 2) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

@@ -178,6 +178,8 @@ def whatif_section(result: Result) -> dict:
     """The keys the what-if replay adds to the document's `diagnosis` object."""
     a = result.what_if_analysis
     out = {"what_if": a["what_if"], "attribution": a["attribution"], "what_if_notes": a["notes"]}
+    # (added keys: each step measured beside its replay with nothing changed, and what is withheld)
+    out["whatif"] = {k: a[k] for k in ("reproduction", "withheld") if k in a}
     if "straggler_model" in a:
         out["straggler_model"] = a["straggler_model"]
     return _finite(out)

@@ -9,7 +9,10 @@ The model (the one of the OSDI'25 what-if study, see docs/whatif.md):
 - a synchronising operation belongs to a group (one logical collective, or a send with its
   receive): the group starts when its last member has started (``reduce="max"``: as measured)
   or when its first one has (``reduce="min"``: the waiting removed), and each member ends
-  `dur` (its transfer time) after the group starts.
+  `dur` (its transfer time) after the group starts;
+- a member that did not wait for its group (``free``: a buffered send that returned before its
+  receive was posted, an asynchronous call that ended before its last rank arrived) still counts
+  in the group's start, but ends `dur` (its own duration) after its own start.
 
 The graph is fixed; the durations are what a scenario changes, so one Graph serves every
 replay. The cost is linear in operations and edges: the graph is cut into levels (a group is
@@ -40,6 +43,7 @@ class Graph:
     level_ptr: np.ndarray  # ops of level L: order[level_ptr[L]:level_ptr[L+1]]
     edge_ptr: np.ndarray  # edges into level L: src/dst[edge_ptr[L]:edge_ptr[L+1]]
     n_groups: int
+    free: np.ndarray | None = None  # bool: the group members that do not wait for their group
 
     @property
     def levels(self) -> int:
@@ -51,10 +55,16 @@ class CycleError(ValueError):
 
 
 def build(
-    n: int, src: ArrayLike, dst: ArrayLike, group: ArrayLike | None = None, origin: ArrayLike | None = None
+    n: int,
+    src: ArrayLike,
+    dst: ArrayLike,
+    group: ArrayLike | None = None,
+    origin: ArrayLike | None = None,
+    free: ArrayLike | None = None,
 ) -> Graph:
     """The graph of n operations with edges src[i] -> dst[i] (dst starts after src ends) and
-    synchronising groups (group[i] >= 0 joins op i to the other members of that group)."""
+    synchronising groups (group[i] >= 0 joins op i to the other members of that group; free[i]:
+    op i counts in its group's start but does not wait for it)."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     group = np.full(n, -1, np.int64) if group is None else np.asarray(group, dtype=np.int64)
@@ -80,7 +90,8 @@ def build(
     src, dst = src[eorder], dst[eorder]
     edge_ptr = np.searchsorted(elevel[eorder], np.arange(n_levels + 1))
     dense_group = np.where(grouped, node, -1)  # group ids 0..n_groups-1
-    return Graph(n, dense_group, origin, src, dst, order, level_ptr, edge_ptr, n_groups)
+    free_ = np.zeros(n, bool) if free is None else np.asarray(free, dtype=bool) & grouped
+    return Graph(n, dense_group, origin, src, dst, order, level_ptr, edge_ptr, n_groups, free_)
 
 
 def _levels(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -146,6 +157,7 @@ def replay(
     start = np.empty(g.n)
     end = np.empty(g.n)
     gstart = fill.astype(np.float64).copy()
+    free = np.zeros(g.n, bool) if g.free is None else g.free
     fast = _replay_module()
     if fast is not None:  # the same loop in C (nsyscomm/analyses/_replay.c): one level costs no array calls
         i64 = [
@@ -161,6 +173,7 @@ def replay(
             start,
             end,
             gstart,
+            np.ascontiguousarray(free, dtype=np.uint8),
         )
         return start, end
     for L in range(g.levels):
@@ -183,9 +196,13 @@ def replay(
                 m = use_min[sync_grp]
                 np.minimum.at(gstart, sync_grp[m], sync_st[m])
                 np.maximum.at(gstart, sync_grp[~m], sync_st[~m])
+            bound = ~free[sync_ops]
+            sync_ops, sync_grp, sync_st = sync_ops[bound], sync_grp[bound], sync_st[bound]
             if any_min:  # a late member of a group that did not wait for it starts with the group
                 start[sync_ops] = np.minimum(sync_st, gstart[sync_grp])
             end[sync_ops] = gstart[sync_grp] + dur[sync_ops]
+            loose = ops[~plain][~bound]
+            end[loose] = start[loose] + dur[loose]
     return start, end
 
 
@@ -199,12 +216,14 @@ def _replay_module():
         from nsyscomm.analyses import _replay
     except ImportError:
         return None
-    return _replay
+    # a build older than this module's call convention is left unused
+    return _replay if getattr(_replay, "ABI", 1) >= 2 else None
 
 
 def transfer_times(g: Graph, start: ArrayLike, end: ArrayLike) -> np.ndarray:
     """Each group member's transfer time as measured: its end minus its group's last arrival
-    (never negative: clocks of two hosts can disagree by a little)."""
+    (never negative: clocks of two hosts can disagree by a little); a free member's: its own
+    duration."""
     start = np.asarray(start, dtype=np.float64)
     end = np.asarray(end, dtype=np.float64)
     last = np.full(max(g.n_groups, 1), -np.inf)
@@ -212,6 +231,23 @@ def transfer_times(g: Graph, start: ArrayLike, end: ArrayLike) -> np.ndarray:
     np.maximum.at(last, g.group[m], start[m])
     out = end - start
     out[m] = np.maximum(end[m] - last[g.group[m]], 0.0)
+    if g.free is not None:
+        out[g.free] = (end - start)[g.free]
+    return out
+
+
+def free_members(group: ArrayLike, start: ArrayLike, end: ArrayLike) -> np.ndarray:
+    """The group members that evidently did not wait for their group: measured to end before its
+    last member arrived (a buffered send, an asynchronous call timed as its enqueue)."""
+    group = np.asarray(group, dtype=np.int64)
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    m = group >= 0
+    _, inv = np.unique(group[m], return_inverse=True)
+    last = np.full(int(inv.max()) + 1 if len(inv) else 1, -np.inf)
+    np.maximum.at(last, inv.reshape(-1), start[m])
+    out = np.zeros(len(group), bool)
+    out[m] = end[m] < last[inv.reshape(-1)]
     return out
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from nsyscomm.analyses import replay, stragglers
+from nsyscomm.analyses import replay, stragglers, whatif_check
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -35,17 +35,21 @@ NOTES = [
     "last arrival.",
     "no_straggler: every collective starts when its first rank arrives; the late ranks' delay is "
     "removed and the gain propagates along every rank's timeline. A receive still waits for its "
-    "send (a message cannot arrive before it is sent).",
+    "send (a message cannot arrive before it is sent); a send that returned before its receive was "
+    "posted (buffered) waits for nobody, here as measured.",
     "full_overlap: the exposed part of each collective (its time no compute kernel hides) is "
     "removed from its transfer time.",
     "reference_busbw: each collective's transfer takes bytes x busbw factor / the nccl-tests "
-    "reference busbw at its size (--nccl-log); it can be slower than measured (saved_ms < 0).",
+    "reference busbw at its size (--nccl-log); a step it would make slower than measured is withheld.",
     "ideal: every operation at the typical duration of its kind (the median over the ranks of "
     "its collective, for the time before it and its transfer) and no unexplained delays; "
     "attribution: S of a rank or op = the ideal replay with only its operations as measured, "
     "over the ideal step time.",
     "A step's time is from the end of the previous step's last operation (on any rank) to the end "
     "of its own; slowdown = the job's mean step time as measured / under the scenario.",
+    "A step counts only where the replay with nothing changed gives back its measured time within "
+    "the tolerance under reproduction; a step whose figures would break 0 <= after <= before <= "
+    "the capture's length is withheld with its reason.",
 ]
 
 
@@ -69,6 +73,10 @@ class Model:
     # the steps the job's figures count: warm-up steps left out (nsyscomm.analyses.warmup); None: all
     steady: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
+    # each step's time in the trace itself (None: the input gives none, as a per-op trace's own
+    # replay is its measurement) and the whole capture's span, the bounds of every replayed figure
+    measured: np.ndarray | None = None
+    capture_ms: float | None = None
 
     def step_ms(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         n = len(self.steps)
@@ -117,7 +125,7 @@ def from_ops(ops: pd.DataFrame) -> Model:
     sizes = pd.Series(sync).map(pd.Series(sync).value_counts()).to_numpy()
     group = np.where(sizes > 1, pd.factorize(sync)[0], -1)
     src, dst = _rank_edges(rank, end, group)
-    g = replay.build(n, src, dst, group, start.copy())
+    g = replay.build(n, src, dst, group, start.copy(), replay.free_members(group, start, end))
     dur = replay.transfer_times(g, start, end)
     delay = replay.launch_delays(g, start, end)
     step = ops["step"]
@@ -135,6 +143,8 @@ def from_ops(ops: pd.DataFrame) -> Model:
     ideal_delay = np.where(group >= 0, med_delay, delay)
     ideal_dur = np.where(group >= 0, med_dur, dur)
     m = Model(g, dur, delay, step_of, steps, key, {"rank": rank, "op": key}, ideal_dur, ideal_delay)
+    m.measured = m.step_ms(start, end)
+    m.capture_ms = float(end.max() - start.min()) if n else 0.0
     m.extra["exposed_ms"] = ops["exposed_ns"].to_numpy(np.float64) / 1e6
     m.extra["bytes"] = ops["bytes"].to_numpy(np.float64)
     m.extra["op"] = ops["op"].to_numpy()
@@ -192,6 +202,10 @@ def from_trace(trace: stragglers.Trace) -> Model:
     # the graph's origins are in seconds: replays here scale them with the durations
     m.graph = replay.Graph(**{**trace.graph.__dict__, "origin": trace.graph.origin * 1e3})
     m.step_origin = trace.step_start * 1e3
+    start = ops["start_ts"].to_numpy(np.float64) * 1e3
+    end = start + ops["duration"].to_numpy(np.float64) * 1e3
+    m.measured = m.step_ms(start, end)
+    m.capture_ms = float(end.max() - start.min()) if len(ops) else 0.0
     comm = ops["optype"].astype(str).isin(stragglers.pipeline_deps.COMM_TYPES).to_numpy()
     m.extra["comm"] = comm
     m.extra["p2p"] = ops["optype"].astype(str).isin(stragglers.pipeline_deps.P2P).to_numpy()
@@ -271,11 +285,24 @@ def _biggest(labels: np.ndarray, weight: np.ndarray, k: int) -> list:
 
 
 def analyse(m: Model, reference: pd.DataFrame | None = None, warmup: set | None = None) -> dict:
-    """{'what_if': rows, 'attribution': rows, 'notes': [...]} (JSON-ready); warmup: the steps the
-    job's figures leave out."""
+    """{'what_if': rows, 'attribution': rows, 'reproduction': ..., 'withheld': ..., 'notes': [...]}
+    (JSON-ready); warmup: the steps the job's figures leave out. Only the steps whose replay with
+    nothing changed gives back their measured time count (nsyscomm.analyses.whatif_check)."""
     if warmup:
         m.set_warmup(warmup)
     before = m.run()
+    reproduced, doc = whatif_check.reproduction(m, before)
+    base = (np.ones(len(m.steps), bool) if m.steady is None else m.steady) & reproduced
+    withheld: dict = {}
+    if not reproduced.all():
+        m.notes.append(
+            f"what-if withheld for {int((~reproduced).sum())} of {len(reproduced)} step(s): the replay with "
+            "nothing changed does not reproduce their measured time (whatif.reproduction)"
+        )
+    if not base.any():
+        withheld["all"] = whatif_check.NOT_REPRODUCED if not reproduced.any() else "no step left to count"
+        return {"what_if": [], "attribution": [], "reproduction": doc, "withheld": withheld, "notes": NOTES + m.notes}
+    m.steady = base
     rows = []
     todo = scenarios(m, reference)
     allowed = int(REPLAY_BUDGET_S / (S_PER_LEVEL * m.graph.levels + S_PER_OP * m.graph.n + 1e-9))
@@ -285,31 +312,49 @@ def analyse(m: Model, reference: pd.DataFrame | None = None, warmup: set | None 
     keys = _biggest(m.key, m.dur + np.maximum(m.delay, 0), n_keys)
     for name, sc in todo.items():
         after = m.run(*sc)
+        keep, reasons = whatif_check.per_step(m, before, after, reproduced)
+        keep &= base
+        if not keep.any():
+            withheld[name] = next((r for r in reasons if r), "no step left to count")
+            continue
         per_key = []
         for k in keys:
             part = m.run(*_restricted(m, sc, m.key == k))
-            per_key.append({"key": str(k), "saved_ms": float(np.sum(m.kept(before - part)))})
+            saved = float(np.sum((before - part)[keep]))
+            if saved >= 0:  # a key whose change alone moves time into the counted steps is no saving
+                per_key.append({"key": str(k), "saved_ms": saved})
         per_key.sort(key=lambda r: -r["saved_ms"])
-        rows.append(_row(m, name, before, after) | {"top_keys": per_key[:TOP_KEYS]})
+        row = _row(m, name, before, after, keep, reasons, reproduced) | {"top_keys": per_key[:TOP_KEYS]}
+        whatif_check.assert_row(row, m.capture_ms)
+        rows.append(row)
     rows.sort(key=lambda r: -r["saved_ms"])
-    return {"what_if": rows, "attribution": attribution(m, max(allowed // 2, 0)), "notes": NOTES + m.notes}
+    out = {"what_if": rows, "attribution": attribution(m, max(allowed // 2, 0)), "reproduction": doc}
+    return out | {"withheld": withheld, "notes": NOTES + m.notes}
 
 
-def _row(m: Model, name: str, before: np.ndarray, after: np.ndarray) -> dict:
-    mb, ma = float(np.mean(m.kept(before))), float(np.mean(m.kept(after)))
-    warm = np.zeros(len(m.steps), bool) if m.steady is None else ~m.steady
-    steps = [
-        {"step": s, "step_ms_before": float(b), "step_ms_after": float(a), "saved_ms": float(b - a)}
-        | ({"warmup": True} if w else {})
-        for s, b, a, w in zip(m.steps, before, after, warm)
-    ]
+def _row(
+    m: Model, name: str, before: np.ndarray, after: np.ndarray, keep: np.ndarray, reasons: list, reproduced: np.ndarray
+) -> dict:
+    mb, ma = float(np.mean(before[keep])), float(np.mean(after[keep]))
+    warm = np.zeros(len(m.steps), bool) if m.steady is None else ~m.steady & reproduced
+    steps = []
+    for i, s in enumerate(m.steps):
+        why = reasons[i] or (None if reproduced[i] else whatif_check.NOT_REPRODUCED)
+        if why is not None:
+            steps.append({"step": s, "withheld": why})
+            continue
+        b, a = float(before[i]), float(after[i])
+        steps.append(
+            {"step": s, "step_ms_before": b, "step_ms_after": a, "saved_ms": b - a}
+            | ({"warmup": True} if warm[i] else {})
+        )
     return {
         "scenario": name,
         "saved_ms": mb - ma,
         "step_ms_before": mb,
         "step_ms_after": ma,
         "slowdown": mb / ma if ma > 0 else None,
-        "total_saved_ms": float(np.sum(m.kept(before - after))),
+        "total_saved_ms": float(np.sum((before - after)[keep])),
         "steps": steps,
         "warmup_steps": [s for s, w in zip(m.steps, warm) if w],
     }

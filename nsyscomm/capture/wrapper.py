@@ -40,7 +40,15 @@ import warnings
 from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
-from nsyscomm.capture import completion, dispatch_layer, groups, nvtx_emitter, python_layer, torch_bindings
+from nsyscomm.capture import (
+    completion,
+    dispatch_layer,
+    groups,
+    nvtx_emitter,
+    pipeline_steps,
+    python_layer,
+    torch_bindings,
+)
 from nsyscomm.steps import parse_step_range
 
 _lock = threading.RLock()
@@ -253,6 +261,7 @@ def _optimizer_post_hook(optimizer, args, kwargs):
     if _first_optimizer is None:
         _first_optimizer = oid
     if oid == _first_optimizer:
+        pipeline_steps.optimizer_stepped()
         _set_step((_step or 0) + 1)
 
 
@@ -373,6 +382,10 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
                 _opt_hook = register_optimizer_step_post_hook(_optimizer_post_hook)
             except Exception as e:
                 _warn_once("optim", f"nsyscomm: no automatic step detection ({e!r}); call nsyscomm.step(i)")
+            try:  # a pipeline schedule's step() is a step boundary too (no optimizer needed)
+                pipeline_steps.install(sys.modules[__name__])
+            except Exception as e:
+                _warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
             _installed = True
             _enabled = True
             if _step is None and not _explicit_step:
@@ -408,3 +421,4 @@ def _reset_for_tests():
         _explicit_step = False
         _first_optimizer = None
         _rank_marked = False
+        pipeline_steps.optimizer_stepped()

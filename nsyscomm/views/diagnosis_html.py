@@ -25,7 +25,7 @@ def waterfall(result: Result) -> str | None:
     br = result.step_breakdown
     if measured is None or br.empty:
         return None
-    step_ms = {s["step"]: s["step_ms_before"] for s in measured["steps"]}
+    step_ms = {s["step"]: s["step_ms_before"] for s in measured["steps"] if "step_ms_before" in s}
     rows = []
     for r in br.itertuples():
         total = step_ms.get(int(r.step))

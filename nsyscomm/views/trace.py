@@ -274,53 +274,7 @@ def build_from_rows(
                 }
             )
 
-    # flow arrows between the ranks' calls of one logical collective, in order of arrival
-    n_flows = 0
-    if flows:
-        groups: dict[tuple, list] = defaultdict(list)
-        for r, rank, tid, start, end in primary:
-            groups[(r.get("group"), r.get("op"), r.get("seq"), r.get("logical_id"))].append((start, rank, tid, end, r))
-        fid = 0
-        for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
-            members = sorted(groups[key], key=lambda m: m[:4])  # ties (duplicated ranks) never compare rows
-            if len({m[1] for m in members}) < 2:
-                continue
-            g, op, seq, _ = key
-            name = f"{op} seq {seq}" + (f" group {g}" if g is not None else "")
-            for a, b in zip(members, members[1:]):
-                fid += 1
-                # both ends inside their slices (so each binds to its enclosing slice), at the same
-                # offset from the slices' starts: the arrow never points back in time (a reader
-                # sorting by time must meet "s" before "f")
-                off = min(a[3] - a[0], b[3] - b[0]) / 2
-                ta = _us(a[0] + off, origin)
-                tb = _us(b[0] + off, origin)
-                if tb <= ta and ta + 0.001 <= _us(b[3], origin):
-                    tb = round(ta + 0.001, 3)
-                events.append(
-                    {
-                        "ph": "s",
-                        "cat": "logical_collective",
-                        "name": name,
-                        "id": fid,
-                        "ts": ta,
-                        "pid": a[1],
-                        "tid": a[2],
-                    }
-                )
-                events.append(
-                    {
-                        "ph": "f",
-                        "bp": "e",
-                        "cat": "logical_collective",
-                        "name": name,
-                        "id": fid,
-                        "ts": tb,
-                        "pid": b[1],
-                        "tid": b[2],
-                    }
-                )
-        n_flows = fid
+    n_flows = _flows(primary, origin, events) if flows else 0
 
     for e in events:  # every event carries a float ts (metadata too: some readers expect it)
         e["ts"] = float(e["ts"])
@@ -340,6 +294,54 @@ def build_from_rows(
             "warnings": [str(w) for w in result.warnings],
         },
     }
+
+
+def _flows(primary: list, origin: int, events: list) -> int:
+    """Flow arrows between the ranks' calls of one logical collective, in order of arrival, and
+    from each send to its receive (a message); returns how many."""
+    groups: dict[tuple, list] = defaultdict(list)
+    messages: dict[int, dict] = {}
+    for r, rank, tid, start, end in primary:
+        if r.get("pair") is not None and r.get("op") in ("send", "recv") and r.get("logical_id") is not None:
+            messages.setdefault(r["logical_id"], {})[r["op"]] = (start, rank, tid, end, r)
+            continue
+        groups[(r.get("group"), r.get("op"), r.get("seq"), r.get("logical_id"))].append((start, rank, tid, end, r))
+    arrows = []
+    for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
+        members = sorted(groups[key], key=lambda m: m[:4])  # ties (duplicated ranks) never compare rows
+        if len({m[1] for m in members}) < 2:
+            continue
+        g, op, seq, _ = key
+        name = f"{op} seq {seq}" + (f" group {g}" if g is not None else "")
+        for a, b in zip(members, members[1:]):
+            # both ends inside their slices (so each binds to its enclosing slice), at the same
+            # offset from the slices' starts: the arrow never points back in time (a reader
+            # sorting by time must meet "s" before "f")
+            off = min(a[3] - a[0], b[3] - b[0]) / 2
+            ta = _us(a[0] + off, origin)
+            tb = _us(b[0] + off, origin)
+            if tb <= ta and ta + 0.001 <= _us(b[3], origin):
+                tb = round(ta + 0.001, 3)
+            arrows.append((a[0], "logical_collective", name, ta, a, tb, b))
+    for lid in sorted(messages, key=lambda k: (min(x[0] for x in messages[k].values()), k)):
+        m = messages[lid]
+        if "send" not in m or "recv" not in m:
+            continue
+        a, b = m["send"], m["recv"]
+        # from the send's start to where the receive holds the data (no earlier than the send):
+        # a receive that ended before its send began (timed as its enqueue) gets no arrow
+        ta = _us(a[0], origin)
+        tb = _us(max(b[0], min(a[0], b[3])), origin)
+        if _us(b[3], origin) < ta or b[0] == b[3]:
+            continue
+        tb = max(tb, ta)
+        name = f"message {a[1]} -> {b[1]}" + (f" group {a[4].get('group')}" if a[4].get("group") is not None else "")
+        arrows.append((a[0], "message", name, ta, a, tb, b))
+    arrows.sort(key=lambda x: (x[0], x[1], x[2]))
+    for fid, (_, cat, name, ta, a, tb, b) in enumerate(arrows, start=1):
+        events.append({"ph": "s", "cat": cat, "name": name, "id": fid, "ts": ta, "pid": a[1], "tid": a[2]})
+        events.append({"ph": "f", "bp": "e", "cat": cat, "name": name, "id": fid, "ts": tb, "pid": b[1], "tid": b[2]})
+    return len(arrows)
 
 
 def dumps(doc: dict) -> str:

@@ -23,10 +23,11 @@ def step_chart(rows: list[dict]) -> str | None:
     if not rows:
         return None
     steps = [s["step"] for s in rows[0]["steps"]]
-    series = [("measured", "xfer", [s["step_ms_before"] for s in rows[0]["steps"]])]
+    nan = float("nan")  # a step whose what-if is withheld has no bar
+    series = [("measured", "xfer", [s.get("step_ms_before", nan) for s in rows[0]["steps"]])]
     for name, cls in SERIES[1:]:
         if name in by:
-            series.append((name, cls, [s["step_ms_after"] for s in by[name]["steps"]]))
+            series.append((name, cls, [s.get("step_ms_after", nan) for s in by[name]["steps"]]))
     n, k = len(steps), len(series)
     W, L, R, T, B = 900, 70, 20, 24, 46
     H = 300
@@ -44,6 +45,8 @@ def step_chart(rows: list[dict]) -> str | None:
     for i, s in enumerate(steps):
         x = L + i * bw
         for j, (name, cls, vals) in enumerate(series):
+            if vals[i] != vals[i]:
+                continue
             h = min(max(vals[i], 0), vmax) / vmax * ph
             w = bw * 0.8 / k
             label = f"step {s}: {name} {fmt(vals[i])} ms"

@@ -15,12 +15,14 @@ def lines(result: Result, top: int = 3) -> list[str]:
     written as the tables write them); the top attribution of each dimension."""
     a = result.what_if_analysis
     rows = [r for r in a["what_if"] if r.get("slowdown") is not None]
+    out = _reproduction_lines(a)
     if not rows:
-        return []
-    out = _warmup_lines(rows)
+        return out
+    out += _warmup_lines(rows)
     for r in rows:
+        counted = sum(1 for s in r["steps"] if "withheld" not in s and not s.get("warmup"))
         keys = ", ".join(
-            f"{human_key(k['key'])} {k['saved_ms'] / max(len(r['steps']), 1):.3f}"
+            f"{human_key(k['key'])} {k['saved_ms'] / max(counted, 1):.3f}"
             for k in r["top_keys"][:top]
             if k["saved_ms"] > 0
         )
@@ -43,6 +45,21 @@ def lines(result: Result, top: int = 3) -> list[str]:
             f"straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
             f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}"
         )
+    return out
+
+
+def _reproduction_lines(a: dict) -> list[str]:
+    """How many steps the replay reproduces, and what is withheld and why (never its figures)."""
+    rep = a.get("reproduction")
+    out = []
+    if rep and rep.get("steps"):
+        tol = rep["tolerance"]
+        out.append(
+            f"replay with nothing changed reproduces {rep['reproduced']} of {rep['of']} step(s) within "
+            f"{100 * tol['relative']:g}% (at least {tol['absolute_ms']:g} ms)"
+        )
+    for name, why in (a.get("withheld") or {}).items():
+        out.append(f"{'what-if' if name == 'all' else name} withheld: {why}")
     return out
 
 
