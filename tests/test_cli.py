@@ -215,12 +215,12 @@ def test_the_command_exits_without_a_last_garbage_collection():
 
 
 def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
-    """cli._interrupt_after: a Ctrl-C in the block is raised after it, never inside (an import cut
+    """summarize._interrupt_after: a Ctrl-C in the block is raised after it, never inside (an import cut
     by KeyboardInterrupt can leave Python's import lock held and hang the head start's reading)."""
     import os
     import signal
 
-    from nsyscomm.cli import _interrupt_after
+    from nsyscomm.commands.summarize import _interrupt_after
 
     before = signal.getsignal(signal.SIGINT)
     ran = []

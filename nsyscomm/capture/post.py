@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nsyscomm.capture.exports import EXPORTS
 from nsyscomm.capture.nsys_command import export_help, nsys_export_args
 
 LOG_NAME = "nsyscomm-run.log"
-EXPORTS = ("sqlite", "arrow")
 _SUFFIX = {"sqlite": ".sqlite", "arrow": ".arrow"}
 
 
