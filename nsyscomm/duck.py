@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 
+from nsyscomm import settings
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
@@ -64,7 +66,7 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
         # installed and checked with our own code (duckdb-extension-sqlite-scanner); nothing else
         # is loaded: LOAD below names that file, auto-loading is off and no user SQL runs here.
         config["allow_unsigned_extensions"] = True
-    base = os.environ.get(TEMP_DIR_ENV) or tempfile.gettempdir()
+    base = settings.temp_dir() or tempfile.gettempdir()
     config["temp_directory"] = os.path.join(base, f"nsyscomm-spill-{os.getpid()}-{next(_databases)}")
     limit = _limit()
     if limit:
@@ -196,7 +198,7 @@ def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
 
 def _limit() -> str:
     """The memory limit set for this process's databases ("" when none)."""
-    return os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    return settings.memory_limit()
 
 
 def _share_of_ram(limit: str) -> str:
