@@ -1,6 +1,6 @@
 """``nsyscomm gate`` and ``nsyscomm baseline``: the CI performance-regression gate (nsyscomm.gate).
 
-Registered by nsyscomm.cli with ``main.add_command(gate)`` / ``main.add_command(baseline)``.
+Registered lazily by nsyscomm.cli (imported only when one of them runs).
 
 Exit status of ``gate``: 0 pass, 1 regression, 2 unusable input (and bad options), 3 internal
 error (a bug of ours: never taken for a regression nor for bad input).
@@ -219,7 +219,7 @@ def _baseline(inputs, output, append, keep, each, label):
     doc = g.baseline_document(old + runs, keep=keep)
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if output:
-        # `--output ci/comm-baseline.json` in a fresh checkout: its folder is made (issue 36)
+        # `--output ci/comm-baseline.json` in a fresh checkout: its folder is made
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text, encoding="utf-8")
         keys = len({k for r in doc["runs"] for k in g.run_from_doc(r, output).op_rows})
