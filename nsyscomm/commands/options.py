@@ -10,9 +10,6 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# the summary's output formats (summarize, run)
-FORMATS = ("text", "markdown", "csv", "json")
-
 
 def debug_option(f: F) -> F:
     return click.option("--debug", is_flag=True, help="Show a traceback on errors.")(f)
@@ -32,7 +29,9 @@ def inputs_argument(f: F) -> F:
     return click.argument("inputs", nargs=-1, type=click.Path(path_type=str))(f)
 
 
-def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
+def format_option(choices: tuple[str, ...]) -> Callable[[F], F]:
+    """--format, the first of choices the default."""
+
     def decorate(f: F) -> F:
         return click.option("--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True)(f)
 

@@ -12,7 +12,7 @@ import click
 from nsyscomm.capture.exports import DEFAULT_EXPORT, EXPORTS
 from nsyscomm.commands import guard
 from nsyscomm.commands.options import debug_option, format_option
-from nsyscomm.commands.summarize import emit
+from nsyscomm.commands.summarize import VIEWS, emit
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -32,7 +32,7 @@ from nsyscomm.commands.summarize import emit
     show_default=True,
     help="torch: torch.profiler in each process instead of nsys (one Kineto trace per rank).",
 )
-@format_option()
+@format_option(tuple(VIEWS))
 @click.option("--no-summary", is_flag=True, help="Only capture and export; do not print the summary.")
 @click.option(
     "--hang-timeout",

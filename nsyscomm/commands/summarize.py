@@ -7,6 +7,7 @@ import functools
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,29 +19,49 @@ if TYPE_CHECKING:  # hints only: the CLI starts without pandas and DuckDB (bench
     from nsyscomm.analyses.result import Result
 
 
+# Report text is shown with its control characters visible (views/safe.py): a report's strings
+# must never drive the terminal. JSON escapes them itself. Each view is imported when it is used.
+
+
+def _text(result: Result, units: str, by_caller: bool) -> None:
+    from nsyscomm.views.text import render
+
+    render(result, console(), units, by_caller)
+
+
+def _markdown(result: Result, units: str, by_caller: bool) -> None:
+    from nsyscomm.views.safe import visible
+    from nsyscomm.views.tables import markdown
+
+    click.echo(visible(markdown(result, units, by_caller)), nl=False)
+
+
+def _csv(result: Result, units: str, by_caller: bool) -> None:
+    from nsyscomm.views.safe import visible_line
+    from nsyscomm.views.tables import csv
+
+    click.echo(csv(result, by_caller), nl=False)
+    for w in result.warnings:  # CSV has no place for them: stderr, like the other formats' notes
+        click.echo(f"nsyscomm: warning: {visible_line(w)}", err=True)
+
+
+def _json(result: Result, units: str, by_caller: bool) -> None:
+    from nsyscomm.views.json_out import dumps
+
+    click.echo(dumps(result, by_caller))
+
+
+# the summary's formats, one view each: `--format` of summarize and run offers these
+VIEWS: dict[str, Callable[[Result, str, bool], None]] = {
+    "text": _text,
+    "markdown": _markdown,
+    "csv": _csv,
+    "json": _json,
+}
+
+
 def emit(result: Result, fmt: str, units: str, by_caller: bool) -> None:
-    # report text is shown with its control characters visible (views/safe.py): a report's
-    # strings must never drive the terminal; JSON escapes them itself
-    from nsyscomm.views.safe import visible, visible_line
-
-    if fmt == "json":
-        from nsyscomm.views.json_out import dumps
-
-        click.echo(dumps(result, by_caller))
-    elif fmt == "markdown":
-        from nsyscomm.views.tables import markdown
-
-        click.echo(visible(markdown(result, units, by_caller)), nl=False)
-    elif fmt == "csv":
-        from nsyscomm.views.tables import csv
-
-        click.echo(csv(result, by_caller), nl=False)
-        for w in result.warnings:  # CSV has no place for them: stderr, like the other formats' notes
-            click.echo(f"nsyscomm: warning: {visible_line(w)}", err=True)
-    else:
-        from nsyscomm.views.text import render
-
-        render(result, console(), units, by_caller)
+    VIEWS[fmt](result, units, by_caller)
 
 
 @click.command("summarize")
@@ -53,7 +74,7 @@ def emit(result: Result, fmt: str, units: str, by_caller: bool) -> None:
     show_default=True,
     help="caller: split each op by the call site (DeepSpeed's debug view).",
 )
-@format_option()
+@format_option(tuple(VIEWS))
 @click.option(
     "--units",
     type=click.Choice(["GBps", "Gbps"]),
