@@ -94,7 +94,8 @@ def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
 
 def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Settings | None = None) -> Verdict:
     """Compare a current run against baseline runs (nsyscomm.gate.run_gate), loading the report
-    paths among them: the library call behind ``nsyscomm gate``."""
+    paths among them: the library call behind ``nsyscomm gate``, with the same verdict. A current
+    run that hung or desynced fails whatever its numbers (``Verdict.hang`` says why)."""
     from nsyscomm import gate
 
     return gate.run_gate(gate_sources(baseline_sources), gate_sources(current_sources, one_job=True), settings)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 
+from nsyscomm import settings
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
@@ -53,20 +55,19 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
     threads = within_task_limit(threads)
     if threads:
         config["threads"] = threads
-    # DuckDB flushes its allocator (memory back to the OS) after every task that peaked over
-    # 128 MB; a 6M-row report spends 1.2-1.4 s of system time on 2 cores, with 350k minor page
-    # faults. A short-lived process keeps the memory: alternated runs, means 3.78 -> 3.65 s,
-    # 3.68 -> 3.54 s, 4.41 -> 3.96 s under load; same peak RSS. The memory limit still holds.
+    # DuckDB flushes its allocator (memory back to the OS) after every task that peaked over its
+    # threshold, and a large report then pays in page faults to get the memory back, task after
+    # task. A short-lived process keeps the memory instead: the peak is the same, and the memory
+    # limit still holds.
     config["allocator_flush_threshold"] = "8GB"
     config["allocator_bulk_deallocation_flush_threshold"] = "8GB"
     if sqlite:
-        # DuckDB checks a signed extension by hashing the whole file (35 MB) at every LOAD: 90 ms
-        # per report, most of what a small report costs (256 reports: 30.7 s with the check,
-        # 12.7 s without, benchmarks/bench_many_reports.py). The file is the one pip
+        # DuckDB checks a signed extension by hashing the whole file at every LOAD, most of what
+        # a small report costs (benchmarks/bench_many_reports.py shows it). The file is the one pip
         # installed and checked with our own code (duckdb-extension-sqlite-scanner); nothing else
         # is loaded: LOAD below names that file, auto-loading is off and no user SQL runs here.
         config["allow_unsigned_extensions"] = True
-    base = os.environ.get(TEMP_DIR_ENV) or tempfile.gettempdir()
+    base = settings.temp_dir() or tempfile.gettempdir()
     config["temp_directory"] = os.path.join(base, f"nsyscomm-spill-{os.getpid()}-{next(_databases)}")
     limit = _limit()
     if limit:
@@ -222,8 +223,8 @@ def interrupted(e: BaseException) -> bool:
 
 
 def close_soon(con: duckdb.DuckDBPyConnection) -> None:
-    """Close ``con`` on a thread of its own: freeing a large report's database (1 GB for 6M rows)
-    takes 0.07 s that the next steps need not wait for. Under a memory limit it closes now: the
+    """Close ``con`` on a thread of its own: freeing a large report's database takes time that the
+    next steps need not wait for. Under a memory limit it closes now: the
     next report's database needs that memory, and the spill folder must be gone. The thread is
     not a daemon: the process waits for it before it exits."""
     if _limit() or not _room_for_threads(1):
@@ -316,7 +317,7 @@ def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
 
 def _limit() -> str:
     """The memory limit set for this process's databases ("" when none)."""
-    return os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    return settings.memory_limit()
 
 
 def _share_of_ram(limit: str) -> str:
@@ -366,8 +367,7 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     (arrow_frame).
 
     ``.df()`` builds a Python str per string value, which pandas then turns back into Arrow
-    (its default string dtype): 0.34 s against 0.11 s through Arrow for 200k calls of 10 string
-    columns."""
+    (its default string dtype): through Arrow the strings are never made one by one."""
     return arrow_frame(cur.to_arrow_table())
 
 
@@ -384,7 +384,7 @@ def arrow_frame(t: pa.Table) -> pd.DataFrame:
     dtypes unless they hold NULLs (then pandas' nullable ones); HUGEINT (DuckDB's sum of
     BIGINTs) arrives as a 128-bit decimal and becomes float64, and an all-NULL text column holds
     None."""
-    # imported here: the reading stage (nsyscomm.ingest.nsys_reader) runs before pandas is loaded
+    # imported here: the reading stage (nsyscomm.ingest.nsys.reader) runs before pandas is loaded
     import pandas as pd
     import pyarrow as pa
 
@@ -403,5 +403,5 @@ def arrow_frame(t: pa.Table) -> pd.DataFrame:
         else:
             cols[name] = col.to_pandas()
     # copy=False: the columns stay blocks of their own; pandas would otherwise stack the integer
-    # columns into one 2D block, a copy (200k calls: 0.108 -> 0.093 s)
+    # columns into one 2D block, a copy of them all
     return pd.DataFrame(cols, columns=t.column_names, copy=False) if cols else pd.DataFrame(columns=t.column_names)

@@ -7,6 +7,8 @@ export DEBIAN_FRONTEND=noninteractive
 need=()
 command -v nsys >/dev/null 2>&1 || need+=(nsight-systems nsight-systems-target)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# .ci/run installs into a fresh virtual environment: Debian's Python makes one with python3-venv
+python -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 # a C compiler and Python's headers build the wrapper's C fast path (nsyscomm/capture/_fastpath.c);
 # g++ is what torch.compile's Inductor needs for its CPU code (tests/test_capture_wrapper.py)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)

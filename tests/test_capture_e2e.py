@@ -54,7 +54,8 @@ def job(tmp_path_factory):
     expect.mkdir()
     os.environ["NSYSCOMM_EXPECT_DIR"] = str(expect)
     try:
-        res = run(["torchrun", "--standalone", "--nproc-per-node", str(WORLD), str(SCRIPT)], output=str(base / "out"))
+        cmd = ["torchrun", "--standalone", "--nproc-per-node", str(WORLD), str(SCRIPT)]
+        res = run(cmd, output=str(base / "out"), export="sqlite")  # read below with sqlite3
     finally:
         os.environ.pop("NSYSCOMM_EXPECT_DIR", None)
     did = {}

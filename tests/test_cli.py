@@ -215,12 +215,12 @@ def test_the_command_exits_without_a_last_garbage_collection():
 
 
 def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
-    """cli._interrupt_after: a Ctrl-C in the block is raised after it, never inside (an import cut
+    """summarize._interrupt_after: a Ctrl-C in the block is raised after it, never inside (an import cut
     by KeyboardInterrupt can leave Python's import lock held and hang the head start's reading)."""
     import os
     import signal
 
-    from nsyscomm.cli import _interrupt_after
+    from nsyscomm.commands.summarize import _interrupt_after
 
     before = signal.getsignal(signal.SIGINT)
     ran = []
@@ -260,3 +260,37 @@ def test_ctrl_c_while_click_dispatches_is_one_line_and_130(monkeypatch, capsys):
         cli.entry(["--version"])
     assert e.value.code == 0 and "nsyscomm, version" in capsys.readouterr().out
     gc.unfreeze()  # entry() froze this test process's objects, as it does the command's
+
+
+def test_the_launcher_and_the_run_command_export_alike():
+    """One default export format for nsyscomm.capture.launcher.run and `nsyscomm run --export`."""
+    import inspect
+
+    from nsyscomm.capture.launcher import run as launch
+    from nsyscomm.commands.run import run as run_command
+
+    option = next(p for p in run_command.params if p.name == "export")
+    assert inspect.signature(launch).parameters["export"].default == option.default == "arrow"
+
+
+def test_shared_options_read_alike_in_every_command():
+    """--debug, --merge and the summary's --format are declared once (nsyscomm/commands/options.py):
+    the same help wherever they appear."""
+    import click
+
+    from nsyscomm import cli
+
+    ctx = click.Context(cli.main)
+    helps: dict[str, set] = {}
+    for name in cli.main.list_commands(ctx):
+        command = cli.main.get_command(ctx, name)
+        assert command is not None
+        for p in command.params:
+            if isinstance(p, click.Option) and p.name in ("debug", "merge"):
+                helps.setdefault(p.name, set()).add(p.help)
+    assert len(helps["debug"]) == 1 and len(helps["merge"]) == 1, helps
+    formats = {
+        name: next(p for p in cli.main.get_command(ctx, name).params if p.name == "fmt")
+        for name in ("summarize", "run")
+    }
+    assert formats["summarize"].type.choices == formats["run"].type.choices == ("text", "markdown", "csv", "json")

@@ -96,6 +96,23 @@ def test_gate_fails_on_hung_run_and_names_it(hung_job, tmp_path):
     assert ok.returncode == 0, ok.stderr
 
 
+def test_a_hung_run_against_itself_fails_in_the_library_as_in_the_cli(hung_job):
+    """Against itself every number is unchanged; the hang alone fails it, whether the gate is
+    run through nsyscomm.api or the command (the CLI only prints the library's verdict)."""
+    from click.testing import CliRunner
+
+    from nsyscomm.api import run_gate
+    from nsyscomm.cli import main
+
+    report = str(hung_job / "report.sqlite")
+    verdict = run_gate([report], [report])
+    assert verdict.exit_code == 1 and verdict.hang and "missing rank(s) 1" in verdict.hang
+    assert not verdict.failing and verdict.to_dict()["status"] == "fail"
+    assert verdict.headline().startswith("FAIL: ")
+    out = CliRunner().invoke(main, ["gate", report, "--baseline", report])
+    assert out.exit_code == 1 and "the run hung" in out.output, out.output
+
+
 def test_gate_reads_a_hung_runs_json_summary_once(hung_job, tmp_path, monkeypatch):
     """The current run given as a JSON summary: read once for both the comparison and the hang
     check, and it fails on the hang; a 'hang' key nsyscomm did not write is a one-line exit 2."""

@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
 BASE = (
     "nsyscomm",
     "nsyscomm.errors",
+    "nsyscomm.settings",
     "nsyscomm.schema",
     "nsyscomm.duck",
     "nsyscomm.bundled",

@@ -89,14 +89,15 @@ def test_summarize_imports_with_the_collector_paused():
     probe = (
         "import contextlib, gc, sys\n"
         "import nsyscomm.cli as cli\n"
+        "import nsyscomm.commands.summarize as summarize\n"
         "seen = []\n"
-        "real = cli.collector_paused\n"
+        "real = summarize.collector_paused\n"
         "@contextlib.contextmanager\n"
         "def spy():\n"
         "    with real():\n"
         "        yield\n"
         "    seen.append(('pandas' in sys.modules, gc.isenabled(), gc.get_freeze_count() > 10000))\n"
-        "cli.collector_paused = spy\n"
+        "summarize.collector_paused = spy\n"
         "try:\n"
         "    cli.entry(['summarize', '--no-cache', '--format', 'json', sys.argv[1]])\n"
         "except SystemExit:\n"
@@ -106,3 +107,27 @@ def test_summarize_imports_with_the_collector_paused():
     sample = str(sample_reports_dir() / "synthetic_ddp_4rank.sqlite")
     res = subprocess.run([sys.executable, "-c", probe, sample], capture_output=True, text=True)
     assert res.stderr.strip().splitlines()[-1] == "[(True, True, True)]", res.stderr
+
+
+def test_short_help_keeps_the_first_sentence_and_cuts_at_a_word():
+    """The lazy commands' line in `nsyscomm --help`, cut as click cuts a loaded command's."""
+    assert cli.short_help("Fail CI when it got slower. Exit status 1.", 100) == "Fail CI when it got slower."
+    text = "Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format."
+    assert cli.short_help(text, 45) == "Write the job of INPUTS (reports, folders)..."
+    for limit in range(8, 90):
+        short = cli.short_help(text, limit)
+        assert len(short) <= limit and text.startswith(short.removesuffix("..."))
+
+
+def test_only_click_public_api():
+    """click's submodules (click.utils and the like) are not its public API: 9.0 removes names
+    that 8.5 deprecates, and a deprecated one prints a warning before every message of ours."""
+    import re
+    from pathlib import Path
+
+    import nsyscomm
+
+    private = re.compile(r"^\s*(from\s+click\.\w+\s+import|import\s+click\.)", re.M)
+    pkg = Path(nsyscomm.__file__).resolve().parent
+    offenders = [str(p.relative_to(pkg)) for p in pkg.rglob("*.py") if private.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from nsyscomm import settings
 from nsyscomm.capture.post import size_text
 
 # 1 GB: ten times what a default-preset GPU job of a few hundred steps writes (docs/performance.md,
@@ -27,10 +28,8 @@ FIRST_MILESTONE = 100_000_000
 
 
 def warn_bytes() -> int:
-    try:
-        return max(1, int(float(os.environ["NSYSCOMM_CAPTURE_WARN_MB"]) * 1e6))
-    except (KeyError, ValueError):
-        return WARN_BYTES
+    mb = settings.capture_warn_mb()
+    return WARN_BYTES if mb is None else max(1, int(mb * 1e6))
 
 
 def advice(preset: str) -> str:

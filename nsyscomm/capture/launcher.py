@@ -2,7 +2,7 @@
 
     from nsyscomm.capture.launcher import run
     res = run(["torchrun", "--standalone", "--nproc-per-node", "4", "train.py"])
-    res.exit_code, res.output_dir, res.reports        # reports: exported .sqlite files
+    res.exit_code, res.output_dir, res.reports        # reports: the exported files
 
 The wrapper is injected with a ``sitecustomize`` on PYTHONPATH (nsyscomm/capture/_hook): it
 annotates once torch is imported, so the user's code is unchanged and processes without torch
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from nsyscomm.capture import run_folder
 from nsyscomm.capture.capture_watch import CaptureWatch, advice
+from nsyscomm.capture.exports import DEFAULT_EXPORT
 from nsyscomm.capture.nsys_command import (
     find_nsys,
     has_gpu,
@@ -298,7 +299,7 @@ def run(
     stdout_to_stderr: bool = False,
     profiler: str = "nsys",
     hang_timeout: str | float | None = None,
-    export: str = "sqlite",
+    export: str = DEFAULT_EXPORT,
     preset: str = "default",
     while_job_runs: Callable[[], object] | None = None,
 ) -> RunResult:

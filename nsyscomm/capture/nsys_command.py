@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from nsyscomm import settings
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.limits import HOST_MIN_NS
 from nsyscomm.nvtx_format import CAPTURE_RANGE, DOMAIN
@@ -29,7 +30,7 @@ PKG_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 def find_nsys() -> tuple[str, tuple]:
-    nsys = os.environ.get("NSYSCOMM_NSYS") or shutil.which("nsys")
+    nsys = settings.nsys() or shutil.which("nsys")
     if not nsys:
         raise InputError(f"nsys (Nsight Systems) is not on PATH: {INSTALL_HINT}")
     try:

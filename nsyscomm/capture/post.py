@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nsyscomm import settings
+from nsyscomm.capture.exports import EXPORTS
 from nsyscomm.capture.nsys_command import export_help, nsys_export_args
 from nsyscomm.capture.run_folder import LOG_NAME
 
-EXPORTS = ("sqlite", "arrow")
 _SUFFIX = {"sqlite": ".sqlite", "arrow": ".arrow"}
 
 
@@ -240,7 +241,7 @@ def importer_candidates(nsys: str) -> list[str]:
     Nsight Compute: docs/architecture.md, "Facts about nsys installs"), then the usual install
     folders, then PATH."""
     real = Path(os.path.realpath(nsys))
-    cands = [os.environ.get("NSYSCOMM_QDSTRM_IMPORTER", "")]
+    cands = [settings.qdstrm_importer()]
     for up in (real.parent, real.parent.parent, real.parent.parent.parent):
         for pattern in ("host-linux-*", "linux-desktop-glibc_*"):
             cands += sorted(glob.glob(str(up / pattern / "QdstrmImporter")))

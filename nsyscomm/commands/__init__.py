@@ -80,14 +80,14 @@ def import_summary_stack() -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    from nsyscomm.views.safe import visible_line  # messages quote report text (issue 26)
+    from nsyscomm.views.safe import visible_line  # messages quote report text: shown, never obeyed
 
     text = str(e).strip()
     return visible_line(text.splitlines()[0]) if text else type(e).__name__
 
 
 def _traceback() -> None:
-    import traceback  # here, not at the top: only --debug failures need it, every startup paid 2 ms
+    import traceback  # here, not at the top: only --debug failures need it, not every start-up
 
     traceback.print_exc()
 
@@ -156,8 +156,8 @@ def interrupted_exit(e: KeyboardInterrupt) -> NoReturn:
 
 def console() -> SafeConsole:
     """The console every text view prints on: report text with its control characters shown,
-    never executed by the terminal (issue 26). Lines of text are never broken by it (soft_wrap):
-    a command it suggests stays one line to copy, in a terminal as in a log (issue 36)."""
+    never executed by the terminal. Lines of text are never broken by it (soft_wrap):
+    a command it suggests stays one line to copy, in a terminal as in a log."""
     from nsyscomm.views.safe import SafeConsole as Console
 
     c = Console(highlight=False, soft_wrap=True)

@@ -6,6 +6,7 @@ import click
 
 from nsyscomm.commands import collector_paused
 from nsyscomm.commands import guard as _guard
+from nsyscomm.commands.options import debug_option, inputs_argument, merge_option
 
 
 @click.command("export")
@@ -19,14 +20,10 @@ from nsyscomm.commands import guard as _guard
     "(trace-NAME.parquet + meta-NAME.yaml; ByteDance-Seed/StragglerAnalysis).",
 )
 @click.option("--name", default="nsyscomm", show_default=True, help="The trace's name (trial_name).")
-@click.option(
-    "--merge",
-    is_flag=True,
-    help="Read reports that do not look like one job (ranks or world sizes clash) as one job anyway.",
-)
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@merge_option
+@debug_option
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=str))
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@inputs_argument
 def export(fmt: str, name: str, merge: bool, debug: bool, out_dir: str, inputs: tuple[str, ...]) -> None:
     """Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.
     With no INPUTS, the bundled sample reports are used."""

@@ -1,6 +1,6 @@
 """``nsyscomm gate`` and ``nsyscomm baseline``: the CI performance-regression gate (nsyscomm.gate).
 
-Registered by nsyscomm.cli with ``main.add_command(gate)`` / ``main.add_command(baseline)``.
+Registered lazily by nsyscomm.cli (imported only when one of them runs).
 
 Exit status of ``gate``: 0 pass, 1 regression, 2 unusable input (and bad options), 3 internal
 error (a bug of ours: never taken for a regression nor for bad input).
@@ -11,93 +11,98 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from nsyscomm.commands import console as _console
 from nsyscomm.commands import guard as _guard
+from nsyscomm.commands.options import debug_option, format_option
 from nsyscomm.errors import InputError
 from nsyscomm.views.safe import visible
 
-EXIT_PASS, EXIT_REGRESSION = 0, 1
+EXIT_PASS, EXIT_REGRESSION = 0, 1  # with EXIT_INPUT and EXIT_INTERNAL (nsyscomm.commands)
 
 
-def _gate(
-    baselines,
-    inputs,
-    config,
-    no_pyproject,
-    rel,
-    abs_,
-    ignore,
-    min_calls,
-    new_keys,
-    missing_keys,
-    noise_sigma,
-    by,
-    fmt,
-    junit,
-    show,
-    step_summary,
-    output,
-):
+@dataclass(frozen=True)
+class GateOptions:
+    """What `nsyscomm gate` was asked, by option name: the sources, the thresholds that override
+    the configured settings, and where the report goes."""
+
+    inputs: tuple[str, ...]
+    baselines: tuple[str, ...]
+    config: str | None = None
+    no_pyproject: bool = False
+    rel: tuple[str, ...] = ()
+    abs_: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    min_calls: int | None = None
+    new_keys: str | None = None
+    missing_keys: str | None = None
+    noise_sigma: float | None = None
+    by: str | None = None
+    fmt: str = "text"
+    show: str = "changed"
+    junit: str | None = None
+    output: str | None = None
+    step_summary: bool = True
+
+
+def _gate(o: GateOptions) -> int:
     from nsyscomm import gate as g
     from nsyscomm.views import gate_out
 
-    settings = g.settings_from(config, pyproject=not no_pyproject)
+    settings = g.settings_from(o.config, pyproject=not o.no_pyproject)
     settings = g.override(
         settings,
-        rel=rel,
-        abs_=abs_,
-        ignore=ignore,
-        min_calls=min_calls,
-        new_keys=new_keys,
-        missing_keys=missing_keys,
-        noise_sigma=noise_sigma,
-        level=by,
+        rel=o.rel,
+        abs_=o.abs_,
+        ignore=o.ignore,
+        min_calls=o.min_calls,
+        new_keys=o.new_keys,
+        missing_keys=o.missing_keys,
+        noise_sigma=o.noise_sigma,
+        level=o.by,
     )
     from nsyscomm import api
-    from nsyscomm.gate.hang import hang_failure as hang_of
 
-    base = g.load_runs(api.gate_sources(baselines))
-    current = g.load_run(api.gate_sources(inputs, one_job=True))  # read once, for both checks
-    verdict = g.compare(base, current, settings)
-    hang_failure = hang_of(current)  # issue 22: a run that hung or desynced fails
-    if fmt == "json":
+    base = g.load_runs(api.gate_sources(o.baselines))
+    current = g.load_run(api.gate_sources(o.inputs, one_job=True))  # read once, for both checks
+    verdict = g.compare(base, current, settings)  # a run that hung or desynced fails there too
+    if o.fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
-    elif fmt == "markdown":
-        text = visible(gate_out.render_markdown(verdict, show))
+    elif o.fmt == "markdown":
+        text = visible(gate_out.render_markdown(verdict, o.show))
     else:
         text = None
-    if output:
+    if o.output:
         if text is None:
             from nsyscomm.views.safe import SafeConsole as Console
 
-            with open(output, "w", encoding="utf-8") as f:
-                gate_out.render_text(verdict, Console(file=f, width=200, no_color=True, highlight=False), show)
+            with open(o.output, "w", encoding="utf-8") as f:
+                gate_out.render_text(verdict, Console(file=f, width=200, no_color=True, highlight=False), o.show)
         else:
-            Path(output).write_text(text, encoding="utf-8")
+            Path(o.output).write_text(text, encoding="utf-8")
     elif text is not None:
         click.echo(text, nl=False)
     else:
-        gate_out.render_text(verdict, _console(), show)
-    if junit:
-        Path(junit).write_text(gate_out.render_junit(verdict), encoding="utf-8")
+        gate_out.render_text(verdict, _console(), o.show)
+    if o.junit:
+        Path(o.junit).write_text(gate_out.render_junit(verdict), encoding="utf-8")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary and summary_file:
+    if o.step_summary and summary_file:
         try:
             with open(summary_file, "a", encoding="utf-8") as f:
-                f.write(gate_out.render_markdown(verdict, show) + "\n")
+                f.write(gate_out.render_markdown(verdict, o.show) + "\n")
         except OSError as e:  # the verdict stands; a job summary we cannot write must not change it
             click.echo(
                 f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {e.strerror or e}",
                 err=True,
             )
-    if hang_failure:
-        click.echo(f"nsyscomm: gate FAILED: {hang_failure}", err=True)
-        return max(verdict.exit_code, EXIT_REGRESSION)
+    if verdict.hang:
+        click.echo(f"nsyscomm: gate FAILED: {verdict.hang}", err=True)
     return verdict.exit_code
 
 
@@ -160,7 +165,7 @@ def _gate(
     type=click.Choice(["auto", "op", "caller"]),
     help="Compare per (op, size, n) or per caller too; auto (default): per caller when both sides have it.",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+@format_option(("text", "markdown", "json"))
 @click.option(
     "--show",
     type=click.Choice(["changed", "all"]),
@@ -180,55 +185,14 @@ def _gate(
     show_default=True,
     help="Append the markdown report to $GITHUB_STEP_SUMMARY when that is set.",
 )
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def gate(
-    inputs: tuple[str, ...],
-    baselines: tuple[str, ...],
-    config: str | None,
-    no_pyproject: bool,
-    rel: tuple[str, ...],
-    abs_: tuple[str, ...],
-    ignore: tuple[str, ...],
-    min_calls: int | None,
-    new_keys: str | None,
-    missing_keys: str | None,
-    noise_sigma: float | None,
-    by: str | None,
-    fmt: str,
-    show: str,
-    junit: str | None,
-    output: str | None,
-    step_summary: bool,
-    debug: bool,
-) -> NoReturn:
+@debug_option
+def gate(debug: bool, **options: Any) -> NoReturn:
     """Fail CI when communication got slower than the baseline.
 
     INPUTS: the run to check: nsys SQLite reports, a folder of per-rank reports, or a JSON
     summary (nsyscomm summarize --format json). Exit status: 0 pass, 1 regression,
     2 unusable input, 3 internal error."""
-    code = _guard(
-        lambda: _gate(
-            baselines,
-            inputs,
-            config,
-            no_pyproject,
-            rel,
-            abs_,
-            ignore,
-            min_calls,
-            new_keys,
-            missing_keys,
-            noise_sigma,
-            by,
-            fmt,
-            junit,
-            show,
-            step_summary,
-            output,
-        ),
-        debug,
-    )
-    sys.exit(code)
+    sys.exit(_guard(lambda: _gate(GateOptions(**options)), debug))
 
 
 def _baseline(inputs, output, append, keep, each, label):
@@ -255,7 +219,7 @@ def _baseline(inputs, output, append, keep, each, label):
     doc = g.baseline_document(old + runs, keep=keep)
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if output:
-        # `--output ci/comm-baseline.json` in a fresh checkout: its folder is made (issue 36)
+        # `--output ci/comm-baseline.json` in a fresh checkout: its folder is made
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text, encoding="utf-8")
         keys = len({k for r in doc["runs"] for k in g.run_from_doc(r, output).op_rows})
@@ -288,7 +252,7 @@ def _baseline(inputs, output, append, keep, each, label):
     help="Each report argument (file or folder) is a separate run; by default all reports form one job's run.",
 )
 @click.option("--label", help="Label stored with the run(s), e.g. the commit.")
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@debug_option
 def baseline(
     inputs: tuple[str, ...], output: str | None, append: bool, keep: int, each: bool, label: str | None, debug: bool
 ) -> NoReturn:

@@ -1,6 +1,6 @@
 """``nsyscomm trace`` and ``nsyscomm report``: thin click commands over nsyscomm.views.
 
-Registered by nsyscomm.cli with ``main.add_command(trace)`` / ``main.add_command(report)``.
+Registered lazily by nsyscomm.cli (imported only when one of them runs).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import click
 
 from nsyscomm.commands import collector_paused
 from nsyscomm.commands import guard as _guard
+from nsyscomm.commands.options import debug_option, inputs_argument, merge_option
 
 
 def _steps(ctx, param, value):
@@ -20,9 +21,6 @@ def _steps(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-MERGE_HELP = "Read reports that do not look like one job (ranks or world sizes clash) as one job anyway."
-
-
 def _load(inputs, debug, merge: bool = False):
     with collector_paused():
         from nsyscomm.api import load
@@ -31,7 +29,7 @@ def _load(inputs, debug, merge: bool = False):
 
 
 @click.command("trace")
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@inputs_argument
 @click.option(
     "-o",
     "--output",
@@ -60,8 +58,8 @@ def _load(inputs, debug, merge: bool = False):
     default=None,
     help="Add the replayed timeline of a what-if scenario (no_straggler, ideal, ...) beside the measured one.",
 )
-@click.option("--merge", is_flag=True, help=MERGE_HELP)
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@merge_option
+@debug_option
 def trace(
     inputs: tuple[str, ...],
     output: str | None,
@@ -96,7 +94,7 @@ def trace(
 
 
 @click.command("report")
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@inputs_argument
 @click.option(
     "-o",
     "--output",
@@ -114,8 +112,8 @@ def trace(
     help="Draw the hardware's peak bus bandwidth (GB/s) on the bandwidth chart.",
 )
 @click.option("--title", default=None, help="Page title (default: the report names).")
-@click.option("--merge", is_flag=True, help=MERGE_HELP)
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@merge_option
+@debug_option
 def report(
     inputs: tuple[str, ...], output: str, peak_busbw: float | None, title: str | None, merge: bool, debug: bool
 ) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from nsyscomm import __version__
 from nsyscomm.errors import InputError
+from nsyscomm.gate.hang import hang_failure
 from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _num, per_rank
 from nsyscomm.gate.runs import Run, load_run, load_runs
 from nsyscomm.gate.settings import Settings, Threshold
@@ -109,10 +110,11 @@ class Verdict:
     current: str
     settings: Settings
     notes: list[str] = field(default_factory=list)
+    hang: str | None = None  # why the current run hung or desynced: it fails whatever its numbers
 
     @property
     def failed(self) -> bool:
-        return any(i.fails for i in self.items)
+        return self.hang is not None or any(i.fails for i in self.items)
 
     @property
     def exit_code(self) -> int:
@@ -124,6 +126,8 @@ class Verdict:
 
     def headline(self) -> str:
         f = self.failing
+        if not f and self.hang:
+            return f"FAIL: {self.hang}"
         if not f:
             n = sum(1 for i in self.items if i.scope == "key")
             return (
@@ -167,6 +171,7 @@ class Verdict:
             "baselines": self.baselines,
             "current": self.current,
             "notes": self.notes,
+            "hang": self.hang,
             "settings": self.settings.to_dict(),
             "items": [i.to_dict() for i in self.items],
         }
@@ -366,7 +371,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         items.append(job)
     if current.empty and all(b.empty for b in baselines):
         notes.append("no collective calls on either side: nothing to compare")
-    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes)
+    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes, hang_failure(current))
 
 
 def _settle(item: Item, gated: bool) -> None:

@@ -1,4 +1,4 @@
-"""The diagnosis in the summary (issue 21): the short "Diagnosis" block at its top, in every
+"""The diagnosis in the summary: the short "Diagnosis" block at its top, in every
 format (nsyscomm.views.findings): the straggler, why, what it costs, the best what-if. Reads
 only the Result (late, skew, what_if); the JSON `diagnosis` rows are the contract's
 (nsyscomm.analyses.contract)."""

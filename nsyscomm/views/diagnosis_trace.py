@@ -1,4 +1,4 @@
-"""Late arrivals in the Perfetto trace (issue 21): on each late rank, a track "late arrivals"
+"""Late arrivals in the Perfetto trace: on each late rank, a track "late arrivals"
 with one slice per late arrival, from the collective's first arrival to the rank's own, named
 by its cause, the detail in its args. Reads only Result.late."""
 

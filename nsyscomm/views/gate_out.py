@@ -291,7 +291,7 @@ def render_junit(verdict: Verdict) -> str:
         else:
             if it.note or detail:
                 ET.SubElement(case, "system-out").text = (it.note + "\n" + text).strip()
-    from nsyscomm.views.safe import xml_tree  # names may hold what XML 1.0 forbids (issue 26)
+    from nsyscomm.views.safe import xml_tree  # names may hold what XML 1.0 forbids
 
     xml_tree(root)
     ET.indent(root)

@@ -49,7 +49,7 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
     by_caller = result.summarize(by_caller=True)
     ranks = result.ranks
     skew = result.skew
-    from nsyscomm.views.findings import skipped_lines  # the files of input folders not read (issue 36)
+    from nsyscomm.views.findings import skipped_lines  # the files of input folders not read
 
     warnings = list(result.warnings) + skipped_lines(result)
     overlap_html = None
@@ -132,8 +132,8 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
             "weighed by the time they share with the calls' kernels on the same GPU.</p>"
         )
     from nsyscomm.views import (
-        diagnosis_html,  # why late, step waterfall (issue 21)
-        whatif_html,  # what-if replay (issue 23)
+        diagnosis_html,  # why late, step waterfall
+        whatif_html,  # what-if replay
     )
 
     diagnosis_section = diagnosis_html.section(result)

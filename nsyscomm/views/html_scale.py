@@ -1,5 +1,5 @@
-"""The per-step charts' scale without the warm-up steps (issue 34): a warm-up step (598 ms on a
-real H100 job) would flatten every other step (about 10 ms) to nothing. The scale is set by the
+"""The per-step charts' scale without the warm-up steps: a warm-up step, often many times longer
+than the steady ones, would flatten every other step to nothing. The scale is set by the
 steady steps; a warm-up bar past it is cut at the top, marked, and labelled with its value."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Report text made safe for where it is shown: terminals, spreadsheets and XML (issue 26).
+"""Report text made safe for where it is shown: terminals, spreadsheets and XML.
 
 Names in a report (NVTX text, kernel names, callers, process and host names) are whatever the
 profiled program wrote. Printed raw, an escape sequence in one of them can clear the screen,
@@ -40,7 +40,7 @@ def visible_line(text: str) -> str:
 
 
 # spaces at the end of a line, before the style codes that may close it: rich pads every table
-# row to the table's width; in a log or a file they are noise (issue 36)
+# row to the table's width; in a log or a file they are noise
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 
 

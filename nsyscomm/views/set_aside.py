@@ -1,4 +1,4 @@
-"""What the statistics set aside, in words (issue 34): the calls that set up their communicator
+"""What the statistics set aside, in words: the calls that set up their communicator
 and the warm-up steps. One list of lines for the text summary and the HTML report; reads only
 the Result (its `setup` and `warmup`)."""
 

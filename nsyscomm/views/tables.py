@@ -58,7 +58,7 @@ def csv(result: Result, by_caller: bool = False) -> str:
     table's notes as TABLE_note), whose words are in the second column, `text`; the other
     columns are the union of the tables' columns, empty where a table has none. Counts and sizes are integers, times ms, bandwidth GB/s (the JSON's keys and
     units). Text cells are spreadsheet-safe (safe.csv_cell: a cell that would start a formula
-    gets a leading ', control characters are shown; numbers stay numbers; issue 26)."""
+    gets a leading ', control characters are shown; numbers stay numbers)."""
     from nsyscomm.views.safe import csv_cell
 
     records: list[dict] = []

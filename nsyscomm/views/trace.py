@@ -116,11 +116,11 @@ def build(
     what_if: str | None = None,
 ) -> dict:
     """The trace document {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
-    what_if: a scenario whose replayed timeline is added beside the measured one (issue 23)."""
+    what_if: a scenario whose replayed timeline is added beside the measured one."""
     rows = calls(result, steps)
     origin = _origin(rows)
     doc = build_from_rows(rows, result, steps, flows=flows, origin=origin)
-    if rows:  # issue 21: each late arrival's cause on the late rank's own track
+    if rows:  # each late arrival's cause on the late rank's own track
         from nsyscomm.views import diagnosis_trace
 
         doc["traceEvents"] += diagnosis_trace.events(result, origin, steps)

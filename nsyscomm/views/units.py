@@ -19,7 +19,7 @@ def human_bytes(n: float | None) -> str:
     return f"{round(n / 1024**i, 2)} {_SIZE_NAMES[i]}"
 
 
-# one unit for every format, chosen once (issue 36): GB/s, the JSON's and the HTML's; DeepSpeed's
+# one unit for every format, chosen once: GB/s, the JSON's and the HTML's; DeepSpeed's
 # gigabits per second on request (--units Gbps)
 DEFAULT_UNITS = "GBps"
 
