@@ -6,6 +6,7 @@ import contextlib
 import functools
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -321,6 +322,14 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
     "stacks (the late-arrival causes); light: NVTX and CUDA only, the smallest report; full: nsys's "
     "own OS-runtime defaults, every call with stacks (large on GPU jobs). docs/capture.md.",
 )
+@click.option(
+    "--skip-module",
+    "skip_module",
+    multiple=True,
+    metavar="MODULE",
+    help="A communication layer of yours (a module and its submodules) whose frames the caller column "
+    "skips to reach your line; repeatable. Also NSYSCOMM_SKIP_MODULES (comma-separated).",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
@@ -334,6 +343,7 @@ def run(
     hang_timeout: str | None,
     export: str,
     preset: str,
+    skip_module: tuple[str, ...],
     debug: bool,
     cmd: tuple[str, ...],
 ) -> NoReturn:
@@ -346,10 +356,13 @@ def run(
     Exits with CMD's exit status (2 when CMD succeeded but no report was produced; 124 when
     --hang-timeout ended a hung job)."""
     from nsyscomm.api import load
-    from nsyscomm.capture.launcher import run as launch
+    from nsyscomm.capture import launcher
 
+    if skip_module:  # the job's wrapper reads them from its environment (nsyscomm.capture.wrapper)
+        named = [os.environ.get("NSYSCOMM_SKIP_MODULES", ""), *skip_module]
+        os.environ["NSYSCOMM_SKIP_MODULES"] = ",".join(m for m in named if m)
     res = _run_guarded(
-        lambda: launch(
+        lambda: launcher.run(
             list(cmd),
             output=output,
             steps=steps,
