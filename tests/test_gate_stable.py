@@ -41,3 +41,68 @@ def test_faster_calls_are_an_improvement_not_a_regression():
     assert v.exit_code == 0 and key.status == "improvement"
     assert _comparison(key, "key.avg_ms").status == "improvement"
     assert _comparison(key, "key.busbw_GBps").status == "improvement"
+
+
+def test_caller_keys_survive_edits_to_other_lines_unless_lines_are_asked_for(tmp_path):
+    before = [row(caller="train.py:30 step", avg=0.4), row(caller="train.py:52 evaluate", avg=0.4, calls=80)]
+    # three lines added above both calls: every key's line moved, nothing else changed
+    after = [row(caller="train.py:33 step", avg=0.4), row(caller="train.py:55 evaluate", avg=0.4, calls=80)]
+    b, c = g.run_from_doc(doc(before), "b"), g.run_from_doc(doc(after), "c")
+    v = g.compare([b], c)
+    assert v.level == "caller" and v.exit_code == 0
+    assert sorted(i.key.caller for i in v.items if i.scope == "key") == ["train.py evaluate", "train.py step"]
+    lines = g.override(g.Settings(), caller_line=True)
+    v = g.compare([b], c, lines)
+    assert v.exit_code == 1 and {i.status for i in v.items if i.scope == "key"} == {"new", "missing"}
+    # a slowdown at one call site still fails, named by its function
+    slow = [row(caller="train.py:33 step", avg=0.8), row(caller="train.py:55 evaluate", avg=0.4, calls=80)]
+    v = g.compare([b], g.run_from_doc(doc(slow), "c"))
+    assert [i.key.caller for i in v.failing if i.scope == "key"] == ["train.py step"]
+    # and from the command line and a config file
+    import json
+
+    from .test_gate import run_gate, write
+
+    bf, cf = write(tmp_path, "b.json", doc(before)), write(tmp_path, "c.json", doc(after))
+    assert run_gate("-b", bf, cf).exit_code == 0
+    assert run_gate("-b", bf, cf, "--caller-line").exit_code == 1
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text("caller_line = true\n")
+    r = run_gate("-b", bf, cf, "--config", str(cfg), "--format", "json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["settings"]["caller_line"] is True
+
+
+def _scatter(calls=2):  # the job's one scatter, on 2 ranks
+    return row(op="scatter", nbytes=4096, n=2, calls=calls, avg=0.05)
+
+
+def test_a_key_set_aside_as_setup_in_one_run_is_neither_new_nor_missing():
+    """The same program's first scatter was setup in one run and not in the next: the key is
+    the same calls on both sides, no regression."""
+    setup = {"setup": {"collectives": 1, "rows": [{"op": "scatter", "bytes": 4096, "participants": 2}]}}
+    with_key = doc([row(), _scatter()])
+    set_aside = doc([row()], **setup)
+    for base, cur in ((with_key, set_aside), (set_aside, with_key)):
+        v = g.compare([g.run_from_doc(base, "b")], g.run_from_doc(cur, "c"))
+        item = next(i for i in v.items if i.scope == "key" and i.key.op == "scatter")
+        assert v.exit_code == 0 and not item.fails and "set aside" in item.note, item
+    # a key that really vanished still counts
+    v = g.compare([g.run_from_doc(doc([row(), _scatter()]), "b")], g.run_from_doc(doc([row()]), "c"))
+    assert next(i for i in v.items if i.scope == "key" and i.key.op == "scatter").status == "missing"
+    v = g.compare([g.run_from_doc(doc([row()]), "b")], g.run_from_doc(doc([row(), _scatter(calls=20)]), "c"))
+    assert v.exit_code == 1 and next(i for i in v.items if i.key and i.key.op == "scatter").status == "new"
+
+
+def test_start_up_skew_never_enters_the_wait_keys():
+    """The per-rank table's waiting holds the first meeting's (start-up: 269 ms of 275 ms in an
+    unchanged run); the gate's wait figures are the steady ones of the skew section."""
+    base = doc([row()], wait=(2.0, 2.0))
+    cur = doc([row()], wait=(2.0, 2.0))
+    cur["ranks"][1]["wait_ms"] = 275.0  # rank 1 waited 269 ms more at the first collective
+    v = g.compare([g.run_from_doc(base, "b")], g.run_from_doc(cur, "c"))
+    assert v.exit_code == 0, v.headline()
+    waits = [c for i in v.items for c in i.comparisons if c.metric in ("rank.wait_ms", "job.wait_ms")]
+    assert waits and all(c.current == 2.0 for c in waits)
+    # steady waiting that grew still fails
+    worse = doc([row()], wait=(2.0, 12.0))
+    assert g.compare([g.run_from_doc(base, "b")], g.run_from_doc(worse, "c")).exit_code == 1

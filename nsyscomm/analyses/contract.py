@@ -209,7 +209,11 @@ def set_aside_section(result: Result) -> dict:
         "startup": {
             "collectives": st["collectives"],
             "max_skew_ms": st["max_skew_ms"],
-            "rows": records(st["rows"], ("op", "group", "step", "participants", "last_rank", "skew_ms")),
+            "late": st["late"],
+            "rows": records(
+                st["rows"],
+                ("op", "group", "step", "participants", "last_rank", "skew_ms", "startup_ms", "late_ms", "set_aside"),
+            ),
             "note": st["note"],
         },
     }

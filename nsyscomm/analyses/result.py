@@ -97,7 +97,7 @@ class Result:
         per = self.skew_ranks
         instances = int(
             self.con.execute(
-                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT startup"
+                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet"
             ).fetchone()[0]
         )
         straggler = None

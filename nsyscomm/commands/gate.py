@@ -37,6 +37,7 @@ def _gate(
     missing_keys,
     noise_sigma,
     by,
+    caller_line,
     fmt,
     junit,
     show,
@@ -57,6 +58,7 @@ def _gate(
         missing_keys=missing_keys,
         noise_sigma=noise_sigma,
         level=by,
+        caller_line=caller_line,
     )
     from nsyscomm import api
     from nsyscomm.gate.hang import hang_failure as hang_of
@@ -160,6 +162,13 @@ def _gate(
     type=click.Choice(["auto", "op", "caller"]),
     help="Compare per (op, size, n) or per caller too; auto (default): per caller when both sides have it.",
 )
+@click.option(
+    "--caller-line",
+    is_flag=True,
+    default=None,
+    help="Key callers by file:line function, each call site apart (default: file function, which edits "
+    "to other lines leave alone).",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 @click.option(
     "--show",
@@ -194,6 +203,7 @@ def gate(
     missing_keys: str | None,
     noise_sigma: float | None,
     by: str | None,
+    caller_line: bool | None,
     fmt: str,
     show: str,
     junit: str | None,
@@ -220,6 +230,7 @@ def gate(
             missing_keys,
             noise_sigma,
             by,
+            caller_line,
             fmt,
             junit,
             show,
