@@ -4,6 +4,8 @@ out of the wait keys (generated schema-1 documents; tests/test_gate.py's helpers
 
 from __future__ import annotations
 
+import pytest
+
 from nsyscomm import gate as g
 
 from .test_gate import doc, row
@@ -106,3 +108,68 @@ def test_start_up_skew_never_enters_the_wait_keys():
     # steady waiting that grew still fails
     worse = doc([row()], wait=(2.0, 12.0))
     assert g.compare([g.run_from_doc(base, "b")], g.run_from_doc(worse, "c")).exit_code == 1
+
+
+def test_warm_up_steps_stay_out_of_the_rank_and_job_figures(tmp_path):
+    """An unchanged gloo run whose first backward pass loaded libraries for 3.4 s on a loaded
+    host (step 0, a warm-up step): the per-rank table holds it, the steady figures the gate
+    compares do not; steady waiting that grew still fails. Generated jobs (tests/whatif_jobs.py)
+    through the whole pipeline: load, document, gate."""
+    from nsyscomm.analyses.contract import document
+    from nsyscomm.api import load
+
+    from . import whatif_jobs as wj
+
+    def job(name, first_ms, steady_late_ms):
+        steps = [[("coll", (0, 1), 1.0, 0), ("compute", 0, 5.0), ("compute", 1, first_ms), ("coll", (0, 1), 1.0, 0)]]
+        steps += [[("compute", 0, 5.0), ("compute", 1, 5.0 + steady_late_ms), ("coll", (0, 1), 1.0, 0)]] * 12
+        wj.write_job(tmp_path / name, 2, steps, first_step=0)
+        res = load([tmp_path / name], cache=False)
+        return res, g.run_from_doc(document(res), name)
+
+    res, base = job("b.sqlite", 5.0, 0.0)
+    res, same = job("c.sqlite", 3400.0, 0.0)
+    assert res.warmup["steps"] == [0]
+    assert max(r["wait_ms"] for r in document(res)["ranks"]) > 3000  # the table keeps it
+    steady = {r["rank"]: r for r in document(res)["steady"]["per_rank"]}
+    assert steady[0]["wait_ms"] == pytest.approx(0.0, abs=1e-6) and steady[0]["calls"] == 12
+    v = g.compare([base], same)
+    assert v.exit_code == 0, v.headline()
+    _, worse = job("d.sqlite", 5.0, 3.0)  # rank 1 now 3 ms late to every steady step
+    v = g.compare([base], worse)
+    assert v.exit_code == 1 and any("wait time" in c.label for i in v.failing for c in i.comparisons if c.fails)
+
+
+def _host_run(rng, scale: float, sleep_ms: float = 0.0) -> dict:
+    """One run of a 20-step 2-rank gloo job as a CPU host times it: every timing of the run
+    scaled by the host's load (`scale`, the same for the whole run) and jittered per figure by
+    up to 5%; `sleep_ms` inside every call (a communication slowdown)."""
+
+    def j(x):
+        return x * scale * rng.uniform(0.95, 1.05)
+
+    rows = [
+        row(op="all_reduce", nbytes=262144, n=2, calls=40, avg=j(1.0) + sleep_ms, p50=j(0.9) + sleep_ms),
+        row(op="all_reduce", nbytes=1024, n=2, calls=40, avg=j(0.6) + sleep_ms, p50=j(0.5) + sleep_ms),
+    ]
+    comm = [j(32.0) + 40 * sleep_ms for _ in range(2)]
+    d = doc(rows, comm=comm, wait=(j(4.0), j(4.0)), delay=(j(0.2), j(0.2)), overlap={"per_rank": [], "per_step": []})
+    d["ranks"] = [dict(r, elapsed_ms=j(1800.0) + 40 * sleep_ms) for r in d["ranks"]]
+    return d
+
+
+def test_noisy_host_runs_pass_and_a_30_percent_slowdown_fails():
+    """Generated host-timed runs whose load moves every timing by up to 15% from run to run: ten
+    unchanged runs pass against a baseline of three, and a sleep of 30% of a call's time inside
+    every call fails. (On a host loaded 8x over its cores, unchanged runs differ by 4x and no
+    timing can tell 30% apart: docs/gate.md, "Measured on real runs".)"""
+    import random
+
+    rng = random.Random(5)
+    base = [g.run_from_doc(_host_run(rng, rng.uniform(0.85, 1.15)), f"b{i}") for i in range(3)]
+    for i in range(10):
+        v = g.compare(base, g.run_from_doc(_host_run(rng, rng.uniform(0.85, 1.15)), f"same{i}"))
+        assert v.exit_code == 0, v.headline()
+    slow = g.run_from_doc(_host_run(rng, rng.uniform(0.85, 1.15), sleep_ms=0.3), "slow")
+    v = g.compare(base, slow)
+    assert v.exit_code == 1 and any(i.scope == "key" for i in v.failing), v.headline()

@@ -185,11 +185,11 @@ def compare_values(
     single: SingleRun | None = None,
 ) -> Comparison:
     """One metric of one item: baseline values (one per run that has it) against the current value.
-    `single` (given for a host-timed or call-to-call noisy value) widens the threshold: with one
-    baseline value there is no band; with several, the runs' spread seen is no bound on the
-    scheduler's noise either, so the band is widened by its own width on the worse side too."""
+    `single` is given for a host-timed or call-to-call noisy value: with one baseline value there
+    is no band, and it widens the threshold; with several, the runs' spread seen is no bound on
+    the scheduler's noise, and the band is widened by its own width on either side."""
     given = thr
-    if single is not None:
+    if len(base) == 1 and single is not None:
         thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
@@ -207,7 +207,7 @@ def compare_values(
             thr,
             status,
             reason,
-            thr != given and len(base) == 1,
+            thr != given,
         )
 
     if not base or cur is None:
