@@ -176,6 +176,10 @@ def _pct(x: float | None) -> str:
     return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
 
 
+# host-timed figures that a rank's descheduling makes, not a call's communication
+_SCHEDULED = {"wait_ms", "arrival_delay_ms"}
+
+
 def compare_values(
     metric: Metric,
     thr: Threshold,
@@ -187,9 +191,10 @@ def compare_values(
     """One metric of one item: baseline values (one per run that has it) against the current value.
     `single` is given for a host-timed or call-to-call noisy value: with one baseline value there
     is no band, and it widens the threshold; with several, the runs' spread seen is no bound on
-    the scheduler's noise, and the band is widened by its own width on either side."""
+    the scheduler's noise, and the band is widened by its own width on either side; waiting and
+    arrival delays, made of the scheduler's delays of whole ranks, keep the widened threshold too."""
     given = thr
-    if len(base) == 1 and single is not None:
+    if single is not None and (len(base) == 1 or metric.name in _SCHEDULED):
         thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
