@@ -173,3 +173,27 @@ def test_noisy_host_runs_pass_and_a_30_percent_slowdown_fails():
     slow = g.run_from_doc(_host_run(rng, rng.uniform(0.85, 1.15), sleep_ms=0.3), "slow")
     v = g.compare(base, slow)
     assert v.exit_code == 1 and any(i.scope == "key" for i in v.failing), v.headline()
+
+
+def test_a_trailing_partial_step_stays_out_of_the_steady_figures(tmp_path):
+    """After the last optimizer step, the teardown's barrier (one call where the steps held two)
+    waited 4 s on one rank: no training step, out of the steady figures; the same wait inside a
+    full step stays in."""
+    from nsyscomm.analyses.contract import document
+    from nsyscomm.api import load
+
+    from . import whatif_jobs as wj
+
+    step = [("compute", 0, 5.0), ("compute", 1, 5.0), ("coll", (0, 1), 1.0, 0), ("coll", (0, 1), 1.0, 0)]
+    for name, tail in (("partial", [("compute", 1, 4000.0), ("coll", (0, 1), 1.0, 0)]), ("full", None)):
+        steps = [step] * 8 + [tail or [("compute", 1, 4000.0), *step[1:]]]
+        wj.write_job(tmp_path / f"{name}.sqlite", 2, steps, first_step=0)
+        res = load([tmp_path / f"{name}.sqlite"], cache=False)
+        steady = {r["rank"]: r for r in document(res)["steady"]["per_rank"]}
+        # 17 or 18 calls a rank, less the first meeting; the partial tail less its one call
+        if name == "partial":
+            assert steady[0]["calls"] == 15 and steady[0]["wait_ms"] == pytest.approx(0.0, abs=1e-6)
+        else:
+            assert steady[0]["calls"] == 17 and steady[0]["wait_ms"] == pytest.approx(
+                4005.0, abs=1e-6
+            )  # no 5 ms of rank 0
