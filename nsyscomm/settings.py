@@ -48,6 +48,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("NSYSCOMM_HANG_TIMEOUT", USER, "unset: no hang watch", "same as `run --hang-timeout`"),
     Variable("NSYSCOMM_CAPTURE_WARN_MB", USER, "1000 (MB)", "capture size that prints a warning"),
     Variable("NSYSCOMM_ANNOTATE", USER, "1 (annotate)", "0 turns the wrapper off in a job"),
+    Variable(
+        "NSYSCOMM_SKIP_MODULES",
+        USER,
+        "unset: the known communication layers only",
+        "more modules whose frames the caller column skips (comma-separated); `run --skip-module`",
+    ),
     Variable("NSYSCOMM_TORCH_SCOPES", USER, "user", "`run --profiler torch`: all records every torch op"),
     Variable("NSYSCOMM_TORCH_ACTIVITIES", USER, "cpu,cuda", "`run --profiler torch`: activities recorded"),
     Variable("NSYSCOMM_CAPTURE_STEPS", CHANNEL, "unset: every step", "`run --steps A:B`"),
@@ -127,6 +133,10 @@ def capture_warn_mb() -> float | None:
 
 def annotate() -> bool:
     return _text("NSYSCOMM_ANNOTATE") != "0"
+
+
+def skip_modules() -> tuple[str, ...]:
+    return tuple(m.strip() for m in _text("NSYSCOMM_SKIP_MODULES").split(",") if m.strip())
 
 
 def torch_scopes() -> str:

@@ -16,23 +16,27 @@
 -- slower_kernels, the three that ran longest beyond the others, each explaining at least 5% of the
 -- late rank's extra busy time (a few microseconds of jitter on a 1 ms excess names nothing).
 -- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports, gap_kernels,
--- gap_kernel_names, gap_kernel_reports.
+-- gap_kernel_names, gap_kernel_reports, rank_spans.
+-- A rank's first call is measured from the rank's first recorded event (rank_spans.first_ns: its
+-- start, or the capture window's opening), so that what it did before it first met the others (a
+-- checkpoint load, a first batch) is named like any other gap.
 WITH timeline AS (
-    SELECT rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start,
+    SELECT c.rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start,
            exec_start                                   AS arrive,
-           lag(exec_end) OVER w                           AS prev_done,
-           lag(cpu_end) OVER w                                              AS prev_cpu_end,
+           coalesce(lag(exec_end) OVER w, s.first_ns)                       AS prev_done,
+           coalesce(lag(cpu_end) OVER w, s.first_ns)                        AS prev_cpu_end,
            lag(logical_id) OVER w                                           AS prev_logical,
-           cpu_start - lag(cpu_end) OVER w                                  AS host_gap,
+           cpu_start - coalesce(lag(cpu_end) OVER w, s.first_ns)            AS host_gap,
            gpu_start IS NOT NULL                                            AS on_device,
-           busy_at_start - lag(busy_at_end) OVER w                          AS busy_gap
-    FROM collectives
+           busy_at_start - CASE WHEN lag(logical_id) OVER w IS NULL THEN 0 ELSE lag(busy_at_end) OVER w END
+                                                                            AS busy_gap
+    FROM collectives c LEFT JOIN rank_spans s ON s.rank = c.rank
     -- (a call's previous one: calls that tie on time ordered by their collective, the same every run)
-    WINDOW w AS (PARTITION BY rank ORDER BY exec_start, cpu_start, logical_id)
+    WINDOW w AS (PARTITION BY c.rank ORDER BY exec_start, cpu_start, logical_id)
 ),
 late AS (
     SELECT * FROM logical_collectives
-    -- setup calls and start-up collectives (whose skew is the processes' start-up) name no late rank
+    -- setup calls and start-up collectives (whose whole skew is the processes' start-up) name no late rank
     WHERE participants >= 2 AND last_arrival - first_arrival > $noise_ns AND NOT setup AND NOT startup
 ),
 members AS (

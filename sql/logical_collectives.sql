@@ -1,9 +1,9 @@
 -- One row per logical collective: the calls of one communicator's seq-th operation on its ranks
 -- (for point-to-point: one message, its send and its receive).
 -- latency = the fastest rank's duration (the transfer itself, without waiting for late ranks).
--- setup: its calls set up their communicator (collectives.setup); startup: it is every
--- participant's first call, so its arrival skew is their start-up (both set after, by
--- nsyscomm.combine.setup).
+-- setup: its calls set up their communicator (collectives.setup); first_meet: it is every
+-- participant's first call; startup: a first meeting whose whole arrival skew is the ranks'
+-- start-up (all three set after, by nsyscomm.combine.setup).
 -- Input: collectives.
 SELECT
     logical_id,
@@ -30,6 +30,7 @@ SELECT
     min(greatest(duration_ns, coalesce(cpu_end - cpu_start, 0))) AS took_ns,
     max(init_ns)                                AS init_ns,
     false                                       AS setup,   -- set by nsyscomm.combine.setup
-    false                                       AS startup
+    false                                       AS startup,
+    false                                       AS first_meet  -- every participant's first call
 FROM collectives
 GROUP BY logical_id

@@ -1,9 +1,11 @@
 -- Arrival skew per rank over the logical collectives that several ranks took part in:
 -- how often the rank arrived last, by how much it trailed the first arrival on average,
--- and how long it waited for others. Left out: setup calls, and collectives whose ranks had not
--- met before (startup: their skew is the processes' start-up). Inputs: collectives, logical_collectives.
+-- and how long it waited for others: the steady pattern. Left out: setup calls, and the job's
+-- first meetings (first_meet: every participant's first call), whose skew is what the processes
+-- did before they first met -- start-up, or a lateness the Diagnosis names (late_arrivals.sql),
+-- no communication the gate compares. Inputs: collectives, logical_collectives.
 WITH shared AS (
-    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT startup
+    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet
 ),
 per_row AS (
     SELECT c.rank,

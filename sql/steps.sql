@@ -2,15 +2,15 @@
 -- nsyscomm.step(i), step 0 is what precedes the first): communication time summed over ranks
 -- (waiting for late ranks included), the rank with the most of it, the rank that kept the others
 -- waiting longest (the last to arrive, weighted by how late), and the step's mean and worst
--- arrival skew. Input: collectives, logical_collectives. Calls that set up their communicator are
--- left out.
+-- arrival skew. Input: collectives, logical_collectives. Calls that set up their communicator, and
+-- the skew start-up explains (startup), are left out.
 WITH per_rank AS (
     SELECT step, rank, sum(duration_ns) AS comm_ns, count(*) AS calls
     FROM collectives WHERE step IS NOT NULL AND NOT setup GROUP BY step, rank
 ),
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
-    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT setup GROUP BY step
+    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT setup AND NOT startup GROUP BY step
 ),
 late_by AS (
     SELECT step, last_rank, sum(last_arrival - first_arrival) AS late_ns

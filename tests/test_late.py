@@ -378,6 +378,7 @@ def test_host_events_in_a_gap_match_the_rules(seed):
             "name_id BIGINT, ns BIGINT, count BIGINT)"
         )
         con.execute("CREATE TABLE gap_kernel_names (report VARCHAR, name_id BIGINT, name VARCHAR)")
+        con.execute("CREATE TABLE rank_spans (rank INTEGER, first_ns BIGINT)")  # no first call measured from it
         # rank 0 on (a.sqlite, 10, 10), rank 1 on (a.sqlite, 11, 11) or, for some calls, on its
         # second thread (a.sqlite, 11, 12): each call's gap is on the thread that made it
         n = 40

@@ -381,6 +381,7 @@ def test_no_report_string_is_formatted_into_sql():
         "duck.sql('collectives')",
         "duck.sql('logical_collectives')",
         "duck.sql('setup_calls')",
+        "duck.sql('first_meetings')",
         "duck.sql('rank_spans')",
         "duck.sql('compute_kernels')",
         "duck.sql('compute_islands')",

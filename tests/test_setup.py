@@ -113,7 +113,7 @@ def test_start_up_skew_names_no_rank_late_and_saves_nothing(tmp_path):
     sleeps 50 ms before the all_reduce of each of 6 steps."""
     steps = [[("compute", r, 5 + (50 if r == 2 else 0)) for r in range(4)] + [("coll", (0, 1, 2, 3), 1.0, 0)]] * 6
     path = tmp_path / "gloo.sqlite"
-    wj.write_job(path, 4, steps, start_ms={0: 0, 1: 157, 2: 60, 3: 20})
+    wj.write_job(path, 4, steps, start_ms={0: 0, 1: 157, 2: 60, 3: 20}, first_step=0)
     res = load([path], cache=False)
     st = res.startup
     assert st["collectives"] == 1

@@ -50,12 +50,15 @@ def write_job(
     first_step: int = 1,
 ) -> dict:
     """Write the job's report to path; returns each call's (rank, step, pg, start_ns, end_ns).
-    start_ms: when a rank's process reaches the loop after synth.T0 (its start-up)."""
+    start_ms: when a rank's process starts after synth.T0 and reaches the loop (its start-up: its
+    first event, the wrapper's rank marker, comes that much later too). first_step: the first
+    step's number (the wrapper's count starts at 0; a capture window's first step is later).
+    ("compute", rank, ms, name) computes inside the program's own NVTX range of that name."""
     rep = synth.Report(Path(path).name, cuda=False)
     procs = [rep.process(8000 + r, "python3", {8000 + r: "python3"}) for r in range(n_ranks)]
     clock = {}
     for r, p in enumerate(procs):
-        t = synth.T0 - 100_000
+        t = synth.T0 - 100_000 + round((start_ms or {}).get(r, 0) * MS)
         rep.domain_create(p, p.pid, t, nvtx_format.DOMAIN, 1)
         rep.mark(p, p.pid, t + 1000, registered=nvtx_format.format_rank_marker(r, r, n_ranks, "cpu-host"), domain=1)
         clock[r] = synth.T0 + round((start_ms or {}).get(r, 0) * MS)
@@ -64,7 +67,9 @@ def write_job(
     for step, events in enumerate(steps, start=first_step):
         for ev in events:
             if ev[0] == "compute":
-                _, r, ms = ev
+                r, ms = ev[1], ev[2]
+                if len(ev) > 3:  # the program's own range around it (a checkpoint load, a batch)
+                    rep.range(procs[r], procs[r].pid, clock[r], clock[r] + round(ms * MS), text=ev[3])
                 clock[r] += round(ms * MS)
                 continue
             if ev[0] == "p2p":

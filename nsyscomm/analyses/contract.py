@@ -148,6 +148,11 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "per_step": records(ov[ov["scope"] == "step"], ov_keys),
     }
     doc.update(set_aside_section(result))
+    doc["steady"] = {  # an added key of schema 1: what the gate compares per rank
+        "per_rank": records(result.steady_ranks, ("rank", "calls", "comm_ms", "wait_ms", "avg_arrival_delay_ms")),
+        "left_out": "warm-up steps, a last step of fewer calls than the others (teardown), calls that set up "
+        "their communicator, and the job's first meetings",
+    }
     links = result.link_metrics
     if not links.empty:
         doc["link_metrics"] = records(
@@ -211,7 +216,11 @@ def set_aside_section(result: Result) -> dict:
         "startup": {
             "collectives": st["collectives"],
             "max_skew_ms": st["max_skew_ms"],
-            "rows": records(st["rows"], ("op", "group", "step", "participants", "last_rank", "skew_ms")),
+            "late": st["late"],
+            "rows": records(
+                st["rows"],
+                ("op", "group", "step", "participants", "last_rank", "skew_ms", "startup_ms", "late_ms", "set_aside"),
+            ),
             "note": st["note"],
         },
     }

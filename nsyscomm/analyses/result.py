@@ -93,11 +93,17 @@ class Result:
         return self._query("skew")
 
     @property
+    def steady_ranks(self) -> pd.DataFrame:
+        """Per rank, the figures outside warm-up steps, setup calls and first meetings: rank,
+        calls, comm_ms, wait_ms, avg_arrival_delay_ms (sql/steady_ranks.sql; what the gate compares)."""
+        return self._query("steady_ranks", warmup=",".join(str(int(s)) for s in sorted(self.warmup["steps"])))
+
+    @property
     def skew(self) -> dict:
         per = self.skew_ranks
         instances = int(
             self.con.execute(
-                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT startup"
+                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet"
             ).fetchone()[0]
         )
         straggler = None

@@ -157,10 +157,36 @@ def _rf_close(handle):
 
 _skip_dirs: tuple = ()
 _GENERATED = os.sep + "torchinductor_"  # Inductor's default cache dir, where its output code lives
+# Communication layers whose frames are skipped on the way to the user's line: a collective made
+# through them is the program's call, made where the program called the layer. Module names (a
+# name and its submodules); users add theirs with NSYSCOMM_SKIP_MODULES (comma-separated) or
+# `nsyscomm run --skip-module`. torch's own layers (FSDP, DTensor, pipelining, nn.parallel) are
+# skipped with the rest of torch, by their directory.
+LAYER_MODULES = (
+    "torch",
+    "nsyscomm",
+    "deepspeed.comm",
+    "deepspeed.runtime.comm",
+    "accelerate",
+    "lightning",
+    "lightning_fabric",
+    "pytorch_lightning",
+    "fairscale.nn.data_parallel",
+)
+SKIP_MODULES_ENV = "NSYSCOMM_SKIP_MODULES"
+_skip_modules: tuple = tuple(m + "." for m in LAYER_MODULES)
+_PACKAGE_DIRS = tuple(os.sep + d + os.sep for d in ("site-packages", "dist-packages"))
+
+
+def skip_modules_from(env: str | None) -> tuple:
+    """The module prefixes ("name.") whose frames _site skips: the known layers and the user's."""
+    named = [m.strip().strip(".") for m in (env or "").split(",")]
+    return tuple(dict.fromkeys(m + "." for m in (*LAYER_MODULES, *named) if m))
 
 
 def _caller() -> str:
-    """``file:line function`` of the first frame outside torch and nsyscomm.
+    """``file:line function`` of the first frame outside torch, nsyscomm and the communication
+    layers (LAYER_MODULES and the user's NSYSCOMM_SKIP_MODULES).
 
     A sys._getframe walk; the answer for each (code, instruction offset) is cached ("" = a frame to
     skip), so a call site costs one dict lookup instead of a line-table decode (f_lineno) and a format.
@@ -178,16 +204,26 @@ def _caller() -> str:
     return ""
 
 
+def _shown_path(fn: str) -> str:
+    """A file as the caller column names it: inside an installed package, the path from the
+    package on ("deepspeed/runtime/engine.py": which package's file it is); else the file's name."""
+    at = max((fn.rfind(d), len(d)) for d in _PACKAGE_DIRS)
+    return fn[sum(at) :].replace(os.sep, "/") if at[0] >= 0 else os.path.basename(fn)
+
+
 def _site(f) -> str:
     """The cached answer of _caller for one frame: its "file:line function", or "" to skip it."""
     code = f.f_code
     fn = code.co_filename
+    module = f.f_globals.get("__name__")
     # skipped too: code torch generates (fx graphs "<eval_with_key>.N ...", Inductor's output code)
-    site = (
-        ""
-        if (fn.startswith(_skip_dirs) or fn.startswith(("<frozen", "<eval_with_key>")) or _GENERATED in fn)
-        else f"{os.path.basename(fn)}:{f.f_lineno} {code.co_name}"
+    skip = (
+        fn.startswith(_skip_dirs)
+        or fn.startswith(("<frozen", "<eval_with_key>"))
+        or _GENERATED in fn
+        or (isinstance(module, str) and (module + ".").startswith(_skip_modules))
     )
+    site = "" if skip else f"{_shown_path(fn)}:{f.f_lineno} {code.co_name}"
     if len(_call_sites) > 100_000:  # code made at run time (exec) would grow it without bound
         _call_sites.clear()
     _call_sites[(code, f.f_lasti)] = site
@@ -305,7 +341,20 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
     ``ddp=False`` skips the dispatcher-level layer (DDP's reducer calls are then not annotated).
     Returns True when annotation is active after the call.
     """
-    global _enabled, _installed, _torch, _c10d, _Below, _skip_dirs, _capture, _opt_hook, _lib, _step, _push, _pop
+    global \
+        _enabled, \
+        _installed, \
+        _torch, \
+        _c10d, \
+        _Below, \
+        _skip_dirs, \
+        _skip_modules, \
+        _capture, \
+        _opt_hook, \
+        _lib, \
+        _step, \
+        _push, \
+        _pop
     global _raising
     global _prof, _rf_enter, _rf_exit, _profile_hook
     with _lock:
@@ -362,6 +411,8 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
                 _profile_hook = torch_profile if torch_profile.configure() else None
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             _skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
+            _skip_modules = skip_modules_from(os.environ.get(SKIP_MODULES_ENV))
+            _call_sites.clear()  # answers cached under other skip lists
             if _push is _noop and _emitter_kind == "none":
                 _init_emitter()
                 # issue 22: every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR)

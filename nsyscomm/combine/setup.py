@@ -8,12 +8,14 @@ from __future__ import annotations
 import duckdb
 
 from nsyscomm import duck
+from nsyscomm.analyses.warmup import STARTUP_SLACK_NS
 
-# sql/setup_calls.sql's rule b: a first call is setup when it takes SETUP_FACTOR times the later
-# calls' median and at least SETUP_MIN_NS (jitter on a 20 us call is no setup), compared with its
-# own op when SETUP_MIN_LATER later calls of it are as large
+# sql/setup_calls.sql's rule b: a first call on a device is setup when it takes SETUP_FACTOR times
+# the later calls' median and at least SETUP_MIN_NS, compared with its own op when SETUP_MIN_LATER
+# later calls of it are as large. SETUP_MIN_NS: a first call's own noise (allocation, a cold cache)
+# stays far below it, NCCL's initialization of a communicator (hundreds of ms) far above
 SETUP_FACTOR = 10.0
-SETUP_MIN_NS = 1_000_000
+SETUP_MIN_NS = 50_000_000
 SETUP_MIN_LATER = 3
 
 
@@ -37,14 +39,13 @@ def _count(con: duckdb.DuckDBPyConnection, query: str) -> int:
 
 
 def mark_startup(con: duckdb.DuckDBPyConnection) -> None:
-    """Set logical_collectives.startup on the collectives that are every participant's first call
-    of the job: the ranks meet there for the first time, so the difference of their arrivals is
-    when their processes started and reached it, not a late rank."""
-    con.execute("""
-        UPDATE logical_collectives SET startup = true
-        FROM (SELECT logical_id, count(*) AS firsts
-              FROM (SELECT rank, arg_min(logical_id, (exec_start, cpu_start, logical_id)) AS logical_id
-                    FROM collectives WHERE rank IS NOT NULL GROUP BY rank)
-              GROUP BY logical_id) f
-        WHERE f.logical_id = logical_collectives.logical_id
-          AND logical_collectives.participants >= 2 AND f.firsts = logical_collectives.participants""")
+    """Set logical_collectives.first_meet on the collectives that are every participant's first
+    call (sql/first_meetings.sql), and startup on those whose whole arrival skew start-up
+    explains: no rank is named late there. Beyond STARTUP_SLACK_NS of what start-up explains, a
+    rank's lateness is lateness, named like any other (a slow checkpoint load, a first batch)."""
+    con.execute(f"CREATE OR REPLACE TABLE first_meetings AS {duck.sql('first_meetings')}")
+    con.execute(
+        "UPDATE logical_collectives SET first_meet = true, startup = m.unexplained_ns <= $slack "
+        "FROM first_meetings m WHERE m.logical_id = logical_collectives.logical_id",
+        {"slack": STARTUP_SLACK_NS},
+    )

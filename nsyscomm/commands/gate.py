@@ -43,6 +43,7 @@ class GateOptions:
     missing_keys: str | None = None
     noise_sigma: float | None = None
     by: str | None = None
+    caller_line: bool | None = None
     fmt: str = "text"
     show: str = "changed"
     junit: str | None = None
@@ -65,6 +66,7 @@ def _gate(o: GateOptions) -> int:
         missing_keys=o.missing_keys,
         noise_sigma=o.noise_sigma,
         level=o.by,
+        caller_line=o.caller_line,
     )
     from nsyscomm import api
 
@@ -164,6 +166,13 @@ def _gate(o: GateOptions) -> int:
     "--by",
     type=click.Choice(["auto", "op", "caller"]),
     help="Compare per (op, size, n) or per caller too; auto (default): per caller when both sides have it.",
+)
+@click.option(
+    "--caller-line",
+    is_flag=True,
+    default=None,
+    help="Key callers by file:line function, each call site apart (default: file function, which edits "
+    "to other lines leave alone).",
 )
 @format_option(("text", "markdown", "json"))
 @click.option(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from typing import NoReturn
@@ -62,6 +63,14 @@ from nsyscomm.commands.summarize import VIEWS, emit
     "stacks (the late-arrival causes); light: NVTX and CUDA only, the smallest report; full: nsys's "
     "own OS-runtime defaults, every call with stacks (large on GPU jobs). docs/capture.md.",
 )
+@click.option(
+    "--skip-module",
+    "skip_module",
+    multiple=True,
+    metavar="MODULE",
+    help="A communication layer of yours (a module and its submodules) whose frames the caller column "
+    "skips to reach your line; repeatable. Also NSYSCOMM_SKIP_MODULES (comma-separated).",
+)
 @debug_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
@@ -75,6 +84,7 @@ def run(
     hang_timeout: str | None,
     export: str,
     preset: str,
+    skip_module: tuple[str, ...],
     debug: bool,
     cmd: tuple[str, ...],
 ) -> NoReturn:
@@ -89,6 +99,9 @@ def run(
     from nsyscomm.api import load
     from nsyscomm.capture.launcher import run as launch
 
+    if skip_module:  # the job's wrapper reads them from its environment (nsyscomm.capture.wrapper)
+        named = [os.environ.get("NSYSCOMM_SKIP_MODULES", ""), *skip_module]
+        os.environ["NSYSCOMM_SKIP_MODULES"] = ",".join(m for m in named if m)
     res = guard(
         lambda: launch(
             list(cmd),

@@ -33,8 +33,23 @@ class Run:
     def empty(self) -> bool:
         return not self.op_rows
 
-    def rows(self, level: str) -> dict[Key, dict]:
-        return self.caller_rows if level == "caller" and self.caller_rows is not None else self.op_rows
+    def rows(self, level: str, caller_line: bool = True) -> dict[Key, dict]:
+        """The rows keyed per op, or per caller ("file:line function"; "file function" without
+        caller_line: the call sites of one function are one key, which edits elsewhere do not move)."""
+        if level != "caller" or self.caller_rows is None:
+            return self.op_rows
+        if caller_line:
+            return self.caller_rows
+        return _merge_rows([{**r, "caller": without_line(r.get("caller"))} for r in self.caller_rows.values()], True)
+
+
+def without_line(caller: str | None) -> str | None:
+    """ "train.py:120 step" -> "train.py step": a caller as a key that survives edits to other lines."""
+    if not caller:
+        return caller
+    where, sep, function = caller.partition(" ")
+    file, colon, line = where.rpartition(":")
+    return f"{file} {function}".rstrip() if colon and line.isdigit() else caller
 
 
 def _aggregate(rows: list[dict]) -> dict:

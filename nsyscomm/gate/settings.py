@@ -39,6 +39,9 @@ class Settings:
     single_run_factor: float = 2.0
     single_run_share: float = 25.0
     level: str = "auto"  # compare per op (op, bytes, n) or per caller too; auto: caller when both sides have it
+    # a caller key is "file function" by default, so that an edit to unrelated lines moves no key;
+    # True keys it by "file:line function", each call site apart
+    caller_line: bool = False
     source: list[str] = field(default_factory=list)  # where the settings came from
 
     def to_dict(self) -> dict:
@@ -50,6 +53,7 @@ class Settings:
             "single_run_factor": self.single_run_factor,
             "single_run_share": self.single_run_share,
             "level": self.level,
+            "caller_line": self.caller_line,
             "source": self.source,
             "thresholds": {
                 k: {"rel_pct": t.rel, "abs": t.abs, "fail": t.fail, "enabled": t.enabled}
@@ -66,6 +70,7 @@ _TOP_KEYS = {
     "single_run_factor",
     "single_run_share",
     "by",
+    "caller_line",
     "rel",
     "abs",
     "ignore",
@@ -137,6 +142,10 @@ def apply_config(settings: Settings, cfg: dict, where: str) -> Settings:
             if v not in LEVELS:
                 raise InputError(f"{where}: by must be one of {', '.join(LEVELS)}, got {v!r}")
             s.level = v
+        elif k == "caller_line":
+            if not isinstance(v, bool):
+                raise InputError(f"{where}: caller_line must be true or false, got {v!r}")
+            s.caller_line = v
         elif k == "rel":  # a default for every metric
             x = _as_float(v, "rel", where)
             s.thresholds = {m: replace(t, rel=x) for m, t in s.thresholds.items()}
@@ -250,6 +259,7 @@ def override(
     level: str | None = None,
     single_run_factor: float | None = None,
     single_run_share: float | None = None,
+    caller_line: bool | None = None,
 ) -> Settings:
     """Command-line options on top of settings."""
     s = replace(settings, thresholds=dict(settings.thresholds))
@@ -276,6 +286,8 @@ def override(
         s.noise_sigma = noise_sigma
     if level is not None:
         s.level = level
+    if caller_line is not None:
+        s.caller_line = caller_line
     if single_run_factor is not None:
         s.single_run_factor = _factor(single_run_factor, "--single-run-factor")
     if single_run_share is not None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from nsyscomm import __version__
 from nsyscomm.errors import InputError
 from nsyscomm.gate.hang import hang_failure
-from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _num, per_rank
-from nsyscomm.gate.runs import Run, load_run, load_runs
+from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _int, _num, per_rank
+from nsyscomm.gate.runs import Run, load_run, load_runs, without_line
 from nsyscomm.gate.settings import Settings, Threshold
 from nsyscomm.gate.single_run import SingleRun, host_timed, noisy_row, single_run_margin, single_run_note
 from nsyscomm.views.units import signed_pct
@@ -181,6 +181,10 @@ def _pct(x: float | None) -> str:
     return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
 
 
+# host-timed figures that a rank's descheduling makes, not a call's communication
+_SCHEDULED = {"wait_ms", "arrival_delay_ms"}
+
+
 def compare_values(
     metric: Metric,
     thr: Threshold,
@@ -190,9 +194,12 @@ def compare_values(
     single: SingleRun | None = None,
 ) -> Comparison:
     """One metric of one item: baseline values (one per run that has it) against the current value.
-    With one baseline value there is no band: `single` (when given) widens the threshold."""
+    `single` is given for a host-timed or call-to-call noisy value: with one baseline value there
+    is no band, and it widens the threshold; with several, the runs' spread seen is no bound on
+    the scheduler's noise, and the band is widened by its own width on either side; waiting and
+    arrival delays, made of the scheduler's delays of whole ranks, keep the widened threshold too."""
     given = thr
-    if len(base) == 1 and single is not None:
+    if single is not None and (len(base) == 1 or metric.name in _SCHEDULED):
         thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
@@ -222,6 +229,8 @@ def compare_values(
     ref = statistics.median(base)
     spread = statistics.stdev(base) if len(base) > 1 else 0.0
     lo, hi = min(base) - noise_sigma * spread, max(base) + noise_sigma * spread
+    if single is not None and len(base) > 1:  # one more of the runs' own spread beyond their worst
+        lo, hi = lo - (max(base) - min(base)), hi + (max(base) - min(base))
     delta = cur - ref
     rel = (delta / abs(ref) * 100.0) if ref else (0.0 if delta == 0 else math.copysign(math.inf, delta))
     kw = {"ref": ref, "band": (lo, hi) if len(base) > 1 else None, "delta": delta, "rel": rel}
@@ -280,8 +289,8 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     items: list[Item] = []
 
     # --- keys
-    base_rows = [b.rows(level) for b in baselines]
-    cur_rows = current.rows(level)
+    base_rows = [b.rows(level, s.caller_line) for b in baselines]
+    cur_rows = current.rows(level, s.caller_line)
     keys = list(dict.fromkeys([k for rows in base_rows for k in rows] + list(cur_rows)))
     keys.sort(key=lambda k: (k.op, k.bytes is None, k.bytes or 0, k.group_size or 0, k.caller or ""))
     key_metrics = [m for m in METRICS if m.scope == "key"]
@@ -294,6 +303,13 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
         ccall = _num(cur.get("calls")) if cur else None
         item = Item("key", k.label(), key=k, baseline_calls=bcall, current_calls=ccall)
         items.append(item)
+        aside = [r.source for r in (current, *baselines) if _set_aside_in(r, k)]
+        if (not in_base or cur is None) and aside:
+            # one run's first call of a communicator was its setup, another's was not: the key is
+            # the same calls, not a new or vanished one (docs/gate.md, "Set-aside calls")
+            item.status = NEW if not in_base else MISSING
+            item.note = f"set aside as communicator setup in {', '.join(aside[:2])}: not gated"
+            continue
         if not in_base:
             if s.new_keys != "ignore":
                 _policy_status(item, s.new_keys, NEW, (ccall or 0) >= s.min_calls)
@@ -372,6 +388,21 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     if current.empty and all(b.empty for b in baselines):
         notes.append("no collective calls on either side: nothing to compare")
     return Verdict(items, level, [b.source for b in baselines], current.source, s, notes, hang_failure(current))
+
+
+def _set_aside_in(run: Run, key: Key) -> bool:
+    """Whether the run set aside calls of this key as their communicator's setup (its `setup` rows)."""
+    rows = (run.doc.get("setup") or {}).get("rows") if isinstance(run.doc.get("setup"), dict) else None
+    for r in rows if isinstance(rows, list) else []:
+        if not isinstance(r, dict) or r.get("op") != key.op or _int(r.get("bytes")) != key.bytes:
+            continue
+        n = _int(r.get("participants"))
+        if key.group_size is not None and n is not None and n != key.group_size:
+            continue
+        caller = r.get("caller") if isinstance(r.get("caller"), str) else None
+        if key.caller is None or key.caller in (caller, without_line(caller)):
+            return True
+    return False
 
 
 def _settle(item: Item, gated: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from nsyscomm.analyses.contract import notes
 from nsyscomm.analyses.result import Result
+from nsyscomm.views import whatif_out
 
 
 def lines(result: Result) -> list[str]:
@@ -28,13 +29,9 @@ def lines(result: Result) -> list[str]:
         out.append(f"  why: {sample['detail']}")
         if len(out) >= 8:
             break
-    best = [r for r in result.what_if if r.get("saved_ms") and r["saved_ms"] > 0]
+    best = whatif_out.best_line(result.what_if)
     if best:
-        b = max(best, key=lambda r: r["saved_ms"])
-        out.append(
-            f"best what-if: {b['scenario']} saves {b['saved_ms']:.3f} ms per step "
-            f"({b['step_ms_before']:.3f} -> {b['step_ms_after']:.3f} ms)"
-        )
+        out.append(best)
     dims = result.dimensions
     known = dims[dims["dimension"] != "unknown"] if not dims.empty else dims
     if len(known):

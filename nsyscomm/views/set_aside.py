@@ -28,17 +28,36 @@ def lines(result: Result) -> list[str]:
         out.append(
             f"setup: NCCL's log (Init timings) gives {len(inits)} communicator init(s), the longest {max(inits):.2f} s"
         )
-    st = result.startup
-    if st["collectives"]:
-        out.append(
-            f"start-up: {st['collectives']} collective(s) were their ranks' first (arrival skew up to "
-            f"{st['max_skew_ms']:.3f} ms, the processes' start-up): no rank named late for it, left out of "
-            f"the arrival skew and the gate; the what-if's no_straggler keeps it"
-        )
+    out += _first_meeting_lines(result.startup)
     w = result.warmup
     if w["steps"]:
         parts = "; ".join(f"step {p['step']} ({p['step_ms']:.3f} ms): {p['reason']}" for p in w["per_step"])
         out.append(f"warm-up: {parts}; left out of the what-if's job figures and the charts' scale")
+    return out
+
+
+def _first_meeting_lines(st: dict) -> list[str]:
+    """The job's first meetings: what start-up explains is set aside; the rank that came later
+    than that is named, with how much, here as in the Diagnosis."""
+    out = []
+    for r in st["rows"].itertuples(index=False):
+        if r.skew_ms < 0.1:  # the noise of late arrivals (nsyscomm.analyses.late): nothing to say
+            continue
+        who = f"rank {int(r.last_rank)} came last, {r.skew_ms:.3f} ms after the first"
+        where = f"{r.op}" + (f" at step {int(r.step)}" if pd.notna(r.step) else "")
+        if r.set_aside:
+            out.append(
+                f"start-up: the ranks' first collective ({where}): {who}, which their start explains "
+                f"({r.startup_ms:.3f} ms): no rank named late for it, left out of the arrival skew and the gate; "
+                f"the what-if's no_straggler keeps it"
+            )
+        else:
+            out.append(
+                f"start-up: the ranks' first collective ({where}): {who}; their start explains "
+                f"{r.startup_ms:.3f} ms of it, the other {r.late_ms:.3f} ms is lateness: rank "
+                f"{int(r.last_rank)} is named late in the Diagnosis and the what-if counts it; "
+                f"the gate's arrival and wait figures leave first meetings out"
+            )
     return out
 
 

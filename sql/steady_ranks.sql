@@ -1,0 +1,26 @@
+-- Per rank, the steady figures the gate compares (docs/gate.md, "Start-up and warm-up stay out"):
+-- over the calls outside the warm-up steps ($warmup: their numbers, comma-separated, from
+-- nsyscomm.analyses.warmup), the setup calls
+-- and the job's first meetings left out: what the processes did before their steady state (lazy
+-- loading in a first backward pass, a checkpoint load) is no communication. comm_ms: the calls'
+-- time; wait_ms: beyond their collective's latency; avg_arrival_delay_ms: arrival after the first
+-- rank, over collectives of two ranks or more. The job's last step is left out too when it holds
+-- fewer calls than the median step: no training step, what runs after the last optimizer step
+-- (the teardown's barrier, where a rank waited 4.4 s for no communication in one of ten unchanged
+-- runs on a loaded host). Inputs: collectives, logical_collectives.
+WITH per_step AS (
+    SELECT step, count(*) AS calls FROM collectives WHERE step IS NOT NULL AND NOT setup GROUP BY step
+),
+tail AS (
+    SELECT max(step) AS step FROM per_step
+    HAVING count(*) >= 3 AND arg_max(calls, step) < median(calls)
+),
+c AS (
+    SELECT c.rank, c.duration_ns, c.duration_ns - l.latency_ns AS wait_ns,
+           CASE WHEN l.participants >= 2 THEN c.exec_start - l.first_arrival END AS delay_ns
+    FROM collectives c JOIN logical_collectives l USING (logical_id)
+    WHERE NOT c.setup AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), s -> TRY_CAST(s AS BIGINT)), coalesce(c.step, -1))
+)
+SELECT rank, count(*) AS calls, sum(duration_ns) / 1e6 AS comm_ms, sum(wait_ns) / 1e6 AS wait_ms,
+       avg(delay_ns) / 1e6 AS avg_arrival_delay_ms
+FROM c GROUP BY rank ORDER BY rank
