@@ -52,7 +52,7 @@ def job(request, tmp_path_factory):
     assert sorted(own) == [0, 1]
     loaded = nsyscomm.load(res.reports)
     assert not any("could not be paired" in w for w in loaded.warnings), loaded.warnings
-    return loaded, own, request.param
+    return loaded, own, request.param, res.reports
 
 
 def _sync_ms(own, key):
@@ -69,7 +69,7 @@ def _plain(c):
 
 
 def test_invariants(job):
-    res, _, _ = job
+    res, _, _, _ = job
     c = res.collectives
     assert (c["duration_ns"] >= 0).all() and (c["exec_end"] >= c["exec_start"]).all()
     assert (c["exec_start"] >= c["cpu_start"]).all()
@@ -80,7 +80,7 @@ def test_invariants(job):
 def test_async_all_reduce_takes_as_long_as_a_synchronous_one(job):
     """async_op=True (16 MiB), then 150 ms of the program's own work, then wait(): the call's
     execution is the transfer (about a synchronous all_reduce of the size), not its enqueue."""
-    res, own, profiler = job
+    res, own, profiler, _ = job
     sync = _sync_ms(own, "sync_ns")
     for r, calls in _plain(res.collectives).items():
         a = calls.iloc[6]
@@ -96,7 +96,7 @@ def test_async_all_reduce_takes_as_long_as_a_synchronous_one(job):
 
 def test_async_all_reduce_cannot_end_before_the_late_rank_enqueues(job):
     """Rank 1 sleeps 400 ms before its side: rank 0's work completes after rank 1's enqueue."""
-    res, _, _ = job
+    res, _, _, _ = job
     calls = _plain(res.collectives)
     r0, r1 = calls[0].iloc[7], calls[1].iloc[7]
     assert r0["exec_end"] >= r1["cpu_start"]
@@ -106,7 +106,7 @@ def test_async_all_reduce_cannot_end_before_the_late_rank_enqueues(job):
 def test_irecv_cannot_end_before_the_send_is_posted(job):
     """irecv, and a batch_isend_irecv exchange: rank 0's receive from rank 1 ends after rank 1,
     400 ms late, posted its send."""
-    res, _, _ = job
+    res, _, _, _ = job
     c = res.collectives
     for recv_api, send_api in (("irecv", "isend"), ("batch_isend_irecv", "batch_isend_irecv")):
         recv = c[(c["rank"] == 0) & (c["op"] == "recv") & (c["api"] == recv_api)]
@@ -117,7 +117,7 @@ def test_irecv_cannot_end_before_the_send_is_posted(job):
 
 
 def test_functional_all_reduce_runs_until_the_late_rank_and_its_wait(job):
-    res, _, profiler = job
+    res, _, profiler, _ = job
     c = res.collectives
     f = c[c["api"] == "funcol.all_reduce"].set_index("rank")
     assert f.loc[0, "exec_end"] >= f.loc[1, "cpu_start"]
@@ -128,7 +128,7 @@ def test_functional_all_reduce_runs_until_the_late_rank_and_its_wait(job):
 def test_ddp_buckets_take_as_long_as_a_synchronous_all_reduce(job):
     """DDP's reducer all_reduces each 1 MiB bucket on gloo's thread while backward goes on: its
     execution is comparable to the program's synchronous all_reduce of the same size."""
-    res, own, _ = job
+    res, own, _, _ = job
     c = res.collectives
     buckets = c[(c["api"] == "ddp.allreduce") & (c["bytes"] == 4 * (512 * 512 + 512))]
     assert len(buckets) >= 2 * 8, buckets  # 4 buckets x 2 ranks x the steps after the first
@@ -137,3 +137,23 @@ def test_ddp_buckets_take_as_long_as_a_synchronous_all_reduce(job):
     enqueue = statistics.median(buckets["cpu_end"] - buckets["cpu_start"]) / MS
     assert took >= 0.25 * sync, (took, sync, enqueue)
     assert took >= 1.5 * enqueue, (took, enqueue)
+
+
+def test_an_arrow_export_reads_the_same_marks(job, tmp_path):
+    """nsys's Arrow export (what `nsyscomm run` exports by default) gives the same spans and waits."""
+    import subprocess
+
+    import nsyscomm
+
+    res, _, profiler, reports = job
+    if profiler != "nsys":
+        pytest.skip("an nsys report only")
+    out = tmp_path / "report.sqlite"  # the same name: rows name their report
+    rep = Path(reports[0]).with_suffix(".nsys-rep")
+    subprocess.run(
+        ["nsys", "export", "--type", "arrow", "-f", "true", "-o", str(out), str(rep)], check=True, capture_output=True
+    )
+    cols = ["rank", "op", "group", "seq", "peer", "exec_start", "exec_end", "wait_start", "wait_end"]
+    got = nsyscomm.load([out]).collectives[cols].sort_values(cols[:5]).reset_index(drop=True)
+    want = res.collectives[cols].sort_values(cols[:5]).reset_index(drop=True)
+    assert got.equals(want) and want["wait_end"].notna().sum() >= 4
