@@ -1,21 +1,41 @@
 -- mpitrace's per-task table: calls, bytes, communication time, waiting, elapsed, % comm.
--- wait = a call's duration beyond its logical collective's latency (time spent waiting for
--- other ranks). Calls that set up their communicator are left out. Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
+-- comm = the time at least one of the rank's calls was in flight: the union of their execution
+-- spans, so calls in flight together (DDP's buckets, FSDP's prefetch on a second stream) count
+-- once and % comm never passes 100. wait = the part of that time spent waiting for other ranks:
+-- the union of each call's first (duration - its logical collective's latency), the time before
+-- the last rank arrived. Calls that set up their communicator are left out.
+-- Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
 WITH per_row AS (
-    SELECT c.rank, c.duration_ns, coalesce(c.bytes, 0) AS bytes, c.duration_ns - l.latency_ns AS wait_ns
+    SELECT c.rank, coalesce(c.bytes, 0) AS bytes, c.exec_start AS s, c.exec_end AS e,
+           c.exec_start + greatest(0, c.duration_ns - l.latency_ns) AS we
     FROM collectives c
     JOIN logical_collectives l
       ON l.logical_id = c.logical_id
-    WHERE NOT c.setup
+    WHERE NOT c.setup AND c.exec_start IS NOT NULL AND c.exec_end IS NOT NULL
+),
+-- each span's part not covered by the rank's spans that began before it: their sum is the union
+comm_part AS (
+    SELECT rank, greatest(0, e - greatest(s, coalesce(max(e) OVER w, s))) AS ns
+    FROM per_row
+    WINDOW w AS (PARTITION BY rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+wait_part AS (
+    SELECT rank, greatest(0, we - greatest(s, coalesce(max(we) OVER w, s))) AS ns
+    FROM per_row
+    WINDOW w AS (PARTITION BY rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 per_rank AS (
-    SELECT rank, count(*) AS calls, sum(bytes) AS bytes, sum(duration_ns) AS comm_ns, sum(wait_ns) AS wait_ns
-    FROM per_row GROUP BY rank
-)
+    SELECT rank, count(*) AS calls, sum(bytes) AS bytes FROM per_row GROUP BY rank
+),
+comm AS (SELECT rank, sum(ns) AS comm_ns FROM comm_part GROUP BY rank),
+waits AS (SELECT rank, sum(ns) AS wait_ns FROM wait_part GROUP BY rank)
 SELECT p.rank, s.host, p.calls, p.bytes,
-       p.comm_ns / 1e6                                  AS comm_ms,
-       p.wait_ns / 1e6                                  AS wait_ms,
+       c.comm_ns / 1e6                                  AS comm_ms,
+       w.wait_ns / 1e6                                  AS wait_ms,
        (s.last_ns - s.first_ns) / 1e6                   AS elapsed_ms,
-       CASE WHEN s.last_ns > s.first_ns THEN 100.0 * p.comm_ns / (s.last_ns - s.first_ns) END AS comm_pct
-FROM per_rank p LEFT JOIN rank_spans s ON s.rank = p.rank
+       CASE WHEN s.last_ns > s.first_ns THEN 100.0 * c.comm_ns / (s.last_ns - s.first_ns) END AS comm_pct
+FROM per_rank p
+JOIN comm c ON c.rank = p.rank
+JOIN waits w ON w.rank = p.rank
+LEFT JOIN rank_spans s ON s.rank = p.rank
 ORDER BY p.rank

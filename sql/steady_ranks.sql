@@ -16,11 +16,21 @@ tail AS (
     HAVING count(*) >= 3 AND arg_max(calls, step) < median(calls)
 ),
 c AS (
-    SELECT c.rank, c.duration_ns, c.duration_ns - l.latency_ns AS wait_ns,
+    SELECT c.rank, c.exec_start AS s, c.exec_end AS e,
+           c.exec_start + greatest(0, c.duration_ns - l.latency_ns) AS we,
            CASE WHEN l.participants >= 2 THEN c.exec_start - l.first_arrival END AS delay_ns
     FROM collectives c JOIN logical_collectives l USING (logical_id)
-    WHERE NOT c.setup AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), s -> TRY_CAST(s AS BIGINT)), coalesce(c.step, -1))
+    WHERE NOT c.setup AND c.exec_start IS NOT NULL AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), x -> TRY_CAST(x AS BIGINT)), coalesce(c.step, -1))
+),
+-- comm and wait as sql/ranks.sql counts them: calls in flight together count once
+parts AS (
+    SELECT rank, delay_ns,
+           greatest(0, e - greatest(s, coalesce(max(e) OVER w, s))) AS comm_part,
+           greatest(0, we - greatest(s, coalesce(max(we) OVER v, s))) AS wait_part
+    FROM c
+    WINDOW w AS (PARTITION BY rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+           v AS (PARTITION BY rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
-SELECT rank, count(*) AS calls, sum(duration_ns) / 1e6 AS comm_ms, sum(wait_ns) / 1e6 AS wait_ms,
+SELECT rank, count(*) AS calls, sum(comm_part) / 1e6 AS comm_ms, sum(wait_part) / 1e6 AS wait_ms,
        avg(delay_ns) / 1e6 AS avg_arrival_delay_ms
-FROM c GROUP BY rank ORDER BY rank
+FROM parts GROUP BY rank ORDER BY rank

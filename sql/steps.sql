@@ -1,12 +1,23 @@
 -- Per training step (from the wrapper's step field: a step begins at optimizer.step() or
 -- nsyscomm.step(i), step 0 is what precedes the first): communication time summed over ranks
+-- (each rank's time with a call in flight),
 -- (waiting for late ranks included), the rank with the most of it, the rank that kept the others
 -- waiting longest (the last to arrive, weighted by how late), and the step's mean and worst
 -- arrival skew. Input: collectives, logical_collectives. Calls that set up their communicator, and
 -- the skew start-up explains (startup), are left out.
-WITH per_rank AS (
-    SELECT step, rank, sum(duration_ns) AS comm_ns, count(*) AS calls
-    FROM collectives WHERE step IS NOT NULL AND NOT setup GROUP BY step, rank
+WITH in_step AS (
+    SELECT step, rank, exec_start AS s, exec_end AS e
+    FROM collectives WHERE step IS NOT NULL AND NOT setup AND exec_start IS NOT NULL
+),
+-- a rank's time in flight in the step, calls in flight together counted once (as sql/ranks.sql):
+-- each span's part not covered by the spans that began before it
+parts AS (
+    SELECT step, rank, greatest(0, e - greatest(s, coalesce(max(e) OVER w, s))) AS ns
+    FROM in_step
+    WINDOW w AS (PARTITION BY step, rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+per_rank AS (
+    SELECT step, rank, sum(ns) AS comm_ns, count(*) AS calls FROM parts GROUP BY step, rank
 ),
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
