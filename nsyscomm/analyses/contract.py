@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from nsyscomm import __version__
+from nsyscomm.analyses import invariants
 from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "tool": "nsyscomm",
         "version": __version__,
         "reports": result.reports,
+        "capture_ms": result.capture_ms,  # first event to last, every rank's processes together
         "summary": records(result.summarize(by_caller=by_caller), SUMMARY_KEYS),
         "ranks": records(result.ranks, RANK_KEYS),
         "skew": result.skew,
@@ -166,7 +168,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
     from nsyscomm.analyses.hang import contract  # issue 22
 
     doc["hang"] = contract(result.hang)
-    return doc
+    return invariants.check(doc)
 
 
 def _finite(v):

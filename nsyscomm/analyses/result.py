@@ -89,6 +89,16 @@ class Result:
         return self._query("ranks")
 
     @property
+    def capture_ms(self) -> float | None:
+        """The job's capture: from its first process's first event to its last one's last event
+        (rank_spans; None where the job has no such spans)."""
+        try:
+            row = self.con.execute("SELECT (max(last_ns) - min(first_ns)) / 1e6 FROM rank_spans").fetchone()
+        except duckdb.Error:
+            return None
+        return float(row[0]) if row and row[0] is not None else None
+
+    @property
     def skew_ranks(self) -> pd.DataFrame:
         return self._query("skew")
 
