@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from nsyscomm.cli import main
 from nsyscomm.ingest.nsys import arrow as nsys_arrow
 from tests.arrow_convert import convert
-from tests.conftest import REAL_NSYS, SAMPLES, job_did_its_work
+from tests.conftest import SAMPLES, job_did_its_work, real_nsys_files
 
 JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "gloo_job.py"
 
@@ -37,7 +37,7 @@ def _cases():
     for p in sorted(SAMPLES.iterdir()) if SAMPLES.exists() else []:
         if p.suffix == ".sqlite" or (p.is_dir() and any(p.glob("*.sqlite"))):
             out.append(pytest.param(p, id=p.stem))
-    for p in sorted(REAL_NSYS.glob("*.sqlite")) if REAL_NSYS.exists() else []:
+    for p in real_nsys_files():
         out.append(pytest.param(p, id=p.stem))
     out.append(pytest.param("generated", id="generated-ddp-seed11"))
     return out

@@ -9,12 +9,11 @@ from click.testing import CliRunner
 
 import nsyscomm
 from nsyscomm.cli import main
-from tests.conftest import real_nsys_files, ro
+from tests.conftest import REAL_NSYS, REAL_NSYS_NAMES, real_file, real_nsys_files, ro
 
 REAL = real_nsys_files()
 
 
-@pytest.mark.skipif(not REAL, reason="../shared/real/nsys not present beside the project")
 @pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "csv"])
 def test_every_real_export_summarizes(path, fmt):
@@ -27,7 +26,6 @@ def test_every_real_export_summarizes(path, fmt):
         assert set(doc) >= {"summary", "ranks", "skew", "warnings"}
 
 
-@pytest.mark.skipif(not REAL, reason="../shared/real/nsys not present beside the project")
 @pytest.mark.parametrize(
     "name",
     [
@@ -39,7 +37,7 @@ def test_every_real_export_summarizes(path, fmt):
     ],
 )
 def test_reports_without_collectives_say_so_in_one_line(name):
-    path = next(p for p in REAL if p.name == name)
+    path = real_file(f"nsys/{name}")
     r = CliRunner().invoke(main, ["summarize", str(path)])
     assert r.exit_code == 0
     assert r.output.splitlines()[0] == f"No collective calls found in {name}."
@@ -94,3 +92,9 @@ def test_input_file_is_not_modified(h100_window):
     assert hashlib.sha256(h100_window.read_bytes()).hexdigest() == before
     assert h100_window.stat().st_mtime_ns == mtime
     assert not list(h100_window.parent.glob(h100_window.name + "-*"))  # no -journal / -wal beside it
+
+
+@pytest.mark.skipif(not REAL_NSYS.is_dir(), reason="../shared/real/nsys not present beside the checkout")
+def test_real_data_list_is_complete():
+    """Every export in ../shared/real/nsys is in the suite's list (and so in every test over it)."""
+    assert sorted(p.name for p in REAL_NSYS.glob("*.sqlite")) == sorted(REAL_NSYS_NAMES)
