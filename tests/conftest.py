@@ -65,13 +65,25 @@ def pytest_collection_modifyitems(config, items):
 TEARDOWN = "the job failed in its teardown, after its work"
 
 
-def job_did_its_work(exit_code: int, messages) -> bool:
-    """A profiled job under `nsyscomm run` did its work: it exited 0, or nsyscomm found from the
-    flight records that it failed only in its teardown. torch's gloo aborts a rank there now and
-    then, profiled or not, even after a barrier (docs/capture.md, "A job that fails in its
-    teardown"); the report is complete then, and what the test asserts of it still holds."""
+# a job under test writes done.<rank> here once its work is done (tests/data/*_job.py)
+DONE_ENV = "NSYSCOMM_TEST_DONE_DIR"
+
+
+def job_did_its_work(exit_code: int, messages, ranks_done: int, world: int) -> bool:
+    """A profiled job under `nsyscomm run` did its work: every one of its `world` ranks recorded
+    the end of its work itself (ranks_done, from files the program wrote: done_ranks()), and it
+    exited 0 or nsyscomm found from the flight records that it failed only in its teardown.
+    torch's gloo aborts a rank there now and then, profiled or not, even after a barrier
+    (docs/capture.md, "A job that fails in its teardown"); the report is complete then, and what
+    the test asserts of it still holds. nsyscomm's note alone is not enough: a note printed for a
+    job that failed in its work would pass every failure."""
     text = messages if isinstance(messages, str) else "\n".join(messages)
-    return exit_code == 0 or TEARDOWN in text
+    return ranks_done == world and (exit_code == 0 or TEARDOWN in text)
+
+
+def done_ranks(done_dir: Path, pattern: str = "done.*") -> int:
+    """How many ranks wrote their done file (DONE_ENV) in done_dir."""
+    return len(list(Path(done_dir).glob(pattern)))
 
 
 def ro(path: Path) -> sqlite3.Connection:
