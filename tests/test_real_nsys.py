@@ -61,6 +61,19 @@ def test_h100_window_numbers(h100_window):
     assert sorted(c.groupby("rank").size().tolist()) == [33, 33]
     a2a = c[(c.op == "all_to_all") & (c.source == "torch_range")]
     assert len(a2a) == 64
+    # the same counts with plain SQL on the export: NCCL kernels per process, and those whose
+    # launch (same correlation id in the same process) is recorded
+    with ro(h100_window) as con:
+        per_proc = con.execute(
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+            WHERE s.value LIKE 'nccl%' GROUP BY k.globalPid"""
+        ).fetchall()
+        launched = con.execute(
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+            WHERE s.value LIKE 'nccl%' AND EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+              WHERE r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24))"""
+        ).fetchone()[0]
+    assert sorted(n for (n,) in per_proc) == [33, 33] and launched == len(a2a)
     assert (a2a.api == "nccl:all_to_all").all()
     bare = c[c.source == "kernel_name"]
     assert len(bare) == 2 and bare.cpu_start.isna().all() and (bare.kernel == "ncclDevKernel_SendRecv").all()
