@@ -109,3 +109,10 @@ def test_busbw_end_to_end_every_family(tmp_path):
         algbw = nbytes / lat  # bytes per ns = GB/s
         assert s["algbw_GBps"] == pytest.approx(algbw, rel=1e-6), op
         assert s["busbw_GBps"] == pytest.approx(algbw * NCCL_TESTS[op](len(granks)), rel=1e-6), (op, granks)
+
+
+def test_an_unknown_factor_kind_is_an_error(monkeypatch):
+    """A misspelt kind in the table must not pass for another family's factor."""
+    monkeypatch.setitem(busbw._FACTOR_KIND, "all_to_all", "nm-1")
+    with pytest.raises(ValueError, match=r"^busbw: unknown factor kind 'nm-1' for all_to_all$"):
+        busbw.busbw_factor("all_to_all", 4)
