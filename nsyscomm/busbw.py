@@ -45,7 +45,10 @@ def busbw_factor(op: str, n: int | None) -> float | None:
         return 1.0
     if kind == "allreduce":
         return 2.0 * (n - 1) / n
-    return (n - 1) / n
+    if kind == "nm1":
+        return (n - 1) / n
+    # a kind spelled wrong must not pass for another family's factor
+    raise ValueError(f"busbw: unknown factor kind {kind!r} for {op}")
 
 
 def factor_rows() -> list[tuple[str, str | None]]:

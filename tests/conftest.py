@@ -21,8 +21,43 @@ def real_file(relpath: str) -> Path:
     return p
 
 
+# Every real nsys export the suite reads (../shared/real/nsys; MANIFEST.md there). The list is
+# written out, never globbed, so that a checkout without ../shared collects the same tests and
+# skips each one that needs a missing file, naming it (pytest_collection_modifyitems below);
+# test_real_data_list_is_complete fails when a file is added there and not here.
+REAL_NSYS_NAMES = (
+    "nsys2022.1_1gpu_schema2.9.sqlite",
+    "nsys2023.3_no_cuda_no_nvtx.sqlite",
+    "nsys2025.1_1gpu_nvtx.sqlite",
+    "nsys2025.3_1xH100_nccl2.28_run_light.sqlite",
+    "nsys2026.1_tiny.sqlite",
+    "nsys2026.2_2xH100_nccl_window.sqlite",
+    "nsys2026.2_2xH100_nonccl_window.sqlite",
+)
+
+
 def real_nsys_files() -> list[Path]:
-    return sorted(REAL_NSYS.glob("*.sqlite")) if REAL_NSYS.exists() else []
+    """The real nsys exports, present or not (a test given a missing one is skipped)."""
+    return [REAL_NSYS / name for name in REAL_NSYS_NAMES]
+
+
+def _missing_real(value) -> Path | None:
+    if isinstance(value, Path) and not value.exists() and value.is_relative_to(REAL):
+        return value
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test parametrized with a real file that is absent is skipped with the file's name: the
+    test list is the same with and without ../shared."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        missing = next((m for m in map(_missing_real, params.values()) if m is not None), None)
+        if missing is not None:
+            rel = missing.relative_to(REAL)
+            item.add_marker(
+                pytest.mark.skip(reason=f"real data {rel} not present (../shared/real is beside the checkout)")
+            )
 
 
 # what `nsyscomm run` says when the flight records show every rank's program ran to its end and
@@ -30,13 +65,25 @@ def real_nsys_files() -> list[Path]:
 TEARDOWN = "the job failed in its teardown, after its work"
 
 
-def job_did_its_work(exit_code: int, messages) -> bool:
-    """A profiled job under `nsyscomm run` did its work: it exited 0, or nsyscomm found from the
-    flight records that it failed only in its teardown. torch's gloo aborts a rank there now and
-    then, profiled or not, even after a barrier (docs/capture.md, "A job that fails in its
-    teardown"); the report is complete then, and what the test asserts of it still holds."""
+# a job under test writes done.<rank> here once its work is done (tests/data/*_job.py)
+DONE_ENV = "NSYSCOMM_TEST_DONE_DIR"
+
+
+def job_did_its_work(exit_code: int, messages, ranks_done: int, world: int) -> bool:
+    """A profiled job under `nsyscomm run` did its work: every one of its `world` ranks recorded
+    the end of its work itself (ranks_done, from files the program wrote: done_ranks()), and it
+    exited 0 or nsyscomm found from the flight records that it failed only in its teardown.
+    torch's gloo aborts a rank there now and then, profiled or not, even after a barrier
+    (docs/capture.md, "A job that fails in its teardown"); the report is complete then, and what
+    the test asserts of it still holds. nsyscomm's note alone is not enough: a note printed for a
+    job that failed in its work would pass every failure."""
     text = messages if isinstance(messages, str) else "\n".join(messages)
-    return exit_code == 0 or TEARDOWN in text
+    return ranks_done == world and (exit_code == 0 or TEARDOWN in text)
+
+
+def done_ranks(done_dir: Path, pattern: str = "done.*") -> int:
+    """How many ranks wrote their done file (DONE_ENV) in done_dir."""
+    return len(list(Path(done_dir).glob(pattern)))
 
 
 def ro(path: Path) -> sqlite3.Connection:
@@ -46,9 +93,7 @@ def ro(path: Path) -> sqlite3.Connection:
 def job_inputs() -> list:
     """pytest params for every job we can test a view on: the real H100 window and each sample job."""
     out = []
-    h100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
-    if h100.exists():
-        out.append(pytest.param(h100, id="real-h100-window"))
+    out.append(pytest.param(REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite", id="real-h100-window"))
     if SAMPLES.exists():
         for p in sorted(SAMPLES.iterdir()):
             if p.suffix == ".sqlite" or (p.is_dir() and any(p.glob("*.sqlite"))):

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from nsyscomm.cli import main
 from nsyscomm.ingest.nsys import arrow as nsys_arrow
 from tests.arrow_convert import convert
-from tests.conftest import REAL_NSYS, SAMPLES, job_did_its_work
+from tests.conftest import DONE_ENV, SAMPLES, done_ranks, job_did_its_work, real_nsys_files
 
 JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "gloo_job.py"
 
@@ -37,7 +37,7 @@ def _cases():
     for p in sorted(SAMPLES.iterdir()) if SAMPLES.exists() else []:
         if p.suffix == ".sqlite" or (p.is_dir() and any(p.glob("*.sqlite"))):
             out.append(pytest.param(p, id=p.stem))
-    for p in sorted(REAL_NSYS.glob("*.sqlite")) if REAL_NSYS.exists() else []:
+    for p in real_nsys_files():
         out.append(pytest.param(p, id=p.stem))
     out.append(pytest.param("generated", id="generated-ddp-seed11"))
     return out
@@ -165,10 +165,20 @@ def _torch_ok() -> bool:
 
 
 def _profile(out: Path, **kw):
+    """The gloo job under the launcher; the result and how many ranks recorded their end."""
     from nsyscomm.capture.launcher import run
 
     if not _torch_ok():
         pytest.skip("needs torch and nvtx <= 0.2.11 (nsys 2022.4 records NVTX ranges only from those)")
+    done = out.parent / f"{out.name}.done"
+    done.mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(DONE_ENV, str(done))
+        res = _launch(run, out, **kw)
+    return res, done_ranks(done)
+
+
+def _launch(run, out: Path, **kw):
     return run(
         [
             sys.executable,
@@ -191,8 +201,8 @@ def _profile(out: Path, **kw):
 @pytest.fixture(scope="module")
 def real_job(tmp_path_factory):
     base = tmp_path_factory.mktemp("arrow_real")
-    res = _profile(base / "out", export="sqlite")
-    assert job_did_its_work(res.exit_code, res.warnings) and len(res.reports) == 1, res.warnings
+    res, done = _profile(base / "out", export="sqlite")
+    assert job_did_its_work(res.exit_code, res.warnings, done, 2) and len(res.reports) == 1, res.warnings
     return res
 
 
@@ -224,8 +234,10 @@ def test_run_logs_each_stage(real_job):
 
 @needs_nsys
 def test_light_preset_completes_and_summarizes(tmp_path):
-    res = _profile(tmp_path / "out", export="arrow", preset="light")
-    assert job_did_its_work(res.exit_code, res.warnings) and [p.suffix for p in res.reports] == [".arrow"], res.warnings
+    res, done = _profile(tmp_path / "out", export="arrow", preset="light")
+    assert job_did_its_work(res.exit_code, res.warnings, done, 2) and [p.suffix for p in res.reports] == [".arrow"], (
+        res.warnings
+    )
     cmd = (res.output_dir / "nsys-command.txt").read_text()
     assert "--trace=nvtx " in cmd and "osrt" not in cmd
     code, out = _json(*res.reports)

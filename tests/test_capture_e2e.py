@@ -77,7 +77,7 @@ def _nvtx_messages(sqlite_path):
 
 def test_run_succeeds_and_exports(job):
     res, did = job
-    assert job_did_its_work(res.exit_code, res.warnings), res.warnings
+    assert job_did_its_work(res.exit_code, res.warnings, len(did), WORLD), res.warnings
     assert len(res.reports) == 1 and res.reports[0].suffix == ".sqlite"
     assert sorted(did) == list(range(WORLD))
 

@@ -59,7 +59,9 @@ def runs(tmp_path_factory):
 
 def test_results_bit_identical(runs):
     for r in range(2):
-        for a, b in zip(runs[False][r]["full"], runs[True][r]["full"]):
+        plain, annotated = runs[False][r]["full"], runs[True][r]["full"]
+        assert len(plain) == len(annotated) > 0
+        for a, b in zip(plain, annotated, strict=True):
             assert torch.equal(a, b)
 
 

@@ -351,6 +351,23 @@ def test_real_export_without_blobs():
         "ncclGroupStart": 66,
         "ncclGroupEnd": 66,
     }
+    # the same counts with plain SQL on the export, and its NCCL kernels (66)
+    con = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    try:
+        names = dict(
+            con.execute(
+                """SELECT s.value, count(*) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId
+                WHERE s.value IN ('ncclSend', 'ncclRecv', 'ncclCommCount', 'ncclGroupStart', 'ncclGroupEnd')
+                GROUP BY 1"""
+            ).fetchall()
+        )
+        kernels = con.execute(
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+            WHERE s.value LIKE 'nccl%'"""
+        ).fetchone()[0]
+    finally:
+        con.close()
+    assert names == ev["name"].value_counts().to_dict() and kernels == len(e.calls)
     # 2.27 registers the reduction-op enum as schema (1<<24)+16 (it was +11 in 2.19)
     assert dict((f, t) for f, t, _o in schemas[B + 7].entries)["redop"] == B + 16
     units = nccl_payload.build_units(ev, {})

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from nsyscomm.cli import main
 from tests import job_shapes
-from tests.conftest import SAMPLES, job_did_its_work
+from tests.conftest import DONE_ENV, SAMPLES, done_ranks, job_did_its_work
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 NODES = SAMPLES / "synthetic_nowrapper_2node"
@@ -152,10 +152,11 @@ def test_real_plain_loop_steps_and_slow_rank(tmp_path):
     in which rank 1 sleeps 30 ms before the all_reduce, then a barrier. Steps 0-7 are the
     iterations, each led by rank 1; step 8 holds the barrier alone; the lines say so."""
     env = {k: v for k, v in os.environ.items() if k != "NSYSCOMM_HANG_TIMEOUT"}
+    env[DONE_ENV] = str(tmp_path)
     cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(tmp_path / "out"), "--format", "csv", "--"]
     cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(PLAIN_LOOP)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert job_did_its_work(r.returncode, r.stderr), r.stderr[-3000:]
+    assert job_did_its_work(r.returncode, r.stderr, done_ranks(tmp_path), 2), r.stderr[-3000:]
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     steps = [x for x in rows if x["table"] == "steps"]
     assert [int(x["step"]) for x in steps] == list(range(9)), steps

@@ -11,7 +11,7 @@ from nsyscomm import duck
 from nsyscomm.analyses import overlap
 from nsyscomm.api import Result
 from nsyscomm.ingest.busy import busy_before
-from nsyscomm.synth import minus_len
+from nsyscomm.synth import minus_len, union
 
 
 def _job(seed):
@@ -55,7 +55,10 @@ def _job(seed):
     cpu = calls.sample(20, random_state=seed).assign(gpu_start=pd.NA, gpu_end=pd.NA)
     calls = pd.concat([calls.astype({"gpu_start": "Int64", "gpu_end": "Int64"}), cpu], ignore_index=True)
     compute = pd.concat(compute, ignore_index=True)
-    busy = pd.concat(
+    calls = pd.concat([calls[calls["report"] == r] for r in ("a.sqlite", "b.sqlite")], ignore_index=True)
+    busy = _with_busy_by_hand(calls, compute)
+    # the ingest's own busy_before gives the same edges (it is checked here, not trusted)
+    tool = pd.concat(
         [
             duck.arrow_frame(
                 busy_before(
@@ -67,7 +70,34 @@ def _job(seed):
         ],
         ignore_index=True,
     )
+    for col in ("busy_at_start", "busy_at_end"):
+        assert tool[col].astype("Int64").fillna(-1).tolist() == busy[col].fillna(-1).tolist(), col
     return busy, compute
+
+
+def _busy_at(t: int, islands: list[list[int]]) -> int:
+    """Compute busy time before t: the part of each merged compute interval that lies before t."""
+    return sum(min(e, t) - s for s, e in islands if s < t)
+
+
+def _with_busy_by_hand(calls: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame:
+    """busy_at_start / busy_at_end of each call by interval arithmetic on its process and device
+    (a call of no known device reads the kernels of device -1; a call without GPU times none)."""
+    out = calls.reset_index(drop=True).copy()
+    starts, ends = [], []
+    for r in out.itertuples():
+        if pd.isna(r.gpu_start) or pd.isna(r.gpu_end):
+            starts.append(pd.NA)
+            ends.append(pd.NA)
+            continue
+        dev = -1 if pd.isna(r.device) else int(r.device)
+        c = compute[(compute["report"] == r.report) & (compute["pid"] == r.pid) & (compute["device"] == dev)]
+        isl = union(zip(c["start"].astype(int), c["end"].astype(int)))
+        starts.append(_busy_at(int(r.gpu_start), isl))
+        ends.append(_busy_at(int(r.gpu_end), isl))
+    out["busy_at_start"] = pd.array(starts, dtype="Int64")
+    out["busy_at_end"] = pd.array(ends, dtype="Int64")
+    return out
 
 
 def _expected(calls, compute, by_step):

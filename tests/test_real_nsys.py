@@ -9,12 +9,11 @@ from click.testing import CliRunner
 
 import nsyscomm
 from nsyscomm.cli import main
-from tests.conftest import real_nsys_files, ro
+from tests.conftest import REAL_NSYS, REAL_NSYS_NAMES, real_file, real_nsys_files, ro
 
 REAL = real_nsys_files()
 
 
-@pytest.mark.skipif(not REAL, reason="../shared/real/nsys not present beside the project")
 @pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "csv"])
 def test_every_real_export_summarizes(path, fmt):
@@ -27,7 +26,6 @@ def test_every_real_export_summarizes(path, fmt):
         assert set(doc) >= {"summary", "ranks", "skew", "warnings"}
 
 
-@pytest.mark.skipif(not REAL, reason="../shared/real/nsys not present beside the project")
 @pytest.mark.parametrize(
     "name",
     [
@@ -39,7 +37,7 @@ def test_every_real_export_summarizes(path, fmt):
     ],
 )
 def test_reports_without_collectives_say_so_in_one_line(name):
-    path = next(p for p in REAL if p.name == name)
+    path = real_file(f"nsys/{name}")
     r = CliRunner().invoke(main, ["summarize", str(path)])
     assert r.exit_code == 0
     assert r.output.splitlines()[0] == f"No collective calls found in {name}."
@@ -63,6 +61,19 @@ def test_h100_window_numbers(h100_window):
     assert sorted(c.groupby("rank").size().tolist()) == [33, 33]
     a2a = c[(c.op == "all_to_all") & (c.source == "torch_range")]
     assert len(a2a) == 64
+    # the same counts with plain SQL on the export: NCCL kernels per process, and those whose
+    # launch (same correlation id in the same process) is recorded
+    with ro(h100_window) as con:
+        per_proc = con.execute(
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+            WHERE s.value LIKE 'nccl%' GROUP BY k.globalPid"""
+        ).fetchall()
+        launched = con.execute(
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+            WHERE s.value LIKE 'nccl%' AND EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+              WHERE r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24))"""
+        ).fetchone()[0]
+    assert sorted(n for (n,) in per_proc) == [33, 33] and launched == len(a2a)
     assert (a2a.api == "nccl:all_to_all").all()
     bare = c[c.source == "kernel_name"]
     assert len(bare) == 2 and bare.cpu_start.isna().all() and (bare.kernel == "ncclDevKernel_SendRecv").all()
@@ -94,3 +105,9 @@ def test_input_file_is_not_modified(h100_window):
     assert hashlib.sha256(h100_window.read_bytes()).hexdigest() == before
     assert h100_window.stat().st_mtime_ns == mtime
     assert not list(h100_window.parent.glob(h100_window.name + "-*"))  # no -journal / -wal beside it
+
+
+@pytest.mark.skipif(not REAL_NSYS.is_dir(), reason="../shared/real/nsys not present beside the checkout")
+def test_real_data_list_is_complete():
+    """Every export in ../shared/real/nsys is in the suite's list (and so in every test over it)."""
+    assert sorted(p.name for p in REAL_NSYS.glob("*.sqlite")) == sorted(REAL_NSYS_NAMES)

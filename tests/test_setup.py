@@ -16,7 +16,7 @@ from nsyscomm.cli import main
 
 from . import setup_jobs as sj
 from . import whatif_jobs as wj
-from .conftest import REAL_NSYS
+from .conftest import REAL_NSYS, ro
 
 MB4 = 4 * 1024 * 1024
 STEPS = [[("all_reduce", MB4, True), ("all_gather", MB4, False)]] * 6
@@ -146,6 +146,20 @@ def test_real_one_gpu_export_sets_aside_nccl_init():
     assert (row["op"], row["bytes"], row["step"], row["how"]) == ("all_gather", 8, 0, "nccl_init")
     assert row["took_ms"] == pytest.approx(395.271812, abs=1e-6)
     assert row["init_ms"] == pytest.approx(390.918454, abs=1e-6)
+    # the same two spans read straight from the export with sqlite3: the first wrapper range (the
+    # 8-byte all_gather) and NCCL's ncclCommInitRankConfig range
+    with ro(path) as con:
+        spans = con.execute(
+            """SELECT coalesce(n.text, s.value), n."end" - n.start FROM NVTX_EVENTS n
+            LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE coalesce(n.text, s.value) LIKE 'nsyscomm:%' OR coalesce(n.text, s.value) = 'ncclCommInitRankConfig'
+            ORDER BY n.start"""
+        ).fetchall()
+    first = spans[0]
+    init = [ns for name, ns in spans if name == "ncclCommInitRankConfig"]
+    assert first[0].startswith("nsyscomm:all_gather|") and "|bytes=8|" in first[0]
+    assert row["took_ms"] == pytest.approx(first[1] / 1e6, abs=1e-6)
+    assert len(init) == 1 and row["init_ms"] == pytest.approx(init[0] / 1e6, abs=1e-6)
     assert not [r for r in doc["summary"] if r["op"] == "all_gather" and r["bytes"] == 8]
     assert doc["ranks"][0]["comm_ms"] < 30  # 423 ms before, 395 of them setup
     assert 0 in doc["warmup"]["steps"]

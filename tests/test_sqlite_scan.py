@@ -37,10 +37,15 @@ def _buildable() -> bool:
     )
 
 
-def test_scan_is_built_where_it_can_be():
+def test_scan_is_built_where_it_can_be(monkeypatch):
     if _sqlite_scan is None:
         assert not _buildable(), "a C compiler, Python.h and sqlite3.h are here, yet _sqlite_scan was not built"
         pytest.skip("no C compiler or SQLite headers at install time: reports are read by DuckDB's SQLite scanner")
+    # built: the reader must load it and read a report through it, not fall back to the copy
+    assert nsys_reader.sqlite_scan_module() is _sqlite_scan
+    scanned, _, seen = _extract_both(FSDP, monkeypatch)
+    assert seen and seen[0] is not None, "the built scan gave way to DuckDB's copy on a plain sample"
+    assert len(scanned.calls) > 0
 
 
 needs_scan = pytest.mark.skipif(_sqlite_scan is None, reason="nsyscomm.ingest._sqlite_scan not built")

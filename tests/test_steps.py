@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
+
+import pytest
 
 import nsyscomm
 from tests.conftest import SAMPLES
@@ -51,11 +54,20 @@ def test_profiler_step_ranges_label_calls_without_wrapper(tmp_path):
 
 
 def test_wrapper_steps_and_step_table():
+    """The step table against the generator's ground truth (the calls it made, their step and
+    duration), not against nsyscomm's own collectives."""
     res = nsyscomm.load(SAMPLES / "synthetic_ddp_4rank.sqlite")
     steps = res.steps.set_index("step")
-    c = res.collectives
-    for step, rows in c[c.step.notna()].groupby("step"):
+    truth = json.loads((SAMPLES / "synthetic_ddp_4rank.truth.json").read_text())
+    per_step: dict = {}
+    for row in truth["collectives"]:
+        if row["step"] is not None:
+            per_step.setdefault(row["step"], []).append(row)
+    assert len(per_step) >= 2 and sorted(steps.index) == sorted(per_step)
+    for step, rows in per_step.items():
         assert steps.loc[step, "calls"] == len(rows)
-        assert steps.loc[step, "comm_ms"] == sum(rows.duration_ns) / 1e6
-        busiest = rows.groupby("rank").duration_ns.sum()
-        assert steps.loc[step, "max_rank_comm_ms"] == busiest.max() / 1e6
+        assert steps.loc[step, "comm_ms"] == pytest.approx(sum(r["duration_ns"] for r in rows) / 1e6, rel=1e-12)
+        by_rank: dict = {}
+        for r in rows:
+            by_rank[r["rank"]] = by_rank.get(r["rank"], 0) + r["duration_ns"]
+        assert steps.loc[step, "max_rank_comm_ms"] == pytest.approx(max(by_rank.values()) / 1e6, rel=1e-12)

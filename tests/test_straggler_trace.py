@@ -4,6 +4,7 @@ the artifact's own published results on its real trace (../shared/real/straggler
 from __future__ import annotations
 
 import json
+import statistics
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,12 @@ def test_summarize_reads_the_trace_folder():
     scen = {w["scenario"]: w for w in d["what_if"]}
     assert {"no_straggler", "ideal", "full_overlap"} <= set(scen)
     assert scen["ideal"]["step_ms_after"] == pytest.approx(1843.3, rel=0.01)
+    # both figures beside the study's own published results for this trace (result-ST.json:
+    # step_t_noblk, the step time without blocking, in seconds; blocking_slowdown)
+    published = json.loads((folder / "result-ST.json").read_text())
+    noblk_ms = 1e3 * statistics.median(published["step_t_noblk"].values())
+    assert scen["ideal"]["step_ms_after"] == pytest.approx(noblk_ms, rel=0.01)
+    assert d["straggler_model"]["blocking_slowdown"] == pytest.approx(published["blocking_slowdown"], rel=0.02)
 
 
 def _tiny(tmp_path, meta: str | None = "dp_size: 1\npp_size: 1\nworld_size: 1\n"):

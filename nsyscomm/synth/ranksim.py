@@ -117,26 +117,18 @@ class RankSim:
         self.seq[str(pg)] += 1
         if numel is None:
             numel = nbytes // itemsize if itemsize else None
-        msg = nvtx_format.format_collective(
-            op,
-            api=api,
-            bytes=nbytes,
-            dtype=dtype,
-            numel=numel,
-            pg=pg,
-            gsize=gsize,
-            granks=granks,
-            seq=seq,
-            step=step,
-            caller=caller,
+        fields = dict(
+            api=api, bytes=nbytes, dtype=dtype, numel=numel, pg=pg, gsize=gsize, granks=granks, seq=seq, step=step
         )
+        fields["caller"] = caller
+        msg = nvtx_format.format_collective(op, **fields)
         ls = rs + r.randint(3000, 9000)
         if r.random() < 0.5:  # a non-launch runtime call inside the range, as torch does
             self.rep.api_call(self.proc, tid, ls - 2500, ls - 1500, "cudaStreamIsCapturing_v10000")
         le = ls + r.randint(4000, 9000)
         re_ = le + r.randint(2000, 6000)
         call = self.rep.api_call(self.proc, tid, ls, le, LAUNCH_DRIVER)
-        self.rep.range(self.proc, tid, rs, re_, registered=msg, domain=1)
+        self.rep.range(self.proc, tid, rs, re_, registered=msg, domain=1, call={"op": op, **fields})
         self.cpu[tid] = re_ + r.randint(5000, 15000)
         return self._kernel_pending(call["correlationId"], kernel, stream, le, wait)
 
@@ -220,5 +212,6 @@ def add_rank_marker(rep: Report, sim: RankSim, *, rank: int, local_rank: int, wo
     rep.api_call(sim.proc, sim.main, t, t + 8000, "cudaSetDevice_v3020")
     rep.domain_create(sim.proc, sim.main, t + 20000, nvtx_format.DOMAIN, 1)
     msg = nvtx_format.format_rank_marker(rank, local_rank, world, host)
-    rep.range(sim.proc, sim.main, t + 23000, t + 24500, registered=msg, domain=1)
+    marker = {"rank": rank, "local_rank": local_rank, "host": host}
+    rep.range(sim.proc, sim.main, t + 23000, t + 24500, registered=msg, domain=1, marker=marker)
     sim.cpu[sim.main] = t + 40000

@@ -242,7 +242,12 @@ class Report:
         domain: int = 0,
         event_type: int = NVTX_PUSHPOP,
         uint64: int | None = None,
+        call: dict | None = None,
+        marker: dict | None = None,
     ) -> dict:
+        """An NVTX range. ``call`` (a collective's fields) and ``marker`` (a rank marker's) are
+        what the generator put into the message: the ground truth reads them here, as
+        constructed, and never parses the message back with the code under test."""
         assert (text is None) != (registered is None)
         assert end is None or end >= start
         row = {
@@ -254,6 +259,8 @@ class Report:
             "globalTid": proc.gtid(tid),
             "domainId": domain,
             "uint64Value": uint64,
+            "call": call,
+            "marker": marker,
         }
         self.nvtx.append(row)
         return row
@@ -267,8 +274,11 @@ class Report:
         text: str | None = None,
         registered: str | None = None,
         domain: int = 0,
+        marker: dict | None = None,
     ) -> dict:
-        return self.range(proc, tid, t, None, text=text, registered=registered, domain=domain, event_type=NVTX_MARK)
+        return self.range(
+            proc, tid, t, None, text=text, registered=registered, domain=domain, event_type=NVTX_MARK, marker=marker
+        )
 
     def domain_create(self, proc: Proc, tid: int | None, t: int, name: str, domain_id: int) -> dict:
         return self.range(proc, tid, t, None, text=name, domain=domain_id, event_type=NVTX_DOMAIN_CREATE)

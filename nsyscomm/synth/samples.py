@@ -251,18 +251,19 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
         t = T0 + rng.randint(0, 500_000)
         rep.range(p, p.pid, t, t + 15_000, text="init_process_group")  # default domain, inline text
         rep.domain_create(p, p.pid, t + 20_000, nvtx_format.DOMAIN, 1)
-        rep.mark(p, p.pid, t + 22_000, registered=nvtx_format.format_rank_marker(rank, rank, 2, "cpu-host"), domain=1)
+        marker = {"rank": rank, "local_rank": rank, "host": "cpu-host"}
+        msg = nvtx_format.format_rank_marker(rank, rank, 2, "cpu-host")
+        rep.mark(p, p.pid, t + 22_000, registered=msg, domain=1, marker=marker)
         cpu[rank] = t + 30_000
 
     def coll(ranks, op, api, nbytes, dtype, numel, xfer, caller, pg=0, gsize=2):
-        starts, msgs = {}, {}
+        starts, msgs, calls = {}, {}, {}
         for r in ranks:
             cpu[r] += rng.randint(20_000, 400_000)
             starts[r] = cpu[r]
             s = seq[r][str(pg)]
             seq[r][str(pg)] += 1
-            msgs[r] = nvtx_format.format_collective(
-                op[r] if isinstance(op, dict) else op,
+            call = dict(
                 api=api[r] if isinstance(api, dict) else api,
                 bytes=nbytes,
                 dtype=dtype,
@@ -272,10 +273,13 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
                 seq=s,
                 caller=caller,
             )
+            the_op = op[r] if isinstance(op, dict) else op
+            msgs[r] = nvtx_format.format_collective(the_op, **call)
+            calls[r] = {"op": the_op, **call}
         last = max(starts.values())
         for r in ranks:
             end = last + xfer + rng.randint(0, 3000)
-            rep.range(procs[r], procs[r].pid, starts[r], end, registered=msgs[r], domain=1)
+            rep.range(procs[r], procs[r].pid, starts[r], end, registered=msgs[r], domain=1, call=calls[r])
             cpu[r] = end
 
     for _ in range(3):

@@ -1,5 +1,10 @@
 """Ground truth, in plain Python from the generated events (never by running nsyscomm's SQL): the
-rules the ingest and the analyses implement (the package docstring)."""
+rules the ingest and the analyses implement (the package docstring).
+
+Nothing here comes from the code under test: a collective's fields and a rank marker's are the
+values the generator put into the message (``Report.range(call=..., marker=...)``), never the
+message parsed back, and the bus-bandwidth factors are written out below from their definition.
+tests/test_truth_independence.py keeps it so."""
 
 from __future__ import annotations
 
@@ -8,13 +13,10 @@ from collections import defaultdict
 
 import numpy
 
-from nsyscomm import nvtx_format
-from nsyscomm.busbw import busbw_factor
 from nsyscomm.synth.intervals import minus_len
 from nsyscomm.synth.kernel_names import parse_kernel_name
 from nsyscomm.synth.report import (
     GENERATOR_VERSION,
-    NVTX_MARK,
     NVTX_PUSHPOP,
     NVTX_STARTEND,
     TRUTH_SCHEMA,
@@ -23,19 +25,46 @@ from nsyscomm.synth.report import (
     tid_of,
 )
 
+# Bus-bandwidth factor per collective for a communicator of n ranks, as nccl-tests defines it
+# (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md, and the factor each of
+# its src/*.cu tests computes): all-reduce moves 2(n-1)/n of the message over the slowest link;
+# all-gather, reduce-scatter, all-to-all, gather and scatter (n-1)/n; broadcast, reduce and
+# send/recv the message itself. A barrier moves no data.
+_BUSBW = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send": lambda n: 1.0,
+    "recv": lambda n: 1.0,
+}
+
+
+def _busbw_factor(op: str, n: int | None) -> float | None:
+    if op not in _BUSBW or not n:
+        return None
+    return _BUSBW[op](n)
+
+
+def _text(v) -> str | None:
+    """A field as the message carries it (lists comma-joined), None when empty."""
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        v = ",".join(str(x) for x in v)
+    v = str(v)
+    return v or None
+
+
 # ---------------------------------------------------------------------------------------
 # Ground truth (plain Python, from the generated events)
 # ---------------------------------------------------------------------------------------
 
 _TORCH_RANGE = re.compile(r"^nccl:([a-z_]+)(,|$)")
-
-
-def _none_if_empty(v):
-    return None if v in (None, "") else v
-
-
-def _int_or_none(v):
-    return None if v in (None, "") else int(v)
 
 
 def _num(x):
@@ -59,16 +88,11 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
             claimed = set()
             nccl = [k for k in ks if k["name"].startswith("nccl")]
             for e in nv:
-                name = e["text"] if e["text"] is not None else e["registered"]
-                if e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND, NVTX_MARK) and name.startswith(
-                    nvtx_format.RANK_PREFIX + "|"
-                ):
-                    marker = nvtx_format.parse(name)
-                if e["eventType"] not in (NVTX_PUSHPOP, NVTX_STARTEND) or not name.startswith(
-                    nvtx_format.COLLECTIVE_PREFIX
-                ):
+                if e["marker"] is not None:
+                    marker = e["marker"]
+                f = e["call"]
+                if e["eventType"] not in (NVTX_PUSHPOP, NVTX_STARTEND) or f is None:
                     continue
-                f = nvtx_format.parse(name)
                 mine = []
                 for k in nccl:
                     call = by_corr.get(k["correlationId"])
@@ -82,17 +106,17 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
                         claimed.add(id(k))
                 mine.sort(key=lambda k: (k["start"], k["end"]))
                 row = {
-                    "op": f["kind"][len(nvtx_format.COLLECTIVE_PREFIX) :],
-                    "api": _none_if_empty(f["api"]),
-                    "bytes": _int_or_none(f["bytes"]),
-                    "dtype": _none_if_empty(f["dtype"]),
-                    "numel": _int_or_none(f["numel"]),
-                    "group": _none_if_empty(f["pg"]),
-                    "group_size": _int_or_none(f["gsize"]),
-                    "group_ranks": _none_if_empty(f["granks"]),
-                    "seq": _int_or_none(f["seq"]),
-                    "caller": _none_if_empty(f.get("caller")),
-                    "step": _int_or_none(f["step"]),
+                    "op": f["op"],
+                    "api": _text(f["api"]),
+                    "bytes": f["bytes"],
+                    "dtype": _text(f["dtype"]),
+                    "numel": f["numel"],
+                    "group": _text(f["pg"]),
+                    "group_size": f["gsize"],
+                    "group_ranks": _text(f.get("granks")),
+                    "seq": f["seq"],
+                    "caller": _text(f.get("caller")),
+                    "step": f.get("step"),
                     "cpu_start": e["start"],
                     "cpu_end": e["end"],
                     "tid": tid_of(e["globalTid"]),
@@ -174,7 +198,7 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
     marked = [pi for pi in with_coll if pi["marker"]]
     for pi in marked:
         m = pi["marker"]
-        pi["rank"], pi["local_rank"], pi["host"] = int(m["rank"]), int(m["local_rank"]), _none_if_empty(m["host"])
+        pi["rank"], pi["local_rank"], pi["host"] = m["rank"], m["local_rank"], _text(m["host"])
     nxt = max((pi["rank"] for pi in marked), default=-1) + 1
     for pi in sorted((pi for pi in with_coll if not pi["marker"]), key=lambda pi: (pi["report"], pi["proc"].pid)):
         pi["rank"], pi["local_rank"], pi["host"] = nxt, None, None
@@ -231,7 +255,7 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
             total = sum(a["lat"])
             avg = total / count
             algbw = (nbytes / avg) if (nbytes is not None and avg > 0) else None
-            factor = busbw_factor(op, gsize)
+            factor = _busbw_factor(op, gsize)
             row = {
                 "op": op,
                 "bytes": nbytes,

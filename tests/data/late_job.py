@@ -4,6 +4,7 @@ all_reduce of every step rank 1 sleeps SLEEP_S, so rank 0 waits that long in it.
 Steps are the optimizer's (nsyscomm's wrapper detects optimizer.step()); the user code has no
 nsyscomm in it.
 """
+import os
 import time
 
 import torch
@@ -18,17 +19,25 @@ def main():
     rank = dist.get_rank()
     w = torch.nn.Parameter(torch.ones(64))
     opt = torch.optim.SGD([w], lr=0.1)
+    slept = []  # each sleep as this program measured it (the test's bounds come from these)
     for _ in range(STEPS):
         w.grad = torch.ones(64)
         dist.all_reduce(w.grad)                    # on time on both ranks
         if rank == 1:
+            t0 = time.perf_counter()
             time.sleep(SLEEP_S)                    # the host stall, recorded by nsys -t osrt
+            slept.append(time.perf_counter() - t0)
         t = torch.ones(1024)
         dist.all_reduce(t)   # LATE_LINE: rank 1 arrives late here
         opt.step()
     # both ranks done before either tears gloo down: without it a rank aborts at exit in about one
     # run in seven, profiled or not (docs/capture.md, "A job that fails in its teardown")
     dist.barrier()
+    # this rank's own record that its work is done (tests check it beside nsyscomm's verdict)
+    if os.environ.get("NSYSCOMM_TEST_DONE_DIR"):
+        with open(os.path.join(os.environ["NSYSCOMM_TEST_DONE_DIR"], f"sleeps.{rank}"), "w") as f:
+            f.write("".join(f"{s:.6f}\n" for s in slept))
+        open(os.path.join(os.environ["NSYSCOMM_TEST_DONE_DIR"], f"done.{dist.get_rank()}"), "w").close()
     dist.destroy_process_group()
 
 

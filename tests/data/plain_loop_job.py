@@ -2,6 +2,7 @@
 ITERATIONS iterations of forward, an all_reduce of the gradient, optimizer.step(); rank 1
 sleeps SLEEP_S before each all_reduce, so it is the slow rank and rank 0 waits for it. After the
 loop, one barrier. No nsyscomm in it: the wrapper counts steps at optimizer.step()."""
+import os
 import time
 
 import torch
@@ -24,6 +25,9 @@ def main():
         opt.step()
     # both ranks done before either tears gloo down (docs/capture.md, "A job that fails in its teardown")
     dist.barrier()
+    # this rank's own record that its work is done (tests check it beside nsyscomm's verdict)
+    if os.environ.get("NSYSCOMM_TEST_DONE_DIR"):
+        open(os.path.join(os.environ["NSYSCOMM_TEST_DONE_DIR"], f"done.{dist.get_rank()}"), "w").close()
     dist.destroy_process_group()
 
 
