@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import job_did_its_work
+from tests.conftest import DONE_ENV, done_ranks, job_did_its_work
 
 HERE = Path(__file__).parent
 JOB = HERE / "data" / "p2p_pipeline_job.py"
@@ -28,12 +28,13 @@ def p2p_run(tmp_path_factory):
     if shutil.which("nsys") is None or shutil.which("torchrun") is None:
         pytest.skip("nsys and torchrun are needed for the real run")
     out = tmp_path_factory.mktemp("pipe") / "out"
-    env = dict(os.environ)
+    done = tmp_path_factory.mktemp("done")
+    env = dict(os.environ, **{DONE_ENV: str(done)})
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
     cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", "--"]
     cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(JOB)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert job_did_its_work(r.returncode, r.stderr), r.stderr[-3000:]
+    assert job_did_its_work(r.returncode, r.stderr, done_ranks(done), 2), r.stderr[-3000:]
     periods = [float(x) for x in re.findall(r"^period_ms ([0-9.]+)$", r.stdout + r.stderr, re.M)]
     assert len(periods) == 5, r.stderr[-3000:]
     return json.loads(r.stdout[r.stdout.index("{") :]), periods, out

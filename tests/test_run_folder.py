@@ -272,12 +272,13 @@ needs_real = pytest.mark.skipif(
 
 GLOO_JOB = textwrap.dedent(
     """\
-    import torch, torch.distributed as dist
+    import sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     t = torch.ones(1024)
     for i in range(5):
         dist.all_reduce(t)
     dist.barrier()
+    open(f"{sys.argv[1]}/done.{dist.get_rank()}", "w").close()
     dist.destroy_process_group()
     """
 )
@@ -285,23 +286,37 @@ GLOO_JOB = textwrap.dedent(
 
 @needs_real
 def test_real_second_run_is_refused_and_the_first_reports_its_own(tmp_path, monkeypatch):
-    from tests.conftest import job_did_its_work
+    from tests.conftest import done_ranks, job_did_its_work
 
     monkeypatch.delenv("NSYSCOMM_NSYS", raising=False)
     job = tmp_path / "job.py"
     job.write_text(GLOO_JOB)
     out = tmp_path / "out"
     first = _cli(
-        ["run", "-o", out, "--format", "json", "--", "torchrun", "--standalone", "--nproc-per-node", "2", job], 300
+        [
+            "run",
+            "-o",
+            out,
+            "--format",
+            "json",
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            job,
+            tmp_path,
+        ],
+        300,
     )
-    assert job_did_its_work(first.returncode, first.stderr), first.stderr[-3000:]
+    assert job_did_its_work(first.returncode, first.stderr, done_ranks(tmp_path), 2), first.stderr[-3000:]
     assert _mode(out / run_folder.RECORDS_DIR) == 0o700
     log = (out / run_folder.LOG_NAME).read_text().splitlines()
     stages = [line.split(" ", 2)[1:] for line in log]
     assert [s[0] for s in stages[:1]] == ["job"] and any(s[0] == "export" for s in stages), log
     assert all(s[1].endswith(" ok") for s in stages if s[0] in ("import", "export")), log
     before = _snapshot(out)
-    second = _cli(["run", "-o", out, "--", "torchrun", "--standalone", "--nproc-per-node", "3", job], 300)
+    second = _cli(["run", "-o", out, "--", "torchrun", "--standalone", "--nproc-per-node", "3", job, tmp_path], 300)
     assert second.returncode == 2, second.stderr[-3000:]
     assert len(second.stderr.strip().splitlines()) == 1 and "already holds a run" in second.stderr
     assert _snapshot(out) == before
