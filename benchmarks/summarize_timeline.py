@@ -27,7 +27,7 @@ STAGES = [
     ("nsyscomm.ingest.nsys.extract", "_extract"),
     ("nsyscomm.ingest.nsys.extract", "islands"),
     ("nsyscomm.ingest.nsys.extract", "busy_at_edges"),
-    ("nsyscomm.ingest.gap_kernels", "top_in_gaps"),
+    ("nsyscomm.ingest.nsys.gap_kernels", "top_in_gaps"),
     ("nsyscomm.api", "combine"),
     ("nsyscomm.combine.job", "create_collectives"),
     ("nsyscomm.combine.job", "register_soon"),

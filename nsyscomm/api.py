@@ -16,7 +16,7 @@ from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 from nsyscomm.combine import JobCalls, combine, one_job
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
 from nsyscomm.extract.readers import extract_one
-from nsyscomm.ingest import straggler_trace
+from nsyscomm.ingest.straggler import trace as straggler_trace
 
 if TYPE_CHECKING:
     from nsyscomm.gate import Settings, Verdict
@@ -102,6 +102,6 @@ def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Se
 
 def environment(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> dict:
     """The recorded environment of the reports at paths (``summarize --include-env``)."""
-    from nsyscomm.ingest import environment as env
+    from nsyscomm.ingest.nsys import environment as env
 
     return env.for_reports(discover(paths))

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto, straggler_trace
+from nsyscomm.ingest.kineto import trace as kineto
 from nsyscomm.ingest.nsys import arrow as nsys_arrow
+from nsyscomm.ingest.straggler import trace as straggler_trace
 
 
 def sample_reports_dir() -> Path:
@@ -93,7 +94,7 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """A folder's report files of every kind, and each other file with why it is not read. Each
     file is judged by what it is, not by what else the folder holds: a folder mixing kinds is
     read whole, and whether its reports make one job is combine's question (combine/one_job.py)."""
-    from nsyscomm.ingest import flight_recorder
+    from nsyscomm.ingest.flight_recorder import dump as flight_recorder
 
     exports = nsys_arrow.exports_in(folder)
     export_dirs = [e for e in exports if e.is_dir()]

@@ -22,7 +22,7 @@ from nsyscomm.combine.calls import (
     stack_arrow,
 )
 from nsyscomm.combine.ranks import assign_ranks
-from nsyscomm.ingest import gap_kernels, gpu_metrics
+from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics
 from nsyscomm.ingest.nsys.extract import Extract
 
 

@@ -11,9 +11,10 @@ import duckdb
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto, straggler_trace
+from nsyscomm.ingest.kineto import trace as kineto
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
+from nsyscomm.ingest.straggler import trace as straggler_trace
 
 
 def extract_one(path: Path, report: str | None = None, threads: int | None = None) -> nsys_extract.Extract:
@@ -52,7 +53,9 @@ def _extract_source(path: Path, report: str | None = None, threads: int | None =
             ) from None
     if kineto.is_trace(path):
         return kineto.extract(path, report)
-    from nsyscomm.ingest import flight_recorder  # issue 22: a Flight Recorder dump (restricted unpickler)
+    from nsyscomm.ingest.flight_recorder import (
+        dump as flight_recorder,  # issue 22: a Flight Recorder dump (restricted unpickler)
+    )
 
     if flight_recorder.looks_like(path):  # by name and first bytes: a refused dump says why (issue 35)
         return flight_recorder.extract(path, report)

@@ -47,7 +47,7 @@ PRELOAD = (
     "nsyscomm.extract.pool",
     "nsyscomm.extract.readers",
     "nsyscomm.ingest.nsys.arrow",
-    "nsyscomm.ingest._sqlite_scan",
+    "nsyscomm.ingest.nsys._sqlite_scan",
     "nsyscomm.bundled",
     "duckdb_extension_sqlite_scanner",
     "pyarrow.dataset",

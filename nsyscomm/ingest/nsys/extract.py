@@ -19,10 +19,10 @@ import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import gap_kernels, gpu_metrics, limits, nccl_payload
+from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.names import nccl_kernel_names
-from nsyscomm.ingest.nsys import inside_calls
+from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics, inside_calls, nccl_payload
 from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
@@ -96,7 +96,7 @@ class Extract:
     session_start_utc_ns: int | None = None
     nsys_version: str | None = None
     warnings: list[str] = field(default_factory=list)
-    links: pd.DataFrame | None = None  # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
+    links: pd.DataFrame | None = None  # link-counter sums under the calls (nsyscomm.ingest.nsys.gpu_metrics)
     # OS-runtime calls of HOST_CALL_MIN_NS or more (pid, tid, start, end, name); None: the report
     # has no OS-runtime trace (nsys -t osrt), so a late arrival's host time cannot be named
     host_calls: pd.DataFrame | None = None
@@ -105,7 +105,7 @@ class Extract:
     # what a late rank's host was doing by its own account; None: the report has no NVTX events
     host_ranges: pd.DataFrame | None = None
     # per call, the compute kernels queued ahead of it on its device since the previous call, by
-    # name id (pid, device, gpu_start, name_id, ns, count; nsyscomm.ingest.gap_kernels), and the
+    # name id (pid, device, gpu_start, name_id, ns, count; nsyscomm.ingest.nsys.gap_kernels), and the
     # names of those ids (name_id, name); None: not kept
     gap_kernels: pd.DataFrame | None = None
     gap_kernel_names: pd.DataFrame | None = None

@@ -90,9 +90,9 @@ def _shown(v: object) -> str:
 
 def read(path: Path) -> tuple[pd.DataFrame, dict]:
     """The trace's rows (index 0..n-1) and its job description, checked at the edge: column
-    types, nulls, finite times and ranges (nsyscomm.ingest.straggler_checks), its size against
+    types, nulls, finite times and ranges (nsyscomm.ingest.straggler.checks), its size against
     the memory budget from the Parquet footer before any row is read."""
-    from nsyscomm.ingest import straggler_checks
+    from nsyscomm.ingest.straggler import checks as straggler_checks
 
     path = Path(path)
     meta = read_meta(path)
