@@ -31,7 +31,7 @@ from nsyscomm.ingest.flight_recorder import unpickler as fr_pickle
 from nsyscomm.ingest.names import canonical_op
 
 if TYPE_CHECKING:
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
 _NAME = re.compile(r".*?(\d+)$")
 _DTYPE_BYTES = {
@@ -248,7 +248,7 @@ def extract(path: Path, report: str | None = None) -> Extract:
     """One dump -> an Extract (one rank) for nsyscomm.api.combine. A refused dump beside others
     (a rank killed while torch wrote its dump leaves it truncated) is skipped with a warning
     naming it and why, so the other ranks' dumps still say who hung; alone, it is an InputError."""
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
     path = Path(path)
     rank = rank_of(path)

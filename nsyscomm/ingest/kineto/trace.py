@@ -42,11 +42,11 @@ from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
+from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.kineto import checks as kineto_checks
 from nsyscomm.ingest.kineto.meta import int_or_none, meta_row, shape_meta
 from nsyscomm.ingest.kineto.stream import iter_trace, to_ns
 from nsyscomm.ingest.names import canonical_op, parse_kernel
-from nsyscomm.ingest.nsys.extract import Extract
 from nsyscomm.schema import COLUMN_NAMES
 
 TRACE_SUFFIXES = (".json", ".json.gz")
