@@ -16,7 +16,7 @@ from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 from nsyscomm.combine import JobCalls, combine, one_job
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
 from nsyscomm.extract.readers import extract_one
-from nsyscomm.ingest.straggler import trace as straggler_trace
+from nsyscomm.ingest import formats
 
 if TYPE_CHECKING:
     from nsyscomm.gate import Settings, Verdict
@@ -63,7 +63,7 @@ def load(
         if not merge:
             one_job.check(extracts, calls.pids)
         result = combine(extracts, by_caller=by_caller, calls=calls)
-        result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
+        result.op_trace = formats.op_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     result.skipped = [(str(p), why) for p, why in found.skipped]
     if nccl_logs:

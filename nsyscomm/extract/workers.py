@@ -46,6 +46,10 @@ PRELOAD = (
     __name__,
     "nsyscomm.extract.pool",
     "nsyscomm.extract.readers",
+    # the readers of the formats (nsyscomm.ingest.formats imports each when a file of its is met)
+    "nsyscomm.ingest.nsys.extract",
+    "nsyscomm.ingest.kineto.trace",
+    "nsyscomm.ingest.straggler.trace",
     "nsyscomm.ingest.nsys.arrow",
     "nsyscomm.ingest.nsys._sqlite_scan",
     "nsyscomm.bundled",
