@@ -30,7 +30,7 @@ STAGES = [
     ("nsyscomm.ingest.nsys.gap_kernels", "top_in_gaps"),
     ("nsyscomm.api", "combine"),
     ("nsyscomm.combine.job", "create_collectives"),
-    ("nsyscomm.combine.job", "register_soon"),
+    ("nsyscomm.combine.calls", "register_soon"),
     ("nsyscomm.cli", "emit"),
     ("nsyscomm.analyses.hang", "diagnose"),
     ("nsyscomm.analyses.late", "late_arrivals"),
