@@ -20,24 +20,21 @@ Column = tuple[str, str, str]  # name, SQL type, what it holds
 
 @dataclass(frozen=True)
 class Table:
-    """One per-report table of an Extract. name: the Extract's field. job_table: the table of
-    the job's database combine makes of every report's rows, a report column first (None: read
-    otherwise, e.g. the calls through nsyscomm.combine.calls.JobCalls). arrow: the Extract holds
-    it as an Arrow table (else pandas). stacked_in_arrow: combine stacks the reports' rows in
-    Arrow (tables of many rows; else in pandas). reader_only: columns the job table leaves out.
-    op_from_api: an empty op is filled from the api name as the calls' are. reports_table: a
-    table of the reports that have this one at all (absent is not empty: a report without an
-    OS-runtime trace is not one where no call waited). made_late: combine copies it on a cursor
-    of its own while it goes on (a large table nothing reads at once)."""
+    """One per-report table of an Extract."""
 
-    name: str
+    name: str  # the Extract's field
     columns: tuple[Column, ...]
+    # the table of the job's database combine makes of every report's rows, a report column
+    # first; None: read otherwise (the calls, through nsyscomm.combine.calls.JobCalls)
     job_table: str | None = None
-    arrow: bool = False
-    stacked_in_arrow: bool = False
-    reader_only: tuple[str, ...] = ()
-    op_from_api: bool = False
+    arrow: bool = False  # the Extract holds it as an Arrow table (else pandas)
+    stacked_in_arrow: bool = False  # combine stacks the reports' rows in Arrow (tables of many rows)
+    reader_only: tuple[str, ...] = ()  # columns the job table leaves out
+    op_from_api: bool = False  # an empty op is filled from the api name, as the calls' are
+    # a table of the reports that have this one at all: absent is not empty (a report without an
+    # OS-runtime trace is not one where no call waited)
     reports_table: str | None = None
+    # combine copies it on a cursor of its own while it goes on (a large table nothing reads at once)
     made_late: bool = False
 
     @property

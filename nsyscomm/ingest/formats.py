@@ -27,36 +27,31 @@ def _nothing(path: Path) -> str | None:
 
 @dataclass(frozen=True)
 class Format:
-    """One input format.
+    """One input format: how its files look, how one is read, and what goes with it."""
 
-    name: what a user calls it. looks: how its files look, for the messages. reads(path): whether
-    the reader takes path as one (by name and content; the formats' tests are disjoint).
-    extract(path, report, threads): the Extract of one. in_folder(path): whether a file met in
-    a folder is one (default: reads; a cheaper or stricter test where that differs). find(folder):
-    the reports in a folder that are not files met one by one (a folder of per-table files);
-    folders: a report may be a folder. check(path): discovery's full check of a file in_folder
-    took, raising InputError when it is refused (skipped with that reason). companions(path):
-    the files read along with a report. order: the sort key of its reports in a folder.
-    refuse(path): why a file of this format cannot be read as it is. unread(path, read_stems):
-    why a folder's file that is no report, but is related to this format, is skipped.
-    superseded_by: another format whose report of the same name is the same one, read instead.
-    help(folder): the fix a folder without a report is told. op_trace(files): what the format
-    adds to the whole job beyond its extracts (a per-op trace for the what-if replay)."""
-
-    name: str
-    looks: str
+    name: str  # what a user calls it
+    looks: str  # how its files look, for the messages
+    # whether the reader takes path as one: by name and content, disjoint from the other formats'
     reads: Callable[[Path], bool]
-    extract: Callable[[Path, str | None, int | None], Extract]
+    extract: Callable[[Path, str | None, int | None], Extract]  # (path, report name, DuckDB threads)
+    # whether a file met in a folder is one (default: reads; a cheaper or stricter test where
+    # that differs)
     in_folder: Callable[[Path], bool] | None = None
+    # the reports in a folder that are not files met one by one (folders of per-table files)
     find: Callable[[Path], list[Path]] | None = None
-    folders: bool = False
+    folders: bool = False  # a report may be a folder
+    # discovery's full check of a file in_folder took: InputError when refused, which skips it
+    # with that reason
     check: Callable[[Path], Any] | None = None
-    companions: Callable[[Path], list[Path]] = _no_files
-    order: Callable[[Path], Any] | None = None
-    refuse: Callable[[Path], str | None] = _nothing
+    companions: Callable[[Path], list[Path]] = _no_files  # the files read along with a report
+    order: Callable[[Path], Any] | None = None  # the sort key of its reports in a folder
+    refuse: Callable[[Path], str | None] = _nothing  # why a file of this format cannot be read as it is
+    # why a folder's file that is no report, but is related to this format, is skipped
+    # (path, the (folder, stem) of the reports read)
     unread: Callable[[Path, set[tuple[Path, str]]], str | None] | None = None
-    superseded_by: str | None = None
-    help: Callable[[Path], str | None] | None = None
+    superseded_by: str | None = None  # a format whose report of the same name is the same one, read instead
+    help: Callable[[Path], str | None] | None = None  # the fix a folder without a report is told
+    # what the format adds to the whole job beyond its extracts (a per-op trace for the what-if)
     op_trace: Callable[[list[Path]], Any] | None = None
 
     def claims(self, path: Path) -> bool:
