@@ -116,6 +116,13 @@ def test_the_fingerprint_sees_every_sql_file_the_extraction_reads():
     assert calls, "the extraction reads SQL files: the scan found none"
     computed = [f"{p.name}: duck.sql({arg})" for p, arg in calls if not re.fullmatch(r"""\s*["'][\w]+["']\s*""", arg)]
     assert not computed, f"SQL read under a computed name, unseen by the cache fingerprint: {computed}"
+    other_ways = [
+        p.name
+        for p in code
+        if re.search(r"from nsyscomm\.duck import[^\n]*\bsql\b", p.read_text())
+        or ("sql_dir" in p.read_text() and p.name not in ("cache.py", "duck.py"))
+    ]
+    assert not other_ways, f"SQL read other than by duck.sql(NAME), unseen by the cache fingerprint: {other_ways}"
     sql = {p.stem for p in cache.extraction_code() if p.suffix == ".sql"}
     assert {"calls_nsys", "process_spans", "busy_at_edges", "copies_nsys"} <= sql
     assert not sql & {"logical_collectives", "summary", "collectives", "late_arrivals"}
