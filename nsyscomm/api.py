@@ -16,7 +16,7 @@ from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 from nsyscomm.combine import JobCalls, combine, one_job
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
 from nsyscomm.extract.readers import extract_one
-from nsyscomm.ingest import straggler_trace
+from nsyscomm.ingest import formats
 
 if TYPE_CHECKING:
     from nsyscomm.gate import Settings, Verdict
@@ -63,7 +63,7 @@ def load(
         if not merge:
             one_job.check(extracts, calls.pids)
         result = combine(extracts, by_caller=by_caller, calls=calls)
-        result.op_trace = straggler_trace.job_trace(files)  # compute ops too, for the what-if replay
+        result.op_trace = formats.op_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     result.skipped = [(str(p), why) for p, why in found.skipped]
     if nccl_logs:
@@ -103,6 +103,6 @@ def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Se
 
 def environment(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> dict:
     """The recorded environment of the reports at paths (``summarize --include-env``)."""
-    from nsyscomm.ingest import environment as env
+    from nsyscomm.ingest.nsys import environment as env
 
     return env.for_reports(discover(paths))

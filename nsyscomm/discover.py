@@ -12,8 +12,7 @@ from pathlib import Path
 
 from nsyscomm.capture import run_folder
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto, straggler_trace
-from nsyscomm.ingest.nsys import arrow as nsys_arrow
+from nsyscomm.ingest import formats
 
 
 def sample_reports_dir() -> Path:
@@ -54,7 +53,7 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
     found = Found()
     for p in paths:
         p = Path(p)
-        if p.is_dir() and nsys_arrow.is_export(p):  # one report: a folder of per-table files (issue 24)
+        if formats.is_report_folder(p):  # one report: a folder of per-table files
             found.files.append(p)
             continue
         if p.is_dir():
@@ -83,86 +82,58 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
     return found
 
 
-# the report kinds a folder may hold, in the order their files are read (the first kind's files
-# first: ranks in process order and the reference clock follow the report order)
-_KINDS = (
-    "nsys SQLite export",
-    "nsys Arrow export",
-    "straggler trace",
-    "PyTorch profiler trace",
-    "Flight Recorder dump",
-)
-
-
 def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """A folder's report files of every kind, and each other file with why it is not read. Each
-    file is judged by what it is, not by what else the folder holds: a folder mixing kinds is
-    read whole, and whether its reports make one job is combine's question (combine/one_job.py)."""
-    from nsyscomm.ingest import flight_recorder
-
-    exports = nsys_arrow.exports_in(folder)
-    export_dirs = [e for e in exports if e.is_dir()]
-    by_kind: dict[str, list[Path]] = {k: [] for k in _KINDS}
-    by_kind["nsys Arrow export"] = list(exports)
+    """A folder's report files of every format (nsyscomm.ingest.formats, in its order), and
+    each other file with why it is not read. Each file is judged by what it is, not by what else
+    the folder holds: a folder mixing formats is read whole, and whether its reports make one job
+    is combine's question (combine/one_job.py)."""
+    kinds = list(formats.FORMATS)
+    by_kind: dict[str, list[Path]] = {k.name: (k.find(folder) if k.find else []) for k in kinds}
+    found_whole = [p for ps in by_kind.values() for p in ps]  # reports found as folders or files, first
+    found_dirs = [p for p in found_whole if p.is_dir()]
     companions: set[Path] = set()  # files read as part of another one (a trace's meta-*.yaml)
     others: list[Path] = []
-    refused: list[tuple[Path, InputError]] = []
+    refused: list[tuple[Path, str, InputError]] = []
     own: list[Path] = []
     for f in sorted(x for x in folder.rglob("*") if x.is_file()):
-        if any(d in f.parents for d in export_dirs) or f in exports:
+        if any(d in f.parents for d in found_dirs) or f in found_whole:
             continue
         if _own_output(f):
             own.append(f)
-        elif f.suffix == ".sqlite":  # by its name: one that is not a good export is named by the reader's error
-            by_kind["nsys SQLite export"].append(f)
-        elif straggler_trace.is_trace(f):
-            by_kind["straggler trace"].append(f)
-            companions.add(straggler_trace.meta_path(f))
-        elif kineto.is_trace(f) and _looks_kineto(f):
-            by_kind["PyTorch profiler trace"].append(f)
-        elif flight_recorder.looks_like(f):
-            try:
-                flight_recorder.load_dump(f)
-                by_kind["Flight Recorder dump"].append(f)
-            except InputError as e:  # named with the reader's reason, not as "not a report"
-                refused.append((f, e))
-        else:
-            others.append(f)
-    by_kind["Flight Recorder dump"].sort(key=lambda p: (p.parent, flight_recorder.rank_of(p)))
-    hits = [f for k in _KINDS for f in by_kind[k]]
-    if not hits and refused:  # a folder of dumps, all refused: the first one's reason
-        raise refused[0][1]
-    if not hits:
-        reps = sorted(folder.rglob("*.nsys-rep"))
-        hint = (
-            f"export them first: nsys export --type sqlite {reps[0]}"
-            if reps
-            else "point to a folder of nsys SQLite exports (*.sqlite)"
-        )
-        raise InputError(f"{folder}: no report (*.sqlite, or PyTorch profiler *.json/*.json.gz) in this folder; {hint}")
-    skipped: list[tuple[Path, str]] = [(f, f"a Flight Recorder dump, refused: {e}") for f, e in refused]
-    skipped += [(f, run_folder.OWN_OUTPUT) for f in own]
-    # the same nsys report exported twice (report.sqlite and report.arrow): read once
-    sqlite_stems = {(f.parent, f.stem) for f in by_kind["nsys SQLite export"]}
-    for f in list(by_kind["nsys Arrow export"]):
-        if (f.parent, f.stem) in sqlite_stems:
-            hits.remove(f)
-            skipped.append((f, f"the same report as {f.stem}.sqlite, which is read"))
-    read_stems = {(f.parent, f.stem) for f in hits}
-    for f in others:
-        if f in companions:
             continue
-        if f.suffix == ".nsys-rep":
-            why = (
-                "its export is read"
-                if (f.parent, f.stem) in read_stems
-                else f"not exported; read it with: nsys export --type sqlite {f}"
-            )
-        elif kineto.is_trace(f):
-            why = "JSON, but not a PyTorch profiler trace"
-        else:
-            why = "not a report"
-        skipped.append((f, why))
+        kind = next((k for k in kinds if k.claims(f)), None)
+        if kind is None:
+            others.append(f)
+            continue
+        if kind.check is not None:
+            try:
+                kind.check(f)
+            except InputError as e:  # named with the reader's reason, not as "not a report"
+                refused.append((f, kind.name, e))
+                continue
+        by_kind[kind.name].append(f)
+        companions.update(kind.companions(f))
+    for k in kinds:
+        if k.order is not None:
+            by_kind[k.name].sort(key=k.order)
+    hits = [f for k in kinds for f in by_kind[k.name]]
+    if not hits and refused:  # a folder of reports, all refused: the first one's reason
+        raise refused[0][2]
+    if not hits:
+        raise InputError(formats.no_report_message(folder))
+    skipped: list[tuple[Path, str]] = [(f, f"a {name}, refused: {e}") for f, name, e in refused]
+    skipped += [(f, run_folder.OWN_OUTPUT) for f in own]
+    # the same report in two formats (report.sqlite and report.arrow): read once
+    for k in kinds:
+        if k.superseded_by is None:
+            continue
+        kept = {(f.parent, f.stem): f for f in by_kind[k.superseded_by]}
+        for f in by_kind[k.name]:
+            if (f.parent, f.stem) in kept:
+                hits.remove(f)
+                skipped.append((f, f"the same report as {kept[(f.parent, f.stem)].name}, which is read"))
+    read_stems = {(f.parent, f.stem) for f in hits}
+    skipped += [(f, formats.unread_reason(f, read_stems)) for f in others if f not in companions]
     return hits, skipped
 
 
@@ -188,20 +159,6 @@ def _own_output(path: Path) -> bool:
     except OSError:
         return False
     return any(m in head or m in tail for m in _OWN_MARKS)
-
-
-def _looks_kineto(path: Path) -> bool:
-    """A PyTorch profiler trace by its first bytes: one of the keys torch.profiler writes first.
-    A JSON file of anything else (nsyscomm's own summary, a truth file, a config) is not one."""
-    import gzip
-
-    try:
-        opener = gzip.open if path.name.lower().endswith(".gz") else open
-        with opener(path, "rb") as f:
-            head = f.read(1 << 16)
-    except (OSError, EOFError):
-        return False
-    return any(k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"'))
 
 
 def report_names(paths: list[Path]) -> list[str]:

@@ -3,7 +3,7 @@
 Every message lives in the NVTX domain ``nsyscomm``. nsys 2022.4 drops NVTX
 payload structs and old nvtx packages only give us a message string, so the
 metadata travels inside the message itself, as ``|``-separated ``key=value``
-fields. The ingest splits them at ``|`` (in C, nsyscomm/ingest/_sqlite_scan.c
+fields. The ingest splits them at ``|`` (in C, nsyscomm/ingest/nsys/_sqlite_scan.c
 split_message, for messages in this layout; in sql/calls_nsys.sql, for any
 order of the fields), so values must not contain ``|``; ``caller`` is always
 last and is read to the end of the string, so a caller may contain any

@@ -15,7 +15,7 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   2>/dev/null || need+=(python3-dev)
-# SQLite's headers build the ingest's C scan of nsys exports (nsyscomm/ingest/_sqlite_scan.c)
+# SQLite's headers build the ingest's C scan of nsys exports (nsyscomm/ingest/nsys/_sqlite_scan.c)
 [ -e /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ ${#need[@]} -eq 0 ] && { echo "system packages present"; exit 0; }
 

@@ -1,5 +1,5 @@
 -- Compute (non-NCCL) kernels of one report: what can hide communication (nsyscomm/ingest/busy.py),
--- and what was queued ahead of each call (name: the StringIds id; nsyscomm/ingest/gap_kernels.py).
+-- and what was queued ahead of each call (name: the StringIds id; nsyscomm/ingest/nsys/gap_kernels.py).
 -- Inputs: src_kernels, nccl_kernel_names. Unsorted: busy.py sorts them in numpy (6M-row report:
 -- the whole of its islands in 0.10 s of one core, against 0.3 s of both for DuckDB's ORDER BY
 -- pid, device, start alone).

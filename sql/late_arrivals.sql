@@ -11,7 +11,7 @@
 -- around both calls explains nothing): nvtx_ns is the longest one's share of the gap (nested
 -- ranges would count twice in a sum).
 -- For a late rank on a device, the compute kernels queued ahead of the call since the previous one,
--- by name (gap_kernels: the TOP names per call, nsyscomm/ingest/gap_kernels.py), against the same
+-- by name (gap_kernels: the TOP names per call, nsyscomm/ingest/nsys/gap_kernels.py), against the same
 -- names on the other ranks (their median; a name not among another rank's top counts 0 there):
 -- slower_kernels, the three that ran longest beyond the others, each explaining at least 5% of the
 -- late rank's extra busy time (a few microseconds of jitter on a 1 ms excess names nothing).

@@ -248,7 +248,7 @@ def test_light_preset_completes_and_summarizes(tmp_path):
 
 @pytest.mark.parametrize("src", [p for p in _cases() if p.values[0] != "generated" and not Path(p.values[0]).is_dir()])
 def test_include_env_reads_arrow_exports_alike(src, tmp_path):
-    from nsyscomm.ingest import environment
+    from nsyscomm.ingest.nsys import environment
 
     arrow = convert(src, tmp_path / "r.arrow")
     assert environment.read(arrow) == environment.read(src)

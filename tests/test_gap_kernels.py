@@ -1,4 +1,4 @@
-"""nsyscomm.ingest.gap_kernels: the compute kernels queued ahead of each call, by name. Ground
+"""nsyscomm.ingest.nsys.gap_kernels: the compute kernels queued ahead of each call, by name. Ground
 truth by construction: kernels placed around three calls on one device, with the ones that must
 not count (before the first call, overlapping the previous call, on another device, unnamed)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from nsyscomm.ingest import gap_kernels as gk
+from nsyscomm.ingest.nsys import gap_kernels as gk
 
 
 def _calls(rows):

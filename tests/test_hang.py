@@ -337,7 +337,7 @@ def test_flight_recorder_refuses_objects(tmp_path):
     d = tmp_path / "dumps"
     d.mkdir()
     (d / "nccl_trace_rank_0").write_bytes(pickle.dumps({"version": "2.9", "pg_config": {}, "entries": [Evil()]}))
-    from nsyscomm.ingest import flight_recorder
+    from nsyscomm.ingest.flight_recorder import dump as flight_recorder
 
     with pytest.raises(InputError, match="not a Flight Recorder dump of plain data"):
         flight_recorder.load_dump(d / "nccl_trace_rank_0")

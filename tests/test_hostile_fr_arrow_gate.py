@@ -174,7 +174,8 @@ def test_pickle_objects_are_counted(tmp_path, monkeypatch):
     """Past FAST_BYTES a dump's opcodes are counted as they run: refused past
     NSYSCOMM_FR_MAX_OBJECTS, read under it."""
     from nsyscomm.errors import InputError
-    from nsyscomm.ingest import flight_recorder, fr_pickle
+    from nsyscomm.ingest.flight_recorder import dump as flight_recorder
+    from nsyscomm.ingest.flight_recorder import unpickler as fr_pickle
 
     p = tmp_path / "nccl_trace_rank_0"
     p.write_bytes(H.pickle.dumps(H.fr_dump(), protocol=2))

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from nsyscomm.cli import main
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import bounded, kineto_stream, limits
+from nsyscomm.ingest import bounded, limits
+from nsyscomm.ingest.kineto import stream as kineto_stream
 
 from . import hostile_newer as H
 from . import hostile_whatif as W
@@ -87,7 +88,7 @@ def test_memory_limit_raises_the_whatif_budget(tmp_path, monkeypatch):
     read under a larger one."""
     W.write_whatif(tmp_path, W.whatif_rows(steps=40))
     monkeypatch.setenv(limits.MEMORY_LIMIT_ENV, "100kB")
-    from nsyscomm.ingest import straggler_trace
+    from nsyscomm.ingest.straggler import trace as straggler_trace
 
     with pytest.raises(InputError, match="operations in the trace.*--memory-limit"):
         straggler_trace.read(tmp_path / "trace-T.parquet")
@@ -125,7 +126,7 @@ def test_yaml_without_aliases_reads_plain_meta(tmp_path):
 
 def test_kept_events_hold_only_bounded_args():
     """What a kept event holds of its args is bounded whatever the trace wrote (KEPT_BYTES)."""
-    from nsyscomm.ingest import kineto_checks
+    from nsyscomm.ingest.kineto import checks as kineto_checks
 
     args = {
         "correlation": 5,

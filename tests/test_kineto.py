@@ -12,7 +12,9 @@ import pytest
 from nsyscomm import api
 from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto, kineto_meta, kineto_stream
+from nsyscomm.ingest.kineto import meta as kineto_meta
+from nsyscomm.ingest.kineto import stream as kineto_stream
+from nsyscomm.ingest.kineto import trace as kineto
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "kineto"
 need_real = pytest.mark.skipif(not REAL.is_dir(), reason="shared/real/kineto is absent")

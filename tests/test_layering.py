@@ -221,6 +221,27 @@ def test_no_import_cycle():
     _assert_none("are on an import cycle", _violations(MODULES, cycle, PENDING_CYCLES))
 
 
+# ingest/ holds one package per input format, and at its top what the formats share
+FORMAT_PACKAGES = sorted(
+    m for m in MODULES if m.startswith("nsyscomm.ingest.") and m.count(".") == 2 and _is_package(m)
+)
+REGISTRY = "nsyscomm.ingest.formats"  # the one module that knows every format
+
+
+def _format_of(name: str) -> str | None:
+    return next((f for f in FORMAT_PACKAGES if _under(name, (f,))), None)
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _under(m, ("nsyscomm.ingest",)) and m != REGISTRY])
+def test_a_format_reads_no_other_format(module):
+    """A format's package imports the shared modules and its own, never another format's: what
+    two formats share sits at ingest's top (limits, bounded, names, busy, extract_type); only the
+    registry of formats imports them all."""
+    mine = _format_of(module)
+    other = sorted(m for m in _own(module) if _format_of(m) not in (None, mine))
+    assert not other, f"{module} imports another format's modules: {other}"
+
+
 def test_analyses_hang_does_not_load_jobs():
     """The gate's hang check reads Results (nsyscomm/gate/hang.py): the analysis loads nothing."""
     assert "nsyscomm.api" not in imports("nsyscomm.analyses.hang")
@@ -237,6 +258,9 @@ def test_the_checks_see_the_pipeline():
     } <= set(PIPELINE)
     assert "nsyscomm.extract.cache" in imports("nsyscomm.extract.pool")
     assert layer("nsyscomm.ingest.nsys.extract") == 6 and layer("nsyscomm.extract.readers") == 3
+    assert {"nsyscomm.ingest.nsys", "nsyscomm.ingest.kineto", "nsyscomm.ingest.straggler"} <= set(FORMAT_PACKAGES)
+    assert _format_of("nsyscomm.ingest.kineto.trace") == "nsyscomm.ingest.kineto" and layer(REGISTRY) == 6
+    assert {"nsyscomm.ingest.nsys.extract", "nsyscomm.ingest.kineto.trace"} <= imports(REGISTRY)
     assert layer("nsyscomm.duck") is None and layer("nsyscomm.capture.wrapper") is None
     assert "nsyscomm.views.json_out" in VIEWS and _sql_uses("nsyscomm.analyses.result")
     assert "duckdb" in imports("nsyscomm.duck")

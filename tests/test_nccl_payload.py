@@ -17,8 +17,8 @@ import pytest
 
 from nsyscomm import api
 from nsyscomm.duck import arrow_frame
-from nsyscomm.ingest import nccl_payload
 from nsyscomm.ingest.nsys import extract as nsys_extract
+from nsyscomm.ingest.nsys import nccl_payload
 from nsyscomm.ingest.nsys import reader as nsys_reader
 
 REAL = (

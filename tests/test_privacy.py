@@ -185,7 +185,7 @@ def test_launcher_summary_has_no_environment(planted, tmp_path):
 
 
 def test_environment_reader_finds_what_was_planted(planted):
-    from nsyscomm.ingest import environment
+    from nsyscomm.ingest.nsys import environment
 
     env = environment.read(planted["synthetic_ddp_4rank.sqlite"])
     assert f"HF_TOKEN={SECRET}" in env["variables"]

@@ -181,7 +181,7 @@ def _ev(name, ts, dur, cat="user_annotation", pid=100, tid=100, **args):
 
 def test_kineto_wrapper_ranges_own_kernels(tmp_path):
     from nsyscomm import nvtx_format as fmt
-    from nsyscomm.ingest import kineto
+    from nsyscomm.ingest.kineto import trace as kineto
 
     msg = fmt.format_collective(
         "all_reduce",

@@ -1,4 +1,4 @@
-"""The ingest's C scan of nsys exports (nsyscomm/ingest/_sqlite_scan.c) against DuckDB's copy of
+"""The ingest's C scan of nsys exports (nsyscomm/ingest/nsys/_sqlite_scan.c) against DuckDB's copy of
 the tables (nsys_reader._copy_tables): the same extract from every report, whatever it holds."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SAMPLES = ROOT / "sample_reports"
 FSDP = SAMPLES / "synthetic_fsdp_8rank.sqlite"
 
 try:
-    from nsyscomm.ingest import _sqlite_scan
+    from nsyscomm.ingest.nsys import _sqlite_scan
 except ImportError:
     _sqlite_scan = None
 
@@ -48,7 +48,7 @@ def test_scan_is_built_where_it_can_be(monkeypatch):
     assert len(scanned.calls) > 0
 
 
-needs_scan = pytest.mark.skipif(_sqlite_scan is None, reason="nsyscomm.ingest._sqlite_scan not built")
+needs_scan = pytest.mark.skipif(_sqlite_scan is None, reason="nsyscomm.ingest.nsys._sqlite_scan not built")
 
 
 def _extract_both(path: Path, monkeypatch):
@@ -77,7 +77,7 @@ def _frame(df, key=None):
 
 def _same(a, b, gaps: bool = True):
     """a and b the same extract; gaps=False: b took the DuckDB route, which keeps no kernel names
-    in the gaps (nsyscomm/ingest/gap_kernels.py)."""
+    in the gaps (nsyscomm/ingest/nsys/gap_kernels.py)."""
     assert a.calls.schema == b.calls.schema  # names, order and Arrow types
     assert _frame(a.calls.to_pandas()).equals(_frame(b.calls.to_pandas()))
     assert _frame(a.markers).equals(_frame(b.markers))

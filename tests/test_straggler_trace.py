@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from nsyscomm.analyses import stragglers
 from nsyscomm.cli import main
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import straggler_trace
+from nsyscomm.ingest.straggler import trace as straggler_trace
 from tests.conftest import real_file
 
 

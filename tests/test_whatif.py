@@ -184,7 +184,7 @@ def test_export_whatif_format(late_rank_job, tmp_path):
     """The late-rank job in the OSDI'25 artifact's trace format: per step and rank the compute
     before the call and the call, times as constructed."""
     from nsyscomm.analyses import stragglers, trace_export
-    from nsyscomm.ingest import straggler_trace
+    from nsyscomm.ingest.straggler import trace as straggler_trace
 
     files = trace_export.write(late_rank_job, tmp_path, "late")
     assert [f.name for f in files] == ["trace-late.parquet", "meta-late.yaml"]

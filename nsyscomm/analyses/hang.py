@@ -26,7 +26,7 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.capture import flight_record as fr
-from nsyscomm.ingest import flight_recorder as frd
+from nsyscomm.ingest.flight_recorder import dump as frd
 
 if TYPE_CHECKING:
     import duckdb

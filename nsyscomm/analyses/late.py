@@ -10,7 +10,7 @@ the other ranks. Causes, in the order they are tried:
   the collective no later than theirs (its host gap is not longer): the kernels queued ahead of
   it on the device ran longer. The detail gives the compute busy time in the gap against the
   others' median, and the kernels by name that ran longest beyond the same kernels on the other
-  ranks (nsyscomm/ingest/gap_kernels.py). (Comparing busy time alone would blame compute
+  ranks (nsyscomm/ingest/nsys/gap_kernels.py). (Comparing busy time alone would blame compute
   whenever a rank arrives late: the later it arrives, the more of the same backward kernels fall
   inside its gap.)
 - ``host``: the CPU came late to the call (its host gap is longer by most of the extra): OS-runtime

@@ -1,5 +1,5 @@
 """The dependency model of a Megatron-style training step (data x pipeline parallel), for the
-replay of a per-op trace in the OSDI'25 what-if artifact's format (nsyscomm.ingest.straggler_trace).
+replay of a per-op trace in the OSDI'25 what-if artifact's format (nsyscomm.ingest.straggler.trace).
 
 One worker is one (step, dp_rank, stage). Inside a worker, operations depend on each other the way
 the training loop issues them (the artifact's model, rebuilt here from its description):

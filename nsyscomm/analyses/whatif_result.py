@@ -39,7 +39,7 @@ def _prepared(result: _ResultLike, ops: pd.DataFrame, meta: dict) -> stragglers.
         from pathlib import Path
 
         from nsyscomm.errors import InputError
-        from nsyscomm.ingest import straggler_trace
+        from nsyscomm.ingest.straggler import trace as straggler_trace
 
         src = next((s for s in getattr(result, "sources", ()) if straggler_trace.is_trace(Path(s))), "what-if trace")
         raise InputError(
@@ -104,7 +104,7 @@ def timeline(result: _ResultLike, scenario: str) -> pd.DataFrame:
     rank, step, name, start_ns, end_ns. Raises KeyError for a scenario the job does not allow."""
     op_trace = getattr(result, "op_trace", None)
     if op_trace is not None:
-        from nsyscomm.ingest import straggler_trace
+        from nsyscomm.ingest.straggler import trace as straggler_trace
 
         trace = _prepared(result, *op_trace)
         m = from_trace(trace)

@@ -13,7 +13,7 @@ The launcher sets ``NSYSCOMM_PROFILER=torch`` and ``NSYSCOMM_TRACE_DIR=DIR``; th
 
 While the profiler records, the wrapper adds a ``record_function`` range named with its NVTX
 message to every collective (and the rank marker), so the Kineto trace carries the metadata
-(nsyscomm.ingest.kineto reads them as ``source='wrapper'`` rows). One trace per process: a
+(nsyscomm.ingest.kineto.trace reads them as ``source='wrapper'`` rows). One trace per process: a
 second ``init_process_group`` after ``finish()`` is not profiled again.
 """
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsyscomm import duck, schema
+from nsyscomm.ingest.extract_type import TABLES, Extract
 from nsyscomm.ingest.names import canonical_op
-from nsyscomm.ingest.nsys.extract import Extract
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
 # collectives columns computed for the whole job in sql/collectives.sql
@@ -187,6 +187,28 @@ def register_soon(con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | 
     returned future is done. For a large table that the next statements do not read: the copy
     runs on one core, and so do they."""
     return duck.on_cursor_soon(con, lambda cur: register(cur, name, df, select), name)
+
+
+def register_report_tables(con: duckdb.DuckDBPyConnection, extracts: list[Extract], late: bool) -> list[Future]:
+    """The job's table of each per-report table that has one (TABLES), every report's rows
+    stacked and typed as declared, and for the tables that may be absent, the reports that have
+    them. late: the tables marked made_late are copied on a cursor of their own (register_soon);
+    their futures are returned."""
+    futures = []
+    for t in TABLES:
+        if t.job_table is None:
+            continue
+        rows: pd.DataFrame | pa.Table = (stack_arrow if t.stacked_in_arrow else stack)(extracts, t.name, t.column_names)
+        if t.op_from_api:
+            rows = fill_op(rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows, preserve_index=False))
+        if late and t.made_late:
+            futures.append(register_soon(con, t.job_table, rows, t.job_select()))
+        else:
+            register(con, t.job_table, rows, t.job_select())
+        if t.reports_table is not None:
+            have = [e.report for e in extracts if getattr(e, t.name, None) is not None]
+            register(con, t.reports_table, pd.DataFrame({"report": have}, dtype=object), "report::VARCHAR AS report")
+    return futures
 
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:

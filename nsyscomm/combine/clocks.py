@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import duckdb
 
 from nsyscomm import duck
-from nsyscomm.ingest.nsys.extract import Extract
+from nsyscomm.ingest.extract_type import Extract
 
 
 def session_offsets(extracts: Sequence[Extract]) -> dict[str, int]:

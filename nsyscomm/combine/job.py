@@ -5,7 +5,6 @@ analyses read (logical collectives, rank spans, bus-bandwidth factors) and the j
 from __future__ import annotations
 
 import pandas as pd
-import pyarrow as pa
 
 from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
@@ -15,15 +14,11 @@ from nsyscomm.combine.calls import (
     TIME_COLS,
     JobCalls,
     create_collectives,
-    fill_op,
     register,
-    register_soon,
-    stack,
-    stack_arrow,
+    register_report_tables,
 )
 from nsyscomm.combine.ranks import assign_ranks
-from nsyscomm.ingest import gap_kernels, gpu_metrics
-from nsyscomm.ingest.nsys.extract import Extract
+from nsyscomm.ingest.extract_type import Extract
 
 
 def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | None = None) -> Result:
@@ -68,78 +63,10 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         "report::VARCHAR AS report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
         "local_rank::INTEGER AS local_rank, host::VARCHAR AS host",
     )
-    register(
-        con,
-        "proc_spans",
-        stack(extracts, "spans", ["pid", "first_ns", "last_ns"]),
-        "report::VARCHAR AS report, pid::BIGINT AS pid, first_ns::BIGINT AS first_ns, last_ns::BIGINT AS last_ns",
-    )
-    # OS-runtime calls, for the late-arrival diagnosis; osrt_reports: the reports that had the trace
-    register(
-        con,
-        "host_calls",
-        stack_arrow(extracts, "host_calls", ["pid", "tid", "start", "end", "name"]),
-        "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
-        '"end"::BIGINT AS "end", name::VARCHAR AS name',
-    )
-    # the program's own NVTX ranges, for the same diagnosis
-    register(
-        con,
-        "host_ranges",
-        stack_arrow(extracts, "host_ranges", ["pid", "tid", "start", "end", "name"]),
-        "report::VARCHAR AS report, pid::BIGINT AS pid, tid::BIGINT AS tid, start::BIGINT AS start, "
-        '"end"::BIGINT AS "end", name::VARCHAR AS name',
-    )
-    # the compute kernels queued ahead of each call, by name, for the same diagnosis: the largest
-    # of these tables, made while the collectives are (each copy keeps one core busy), unless
-    # the clocks are shifted below, which updates it
-    gaps = stack_arrow(extracts, "gap_kernels", gap_kernels.COLUMNS)
-    gap_cols = (
-        "report::VARCHAR AS report, pid::BIGINT AS pid, device::INTEGER AS device, "
-        "gpu_start::BIGINT AS gpu_start, name_id::BIGINT AS name_id, ns::BIGINT AS ns, count::BIGINT AS count"
-    )
-    gaps_made = None
-    if shifted:
-        register(con, "gap_kernels", gaps, gap_cols)
-    else:
-        gaps_made = register_soon(con, "gap_kernels", gaps, gap_cols)
-    register(
-        con,
-        "gap_kernel_names",
-        stack(extracts, "gap_kernel_names", gap_kernels.NAME_COLUMNS),
-        "report::VARCHAR AS report, name_id::BIGINT AS name_id, name::VARCHAR AS name",
-    )
-    register(
-        con,
-        "group_descs",
-        stack(extracts, "groups", ["group", "desc"]),
-        'report::VARCHAR AS report, "group"::VARCHAR AS "group", "desc"::VARCHAR AS "desc"',
-    )
-    register(
-        con,
-        "osrt_reports",
-        pd.DataFrame(
-            {"report": [e.report for e in extracts if getattr(e, "host_calls", None) is not None]}, dtype=object
-        ),
-        "report::VARCHAR AS report",
-    )
-    register(
-        con,
-        "gap_kernel_reports",
-        pd.DataFrame(
-            {"report": [e.report for e in extracts if getattr(e, "gap_kernels", None) is not None]}, dtype=object
-        ),
-        "report::VARCHAR AS report",
-    )
-    links = fill_op(pa.Table.from_pandas(stack(extracts, "links", gpu_metrics.COLUMNS), preserve_index=False))
-    register(
-        con,
-        "link_usage",
-        links,
-        "report::VARCHAR AS report, device::INTEGER AS device, op::VARCHAR AS op, bytes::BIGINT AS bytes, "
-        "metric::VARCHAR AS metric, calls::BIGINT AS calls, covered_ns::DOUBLE AS covered_ns, "
-        "weighted::DOUBLE AS weighted, max_value::DOUBLE AS max_value",
-    )
+    # every per-report table the analyses read, typed as nsyscomm.ingest.extract_type.TABLES
+    # declares them; the largest is made while the collectives are (each copy keeps one core
+    # busy), unless the clocks are shifted below, which updates it
+    made_late = register_report_tables(con, extracts, late=not shifted)
     if shifted:
         clocks.shift(con, offsets)
     create_collectives(con)
@@ -177,6 +104,6 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
         )
     if unsized:
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
-    if gaps_made is not None:
-        gaps_made.result()
+    for made in made_late:
+        made.result()
     return Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from nsyscomm.errors import InputError
-from nsyscomm.ingest.nsys.extract import Extract
+from nsyscomm.ingest.extract_type import Extract
 
 # processes of one job run at the same time; sessions of one job's nodes start within the
 # launcher's spread, which is seconds: a gap of a minute between two reports' spans is two runs

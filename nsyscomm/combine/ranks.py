@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from nsyscomm.ingest.nsys.extract import Extract
+from nsyscomm.ingest.extract_type import Extract
 
 
 def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) -> tuple[pd.DataFrame, list[str]]:

@@ -1,3 +1,3 @@
 """Per-report extraction, the map stage: the reader for each report (readers), the Parquet
 cache around it (cache) and the pool that runs them in parallel (pool). Each returns one
-nsyscomm.ingest.nsys.extract.Extract per report; the combining stage reads only those."""
+nsyscomm.ingest.extract_type.Extract per report; the combining stage reads only those."""

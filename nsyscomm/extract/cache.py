@@ -1,10 +1,11 @@
 """A normalized Parquet cache of per-report extracts.
 
 One entry per (report file, its size and mtime, the name it has in the job, the ingest code):
-a folder with calls/markers/spans/links as Parquet and meta.json (report, session start,
-version, warnings). Entries live outside the input's folder: ``$NSYSCOMM_CACHE_DIR``, else
-``$XDG_CACHE_HOME/nsyscomm``, else ``~/.cache/nsyscomm``. Writes go to a temporary folder
-renamed into place (atomic); an unreadable entry is ignored, removed and rebuilt.
+a folder with each per-report table (nsyscomm.ingest.extract_type.TABLES) as Parquet and
+meta.json (report, session start, version, warnings). Entries live outside the input's
+folder: ``$NSYSCOMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/nsyscomm``, else ``~/.cache/nsyscomm``.
+Writes go to a temporary folder renamed into place (atomic); an unreadable entry is ignored,
+removed and rebuilt.
 
 Like the report itself, an entry holds only what the ingest kept (no environment strings from
 StringIds or the metadata tables).
@@ -16,28 +17,20 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
-# 3: link-counter sums (links); 4: calls read and written as Arrow; 5: host_calls, groups;
-# 6: host_ranges; 7: gap_kernels, gap_kernel_names
+# the layout of an entry (meta.json and one Parquet file per table): the tables themselves are
+# those of nsyscomm.ingest.extract_type.TABLES, whose module is part of the code fingerprint
 CACHE_FORMAT = 7
-_FRAMES = (
-    "calls",
-    "markers",
-    "spans",
-    "links",
-    "host_calls",
-    "groups",
-    "host_ranges",
-    "gap_kernels",
-    "gap_kernel_names",
-)
+# SQL files the extraction reads, named in its code as duck.sql("name")
+_SQL_READ = re.compile(r"""duck\.sql\(\s*["']([A-Za-z0-9_]+)["']\s*\)""")
 
 
 def cache_dir() -> Path:
@@ -48,18 +41,32 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "nsyscomm"
 
 
-@functools.cache
-def code_fingerprint() -> str:
-    """Hash of the code that makes an extract (ingest modules and SQL): a new version never
-    reads entries an older one wrote."""
-    from nsyscomm import __version__, duck
+def extraction_code() -> list[Path]:
+    """The files an extract is made from: the ingest (Python and the C scan's source), the
+    reader choice, the helpers they share, and only the SQL files that code reads; the SQL of a
+    result table is combine's and the analyses', which run on every load anyway."""
+    from nsyscomm import duck
 
     root = Path(__file__).resolve().parent.parent  # the nsyscomm package
+    code = sorted((root / "ingest").rglob("*.py")) + sorted((root / "ingest").rglob("*.c"))
+    code += sorted((root / "extract").glob("*.py")) + [root / "duck.py", root / "schema.py"]
+    names: set[str] = set()
+    for f in code:
+        try:
+            names.update(_SQL_READ.findall(f.read_text()))
+        except (OSError, UnicodeDecodeError):
+            pass
+    return code + [duck.sql_dir() / f"{n}.sql" for n in sorted(names)]
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """Hash of the code that makes an extract (extraction_code): a new version never reads
+    entries an older one wrote."""
+    from nsyscomm import __version__
+
     h = hashlib.sha256(f"{CACHE_FORMAT}:{__version__}".encode())
-    files = sorted((root / "ingest").rglob("*.py")) + sorted((root / "extract").glob("*.py"))
-    files += sorted(duck.sql_dir().glob("*.sql"))
-    files += [root / "duck.py", root / "schema.py"]
-    for f in files:
+    for f in extraction_code():
         try:
             h.update(f.name.encode())
             h.update(f.read_bytes())
@@ -87,7 +94,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import TABLES, Extract
 
     root = root or cache_dir()
     try:
@@ -101,29 +108,21 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
         if meta.get("format") != CACHE_FORMAT or meta.get("report") != report:
             raise ValueError("format")
         frames = {}
-        for name in _FRAMES:
-            f = entry / f"{name}.parquet"
-            if name not in meta["frames"]:
-                frames[name] = None
-            elif name == "calls":  # Arrow, as the extract holds them
-                frames[name] = pq.read_table(f).replace_schema_metadata(None)
+        for t in TABLES:
+            f = entry / f"{t.name}.parquet"
+            if t.name not in meta["frames"]:
+                frames[t.name] = None
+            elif t.arrow:  # as the extract holds them
+                frames[t.name] = pq.read_table(f).replace_schema_metadata(None)
             else:
-                frames[name] = pd.read_parquet(f)
+                frames[t.name] = pd.read_parquet(f)
         return Extract(
             report=report,
             path=Path(path),
-            calls=frames["calls"],
-            markers=frames["markers"],
-            spans=frames["spans"],
-            links=frames["links"],
-            host_calls=frames["host_calls"],
-            groups=frames["groups"],
-            host_ranges=frames["host_ranges"],
-            gap_kernels=frames["gap_kernels"],
-            gap_kernel_names=frames["gap_kernel_names"],
             session_start_utc_ns=meta["session_start_utc_ns"],
             nsys_version=meta["nsys_version"],
             warnings=list(meta["warnings"]),
+            **frames,
         )
     except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error
         shutil.rmtree(entry, ignore_errors=True)
@@ -136,6 +135,8 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from nsyscomm.ingest.extract_type import TABLES
+
     root = root or cache_dir()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -145,7 +146,7 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
         return None
     try:
         present = []
-        for name in _FRAMES:
+        for name in (t.name for t in TABLES):
             df = getattr(extract, name)
             if df is None:
                 continue

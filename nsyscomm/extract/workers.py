@@ -51,8 +51,12 @@ PRELOAD = (
     __name__,
     "nsyscomm.extract.pool",
     "nsyscomm.extract.readers",
+    # the readers of the formats (nsyscomm.ingest.formats imports each when a file of its is met)
+    "nsyscomm.ingest.nsys.extract",
+    "nsyscomm.ingest.kineto.trace",
+    "nsyscomm.ingest.straggler.trace",
     "nsyscomm.ingest.nsys.arrow",
-    "nsyscomm.ingest._sqlite_scan",
+    "nsyscomm.ingest.nsys._sqlite_scan",
     "nsyscomm.bundled",
     "duckdb_extension_sqlite_scanner",
     "pyarrow.dataset",

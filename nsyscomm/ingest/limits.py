@@ -97,8 +97,8 @@ def cut_sql(expr: str) -> str:
 
 
 class _Source(Protocol):
-    """What checked() reads and replaces of an extract (nsyscomm.ingest.nsys.extract.Extract, whose
-    module imports this one, so it is not imported back)."""
+    """What checked() reads and replaces of an extract (nsyscomm.ingest.extract_type.Extract, not
+    imported: this module stays free of pandas and pyarrow until a check runs)."""
 
     report: str
     calls: pa.Table

@@ -44,7 +44,7 @@ WANTED = (
     "NVTX_PAYLOAD_SCHEMAS",
     "NVTX_PAYLOAD_SCHEMA_ENTRIES",
 )
-# NCCL's extended NVTX payloads are decoded by nsyscomm.ingest.nccl_payload from a SQLite file
+# NCCL's extended NVTX payloads are decoded by nsyscomm.ingest.nsys.nccl_payload from a SQLite file
 # (with Python's sqlite3: blobs DuckDB cannot read as text). An Arrow export holding them is
 # written, its WANTED tables only, to a temporary SQLite file that takes the SQLite route.
 _PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")

@@ -10,19 +10,18 @@ import sqlite3
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pandas as pd
-import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import gap_kernels, gpu_metrics, limits, nccl_payload
+from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
+from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.names import nccl_kernel_names
-from nsyscomm.ingest.nsys import inside_calls
+from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics, inside_calls, nccl_payload
 from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
@@ -82,33 +81,6 @@ _NO_HOST_RANGES = pd.DataFrame(
         "name": pd.Series(dtype=object),
     }
 )
-
-
-@dataclass
-class Extract:
-    """What one report contributes to a job: its calls and what ranks them."""
-
-    report: str
-    path: Path
-    calls: pa.Table  # collectives columns except rank/local_rank/host/report
-    markers: pd.DataFrame  # pid, rank, local_rank, world, host
-    spans: pd.DataFrame  # pid, first_ns, last_ns: the process's whole time span
-    session_start_utc_ns: int | None = None
-    nsys_version: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    links: pd.DataFrame | None = None  # link-counter sums under the calls (nsyscomm.ingest.gpu_metrics)
-    # OS-runtime calls of HOST_CALL_MIN_NS or more (pid, tid, start, end, name); None: the report
-    # has no OS-runtime trace (nsys -t osrt), so a late arrival's host time cannot be named
-    host_calls: pd.DataFrame | None = None
-    groups: pd.DataFrame | None = None  # group, desc: the wrapper's group markers (DeviceMesh dimensions)
-    # the program's own NVTX ranges of HOST_CALL_MIN_NS or more (pid, tid, start, end, name):
-    # what a late rank's host was doing by its own account; None: the report has no NVTX events
-    host_ranges: pd.DataFrame | None = None
-    # per call, the compute kernels queued ahead of it on its device since the previous call, by
-    # name id (pid, device, gpu_start, name_id, ns, count; nsyscomm.ingest.gap_kernels), and the
-    # names of those ids (name_id, name); None: not kept
-    gap_kernels: pd.DataFrame | None = None
-    gap_kernel_names: pd.DataFrame | None = None
 
 
 def extract(path: str | Path, report: str | None = None, threads: int | None = None) -> Extract:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsyscomm import duck
-from nsyscomm.ingest.nccl_api import INIT_APIS
+from nsyscomm.ingest.nsys.nccl_api import INIT_APIS
 
 _EDGES = ("pid", "tid", "cpu_start", "cpu_end")
 # what sql/copies_nsys.sql reads (a damaged or foreign table without them: no copies, no failure)

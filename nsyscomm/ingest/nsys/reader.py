@@ -5,7 +5,7 @@ gets a stand-in with fixed columns (an empty one when nsys did not create the ta
 nothing of that kind was captured). Each table is read from SQLite once; every later step
 (nsyscomm.ingest.nsys_extract, sql/) reads DuckDB's copy, never the report again.
 
-Two ways in, with the same tables out. Where the C extension nsyscomm.ingest._sqlite_scan was
+Two ways in, with the same tables out. Where the C extension nsyscomm.ingest.nsys._sqlite_scan was
 built, SQLite's own C API scans the three big tables on every core and keeps only the rows the
 later steps use (``_scan``): the NCCL kernels, their launches, the named ranges, the compute
 kernels' times as numpy arrays, and each process's first and last event. Otherwise, when the
@@ -185,7 +185,7 @@ def _cpu_only(con, tables: dict[str, set[str]]) -> bool:
 
 
 def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
-    """The three big tables through nsyscomm.ingest._sqlite_scan (module docstring): the same
+    """The three big tables through nsyscomm.ingest.nsys._sqlite_scan (module docstring): the same
     src_kernels (its NCCL kernels only), src_runtime (their launches only), src_ranges_all (in
     Arrow) and src_events (each process's first start and last end) as _copy_tables, and the
     compute kernels' pid, device, start and end as numpy arrays, returned with the NCCL kernel

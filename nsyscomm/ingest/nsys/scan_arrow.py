@@ -1,4 +1,4 @@
-"""The C scan's output (nsyscomm/ingest/_sqlite_scan.c) handed to DuckDB as Arrow, without a copy:
+"""The C scan's output (nsyscomm/ingest/nsys/_sqlite_scan.c) handed to DuckDB as Arrow, without a copy:
 its (values, validity) buffers become Arrow arrays (from_buffers: pa.array() and pa.table() would
 import pandas while the report is read), its NVTX output the table src_ranges_all."""
 
@@ -33,9 +33,9 @@ MESSAGE_FIELDS = {
 
 
 def sqlite_scan_module() -> ModuleType | None:
-    """nsyscomm.ingest._sqlite_scan, or None where it was not built (no C compiler or SQLite headers)."""
+    """nsyscomm.ingest.nsys._sqlite_scan, or None where it was not built (no C compiler or SQLite headers)."""
     try:
-        from nsyscomm.ingest import _sqlite_scan  # type: ignore[attr-defined]  # (a C extension: no stub)
+        from nsyscomm.ingest.nsys import _sqlite_scan  # type: ignore[attr-defined]  # (a C extension: no stub)
     except ImportError:
         return None
     return _sqlite_scan

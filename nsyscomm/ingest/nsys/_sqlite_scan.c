@@ -4,7 +4,7 @@
  *
  *   kernels   NCCL kernels whole (about 10% of the rows); the compute kernels' process, device,
  *             start, end and name id (for the busy islands, nsyscomm/ingest/busy.py, and the
- *             kernels in each call's gap, nsyscomm/ingest/gap_kernels.py);
+ *             kernels in each call's gap, nsyscomm/ingest/nsys/gap_kernels.py);
  *   runtime   the launches whose (process, correlation id) is an NCCL kernel's;
  *   NVTX      the ranges whose name can matter (a registered name nsys_tables passes, or inline
  *             text with one of the prefixes of nsys_tables._RANGE_PATTERNS); the wrapper's

@@ -4,8 +4,8 @@ The layouts a program registered are in ``NVTX_PAYLOAD_SCHEMAS`` / ``NVTX_PAYLOA
 the values in ``NVTX_EVENTS.binaryData`` (``nsys export --include-blobs=true``: a BLOB, or TEXT
 holding hex or base64) or ``jsonText`` (``--include-json=true``). Entries are picked by *name*
 into the fields the caller names, with the offsets and types the report registered, so nothing
-depends on schema ids. Nothing here knows NCCL: nsyscomm.ingest.nccl_api names its entries and
-nsyscomm.ingest.nccl_payload reads its ranges.
+depends on schema ids. Nothing here knows NCCL: nsyscomm.ingest.nsys.nccl_api names its entries and
+nsyscomm.ingest.nsys.nccl_payload reads its ranges.
 """
 
 from __future__ import annotations

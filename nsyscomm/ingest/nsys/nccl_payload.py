@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from nsyscomm import duck
-from nsyscomm.ingest import nccl_orphans, nvtx_payload
-from nsyscomm.ingest.nccl_api import (
+from nsyscomm.ingest.nsys import nccl_orphans, nvtx_payload
+from nsyscomm.ingest.nsys.nccl_api import (
     ENTRY_FIELDS,
     INIT_APIS,
     SCHEMA_OPS,
@@ -49,7 +49,7 @@ from nsyscomm.ingest.nccl_api import (
     present,
     redop_name,
 )
-from nsyscomm.ingest.nvtx_payload import SCHEMA_BASE, Schema, blob_bytes, decode_binary
+from nsyscomm.ingest.nsys.nvtx_payload import SCHEMA_BASE, Schema, blob_bytes, decode_binary
 
 if TYPE_CHECKING:
     import duckdb
@@ -308,7 +308,7 @@ def apply(
       unit's op and api. Wrapper rows are left alone (the wrapper is the better source).
     - Units without any kernel become rows of their own (source 'nccl_payload', CPU times only)
       when the report has no CUDA kernels at all (captured with --trace=nvtx), and otherwise
-      those nsyscomm.ingest.nccl_orphans counts (no range of the wrapper or PyTorch holds them,
+      those nsyscomm.ingest.nsys.nccl_orphans counts (no range of the wrapper or PyTorch holds them,
       and the capture goes on after them)."""
     # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
@@ -372,7 +372,7 @@ def apply(
     orphan = units[units["k_first"].isna()]
     if len(orphan):
         # without any kernel in the report (--trace=nvtx) every one is a call; else
-        # nsyscomm.ingest.nccl_orphans tells which are
+        # nsyscomm.ingest.nsys.nccl_orphans tells which are
         keep = orphan if not has_kernels else nccl_orphans.to_count(con, tables, orphan, calls, warnings, report)
         if len(keep):
             calls = pd.concat([calls, nccl_orphans.rows(keep)], ignore_index=True)

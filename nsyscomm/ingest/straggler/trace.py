@@ -22,7 +22,7 @@ from nsyscomm.ingest import bounded, limits
 from nsyscomm.schema import COLUMN_NAMES
 
 if TYPE_CHECKING:
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
 REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "mb_id", "gmc")
 META_SIZES = ("dp_size", "pp_size", "tp_size", "dsp_size", "vpp_size", "world_size")
@@ -90,9 +90,9 @@ def _shown(v: object) -> str:
 
 def read(path: Path) -> tuple[pd.DataFrame, dict]:
     """The trace's rows (index 0..n-1) and its job description, checked at the edge: column
-    types, nulls, finite times and ranges (nsyscomm.ingest.straggler_checks), its size against
+    types, nulls, finite times and ranges (nsyscomm.ingest.straggler.checks), its size against
     the memory budget from the Parquet footer before any row is read."""
-    from nsyscomm.ingest import straggler_checks
+    from nsyscomm.ingest.straggler import checks as straggler_checks
 
     path = Path(path)
     meta = read_meta(path)
@@ -170,7 +170,7 @@ def calls(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
 def extract(path: Path, report: str | None = None) -> Extract:
     """One trace file -> an Extract: its calls, one process per global rank."""
     from nsyscomm import duck
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
     path = Path(path)
     df, meta = read(path)

@@ -1,4 +1,4 @@
-"""NCCL calls that launched no kernel in a report that has kernels (nsyscomm.ingest.nccl_payload's
+"""NCCL calls that launched no kernel in a report that has kernels (nsyscomm.ingest.nsys.nccl_payload's
 units without one), and what they are (docs/architecture.md, "Facts about NCCL"):
 
 - inside a call row (the wrapper's or PyTorch's range on the same thread): counted there. On a

@@ -18,7 +18,7 @@ One trace file is one rank (``distributedInfo.rank``); a job is a folder of them
   PyTorch range). ``nsyscomm.rank|rank=..`` annotations give the rank (before distributedInfo).
   When a trace has wrapper ranges, PyTorch ``nccl:*`` / ``gloo:*`` ranges that own no kernel are
   the same calls seen again (gloo's run on its worker threads) and are not counted; they give
-  the asynchronous calls their execution span (nsyscomm.ingest.kineto_exec).
+  the asynchronous calls their execution span (nsyscomm.ingest.kineto.worker_spans).
 
 A range owns a kernel when it contains the kernel's launch on the same thread (as for nsys).
 Message size S follows nccl-tests (docs/architecture.md, "Message size and bus bandwidth"): all_gather = output = n x per-rank input,
@@ -41,12 +41,14 @@ import pandas as pd
 
 from nsyscomm import duck, nvtx_format
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import kineto_checks, kineto_exec, limits
+from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
-from nsyscomm.ingest.kineto_meta import int_or_none, meta_row, shape_meta
-from nsyscomm.ingest.kineto_stream import iter_trace, to_ns
+from nsyscomm.ingest.extract_type import Extract
+from nsyscomm.ingest.kineto import checks as kineto_checks
+from nsyscomm.ingest.kineto import worker_spans as kineto_exec
+from nsyscomm.ingest.kineto.meta import int_or_none, meta_row, shape_meta
+from nsyscomm.ingest.kineto.stream import iter_trace, to_ns
 from nsyscomm.ingest.names import canonical_op, parse_kernel
-from nsyscomm.ingest.nsys.extract import Extract
 from nsyscomm.schema import COLUMN_NAMES
 
 TRACE_SUFFIXES = (".json", ".json.gz")

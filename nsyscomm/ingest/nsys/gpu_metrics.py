@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from nsyscomm import duck
+from nsyscomm.ingest.extract_type import TABLE
 
 if TYPE_CHECKING:
     import duckdb
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 # what the metric names of link counters contain, across GPU generations and nsys versions
 LINK_WORDS = ("nvlink", "pcie", "c2c", "nvl ")
-COLUMNS = ["pid", "device", "api", "op", "bytes", "metric", "calls", "covered_ns", "weighted", "max_value"]
+COLUMNS = TABLE["links"].column_names
 
 
 def empty() -> pd.DataFrame:

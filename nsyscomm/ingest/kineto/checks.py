@@ -1,7 +1,7 @@
 """The edge of the Kineto trace format (issue 35), beside the per-event checks of
 nsyscomm.ingest.limits.checked_events: the events a reader keeps against the memory budget, the
 trace's distributedInfo, and the numbers of its calls against 64 bits, so that nothing past
-nsyscomm.ingest.kineto sees an infinite rank or a size no column holds. The limits are stated in
+nsyscomm.ingest.kineto.trace sees an infinite rank or a size no column holds. The limits are stated in
 docs/limits.md."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
-from nsyscomm.ingest.kineto_meta import META_KEYS
+from nsyscomm.ingest.kineto.meta import META_KEYS
 
 # Memory one kept event costs until the calls are made (docs/limits.md): an NCCL kernel, CPU
 # range or record_param_comms with its args (slim_args) and its row; a compute kernel or a launch
 KEPT_BYTES, SMALL_BYTES = 4096, 256
-# the args the reader uses of a kept event (nsyscomm.ingest.kineto, kineto_meta)
+# the args the reader uses of a kept event (nsyscomm.ingest.kineto.trace, kineto_meta)
 _USED_ARGS = frozenset(("correlation", "device", "stream", "Input Dims", "Input type", *META_KEYS))
 _SHAPES = 64  # dimensions kept of record_shapes' first input
 

@@ -5,9 +5,9 @@ Format: /work/shared/real/FORMATS.md section 2 (torch's FlightRecorderDetail.hpp
 and ``entries``, each a call with its process group, ``collective_seq_id`` / ``p2p_seq_id``,
 ``profiling_name`` ("nccl:all_reduce"), input/output sizes and dtypes, and a state.
 
-Dumps are pickles: they are read by nsyscomm.ingest.fr_pickle, whose unpickler refuses every
+Dumps are pickles: they are read by nsyscomm.ingest.flight_recorder.unpickler, whose unpickler refuses every
 global (only plain containers and scalars can come out of one) under a cap on size and objects,
-and their fields checked by nsyscomm.ingest.fr_check before anything here reads them.
+and their fields checked by nsyscomm.ingest.flight_recorder.check before anything here reads them.
 A call is finished when its state is "completed" or its seq is at or below its group's
 ``last_completed_collective`` (rows()' 'finished', read by nsyscomm.analyses.hang); in the
 collectives table a call without a duration is zero-length.
@@ -25,11 +25,13 @@ import pyarrow as pa
 
 from nsyscomm import schema
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import fr_check, fr_pickle, limits
+from nsyscomm.ingest import limits
+from nsyscomm.ingest.flight_recorder import check as fr_check
+from nsyscomm.ingest.flight_recorder import unpickler as fr_pickle
 from nsyscomm.ingest.names import canonical_op
 
 if TYPE_CHECKING:
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
 _NAME = re.compile(r".*?(\d+)$")
 _DTYPE_BYTES = {
@@ -246,7 +248,7 @@ def extract(path: Path, report: str | None = None) -> Extract:
     """One dump -> an Extract (one rank) for nsyscomm.api.combine. A refused dump beside others
     (a rank killed while torch wrote its dump leaves it truncated) is skipped with a warning
     naming it and why, so the other ranks' dumps still say who hung; alone, it is an InputError."""
-    from nsyscomm.ingest.nsys.extract import Extract
+    from nsyscomm.ingest.extract_type import Extract
 
     path = Path(path)
     rank = rank_of(path)

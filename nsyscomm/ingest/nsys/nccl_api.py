@@ -10,7 +10,7 @@ from typing import Any, SupportsInt
 
 import pandas as pd
 
-from nsyscomm.ingest.nvtx_payload import SCHEMA_BASE
+from nsyscomm.ingest.nsys.nvtx_payload import SCHEMA_BASE
 
 # stable since 2.19 (docs/architecture.md, "Facts about NCCL"); used only when a range's name is not an NCCL API name
 SCHEMA_OPS = {4: "AllGather", 5: "AllReduce", 6: "Broadcast", 7: "ReduceScatter", 8: "Reduce", 9: "Send", 10: "Recv"}

@@ -1,5 +1,5 @@
 """The edge of the what-if trace format (issue 35): a ``trace-<name>.parquet`` checked before and
-after it is read, so that nothing past nsyscomm.ingest.straggler_trace sees a null or NaN rank,
+after it is read, so that nothing past nsyscomm.ingest.straggler.trace sees a null or NaN rank,
 an infinite duration or a time whose nanoseconds overflow 64 bits.
 
 Before: the Parquet footer (rows, the column data's size once decompressed, the column types)

@@ -24,12 +24,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nsyscomm.ingest.extract_type import TABLE
+
 if TYPE_CHECKING:
     import duckdb
 
 TOP = 5  # names kept per call
-COLUMNS = ["pid", "device", "gpu_start", "name_id", "ns", "count"]
-NAME_COLUMNS = ["name_id", "name"]
+COLUMNS = TABLE["gap_kernels"].column_names
+NAME_COLUMNS = TABLE["gap_kernel_names"].column_names
 
 
 def _ints(col, missing: int = -1) -> np.ndarray:
