@@ -232,14 +232,18 @@ def _format_of(name: str) -> str | None:
     return next((f for f in FORMAT_PACKAGES if _under(name, (f,))), None)
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if _under(m, ("nsyscomm.ingest",)) and m != REGISTRY])
-def test_a_format_reads_no_other_format(module):
+def test_a_format_reads_no_other_format():
     """A format's package imports the shared modules and its own, never another format's: what
     two formats share sits at ingest's top (limits, bounded, names, busy, extract_type); only the
     registry of formats imports them all."""
-    mine = _format_of(module)
-    other = sorted(m for m in _own(module) if _format_of(m) not in (None, mine))
-    assert not other, f"{module} imports another format's modules: {other}"
+
+    def other_formats(module: str) -> str | None:
+        mine = _format_of(module)
+        other = sorted(m for m in _own(module) if _format_of(m) not in (None, mine))
+        return f"imports another format's modules: {other}" if other else None
+
+    ingest = [m for m in MODULES if _under(m, ("nsyscomm.ingest",)) and m != REGISTRY]
+    _assert_none("read another format", _violations(ingest, other_formats))
 
 
 def test_analyses_hang_does_not_load_jobs():
