@@ -80,7 +80,7 @@ def row(op="all_reduce", nbytes=25 * 2**20, n=4, calls=40, avg=0.45, p50=None, b
 
 def doc(rows, comm=(10.0, 10.0), wait=(1.0, 1.0), delay=(0.01, 0.01), **extra) -> dict:
     d = {
-        "schema": 1,
+        "schema": 2,
         "tool": "nsyscomm",
         "reports": ["x.sqlite"],
         "summary": rows,
@@ -187,7 +187,7 @@ def _runs(*avgs, calls=40):
 
 
 def test_noise_inside_band_passes_and_outside_fails(tmp_path):
-    base = write(tmp_path, "b.json", {"schema": 1, "runs": _runs(0.40, 0.45, 0.52)})
+    base = write(tmp_path, "b.json", {"schema": 2, "runs": _runs(0.40, 0.45, 0.52)})
     inside = write(tmp_path, "c1.json", doc([row(avg=0.51)]))  # +13% vs median, inside [0.40, 0.52]
     outside = write(tmp_path, "c2.json", doc([row(avg=0.60)]))  # +33%, beyond the band
     r = run_gate("-b", base, inside, "--format", "json")
@@ -355,10 +355,10 @@ BROKEN = {
     "noschema.json": json.dumps({"summary": []}),
     "schema2.json": json.dumps({"schema": 2, "summary": []}),
     "schemastr.json": json.dumps({"schema": "1", "summary": []}),
-    "nosummary.json": json.dumps({"schema": 1}),
-    "badrows.json": json.dumps({"schema": 1, "summary": [{"bytes": 3}]}),
-    "badruns.json": json.dumps({"schema": 1, "runs": []}),
-    "badrun.json": json.dumps({"schema": 1, "runs": [{"schema": 7, "summary": []}]}),
+    "nosummary.json": json.dumps({"schema": 2}),
+    "badrows.json": json.dumps({"schema": 2, "summary": [{"bytes": 3}]}),
+    "badruns.json": json.dumps({"schema": 2, "runs": []}),
+    "badrun.json": json.dumps({"schema": 2, "runs": [{"schema": 7, "summary": []}]}),
 }
 
 

@@ -1,4 +1,4 @@
-"""The JSON output contract ("schema": 1; docs/architecture.md, "JSON contract"): the document a
+"""The JSON output contract ("schema": 2; docs/architecture.md, "JSON contract"): the document a
 Result makes, which `summarize --format json` prints, baselines hold and the gate compares. It
 lives with the analyses, below the views and the gate, so both read it from the Result and
 neither reads the other: views/json_out serializes it, nsyscomm.gate compares it."""
@@ -125,7 +125,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "summary": records(result.summarize(by_caller=by_caller), SUMMARY_KEYS),
         "ranks": records(result.ranks, RANK_KEYS),
         "skew": result.skew,
-        # beyond the schema-1 keys (extra keys are allowed): cross-rank detail
+        # beyond the schema-2 keys (extra keys are allowed): cross-rank detail
         "overlap": None,  # filled last, below
         "steps": records(
             result.steps, ("step", "calls", "comm_ms", "max_rank_comm_ms", "max_rank", "avg_skew_ms", "max_skew_ms")
@@ -150,7 +150,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "per_step": records(ov[ov["scope"] == "step"], ov_keys),
     }
     doc.update(set_aside_section(result))
-    doc["steady"] = {  # an added key of schema 1: what the gate compares per rank
+    doc["steady"] = {  # an added key: what the gate compares per rank
         "per_rank": records(result.steady_ranks, ("rank", "calls", "comm_ms", "wait_ms", "avg_arrival_delay_ms")),
         "left_out": "warm-up steps, a last step of fewer calls than the others (teardown), calls that set up "
         "their communicator, and the job's first meetings",
@@ -197,7 +197,7 @@ SET_ASIDE = "left out of latency, bandwidth, per-rank and per-step statistics, t
 
 
 def set_aside_section(result: Result) -> dict:
-    """The keys of what the statistics set aside (added keys of schema 1): `setup`, the calls that
+    """The keys of what the statistics set aside (added keys of schema 2): `setup`, the calls that
     set up their communicator, and `warmup`, the warm-up steps the what-if's job figures and the
     charts' scale leave out, and `startup`, the collectives whose skew is the ranks' start-up."""
     rows = records(result.setup, SETUP_KEYS)
