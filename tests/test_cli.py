@@ -70,7 +70,7 @@ def test_units():
 
 def test_json_contract():
     doc = json.loads(run("summarize", DDP, "--format", "json").output)
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     for row in doc["summary"]:
         assert set(row) == {
             "op",

@@ -166,7 +166,7 @@ def test_baseline_command_and_multi_run_baseline(tmp_path):
     r = CliRunner().invoke(baseline_cmd, [str(DDP), "-o", str(out), "--label", "abc123"])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
-    assert d["schema"] == 1 and d["kind"] == "baseline" and len(d["runs"]) == 1
+    assert d["schema"] == 2 and d["kind"] == "baseline" and len(d["runs"]) == 1
     assert d["runs"][0]["label"] == "abc123" and d["runs"][0]["summary_by_caller"]
     summ = write(tmp_path, "s.json", doc_of(DDP))
     for _ in range(3):
@@ -353,7 +353,7 @@ BROKEN = {
     "garbage.json": "{not json",
     "list.json": "[1, 2]",
     "noschema.json": json.dumps({"summary": []}),
-    "schema2.json": json.dumps({"schema": 2, "summary": []}),
+    "schema9.json": json.dumps({"schema": 9, "summary": []}),
     "schemastr.json": json.dumps({"schema": "1", "summary": []}),
     "nosummary.json": json.dumps({"schema": 2}),
     "badrows.json": json.dumps({"schema": 2, "summary": [{"bytes": 3}]}),
@@ -416,7 +416,7 @@ def test_junit_markdown_json_and_step_summary(tmp_path):
     r = run_gate("-b", base, cur, "--junit", junit, "--format", "json", env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert r.exit_code == 1
     out = json.loads(r.stdout)
-    assert out["schema"] == 1 and out["kind"] == "gate" and out["status"] == "fail"
+    assert out["schema"] == 2 and out["kind"] == "gate" and out["status"] == "fail"
     cases = ET.parse(junit).getroot().findall(".//testcase")
     keys = [c for c in cases if c.get("classname").startswith("nsyscomm.gate.all")]
     assert len(keys) == 2

@@ -67,7 +67,7 @@ def test_text_and_json_show_the_diagnosis_first(hung_job):
     # the headline, then the diagnosis before any table
     assert md.stdout.startswith("# nsyscomm") and md.stdout.split("\n## ")[1].startswith("Hang diagnosis")
     js = json.loads(_nsyscomm("summarize", "--format", "json", str(hung_job / "report.sqlite")).stdout)
-    assert js["schema"] == 1
+    assert js["schema"] == 2
     assert js["hang"] == {
         "status": "hung",
         "blocked": [
