@@ -67,7 +67,7 @@ def start(rank: int) -> None:
             p = profile(activities=acts, record_shapes=False, with_stack=False, profile_memory=False)
             with warnings.catch_warnings(), _user_scope_only():
                 # torch's own notes ("Profiler clears events at the end of each cycle ...") are about
-                # schedules nsyscomm does not use; they would land in the job's output (issue 34)
+                # schedules nsyscomm does not use; they would land in the job's output
                 warnings.simplefilter("ignore")
                 p.start()
         except Exception as e:
