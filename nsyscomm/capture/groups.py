@@ -3,10 +3,9 @@ message templates, cached by ProcessGroup, and the message size of a call's tens
 
 A cache entry holds no reference to the ProcessGroup itself beyond the dict key, and
 forget_groups() drops the entries of the groups torch destroys, so that none outlives its
-teardown. The counters are
-per group name, so a group torch rebuilds under the same name goes on counting (seq is what
-ranks match on). The wrapper's state (c10d, the emitter) is read when a group is first seen:
-bind() is given the wrapper module instead of importing it.
+teardown. The counters are per group name, so a group torch rebuilds under the same name goes on
+counting (seq is what ranks match on). The wrapper's state (c10d, the emitter) is read when a
+group is first seen: bind() is given the wrapper module instead of importing it.
 """
 
 from __future__ import annotations

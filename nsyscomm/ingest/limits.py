@@ -1,6 +1,6 @@
 """Bounds and checks on what a source hands to the rest of nsyscomm, applied once at the boundary
-so that no later stage meets a broken or hostile value: every reader's extract passes through ``checked``, every PyTorch profiler event
-through ``checked_events``.
+so that no later stage meets a broken or hostile value: every reader's extract passes through
+``checked``, every PyTorch profiler event through ``checked_events``.
 
 * Names taken from a report (NVTX text, kernel names, callers, groups, host names) are cut at
   MAX_NAME characters with a visible marker and one warning, so that memory follows the number
