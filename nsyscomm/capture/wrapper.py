@@ -15,7 +15,8 @@ Two layers, so that nothing is missed and the common path stays cheap:
    1's, is paid only by calls that layer 1 did not see).
 
 The hot wrappers of layer 1 (one-tensor calls) run their steady state in C when the optional
-extension ``_fastpath`` is built (same messages, ~1.4 us instead of ~2.6 us per call).
+extension ``_fastpath`` is built (same messages, about half the cost per call:
+docs/performance.md, "wrapper overhead per call").
 An asynchronous call (one that returns a Work or a future) also gets its completion marked on the
 backend's thread and its caller's wait ranged (completion.py); synchronous calls never pay for it.
 
