@@ -1,4 +1,4 @@
-"""Scale: Parquet cache, parallel extraction, Dask, large-report generator (issue #7)."""
+"""Scale: Parquet cache, parallel extraction, Dask, large-report generator."""
 
 from __future__ import annotations
 
