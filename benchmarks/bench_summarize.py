@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         floors.append(f)
         floor_cpus.append(fc)
         # with a baseline, which of the two runs first alternates: the run just after the floor's
-        # was slower by about 0.1 s, whichever it was
+        # was measurably slower, whichever it was
         if base_env is not None and i % 2:
             run_baseline()
         warm(a.report)

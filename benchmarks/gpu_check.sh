@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path's figures on one GPU (issue 34), in one script of under 5 minutes:
+# The GPU path's figures on one GPU, in one script of under 5 minutes:
 #   1. the loop's time per step: bare, wrapped (the nsyscomm hook), under --profiler torch
 #      (CPU+CUDA activities, and CUDA only);
 #   2. per preset (light, default): the job's time under nsyscomm run, the report's size;

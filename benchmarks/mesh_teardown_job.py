@@ -1,6 +1,6 @@
 """A 4-rank gloo job on a 2x2 DeviceMesh with p2p (isend/irecv) and all_to_all_single, ending
 the way many training scripts do: destroy_process_group() right after the last op, no barrier.
-Used by benchmarks/teardown_abort.py (issue 26: one rank sometimes aborted at teardown under
+Used by benchmarks/teardown_abort.py (one rank sometimes aborted at teardown under
 `nsyscomm run`)."""
 
 import sys

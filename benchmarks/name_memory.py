@@ -1,5 +1,5 @@
 """Peak RSS of `trace` and `summarize` on a report holding one 10 MB NVTX string (a wrapper
-message's caller), against the same report without it (issue 26: bound the names).
+message's caller), against the same report without it: the names nsyscomm takes from a report are bounded.
 
     python benchmarks/name_memory.py            # needs /usr/bin/time (GNU time)
 

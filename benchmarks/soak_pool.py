@@ -1,4 +1,4 @@
-"""Soak of the extraction pool (issue 33): loads in a process whose own threads keep DuckDB and
+"""Soak of the extraction pool: loads in a process whose own threads keep DuckDB and
 numpy busy, and the CLI on a folder, each bounded in time. Counts the loops run and the hangs.
 
     python benchmarks/soak_pool.py [--loops 40] [--cli-runs 10] [--reports 3] [--timeout 60]

@@ -1,6 +1,6 @@
 """How often a gloo job fails at teardown, bare, with only the wrapper (the `nsyscomm run` startup
 hook on PYTHONPATH, no nsys), under nsys alone with the launcher's flags (no wrapper) and under
-`nsyscomm run`. Issue 26. Jobs: `mesh`, the 4-rank DeviceMesh job (benchmarks/mesh_teardown_job.py);
+`nsyscomm run`. Jobs: `mesh`, the 4-rank DeviceMesh job (benchmarks/mesh_teardown_job.py);
 `late`, the 2-rank job of the late-arrival test (tests/data/late_job.py).
 
     python benchmarks/teardown_abort.py --runs 20 --modes bare,hook,nsys,run [--job late] [--launcher spawn]

@@ -204,8 +204,8 @@ def out_of_tasks(e: BaseException) -> bool:
 
 def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """No progress bar on ``con`` (a per-connection setting: cursors need it too). With it on,
-    the waiting thread asks every pipeline for its progress between tasks, under a lock: 3% of
-    a 6M-row summarize's cycles, 13% of those after the read, for a bar nobody sees."""
+    the waiting thread asks every pipeline for its progress between tasks, under a lock: a visible share
+    of a large summarize's cycles, for a bar nobody sees."""
     con.execute("SET enable_progress_bar = false")
     return con
 

@@ -161,7 +161,7 @@ def format_rank_marker(rank: int, local_rank: int, world: int, host: str) -> str
 
 def format_group_marker(pg: str | int, desc: str) -> str:
     """Once per process group the wrapper meets: its description (torch's group_desc; DeviceMesh
-    names its groups ``mesh_<dimension name>``), for the parallelism dimensions (issue 21)."""
+    names its groups ``mesh_<dimension name>``), for the parallelism dimensions."""
     return f"{GROUP_PREFIX}|pg={_clean(pg)}|desc={_clean(desc)}"
 
 

@@ -45,7 +45,7 @@ by_range AS (
     JOIN nccl_kernel_names n ON n.id = b.name_id
 ),
 wrapper AS (
-    -- a message the C scan split comes with its fields (parsed; nsyscomm.ingest.nsys_tables.MESSAGE_FIELDS);
+    -- a message the C scan split comes with its fields (parsed; nsyscomm.ingest.nsys.scan_arrow.MESSAGE_FIELDS);
     -- the others are split here: at '|' when their fields are in the order the wrapper writes
     -- them (fast path), else field by field. Empty values are NULL.
     SELECT r.*,
@@ -84,8 +84,8 @@ wrapper AS (
                    ELSE false END AS fast
         FROM (SELECT *, string_split(head, '|') AS f
               FROM (SELECT *, CASE WHEN NOT parsed THEN split_part(name, '|caller=', 1) END AS head
-                    -- joined before the message is split: a hash join carrying 200k lists of
-                    -- strings cost 0.1 s more
+                    -- joined before the message is split: a hash join carrying every call's
+                    -- list of strings cost more
                     FROM (SELECT r.globalTid, r.start, r."end", r.name, r.parsed, COLUMNS('^msg_'),
                                  b.* EXCLUDE (rid, name_id)
                           FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rid

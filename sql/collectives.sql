@@ -7,7 +7,7 @@
 -- point-to-point message is its send and its receive: the n-th send from one rank to another in a
 -- communicator pairs with the n-th receive there from that rank (messages between two ranks
 -- arrive in the order sent), whatever each side's seq, which counts both directions of a pair.
--- Stored unsorted: sorting 200k wide rows cost as much as the rest of the query; readers that
+-- Stored unsorted: sorting the wide rows cost as much as the rest of the query; readers that
 -- list calls order them (nsyscomm.api.ORDERED).
 -- NOT MATERIALIZED: recomputing this join for each branch below is cheaper than storing it
 WITH ranked AS NOT MATERIALIZED (

@@ -1,5 +1,5 @@
 -- NCCL kernels of one nsys report, each with its launch call.
--- Inputs (tables read by nsyscomm/ingest/nsys_tables.py): src_kernels, src_runtime; nccl_kernel_names.
+-- Inputs (tables read by nsyscomm/ingest/nsys/reader.py): src_kernels, src_runtime; nccl_kernel_names.
 -- Narrow on purpose: the name's strings are joined once per call in sql/calls_nsys.sql.
 -- The launch join is process-aware: correlation ids restart in every process, so
 -- correlationId alone would pair a kernel with launches of other ranks.

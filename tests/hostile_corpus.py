@@ -1,6 +1,6 @@
-"""The hostile corpus of issue 26, built by construction in a folder: broken or crafted reports
-and traces an attacker or a damaged export could hand to nsyscomm. tests/test_hostile_corpus.py
-runs every command over it; the regression tests of issue 26 use single families.
+"""The hostile corpus, built by construction in a folder: broken or crafted reports and traces an
+attacker or a damaged export could hand to nsyscomm. tests/test_hostile_corpus.py runs every
+command over it; the regression tests of tests/test_reliability.py use single families.
 
 Each case is (input path, expectation): ERROR (exit 2, one line naming the file), OK (exit 0) or
 ANY (either, the same for every format). The expectation is what a user must get, decided here
@@ -282,8 +282,8 @@ def build(d: Path, robustness: bool = True) -> dict[str, tuple[Path, str]]:
     runs = d / "two_runs"
     runs.mkdir()
     two_runs(runs)
-    c["two_4rank_runs"] = (runs, ERROR)  # two jobs: refused, naming the clashing ranks (issue 36)
-    if robustness:  # the families of tests/test_robustness.py (issue 11), with their expectations
+    c["two_4rank_runs"] = (runs, ERROR)  # two jobs: refused, naming the clashing ranks
+    if robustness:  # the families of tests/test_robustness.py, with their expectations
         from tests.test_robustness import ERROR as R_ERROR
         from tests.test_robustness import build_corpus
 

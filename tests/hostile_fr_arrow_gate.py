@@ -1,4 +1,4 @@
-"""Hostile inputs of issue 35, half b: PyTorch Flight Recorder dumps, nsys Arrow exports and gate
+"""Hostile inputs of the newer formats: PyTorch Flight Recorder dumps, nsys Arrow exports and gate
 baselines, built by construction (nothing vendored). tests/test_hostile_fr_arrow_gate.py runs them.
 
 CASES lists (family, name, builder): builder(folder) writes the case's files into an empty folder
@@ -77,7 +77,7 @@ def _write_dump(folder: Path, d: dict | bytes, rank: int = 0) -> Path:
 
 
 def _lone(d: Callable[[], dict | bytes]) -> Callable[[Path], list[str]]:
-    """A builder: the dump alone in its folder, given by its file name (issue 35: a lone dump)."""
+    """A builder: the dump alone in its folder, given by its file name (a lone dump)."""
 
     def build(folder: Path) -> list[str]:
         return ["summarize", str(_write_dump(folder, d()))]

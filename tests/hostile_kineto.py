@@ -1,6 +1,6 @@
-"""Kineto (PyTorch profiler) traces of the newer formats' hostile corpus (tests/hostile_newer.py,
-issue 35): wrong types where the reader keys its tables, numbers past 64 bits, and small files
-that inflate into gigabytes or into millions of kept events."""
+"""Kineto (PyTorch profiler) traces of the newer formats' hostile corpus (tests/hostile_newer.py):
+wrong types where the reader keys its tables, numbers past 64 bits, and small files that inflate
+into gigabytes or into millions of kept events."""
 
 from __future__ import annotations
 

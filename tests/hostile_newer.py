@@ -1,4 +1,4 @@
-"""The hostile corpus of the newer formats (issue 35), built by construction: what-if traces
+"""The hostile corpus of the newer formats, built by construction: what-if traces
 (Parquet + meta YAML, tests/hostile_whatif.py) and Kineto traces (tests/hostile_kineto.py); a
 format adds a module of its families to FAMILIES, each registering its cases with @case.
 

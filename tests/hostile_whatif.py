@@ -1,5 +1,5 @@
 """What-if traces (the OSDI'25 artifact's ``trace-<name>.parquet`` + ``meta-<name>.yaml``) of the
-newer formats' hostile corpus (tests/hostile_newer.py, issue 35): a valid 2 x 2 job built by
+newer formats' hostile corpus (tests/hostile_newer.py): a valid 2 x 2 job built by
 construction and every family of broken or hostile trace and meta made from it."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _steps_overflow(d: Path) -> list[str]:
 
 @case("whatif", "whatif_pp_contradicts")
 def _pp_contradicts(d: Path) -> list[str]:
-    """The meta says 1 stage; the trace has 2 (the issue's pp_size 3 for 4 stages: a cycle)."""
+    """The meta says 1 stage; the trace has 2 (as pp_size 3 for 4 stages would: a cycle)."""
     return write_whatif(d, meta={**META, "pp_size": 1})
 
 
@@ -165,7 +165,7 @@ def _meta_list(d: Path) -> list[str]:
 
 @case("whatif", "whatif_meta_billion_laughs", heavy=True)
 def _laughs(d: Path) -> list[str]:
-    """A few hundred bytes whose aliases expand to 10**9 strings (the issue's 379-byte meta)."""
+    """A few hundred bytes whose aliases expand to 10**9 strings (a 379-byte meta)."""
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for i in range(1, 9):
         prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)

@@ -1,4 +1,4 @@
-"""Generated GPU jobs of a chosen shape, their ground truth known by construction (issue 36):
+"""Generated GPU jobs of a chosen shape, their ground truth known by construction:
 one report per node, the wrapper's markers on every rank, a plain training loop whose steps
 follow optimizer.step() as the wrapper counts them, and one rank made late by a known amount.
 

@@ -1,4 +1,4 @@
-"""nsys's Arrow exports (nsyscomm.ingest.nsys_arrow) give the same JSON as the SQLite export.
+"""nsys's Arrow exports (nsyscomm.ingest.nsys.arrow) give the same JSON as the SQLite export.
 
 Two kinds of ground truth: a real nsys 2022.4 report of a scripted 2-rank gloo job, exported
 both ways by nsys itself (needs nsys); and every sample, real export and a generated report,

@@ -58,7 +58,7 @@ def test_by_caller_splits_ops_like_deepspeed_debug():
 
 
 def test_units():
-    """One unit, chosen once (issue 36): GB/s by default in every format, as JSON has it;
+    """One unit, chosen once: GB/s by default in every format, as JSON has it;
     DeepSpeed's gigabits on request."""
     gbps = json.loads(run("summarize", DDP, "--format", "json").output)["summary"][0]["busbw_GBps"]
     for fmt in ("text", "markdown"):

@@ -1,4 +1,4 @@
-"""Issue 36, items 6 and 7: what a new user sees in the first hour. nsys's importer lines are not
+"""What a new user sees in the first hour. nsys's importer lines are not
 shown, piped output never breaks a line nor ends one with spaces, and `export` needs no --format.
 The real `nsyscomm run` of these points is in tests/test_readme.py (the README's CI example)."""
 

@@ -1,10 +1,10 @@
-"""Issue 36, item 3: the gate's first day. A baseline of one run knows no noise band: identical
+"""The gate's first day. A baseline of one run knows no noise band: identical
 code on a CPU job must pass (with a note saying so and how to record several runs), a real
 regression must still fail, and the verdict shows the band and the margin it applied.
 
 The documents are built here with noise of known size: a CPU (gloo) job's host-timed calls,
-whose mean sits far from their median and whose run-to-run change reached +650% on one key in
-the issue; and a GPU job's kernel-timed calls, mean = median. Two real runs of a gloo job are in
+whose mean sits far from their median and whose run-to-run change reached +650% on one key
+between two runs of unchanged code; and a GPU job's kernel-timed calls, mean = median. Two real runs of a gloo job are in
 tests/test_readme.py (the README's CI example)."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _doc(avg: float, p50: float, comm: tuple[float, float], wait: tuple[float, f
     }
 
 
-# the same CPU job twice: the second run 6.5x slower per call (the issue's +647.9%), its ranks'
+# the same CPU job twice: the second run 6.5x slower per call (+647.9%), its ranks'
 # communication 70% more: all of it host scheduling on a loaded machine
 CPU_A = _doc(avg=1.45, p50=0.70, comm=(89.7, 91.1), wait=(15.9, 17.3))
 CPU_B = _doc(avg=9.40, p50=4.40, comm=(151.8, 146.3), wait=(29.3, 23.8), delay=(0.7, 0.3))

@@ -33,7 +33,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "fsdp_8rank": (["sample:synthetic_fsdp_8rank.sqlite"], []),
     "gloo_cpu": (["sample:synthetic_gloo_cpu.sqlite"], []),
     "nowrapper_2node": (["sample:synthetic_nowrapper_2node"], []),
-    # two jobs read as one on request (issue 36: without --merge they are refused)
+    # two jobs read as one on request (without --merge they are refused)
     "two_runs": (["sample:synthetic_ddp_4rank.sqlite", "sample:synthetic_gloo_cpu.sqlite"], ["--merge"]),
     "ddp_4rank_nccl_log": (
         ["sample:synthetic_ddp_4rank.sqlite"],

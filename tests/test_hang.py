@@ -1,4 +1,4 @@
-"""Hang/desync diagnosis (issue 22) on generated jobs (tests/hang_samples.py: ground truth by
+"""Hang/desync diagnosis on generated jobs (tests/hang_samples.py: ground truth by
 construction), the flight record's file, and real Flight Recorder dumps (shared/real)."""
 
 from __future__ import annotations

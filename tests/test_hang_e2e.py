@@ -1,5 +1,6 @@
-"""REAL RUNS under nsys (issue 22): 4-rank gloo torchrun jobs with one injected fault each
-(tests/data/hang_job.py), run by `nsyscomm run` as a user would. Each takes 15-40 s on 2 cores.
+"""REAL RUNS under nsys of the hang diagnosis: 4-rank gloo torchrun jobs with one injected fault
+each (tests/data/hang_job.py), run by `nsyscomm run` as a user would. Each takes 15-40 s on 2
+cores.
 
 Needs nsys and torchrun (skipped otherwise), and nvtx <= 0.2.11 for nsys 2022.4 to record ranges.
 """

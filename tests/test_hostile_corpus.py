@@ -1,4 +1,4 @@
-"""The hostile corpus (issue 26): every family of broken or hostile input, built by construction
+"""The hostile corpus: every family of broken or hostile input, built by construction
 (tests/hostile_corpus.py), through every command: summarize in each format and by caller, trace,
 report, gate (text, markdown, JUnit) and baseline. Each case runs in a process of its own with a
 time limit. Nothing may end in a traceback or an internal error, hang, write beside its input,
@@ -24,7 +24,7 @@ def test_hostile_corpus_through_every_command(tmp_path):
 
 
 def test_corpus_holds_the_issues_families(tmp_path):
-    """The families the issue names are in the corpus (a guard against a corpus that shrinks)."""
+    """The families the corpus was made for are in it (a guard against a corpus that shrinks)."""
     cases = H.build(tmp_path, robustness=False)
     for name in (
         "view_recursive_nvtx",

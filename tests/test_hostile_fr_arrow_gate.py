@@ -1,4 +1,4 @@
-"""Issue 35's hostile inputs on Flight Recorder dumps, nsys Arrow exports and gate baselines
+"""Hostile inputs on Flight Recorder dumps, nsys Arrow exports and gate baselines
 (tests/hostile_fr_arrow_gate.py): every case ends as its construction says, bad input in one line
 naming the file (exit 2), never an internal error, a traceback, a hang, a pass of a gate over
 input it cannot compare, a file written beside the input or a modified input; the pickles built

@@ -1,4 +1,4 @@
-"""The hostile corpus of the newer formats (issue 35): every family of tests/hostile_newer.py's
+"""The hostile corpus of the newer formats: every family of tests/hostile_newer.py's
 REGISTRY through its commands, the heavy ones (bombs) in child processes under a 4 GB address
 space and a time limit. Nothing may end in an internal error or a traceback, hang, run out of
 memory, write beside its input, or end otherwise than its construction says. And the limits

@@ -1,4 +1,4 @@
-"""Why a rank is late (issue 21, nsyscomm.analyses.late).
+"""Why a rank is late (nsyscomm.analyses.late).
 
 Ground truth by construction: a real 2-rank gloo job under `nsyscomm run` (nsys 2022.4 records
 the OS-runtime calls) where rank 1 sleeps before one all_reduce of every step

@@ -169,7 +169,7 @@ def test_real_alps_nccl_tests(name, ranks, nodes, peak, avg):
 
 
 def test_version_read_from_mpirun_tagged_bare_banner(tmp_path):
-    # Issue 26: mpirun tags every line; the banner line carries no host:pid:tid prefix.
+    # mpirun tags every line; the banner line carries no host:pid:tid prefix.
     log = tmp_path / "mpi.log"
     log.write_text(
         "[1,0]<stdout>:NCCL version 2.20.3+cuda12.2\n"

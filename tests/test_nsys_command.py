@@ -1,6 +1,6 @@
 """The nsys command lines of ``nsyscomm run`` per nsys version: the presets' profile options, the
 export options that keep NVTX payloads, where QdstrmImporter is looked for, and the capture's
-growth watch (issue 34)."""
+growth watch."""
 
 import shutil
 import stat
@@ -211,7 +211,7 @@ def test_capture_files_are_the_new_ones(tmp_path, monkeypatch):
 
 
 def test_a_stray_capture_is_blamed_on_the_disk_only_when_it_is_full(tmp_path, monkeypatch):
-    """issue 34: a capture nsys left in its temporary folder after being stopped was reported as
+    """A capture nsys left in its temporary folder after being stopped was reported as
     "could not write into the output folder (full or not writable?)" on a disk with room."""
     from collections import namedtuple
 

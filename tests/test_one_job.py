@@ -1,4 +1,4 @@
-"""Folders that never mislead (issue 36, item 2): every file of a folder is read or named as
+"""Folders that never mislead: every file of a folder is read or named as
 skipped with its reason, and reports that cannot be one job are refused (exit status 2, naming
 what differs) unless --merge asks to read them as one; one report per node stays one job.
 Driven through the CLI as a user runs it, on the bundled samples and on generated jobs."""

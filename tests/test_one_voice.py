@@ -1,4 +1,4 @@
-"""One voice across formats and words that point at the right rank (issue 36, items 4 and 5).
+"""One voice across formats and words that point at the right rank.
 
 Every format carries the same findings, each in its own idiom; one bandwidth unit (GB/s) in
 all of them; sizes human-readable where people read them; a CSV of integers and rounded times.
@@ -122,7 +122,7 @@ def test_per_rank_lines_say_the_waiting_is_counted(loop_job):
 
 def test_steps_name_the_late_rank_and_say_where_a_step_begins(loop_job):
     """8 iterations: steps 1-7 each led by rank 1's lateness (step 0's late all-reduce is every
-    rank's first call: start-up skew, which names no rank, issue 34); step 8 holds the barrier
+    rank's first call: start-up skew, which names no rank); step 8 holds the barrier
     after the loop, and the output says where a step begins."""
     rows = [r for r in _csv("summarize", loop_job) if r["table"] == "steps"]
     assert [int(r["step"]) for r in rows] == list(range(9))

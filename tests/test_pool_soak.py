@@ -1,7 +1,7 @@
-"""A short soak of the extraction pool (issue 33; benchmarks/soak_pool.py is the long one): loads
-serial and parallel, cache on and off, in a process whose own threads keep DuckDB and numpy busy,
-then the CLI on the folder; each loop and run bounded in time. Before issue 33 a forked worker
-could inherit a lock one of those threads held and wait for it forever."""
+"""A short soak of the extraction pool (benchmarks/soak_pool.py is the long one): loads serial and
+parallel, cache on and off, in a process whose own threads keep DuckDB and numpy busy, then the CLI
+on the folder; each loop and run bounded in time. A forked worker could inherit a lock one of those
+threads held and wait for it forever."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The extraction pool's workers (issue 33): none inherits a lock held in the caller's process; a
+"""The extraction pool's workers: none inherits a lock held in the caller's process; a
 dead or stuck worker is a one-line error naming the report, exit status 2, never a hang; Ctrl-C
 ends the workers; the caller's ``__main__`` is not run again in them.
 

@@ -96,7 +96,7 @@ def test_trace_carries_user_annotations(job):
 
 
 def test_trace_records_only_what_the_reader_reads(job):
-    """issue 34: the CPU activity records the user-scope ranges (the wrapper's, c10d's) and no aten
+    """The CPU activity records the user-scope ranges (the wrapper's, c10d's) and no aten
     op; torch's own profiler notes stay out of the job's output."""
     r, out, _ = job
     for rank in range(WORLD):

@@ -1,4 +1,4 @@
-"""The README and docs/*.md run as written (issue 36): every nsyscomm command line of their code
+"""The README and docs/*.md run as written: every nsyscomm command line of their code
 blocks is run, and every output block shows what its command prints.
 
 Lines found and run by scripts/readme_blocks.py (its docstring: the markers). The commands run
@@ -174,7 +174,7 @@ def _ci(ex: Executed, startswith: str) -> subprocess.CompletedProcess:
 
 
 def test_the_ci_gate_passes_identical_code_with_a_note(executed):
-    """Issue 36, item 3: the baseline from one run, the gate on a second run of the same code."""
+    """The gate's first day: the baseline from one run, the gate on a second run of the same code."""
     r = _ci(executed, "nsyscomm gate --baseline ci/comm-baseline.json comm/")
     assert r.returncode == 0 and r.stdout.startswith("PASS"), r.stdout
     assert "one baseline run: no noise band is known" in r.stdout
@@ -190,7 +190,7 @@ def test_the_gate_fails_a_real_straggler(executed):
 
 
 def test_a_run_shows_no_noise(executed):
-    """Issue 36, item 6: nsys's importer lines are gone from `nsyscomm run`; a CPU job's summary
+    """A first run's output: nsys's importer lines are gone from `nsyscomm run`; a CPU job's summary
     has no warning about GPU kernels, no line broken in two and none ending in spaces."""
     run = _ci(executed, "nsyscomm run --output comm ")
     assert "Importer error status" not in run.stderr and "skipping importation" not in run.stderr

@@ -1,4 +1,4 @@
-"""Issue 26: each finding of the hostile corpus, as a regression test (the inputs are built by
+"""Each finding of the hostile corpus, as a regression test (the inputs are built by
 tests/hostile_corpus.py; the whole corpus runs in tests/test_hostile_corpus.py)."""
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def build_corpus(d: Path) -> dict[str, tuple[Path, str, str | None]]:
     dup.mkdir()
     _copy(DDP, dup / "a.sqlite")
     _copy(DDP, dup / "b.sqlite")
-    # the same report twice: its ranks claimed twice, so not one job (issue 36; --merge reads it)
+    # the same report twice: its ranks claimed twice, so not one job (--merge reads it)
     c["duplicate_ranks"] = (dup, ERROR, "not one job")
     p = _copy(FSDP, d / "missing_rank.sqlite")
     _sql(

@@ -1,4 +1,4 @@
-"""Scale: Parquet cache, parallel extraction, Dask, large-report generator (issue #7)."""
+"""Scale: Parquet cache, parallel extraction, Dask, large-report generator."""
 
 from __future__ import annotations
 
@@ -244,8 +244,8 @@ class _Later:
 
 
 def test_extract_spills_under_a_memory_limit_with_the_same_result(mid_report, tmp_path, monkeypatch):
-    """Under a limit its kernels do not fit in (nsys_reader.fits_in_memory), a report takes the
-    DuckDB route: DuckDB's copy of the tables (nsys_reader._copy_tables) and the busy islands in
+    """Under a limit its kernels do not fit in (ingest.nsys.reader.fits_in_memory), a report takes
+    the DuckDB route: DuckDB's copy of the tables (reader._copy_tables) and the busy islands in
     SQL (busy.islands_in_duckdb), which spill; without one, the C scan where it is built.
 
     One query at a time, so that what is in memory together does not depend on the machine's

@@ -1,4 +1,4 @@
-"""What the statistics set aside (issue 34): communicator setup, one-rank NCCL copies, warm-up
+"""What the statistics set aside: communicator setup, one-rank NCCL copies, warm-up
 steps and start-up skew, on generated jobs whose truth is known by construction
 (tests/setup_jobs.py, tests/whatif_jobs.py) and on the real 1xH100 export."""
 
@@ -109,7 +109,7 @@ def test_one_rank_job_takes_its_copies_as_device_time(tmp_path, fmt):
 
 
 def test_start_up_skew_names_no_rank_late_and_saves_nothing(tmp_path):
-    """Issue 34's gloo job: 4 ranks whose processes reach the loop up to 157 ms apart; rank 2
+    """A gloo job as seen on a real host: 4 ranks whose processes reach the loop up to 157 ms apart; rank 2
     sleeps 50 ms before the all_reduce of each of 6 steps."""
     steps = [[("compute", r, 5 + (50 if r == 2 else 0)) for r in range(4)] + [("coll", (0, 1, 2, 3), 1.0, 0)]] * 6
     path = tmp_path / "gloo.sqlite"
@@ -161,7 +161,7 @@ def test_real_one_gpu_export_sets_aside_nccl_init():
     assert row["took_ms"] == pytest.approx(first[1] / 1e6, abs=1e-6)
     assert len(init) == 1 and row["init_ms"] == pytest.approx(init[0] / 1e6, abs=1e-6)
     assert not [r for r in doc["summary"] if r["op"] == "all_gather" and r["bytes"] == 8]
-    assert doc["ranks"][0]["comm_ms"] < 30  # 423 ms before, 395 of them setup
+    assert doc["ranks"][0]["comm_ms"] < 30  # setup calls, once counted, made it many times that
     assert 0 in doc["warmup"]["steps"]
     # the 4 MB all_gathers: each NCCL's one device copy on its stream (7), not the host range
     gathers = [r for r in doc["summary"] if r["op"] == "all_gather" and r["bytes"] == 4194304]

@@ -1,5 +1,5 @@
 """The ingest's C scan of nsys exports (nsyscomm/ingest/nsys/_sqlite_scan.c) against DuckDB's copy of
-the tables (nsys_reader._copy_tables): the same extract from every report, whatever it holds."""
+the tables (ingest/nsys/reader.py's _copy_tables): the same extract from every report, whatever it holds."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 /* The level loop of nsyscomm.analyses.replay.replay() in C (optional; same results, bit for bit).
  *
  * A gloo job's graph is a chain per rank joined at every collective: as many levels as calls,
- * a few operations each, so the numpy version pays a dozen array calls per level (4 s for the
- * 15 what-if replays of a 2-rank job of 22,000 calls, measured by benchmarks/bench_capture.py).
+ * a few operations each, so the numpy version pays a dozen array calls per level, which
+ * dominated the what-if replays of a long gloo job.
  * Here each level is a plain loop; the arithmetic is the same, in the same order:
  * ready = max over in-edges of end[src]; st = ready + delay; plain: end = st + dur;
  * group member: gstart[g] = max (or min) of its members' st; end = gstart[g] + dur, except a

@@ -162,10 +162,10 @@ def document(result: Result, by_caller: bool = False) -> dict:
         )
     if result.nccl_logs:
         doc["nccl"] = nccl_section(result, by_caller)
-    diagnosis = whatif_section(result)  # what-if replay (issue 23): diagnosis.what_if / .attribution
-    diagnosis.update(diagnosis_section(result))  # why late (issue 21): diagnosis.late
+    diagnosis = whatif_section(result)  # what-if replay: diagnosis.what_if / .attribution
+    diagnosis.update(diagnosis_section(result))  # why late: diagnosis.late
     doc["diagnosis"] = diagnosis
-    from nsyscomm.analyses.hang import contract  # issue 22
+    from nsyscomm.analyses.hang import contract  # the hang diagnosis
 
     doc["hang"] = contract(result.hang)
     return invariants.check(doc)

@@ -1,4 +1,4 @@
-"""Parallelism dimensions (issue 21): which communicator is data, tensor, pipeline, expert or
+"""Parallelism dimensions: which communicator is data, tensor, pipeline, expert or
 context parallel, and the communication, waiting and exposed time of each.
 
 A label is taken, in this order, from:

@@ -1,5 +1,5 @@
 """Hangs and desynchronized collectives: which communicator is stuck, in which collective, who
-is missing from it and what each missing rank last called (issue 22).
+is missing from it and what each missing rank last called.
 
 Inputs: the job's collectives (nsys reports, Flight Recorder dumps: an unfinished call has no end)
 and, where present, the flight records the wrapper kept under ``nsyscomm run``
@@ -315,7 +315,7 @@ _BLOCKED_KEYS = ("group", "seq", "op", "bytes", "waiting_ranks")
 
 
 def contract(h: dict) -> dict:
-    """The JSON key ``hang`` exactly as issue 22 fixes it (the diagnosis's extra detail left out)."""
+    """The JSON key ``hang`` as the contract fixes it (the diagnosis's extra detail left out)."""
     return {
         "status": h["status"],
         "blocked": [

@@ -1,4 +1,4 @@
-"""Why a rank is late (issue 21): for each logical collective whose last rank arrived more than a
+"""Why a rank is late: for each logical collective whose last rank arrived more than a
 noise threshold after the first, what the late rank did since its previous call, compared with
 the other ranks. Causes, in the order they are tried:
 

@@ -34,7 +34,7 @@ class Result:
     overlap_parts: Future | None = None  # of nsyscomm.analyses.overlap.parts: begun by combine()
     _prefetched: dict = field(default_factory=dict, init=False, repr=False)  # (name, params) -> Future
     op_trace: tuple | None = None  # (ops, meta) of a per-op what-if trace input
-    sources: list = field(default_factory=list)  # the input files (issue 22: records beside them)
+    sources: list = field(default_factory=list)  # the input files (the flight records lie beside them)
     skipped: list = field(default_factory=list)  # (file, why): the files of input folders not read
 
     @functools.cached_property
@@ -55,7 +55,7 @@ class Result:
     def prefetch(self, *queries: tuple[str, dict]) -> None:
         """Begin the analyses (name, parameters) a view is about to ask for, two at a time, each
         on a cursor of its own: one after the other, each of these short queries left a core
-        idle for part of its time (the JSON's, for 200k calls: 0.10-0.12 s -> 0.08-0.10 s)."""
+        idle for part of its time."""
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nsyscomm-query")
 
         def run(name: str, params: dict):
@@ -152,7 +152,7 @@ class Result:
     def steps(self) -> pd.DataFrame:
         return self._query("steps")
 
-    # --- what the statistics set aside (issue 34; docs/architecture.md, "Setup calls and warm-up steps") ---
+    # --- what the statistics set aside (docs/architecture.md, "Setup calls and warm-up steps") ---
     @functools.cached_property
     def setup(self) -> pd.DataFrame:
         """The logical collectives that set up their communicator (sql/setup.sql): op, bytes, group,
@@ -208,7 +208,7 @@ class Result:
         captured with --gpu-metrics-devices; empty otherwise)."""
         return self._query("link_metrics")
 
-    # --- why late (nsyscomm.analyses.late; issue 21) ---
+    # --- why late (nsyscomm.analyses.late) ---
     @functools.cached_property
     def late(self) -> pd.DataFrame:
         """Late arrivals and their causes: rank, group, seq, op, step, caller, delay_ms, cause,
@@ -247,7 +247,7 @@ class Result:
             ).fetchone()[0]
         )
 
-    # --- what-if replay (nsyscomm.analyses.whatif; issue 23) ---
+    # --- what-if replay (nsyscomm.analyses.whatif) ---
     @functools.cached_property
     def what_if_analysis(self) -> dict:
         """what_if rows, attribution rows and the model's notes (computed once)."""

@@ -1,6 +1,7 @@
 /* The steady-state path of nsyscomm's hot collective wrappers (the one-tensor calls: all_reduce,
- * broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single), in C: every Python statement there is per-call overhead, and the issue's budget is
- * 2 us per call, caller included.
+ * broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single), in C:
+ * every Python statement there is per-call overhead, and the budget per call, caller included,
+ * is in docs/performance.md ("wrapper overhead per call").
  *
  * It does exactly what the Python hot wrapper in python_layer.py does, reading wrapper.py's globals
  * at each call (so annotate(False), step changes and test monkeypatches take effect at once).
@@ -9,9 +10,9 @@
  * calls the Python wrapper instead, which handles it and fills the caches.
  *
  * The autograd-key guard: the Python wrapper enters torch._C._AutoDispatchBelowAutograd (a pybind
- * object, ~0.45 us). Here the same c10::impl::ExcludeDispatchKeyGuard is constructed on the C
- * stack through its exported C++ symbols in libc10 (resolved by configure(); the Itanium ABI
- * passes `this` and the one-word DispatchKeySet in registers). wrapper.py checks at annotate()
+ * object, a large share of the per-call budget). Here the same c10::impl::ExcludeDispatchKeyGuard
+ * is constructed on the C stack through its exported C++ symbols in libc10 (resolved by
+ * configure(); the Itanium ABI passes `this` and the one-word DispatchKeySet in registers). wrapper.py checks at annotate()
  * that it excludes the same keys as the Python guard, and otherwise does not use it.
  */
 #define PY_SSIZE_T_CLEAN

@@ -6,7 +6,8 @@ second. On a terminal it prints a line each time the capture doubles from 100 MB
 400 MB, +38 MB/s"): whole lines between the job's own output, never a live display that the job's
 writes would tear. Once the capture passes a limit it says, once and on any stderr, which preset
 or option would keep it small, so that a user whose report is heading for gigabytes learns why
-while the job still runs (issue 34: the OS-runtime trace's defaults wrote 2 GB for a 20 s GPU job).
+while the job still runs (nsys's own OS-runtime defaults fill gigabytes within a minute of a GPU
+job: docs/performance.md, "The GPU path").
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 message templates, cached by ProcessGroup, and the message size of a call's tensors.
 
 A cache entry holds no reference to the ProcessGroup itself beyond the dict key, and
-forget_groups() drops the entries of the groups torch destroys (issue 26). The counters are
-per group name, so a group torch rebuilds under the same name goes on counting (seq is what
-ranks match on). The wrapper's state (c10d, the emitter) is read when a group is first seen:
-bind() is given the wrapper module instead of importing it.
+forget_groups() drops the entries of the groups torch destroys, so that none outlives its
+teardown. The counters are per group name, so a group torch rebuilds under the same name goes on
+counting (seq is what ranks match on). The wrapper's state (c10d, the emitter) is read when a
+group is first seen: bind() is given the wrapper module instead of importing it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def dtype_name(dt: Any) -> str:
 
 class Group:
     # no reference to the ProcessGroup itself: the per-call caches hold Groups, and a group
-    # must die when torch destroys it (issue 26, forget_groups)
+    # must die when torch destroys it (forget_groups)
     __slots__ = ("name", "size", "granks", "counter", "templates", "ranks", "tracked")
 
     def __init__(self, pg):
@@ -116,7 +116,7 @@ def forget_groups(pg: Any) -> None:
     """Drop the cache entries of the groups destroy_process_group(pg) destroyed (all of them for
     the default group), so that nsyscomm holds no ProcessGroup past its destruction. Held, a
     gloo group outlived the job's teardown and was destroyed at interpreter exit instead, where
-    it could abort the rank (issue 26: "terminate called without an active exception")."""
+    it could abort the rank ("terminate called without an active exception")."""
     with _lock:
         if pg is None or pg is W._c10d.GroupMember.WORLD or W._c10d.GroupMember.WORLD is None:
             by_pg.clear()

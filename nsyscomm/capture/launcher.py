@@ -41,7 +41,7 @@ from nsyscomm.capture.nsys_command import (
     trace_for,
 )
 from nsyscomm.capture.nsys_output import FilteredStderr
-from nsyscomm.capture.post import (  # noqa: F401 - issue 24
+from nsyscomm.capture.post import (  # noqa: F401 - callers import these here
     EXPORTS,
     StageLog,
     find_importer,
@@ -381,7 +381,7 @@ def _run_nsys(
             f"free space there or pass --output with another folder"
         ) from None
     temp_before = _temp_reports()
-    err = FilteredStderr(_stderr_fd())  # issue 36: nsys's importer lines, which ask nothing of the user
+    err = FilteredStderr(_stderr_fd())  # drops nsys's importer lines, which ask nothing of the user
     try:
         # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
         proc = subprocess.Popen(
@@ -396,8 +396,8 @@ def _run_nsys(
         err.close(0)
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
     err.start()
-    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # issue 22
-    growth = CaptureWatch(lambda: _capture_files(out_dir, temp_before), preset).start()  # issue 34
+    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # ends a hung job
+    growth = CaptureWatch(lambda: _capture_files(out_dir, temp_before), preset).start()  # warns of a huge capture
     beside = _Beside(while_job_runs)
     started = time.perf_counter()
     try:
@@ -409,7 +409,7 @@ def _run_nsys(
             watcher.stop()
     if growth.warning:
         warnings_.append(growth.warning)
-    if watcher is not None and watcher.fired:  # issue 22: the job hung and was stopped
+    if watcher is not None and watcher.fired:  # the job hung and was stopped
         warnings_.append(
             f"the job hung: no collective finished for {hang_s:g} s; its ranks were stopped "
             f"(exit status {hang_watch.EXIT_HUNG})"
@@ -421,7 +421,7 @@ def _run_nsys(
         if note:
             warnings_.append(note)
 
-    log = StageLog(out_dir)  # issue 24: each stage after the job shown and logged
+    log = StageLog(out_dir)  # each stage after the job shown and logged
     job_end = time.perf_counter()
     log.line(f"job exited with status {rc} after {job_end - started:.2f} s (nsys profile --trace={trace})")
     try:

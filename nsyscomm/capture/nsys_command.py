@@ -151,7 +151,7 @@ class Preset:
 
 
 # The OS-runtime trace's own defaults (every call from 1 us, a 6 KiB stack dump for each call over
-# 80 us) filled gigabytes on a one-GPU NCCL job (issue 34; docs/performance.md, "The GPU path"):
+# 80 us) filled gigabytes on a one-GPU NCCL job (docs/performance.md, "The GPU path"):
 # NCCL's and CUDA's helper threads wait in short timed calls all the time. The late-arrival
 # diagnosis reads only calls of at least limits.HOST_MIN_NS and never their stacks, so the default
 # preset asks nsys for exactly that: calls from HOST_MIN_NS on, no stack dumps below 1 s.

@@ -2,7 +2,7 @@
 
 nsys 2022.4 (Debian's) cannot find its importer and says so after every run ("Importer error
 status: ... skipping importation of the QDSTRM file"), although nsyscomm imports the .qdstrm
-itself right after (capture/post.py): the run succeeds, and the two lines only alarm (issue 36).
+itself right after (capture/post.py): the run succeeds, and the two lines only alarm.
 
 The profiled job inherits nsys's stderr, so the job's own stderr passes through here too: it is
 forwarded as it comes, byte for byte, a partial line (a progress bar) at once, unless it could

@@ -67,7 +67,7 @@ def start(rank: int) -> None:
             p = profile(activities=acts, record_shapes=False, with_stack=False, profile_memory=False)
             with warnings.catch_warnings(), _user_scope_only():
                 # torch's own notes ("Profiler clears events at the end of each cycle ...") are about
-                # schedules nsyscomm does not use; they would land in the job's output (issue 34)
+                # schedules nsyscomm does not use; they would land in the job's output
                 warnings.simplefilter("ignore")
                 p.start()
         except Exception as e:
@@ -84,8 +84,8 @@ def start(rank: int) -> None:
 def _user_scope_only() -> Iterator[None]:
     """While the profiler starts, have it record the user-scope ranges only.
 
-    The CPU activity records every aten op by default: x1.64 on a GPU training loop
-    (docs/performance.md, "The GPU path"). The Kineto reader needs only the ranges of
+    The CPU activity records every aten op by default, which slows a training loop markedly
+    (docs/performance.md, "--profiler torch"). The Kineto reader needs only the ranges of
     ``record_function`` (the wrapper's ``nsyscomm`` ranges, c10d's ``nccl:*`` / ``gloo:*`` ranges),
     which are user scope, and the launches and kernels, which CUPTI records whatever the scopes.
     torch.profiler has no public option for scopes; its start calls

@@ -11,11 +11,12 @@ Two layers, so that nothing is missed and the common path stays cheap:
    AutogradCUDA). It sees what bypasses the Python functions: DDP's C++ reducer (gradient
    all-reduces), DDP's parameter/buffer broadcasts, torch.compile'd code, anything imported
    before annotate(). Calls made through layer 1 run with the Autograd keys excluded, so they
-   never reach layer 2 (one range per call, and layer 2's ~50 us Python-kernel cost is paid
-   only by calls that layer 1 did not see).
+   never reach layer 2 (one range per call, and layer 2's Python-kernel cost, many times layer
+   1's, is paid only by calls that layer 1 did not see).
 
 The hot wrappers of layer 1 (one-tensor calls) run their steady state in C when the optional
-extension ``_fastpath`` is built (same messages, ~1.4 us instead of ~2.6 us per call).
+extension ``_fastpath`` is built (same messages, about half the cost per call:
+docs/performance.md, "wrapper overhead per call").
 An asynchronous call (one that returns a Work or a future) also gets its completion marked on the
 backend's thread and its caller's wait ranged (completion.py); synchronous calls never pay for it.
 
@@ -415,7 +416,8 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
             _call_sites.clear()  # answers cached under other skip lists
             if _push is _noop and _emitter_kind == "none":
                 _init_emitter()
-                # issue 22: every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR)
+                # every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR): a hung
+                # job's last calls survive the kill that ends it
                 from nsyscomm.capture import flight_record
 
                 _push, _pop, _raising = flight_record.chain(_push, _pop)

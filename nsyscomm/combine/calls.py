@@ -37,7 +37,7 @@ class JobCalls:
 
     While they fit in one batch (BATCH_CALLS, or a quarter of the database's memory limit) they
     stay in Arrow, and sql/collectives.sql reads them there through the typed view: copying them
-    into a table first cost 0.12 s for 200k calls. Past a batch, they are appended to the table
+    into a table first cost more than reading them in place (docs/performance.md). Past a batch, they are appended to the table
     calls_in of the job's database, a batch at a time, and let go of."""
 
     def __init__(self) -> None:
@@ -213,8 +213,8 @@ def register_report_tables(con: duckdb.DuckDBPyConnection, extracts: list[Extrac
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
-    # table of the calls x proc_ranks join on the 200k calls instead of the few processes: 0.30 s
-    # instead of 0.16 s. Without that optimizer, a LEFT JOIN builds its right side, proc_ranks.
+    # table of the calls x proc_ranks join on the many calls instead of the few processes, which
+    # doubles its cost. Without that optimizer, a LEFT JOIN builds its right side, proc_ranks.
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     try:
         con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")

@@ -17,7 +17,7 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
     rows, unmarked = [], []
     for e in extracts:
         marked = {}
-        m = e.markers  # columns, not itertuples(): 256 small reports took 0.3 s
+        m = e.markers  # columns, not itertuples(), which is slow on many reports
         for pid, rank, local_rank, host in zip(
             m["pid"].tolist(), m["rank"].tolist(), m["local_rank"].tolist(), m["host"].tolist()
         ):
@@ -43,7 +43,7 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
             f"rank(s) {sorted({r[2] for r in clashes})} claimed by several processes; "
             f"renumbered: {who} (are these reports from one job?)"
         )
-        # a renumbered process keeps its host and local rank: only its rank clashed (issue 26)
+        # a renumbered process keeps its host and local rank: only its rank clashed
         unmarked += [(r[0], r[1], r[3], r[4]) for r in clashes]
         rows = kept
     taken = {r[2] for r in rows}

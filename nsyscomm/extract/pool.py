@@ -161,8 +161,8 @@ def _on_pool(files, names, cache, jobs, bar, keep) -> list:
     # start, and why not by forking this process)
     from nsyscomm.extract import workers
 
-    # the workers share the cores: each DuckDB gets its share of them, not all of them (256 small
-    # reports on 2 cores, 2 workers: 14.9 s with 2 threads each, 10.4 s with 1)
+    # the workers share the cores: each DuckDB gets its share of them, not all of them (threads
+    # beyond the cores made many small reports slower)
     threads = max(1, usable_cores() // jobs) if duck.task_room() is None else 1
     stall = workers.stall_timeout()
     out: list = [None] * len(files)

@@ -12,7 +12,7 @@ from nsyscomm.ingest.extract_type import Extract
 
 
 def extract_one(path: Path, report: str | None = None, threads: int | None = None) -> Extract:
-    """One source's extract, its names bounded and its values checked (ingest.limits, issue 26)."""
+    """One source's extract, its names bounded and its values checked (ingest.limits)."""
     from nsyscomm.ingest import limits
 
     return limits.checked(_extract_source(path, report, threads), path)

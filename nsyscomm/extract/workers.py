@@ -4,7 +4,7 @@ caller's process, and stopped at once when the extraction ends in an error or Ct
 A worker forked from the caller's process inherits every lock as it was at the fork, but only the
 thread that forked: a lock another thread held then (DuckDB's, in a query of the caller's or in
 nsyscomm's own ``duck.close_soon``; an allocator's; the import lock) stays held in the worker
-forever, and the worker hangs at its first use of it (issue 33). So the workers come from
+forever, and the worker hangs at its first use of it. So the workers come from
 multiprocessing's fork server instead: a fresh interpreter, started once per process by
 fork+exec (nothing of the caller's crosses the exec), that imports this module and, through it,
 the readers (DuckDB, pandas, pyarrow) once, and then forks each worker from its single Python

@@ -1,4 +1,4 @@
-"""A run that hung or desynced fails the gate (issue 22), whatever its numbers: the current
+"""A run that hung or desynced fails the gate, whatever its numbers: the current
 run's hang diagnosis, the ``hang`` key of its schema-2 document (a JSON summary's, or the one
 made from a Result)."""
 
@@ -11,7 +11,7 @@ from nsyscomm.gate.runs import Run
 
 def hang_failure(run: Run) -> str | None:
     """Why the run fails for a hang or a desync (analyses.hang.failing), or None; a document
-    without a ``hang`` key (an nsyscomm older than issue 22) has no diagnosis to fail on."""
+    without a ``hang`` key (from an nsyscomm without the hang diagnosis) has no diagnosis to fail on."""
     h = run.doc.get("hang")
     if not isinstance(h, dict) or "status" not in h:
         return None

@@ -33,7 +33,7 @@ class Settings:
     missing_keys: str = "warn"  # a baseline key absent from the current run
     noise_sigma: float = 0.0  # widen the baseline runs' [min, max] band by this many standard deviations
     # A baseline of one run has no noise band, and a host-timed job's figures move a lot from run
-    # to run of the same code (issue 36; what was seen: docs/gate.md). A timing of a noisy key or
+    # to run of the same code (what was seen: docs/gate.md). A timing of a noisy key or
     # run then fails only when it is worse by more than this factor (x2: +100% time, half the bandwidth) and costs more than this share (%) of the
     # baseline run's time. 1 and 0 give one run the thresholds of a band.
     single_run_factor: float = 2.0

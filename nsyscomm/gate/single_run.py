@@ -1,4 +1,4 @@
-"""The gate's margin against a baseline of one run, which knows no noise band (issue 36).
+"""The gate's margin against a baseline of one run, which knows no noise band.
 
 A host-timed job (gloo on CPU: no GPU kernels) or a key whose calls vary from call to call moves
 a lot from run to run of the same code; against one run, a timing of such a key or run fails
@@ -50,7 +50,7 @@ def _run_ms(doc: dict) -> float | None:
 
 # A key whose mean latency is this far from its median varies from call to call within the run, as
 # host-timed collectives do (gloo on CPU, NVTX ranges) and NCCL kernels timed on the GPU do not;
-# such keys vary the more from run to run (issue 36; the figures: docs/gate.md).
+# such keys vary the more from run to run (the figures: docs/gate.md).
 NOISY_SPREAD = 0.2
 
 

@@ -1,4 +1,4 @@
-"""The gate's edge (issue 35): a run document is checked once, where it enters, for everything the
+"""The gate's edge: a run document is checked once, where it enters, for everything the
 comparison reads. A value the gate cannot compare (NaN, infinity, a string, a number too large
 for a float, a row of unknown shape) is an InputError naming the file, the field and the fix, so
 that a corrupted baseline or run can never pass by being skipped: a metric the comparison drops

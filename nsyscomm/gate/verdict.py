@@ -364,7 +364,7 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     bs = {(b.doc.get("skew") or {}).get("straggler_rank") for b in baselines} - {None}
     cs = (current.doc.get("skew") or {}).get("straggler_rank")
     # which rank comes last most often flips between runs of a balanced job: news only when the
-    # arrival delays moved beyond their margin (issue 36)
+    # arrival delays moved beyond their margin
     moved = any(
         c.metric == "rank.arrival_delay_ms" and c.status in (REGRESSION, WARN, NOISE)
         for it in rank_items.values()

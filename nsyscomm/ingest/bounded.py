@@ -1,4 +1,5 @@
-"""Readers whose cost is bounded by construction, for the formats parsed in Python (issue 35):
+"""Readers whose cost is bounded by construction, for the formats parsed in Python, so that no file
+makes a reader run out of memory or time:
 
 * ``read_yaml``: a small YAML file (a what-if trace's meta) read by a SafeLoader that refuses
   aliases (a billion-laughs document expands a few hundred bytes into gigabytes), nesting past

@@ -7,7 +7,7 @@ stretches are always some call's gpu_start or gpu_end, so each source evaluates 
 once per report, and ships two numbers per call (busy_at_start, busy_at_end) instead of the
 millions of compute intervals: B is a difference of durations, unchanged by clock alignment.
 
-The islands are made in numpy when the compute kernels fit in memory (nsys_reader.fits_in_memory),
+The islands are made in numpy when the compute kernels fit in memory (nsyscomm.ingest.nsys.reader.fits_in_memory),
 else in DuckDB (sql/compute_islands.sql, sql/busy_at_edges.sql), which spills past its memory
 limit: a report larger than RAM never has its kernels held whole.
 """
@@ -64,7 +64,7 @@ def islands(
     cend = np.asarray(compute["end"], dtype=np.int64)
     # (pid, device) numbered by hashing, then two stable sorts: by start (timsort, fast on the
     # runs of ordered kernels a report holds), then by that number (a radix sort when it fits 16
-    # bits). 1.8M kernels: 0.10 s, against 0.16 s for np.lexsort((start, device, pid)).
+    # bits): faster than np.lexsort((start, device, pid)).
     # (the intermediates are let go as soon as they are used: 8 bytes a kernel each)
     dev_code, devs = pd.factorize(cdev)
     group = pd.factorize(cpid)[0] * len(devs) + dev_code
@@ -97,8 +97,8 @@ def busy_at_edges(calls: pa.Table, by_device: dict) -> pa.Table:
         bs, be = np.zeros(len(pid), dtype=np.int64), np.zeros(len(pid), dtype=np.int64)
         if not by_device:
             return bs, be
-        # the calls grouped by (pid, device) with one sort, not one mask per group (200k calls
-        # on 8 devices: 0.018 s of masks); (pid, device) packed into one sortable number (pids
+        # the calls grouped by (pid, device) with one sort, not one mask per group (a pass over
+        # every call per group); (pid, device) packed into one sortable number (pids
         # take 24 bits, devices fewer than 32)
         keys = sorted(by_device)
         packed = np.array([p * (1 << 32) + d for p, d in keys], np.int64)
@@ -135,8 +135,7 @@ def busy_at_edges_in_duckdb(calls: pa.Table, con: duckdb.DuckDBPyConnection) -> 
     def busy(pid, dev, start, end):
         edges = pa.table({"i": np.arange(len(pid)), "pid": pid, "device": dev, "gpu_start": start, "gpu_end": end})
         # a table, not the Arrow one registered: DuckDB estimates that at ~1 row and joins it by
-        # a nested loop (ASOF joins under asof_loop_join_threshold): 142 s instead of 0.2 s for
-        # 200k calls against 200k islands
+        # a nested loop (ASOF joins under asof_loop_join_threshold), quadratic in the calls
         con.from_arrow(edges).create("call_edges")
         try:
             out = con.execute(duck.sql("busy_at_edges")).fetchnumpy()  # ordered by i
@@ -155,7 +154,7 @@ def _ints(col, missing: int = -1) -> np.ndarray:
 def _with_busy(calls, busy):
     """calls (Arrow) with busy_at_start / busy_at_end from busy(pid, device, gpu_start, gpu_end)
     -> the two as arrays, called for the calls with both GPU edges; NULL for the others. In
-    Arrow, not pandas: 200k calls took 0.04-0.05 s through pandas' nullable integers."""
+    Arrow, not pandas: pandas' nullable integers made the same step cost more than the rest."""
     n = calls.num_rows
     bs = np.zeros(n, dtype=np.int64)
     be = np.zeros(n, dtype=np.int64)

@@ -1,6 +1,6 @@
 """Bounds and checks on what a source hands to the rest of nsyscomm, applied once at the boundary
-(issue 26): every reader's extract passes through ``checked``, every PyTorch profiler event
-through ``checked_events``.
+so that no later stage meets a broken or hostile value: every reader's extract passes through
+``checked``, every PyTorch profiler event through ``checked_events``.
 
 * Names taken from a report (NVTX text, kernel names, callers, groups, host names) are cut at
   MAX_NAME characters with a visible marker and one warning, so that memory follows the number
@@ -37,7 +37,7 @@ MAX_TS_US = float(1 << 53)
 # diagnosis: 100 us, below any delay it reports (nsyscomm.analyses.late's noise threshold is larger)
 HOST_MIN_NS = 100_000
 
-# What one reader may hold of one source (issue 35): --memory-limit (NSYSCOMM_MEMORY_LIMIT, the
+# What one reader may hold of one source: --memory-limit (NSYSCOMM_MEMORY_LIMIT, the
 # memory per process DuckDB gets too), else DEFAULT_BUDGET. The readers of the formats that are
 # parsed in Python (what-if Parquet traces, Kineto JSON) turn it into counts with their own cost
 # per kept item, checked before the items are made; docs/limits.md states them.

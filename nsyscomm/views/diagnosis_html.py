@@ -1,4 +1,4 @@
-"""The HTML report's diagnosis section (issue 21): a per-step waterfall of the mean rank's step
+"""The HTML report's diagnosis section: a per-step waterfall of the mean rank's step
 time (compute, exposed transfer, waiting) beside the what-if bars, and the late arrivals'
 causes. Reads only the Result (step_breakdown, what_if, late_by_rank)."""
 

@@ -1,7 +1,7 @@
-"""Every finding of a summary, made once for every format (issue 36, "one voice across formats"):
-the tables and the lines of the text view, in order, as data. text.py draws them as rich tables,
-tables.py as Markdown and as one CSV, each in its own idiom, so no format drops a finding and
-a figure reads alike in all of them. Values stay raw here; `display` formats a cell for people
+"""Every finding of a summary, made once for every format, so that the formats never disagree: the
+tables and the lines of the text view, in order, as data. text.py draws them as rich tables,
+tables.py as Markdown and as one CSV, each in its own idiom, so no format drops a finding and a
+figure reads alike in all of them. Values stay raw here; `display` formats a cell for people
 (sizes human-readable, bandwidth in the chosen unit) and `machine` for a CSV (integers as
 integers, times rounded to the nanosecond the data holds, bandwidth in GB/s as the JSON has it)."""
 
@@ -113,14 +113,14 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     from nsyscomm.views import diagnosis_out, whatif_out
 
     out: list[Block] = []
-    hang = hang_lines(result.hang)  # issue 22: the hang diagnosis comes first
+    hang = hang_lines(result.hang)  # the hang diagnosis comes first
     if hang:
         out.append(Lines("hang", "Hang diagnosis", hang))
     out.append(Lines("nccl", None, nccl_header(result)))
-    if not hang:  # issue 21: why a rank is late, first (a hung job's diagnosis is the hang)
+    if not hang:  # why a rank is late, first (a hung job's diagnosis is the hang)
         out.append(Lines("diagnosis", "Diagnosis", diagnosis_out.lines(result)))
     out.append(summary(result, by_caller))
-    # issue 34: the setup calls, start-up collectives and warm-up steps the statistics leave out
+    # the setup calls, start-up collectives and warm-up steps the statistics leave out
     out.append(Lines("set_aside", None, set_aside.lines(result)))
     out.append(vs_reference(result, by_caller))
     out.append(ranks(result))

@@ -1,4 +1,4 @@
-"""The edge of a Flight Recorder dump (issue 35): every field nsyscomm.ingest.flight_recorder.dump
+"""The edge of a Flight Recorder dump: every field nsyscomm.ingest.flight_recorder.dump
 reads, of the type and range torch writes (FORMATS.md section 2), checked once where the dump is
 loaded; a failure is one line naming the file, the field and the fix (docs/limits.md)."""
 

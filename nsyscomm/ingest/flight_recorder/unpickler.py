@@ -1,4 +1,4 @@
-"""Pickles read with bounded resources and no code (issue 35): the Flight Recorder's dumps.
+"""Pickles read with bounded resources and no code: the Flight Recorder's dumps.
 
 Two guarantees, whatever the bytes:
 

@@ -1,4 +1,4 @@
-"""The edge of the Kineto trace format (issue 35), beside the per-event checks of
+"""The edge of the Kineto trace format, beside the per-event checks of
 nsyscomm.ingest.limits.checked_events: the events a reader keeps against the memory budget, the
 trace's distributedInfo, and the numbers of its calls against 64 bits, so that nothing past
 nsyscomm.ingest.kineto.trace sees an infinite rank or a size no column holds. The limits are stated in

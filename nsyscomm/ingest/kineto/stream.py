@@ -2,7 +2,7 @@
 ``.json`` or ``.json.gz`` file, so memory grows with the events kept, not with the file; numbers
 kept as written (microseconds with fractions) and turned into integer nanoseconds exactly.
 
-Bounded by construction (issue 35): the text comes from nsyscomm.ingest.bounded.open_text (a
+Bounded by construction, whatever the file holds: the text comes from nsyscomm.ingest.bounded.open_text (a
 gzip file inflated as a stream, up to a limit relative to its size), and one value (an event,
 or another top-level key's) may hold at most MAX_VALUE_CHARS: a value the decoder cannot finish
 in the buffer is retried only once the buffer has doubled, so that reading it costs time in

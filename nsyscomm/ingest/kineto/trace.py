@@ -87,7 +87,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     cpu_pids: dict[int, int] = {}  # pid -> number of CPU events
     n_events = 0
     try:
-        for kind, item in limits.checked_events(iter_trace(path), path):  # types checked once (issue 26)
+        for kind, item in limits.checked_events(iter_trace(path), path):  # types checked once, at the edge
             if kind == "meta":
                 if item[0] in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "schemaVersion"):
                     meta[item[0]] = item[1]

@@ -1,19 +1,19 @@
 /* The first stage of the ingest for the common case: an nsys export's three big tables scanned
  * once each through SQLite's own C API, on every core, keeping only what the later stages use
- * (nsyscomm/ingest/nsys_tables.py, _scan()):
+ * (nsyscomm/ingest/nsys/reader.py, _scan()):
  *
  *   kernels   NCCL kernels whole (about 10% of the rows); the compute kernels' process, device,
  *             start, end and name id (for the busy islands, nsyscomm/ingest/busy.py, and the
  *             kernels in each call's gap, nsyscomm/ingest/nsys/gap_kernels.py);
  *   runtime   the launches whose (process, correlation id) is an NCCL kernel's;
- *   NVTX      the ranges whose name can matter (a registered name nsys_tables passes, or inline
- *             text with one of the prefixes of nsys_tables._RANGE_PATTERNS); the wrapper's
+ *   NVTX      the ranges whose name can matter (a registered name reader.py passes, or inline
+ *             text with one of the prefixes of reader._RANGE_PATTERNS); the wrapper's
  *             messages in the layout it writes are split into their fields instead (split_message);
  *
  * and every process's first start and last end over the three (its elapsed time), and how many
  * NVTX ranges might be the program's own long ones (sql/host_ranges_nsys.sql): when none, the
  * caller skips that second pass over NVTX_EVENTS. Each output
- * equals what the DuckDB statements of the other path (nsys_tables._copy_tables and the SQL after
+ * equals what the DuckDB statements of the other path (reader._copy_tables and the SQL after
  * it) select; tests/test_sqlite_scan.py compares the two.
  *
  * Why not DuckDB's SQLite scanner, as the other path does: it copies all the rows of the three
@@ -101,8 +101,8 @@ typedef struct {
     /* kernels: the NCCL kernel names' ids (sorted) */
     const int64_t *nccl_ids; Py_ssize_t n_nccl_ids;
     /* runtime: the NCCL kernels' (process, correlation id) keys: a correlation-id bitmap per
-     * process when the ids are small enough (a hash set missed the cache on every launch: 0.3 s
-     * for 2M launches), else an open-addressing set */
+     * process when the ids are small enough (a hash set missed the cache on every
+     * launch), else an open-addressing set */
     int npid; int64_t bm_pid[64], bm_bits[64]; uint64_t *bm[64];
     int64_t *set_pid, *set_corr; uint64_t set_mask;
     /* NVTX: the registered names that matter, sorted by id */
@@ -299,7 +299,7 @@ static int add_text(thread_t *th, chunk_t *ch, table_t *t, int k, int64_t i, con
 }
 
 static int has_prefix(const unsigned char *b, int64_t n) {
-    /* nsys_tables._RANGE_PATTERNS: 'nsyscomm%', 'nccl%', 'gloo:%', 'ProfilerStep#%' (LIKE: case matters) */
+    /* reader._RANGE_PATTERNS: 'nsyscomm%', 'nccl%', 'gloo:%', 'ProfilerStep#%' (LIKE: case matters) */
     static const char *pre[] = {"nsyscomm", "nccl", "gloo:", "ProfilerStep#"};
     static const int len[] = {8, 4, 5, 13};
     for (int i = 0; i < 4; i++)
@@ -405,7 +405,7 @@ static int nvtx_row(thread_t *th, chunk_t *ch, sqlite3_stmt *st) {
     put(&t->out[0], i, v[0], ok[0]);
     put(&t->out[1], i, v[1], ok[1]);
     put(&t->out[2], i, v[3], ok[3]);
-    /* a wrapper message in the wrapper's layout: its fields, and no name (nsys_tables.MESSAGE_FIELDS) */
+    /* a wrapper message in the wrapper's layout: its fields, and no name (scan_arrow.MESSAGE_FIELDS) */
     const char *fs[MSG_INTS + MSG_STRS]; int64_t fl[MSG_INTS + MSG_STRS], iv[MSG_INTS];
     int split = split_message(name, len, fs, fl);
     for (int c = 0; split && c < MSG_INTS; c++)

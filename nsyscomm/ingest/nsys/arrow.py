@@ -49,7 +49,7 @@ WANTED = (
 # written, its WANTED tables only, to a temporary SQLite file that takes the SQLite route.
 _PAYLOAD_TABLES = ("NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES")
 _CONTINUATION = b"\xff\xff\xff\xff"
-_COUNTED_TEXT = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}  # nsys_extract._TEXT_COLUMNS
+_COUNTED_TEXT = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}  # extract._TEXT_COLUMNS
 _DIR_SUFFIXES = (".arrow", ".parquet")
 
 
@@ -168,8 +168,8 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
 
 
 def open_export(path: Path, threads: int | None = None) -> Opened:
-    """The export's tables in a new in-memory DuckDB database, as nsys_reader.open_report makes
-    them of a SQLite export (schema r, then the src_* tables): a nsys_reader.Opened."""
+    """The export's tables in a new in-memory DuckDB database, as nsyscomm.ingest.nsys.reader.open_report
+    makes them of a SQLite export (schema r, then the src_* tables): a reader.Opened."""
     from nsyscomm import duck
     from nsyscomm.ingest.nsys import reader as nsys_reader
 

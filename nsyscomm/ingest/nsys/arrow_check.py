@@ -1,4 +1,4 @@
-"""The edge of nsys's Arrow exports (issue 35): each table's schema checked before its rows are
+"""The edge of nsys's Arrow exports: each table's schema checked before its rows are
 read, and its decompressed size bounded, so that nothing past nsyscomm.ingest.nsys.arrow sees a
 timestamp as NaN or a string, a string table without its strings, or a small file that
 decompresses to gigabytes (docs/limits.md)."""
@@ -21,7 +21,7 @@ FIX = "export the report again with: nsys export --type arrow REPORT.nsys-rep"
 # The columns the ingest reads, of the type nsys gives them (INTEGER or TEXT in its SQLite export,
 # integers and strings or binary in its Arrow export): (integers, texts, required). Checked on each
 # table's schema where it is read, so that nothing past here sees a timestamp as NaN or a string,
-# or a string table without its strings (issue 35).
+# or a string table without its strings.
 _TIME = {"start", "end"}
 _COLUMNS: dict[str, tuple[set[str], set[str], set[str]]] = {
     "StringIds": ({"id"}, {"value"}, {"id", "value"}),

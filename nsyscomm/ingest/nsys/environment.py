@@ -32,7 +32,7 @@ def read(path: str | Path) -> dict:
     tables are absent; a Kineto trace or an unreadable file gives {}."""
     path = Path(path)
     from nsyscomm.ingest.nsys import (
-        arrow as nsys_arrow,  # issue 24: an Arrow export, read through a temporary SQLite copy
+        arrow as nsys_arrow,  # an Arrow export, read through a temporary SQLite copy
     )
 
     if nsys_arrow.is_export(path):

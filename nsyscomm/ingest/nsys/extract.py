@@ -1,6 +1,6 @@
 """nsys SQLite export -> rows of the normalized `collectives` table (one report).
 
-The report's tables are read into DuckDB by nsyscomm.ingest.nsys_reader; this module turns
+The report's tables are read into DuckDB by nsyscomm.ingest.nsys.reader; this module turns
 them into calls, process markers and spans (sql/nccl_kernels.sql, sql/calls_nsys.sql, ...).
 """
 
@@ -58,7 +58,7 @@ GROUP BY e.kid, e.kind"""
 # The ranges that can own NCCL kernels, numbered once for the lookups above and sql/calls_nsys.sql
 # (rid: the range's number in src_ranges). The name only of PyTorch's ranges: calls_nsys.sql
 # reads the wrapper's messages (and the fields the C scan split from them,
-# nsys_reader.MESSAGE_FIELDS) in src_ranges.
+# nsyscomm.ingest.nsys.scan_arrow.MESSAGE_FIELDS) in src_ranges.
 _RANGES = """CREATE TEMP TABLE ranges AS
 SELECT rid, start, "end", globalTid, CASE WHEN NOT wrapper THEN name END AS name,
        CASE WHEN wrapper THEN 'wrapper' ELSE 'torch_range' END AS kind
@@ -135,7 +135,7 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
 
 
 def _extract(path: Path, report: str, threads: int | None) -> Extract:
-    from nsyscomm.ingest.nsys import arrow as nsys_arrow  # issue 24: an Arrow export, read without SQLite
+    from nsyscomm.ingest.nsys import arrow as nsys_arrow  # an Arrow export, read without SQLite
 
     opened = nsys_arrow.open_export(path, threads) if nsys_arrow.is_export(path) else open_report(path, threads)
     con, tables, warnings = opened.con, opened.tables, opened.warnings
@@ -144,7 +144,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     try:
         # every event of every process counts for its span: taken first, then the copy of
         # NVTX_EVENTS is dropped (only its named ranges are used below) and its memory serves the
-        # next steps (6M-row report: peak RSS 1.15 GB -> 1.04 GB)
+        # next steps, which lowers the peak memory of a large report
         spans = duck.frame(con.execute(duck.sql("process_spans")))
         con.execute("DROP VIEW src_events")
         con.execute("DROP TABLE IF EXISTS src_nvtx")
@@ -187,7 +187,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         con.execute(_RANGES)
         con.execute(_INNERMOST)
         # a kind without ranges owns nothing: its lookup is skipped (with the wrapper on and no
-        # PyTorch range, the second one still cost 0.02 s for 200k launches)
+        # PyTorch range, the second lookup still cost a scan of every launch)
         kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM ranges").fetchall()}
         for kind in ("wrapper", "torch_range"):
             if kind not in kinds:
@@ -299,8 +299,8 @@ def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> tup
             cur.execute("DROP TABLE IF EXISTS src_kernels")
             return None, None
         compute = cur.execute(duck.sql("compute_kernels")).fetchnumpy()
-        # once the caller has read src_kernels too, its memory serves the next steps (6M-row
-        # report: 110 MB less at the peak)
+        # once the caller has read src_kernels too, its memory serves the next steps (a lower
+        # peak on a large report)
         kernels_read.wait()
         cur.execute("DROP TABLE IF EXISTS src_kernels")
         return islands(compute), compute
@@ -319,7 +319,7 @@ def _version(con, tables) -> str | None:
 
 def extract_arrow(path: Path, report: str | None = None, threads: int | None = None) -> Extract:
     """An Arrow export (nsyscomm.ingest.nsys.arrow) -> its Extract, the same as of the SQLite export
-    of that report (issue 24)."""
+    of that report."""
     from nsyscomm.ingest.nsys import arrow as nsys_arrow
 
     path = Path(path)

@@ -1,4 +1,4 @@
-"""The compute kernels queued ahead of each collective on its device, by name (issue 21).
+"""The compute kernels queued ahead of each collective on its device, by name.
 
 A late arrival caused by ``gpu_compute`` (nsyscomm.analyses.late) is named by the kernels that
 ran longer on the late rank than the same kernels on the other ranks. What a rank's device did

@@ -3,7 +3,7 @@
 Schema differences between nsys versions are absorbed here, once: every table the SQL needs
 gets a stand-in with fixed columns (an empty one when nsys did not create the table because
 nothing of that kind was captured). Each table is read from SQLite once; every later step
-(nsyscomm.ingest.nsys_extract, sql/) reads DuckDB's copy, never the report again.
+(nsyscomm.ingest.nsys.extract, sql/) reads DuckDB's copy, never the report again.
 
 Two ways in, with the same tables out. Where the C extension nsyscomm.ingest.nsys._sqlite_scan was
 built, SQLite's own C API scans the three big tables on every core and keeps only the rows the
@@ -15,7 +15,7 @@ tables whole (``_copy_tables``), and DuckDB spills past its limit. tests/test_sq
 tests/test_memory_routes.py check that both give the same extract.
 
 Needs no pandas: the command line gives a lone report a head start (``head_start``), reading it
-while the rest of nsyscomm is imported (0.4 s, mostly pandas).
+while the rest of nsyscomm is imported (mostly pandas, the larger part of the start-up).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def table_columns(path: Path) -> dict[str, set[str]]:
     try:
         con = sqlite3.connect(read_only_uri(path), uri=True)
         try:
-            sqlite_guard.check_tables(con, path)  # before any route reads a row (issue 26)
+            sqlite_guard.check_tables(con, path)  # before any route reads a row
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             # table names come from the report: a parameter, never SQL text
             return {n: {r[0] for r in con.execute("SELECT name FROM pragma_table_info(?)", (n,))} for n in names}
@@ -100,7 +100,7 @@ def _copy_tables(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
             FROM r.CUPTI_ACTIVITY_KIND_KERNEL""")
     else:
         # stand-ins are tables, not views: sql/nccl_kernels.sql keys the kernels by their rowid,
-        # and nsys_extract drops the tables it has read
+        # and nsyscomm.ingest.nsys.extract drops the tables it has read
         con.execute("""CREATE TABLE src_kernels (start BIGINT, "end" BIGINT, deviceId BIGINT, streamId BIGINT,
             correlationId BIGINT, globalPid BIGINT, shortName BIGINT)""")
     rt = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
@@ -178,7 +178,7 @@ def _check(con, tables: dict[str, set[str]], warnings: list[str]) -> None:
 
 def _cpu_only(con, tables: dict[str, set[str]]) -> bool:
     """A job that used no CUDA at all (gloo on CPU): NVTX ranges, and neither a CUDA API call nor
-    an NCCL name. It has no kernels to capture; their absence is no news (issue 36)."""
+    an NCCL name. It has no kernels to capture; their absence is no news."""
     if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" in tables or "StringIds" not in tables:
         return False
     return con.execute("SELECT NOT EXISTS (SELECT 1 FROM r.StringIds WHERE value LIKE 'nccl%')").fetchone()[0]
@@ -263,11 +263,11 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     named = np.frombuffer(out["kernels"]["compute_device"][1], np.uint8) != 2
     if len(kernels) and not named.all():
         compute = {n: a[named] for n, a in compute.items()}
-    # from_arrow(): half the cost of register() + CREATE + unregister() (2 ms a table), which
-    # is most of what a small report costs here
+    # from_arrow(): half the cost of register() + CREATE + unregister(), which is most of
+    # what a small report costs here
     con.from_arrow(kernels).create("src_kernels")
     con.from_arrow(launches).create("src_runtime")
-    # the ranges stay in Arrow, read where they are (copied into DuckDB, 0.06 s for 200k ranges)
+    # the ranges stay in Arrow, read where they are (a copy into DuckDB costs more)
     con.register("src_ranges_all", ranges_table(nvtx))
     spans = out["spans"] or [(None, None, None)]
     values = ", ".join(["(?::BIGINT, ?::BIGINT, ?::BIGINT)"] * len(spans))

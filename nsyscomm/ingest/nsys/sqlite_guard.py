@@ -1,5 +1,5 @@
 """What an SQLite report may hold before nsyscomm reads it, and how it is opened so that nothing
-is written beside it (issue 26).
+is written beside it, whatever the file holds.
 
 * A view or a virtual table where nsys writes tables: reading one runs whatever query it holds
   (an endless recursive one never returns), and nsys exports never hold either. Refused, with

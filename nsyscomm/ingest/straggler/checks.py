@@ -1,4 +1,4 @@
-"""The edge of the what-if trace format (issue 35): a ``trace-<name>.parquet`` checked before and
+"""The edge of the what-if trace format: a ``trace-<name>.parquet`` checked before and
 after it is read, so that nothing past nsyscomm.ingest.straggler.trace sees a null or NaN rank,
 an infinite duration or a time whose nanoseconds overflow 64 bits.
 
