@@ -213,10 +213,12 @@ BESIDE_NICE = 10
 
 
 def nice_this_thread(nice: int = BESIDE_NICE) -> None:
-    """Lower the calling thread's priority alone (Linux: a thread has its own niceness). What it
-    starts afterwards inherits it, so a process that must run at full speed is started before."""
+    """Lower the calling thread's priority alone (Linux: a thread has its own niceness), never
+    raising it: a launcher already run at a higher niceness keeps it. What the thread starts
+    afterwards inherits it, so a process that must run at full speed is started before."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
     except (AttributeError, OSError):
         pass
 
