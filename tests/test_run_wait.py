@@ -40,7 +40,7 @@ def test_the_work_beside_the_job_runs_while_the_job_runs(fake_nsys, tmp_path):  
     res = run([sys.executable, str(job), str(go)], output=str(tmp_path / "out"), while_job_runs=beside)
     assert res.exit_code == 0, res.warnings
     assert seen["thread"] != threading.main_thread().name
-    assert [p.name for p in res.reports] == ["report.sqlite"]
+    assert [p.name for p in res.reports] == ["report.arrow"]  # the default export
     log = (res.output_dir / "nsyscomm-run.log").read_text()
     assert "beside the job: done" in log and log.rstrip().endswith(", ok"), log
 
@@ -83,13 +83,14 @@ def test_after_the_head_start_a_summary_imports_nothing_of_its_own():
         import nsyscomm.cli
         from nsyscomm.api import load
         from nsyscomm.commands import import_summary_stack
+        from nsyscomm.commands.summarize import emit  # as `nsyscomm run` has it
         from tests.conftest import SAMPLES
         import_summary_stack()
         before = set(sys.modules)
         r = load([SAMPLES / "synthetic_ddp_4rank.sqlite"], cache=False)
         for fmt in ("text", "json"):
             with contextlib.redirect_stdout(io.StringIO()):
-                nsyscomm.cli.emit(r, fmt, "GBps", False)
+                emit(r, fmt, "GBps", False)
         print("\\n".join(sorted(set(sys.modules) - before)))
         """
     )

@@ -198,7 +198,7 @@ def make_wrapper(
     return made
 
 
-def track(result, ident: str, api: str) -> None:
+def track(result: object, ident: str, api: str) -> None:
     """Mark the completion of an asynchronous call's work (completion.py); a failure leaves the
     call timed by its enqueue (warned once), never raises into the program."""
     try:

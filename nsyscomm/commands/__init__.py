@@ -43,14 +43,15 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-# what a summary imports after the report is read: its analyses, views and the combining stage
-# (whole packages, so that a module added to them is covered), and the readers' extra modules
-SUMMARY_PACKAGES = ("nsyscomm.combine", "nsyscomm.analyses", "nsyscomm.views")
+# what a summary imports after the report is read: the readers of every format, its analyses,
+# views and the combining stage (whole packages, so that a module added to them is covered), and
+# the extra modules they load
+SUMMARY_PACKAGES = ("nsyscomm.ingest", "nsyscomm.combine", "nsyscomm.analyses", "nsyscomm.views")
 SUMMARY_MODULES = (
     "nsyscomm.bundled",
     "nsyscomm.extract.cache",
     "nsyscomm.extract.pool",
-    "nsyscomm.ingest._sqlite_scan",
+    "nsyscomm.ingest.nsys._sqlite_scan",
     "pyarrow.dataset",
     "pyarrow.parquet",
     "pandas.core.arrays.arrow.extension_types",

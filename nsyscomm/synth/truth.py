@@ -290,8 +290,9 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
                 "pid": pi["proc"].pid,
                 "calls": len(rs),
                 "bytes": sum(r["bytes"] or 0 for r in rs),
-                "comm_ns": sum(r["duration_ns"] for r in rs),
-                "wait_ns": sum(r["wait_ns"] for r in rs),
+                # time with a call in flight: calls in flight together (streams) count once
+                "comm_ns": _union([_span(r) for r in rs]),
+                "wait_ns": _union([(_span(r)[0], _span(r)[0] + r["wait_ns"]) for r in rs]),
                 "elapsed_ns": pi["elapsed_ns"],
                 **({"exposed_ns": pi["exposed_ns"]} if pi["exposed_ns"] is not None else {}),
             }
@@ -426,3 +427,21 @@ def summary_key(r: dict) -> tuple:
         return (0, "") if v is None else (1, v)
 
     return (r["op"], k(r["bytes"]), k(r["group_size"]), k(r.get("caller")))
+
+
+def _span(row: dict) -> tuple[int, int]:
+    """A call's execution span: its kernels' on a device, else its host range."""
+    if row.get("gpu_start") is not None:
+        return row["gpu_start"], row["gpu_end"]
+    return row["cpu_start"], row["cpu_end"]
+
+
+def _union(spans: list[tuple[int, int]]) -> int:
+    """The length of the union of the spans."""
+    total, end = 0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total, end = total + e - s, e
+        elif e > end:
+            total, end = total + e - end, e
+    return total

@@ -84,6 +84,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     kernels, launches, ranges, params, compute = [], {}, [], [], []
     wrappers, rank_marks = [], []  # nsyscomm's record_function ranges; its rank markers (pid, fields)
     span: dict[int, list[int]] = {}
+    device_span: list[int] = []  # the first start and last end of the device's kernels: part of the capture
     cpu_pids: dict[int, int] = {}  # pid -> number of CPU events
     n_events = 0
     try:
@@ -107,6 +108,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
             args = e.get("args") or {}
             pid, tid = e.get("pid"), e.get("tid")
             if cat == "kernel":
+                device_span[:] = [min(device_span[0], ts), max(device_span[1], end)] if device_span else [ts, end]
                 if name.startswith("nccl"):
                     kernels.append((ts, end, name, kineto_checks.slim_args(args)))
                 else:
@@ -183,6 +185,8 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
         )
     if main_pid in span:
         first, last = span[main_pid]
+        if device_span:  # the process's kernels ran on its device, past its last host event too
+            first, last = min(first, device_span[0]), max(last, device_span[1])
         spans = pd.DataFrame({"pid": [main_pid], "first_ns": [first], "last_ns": [last]})
     else:
         spans = pd.DataFrame(
