@@ -88,8 +88,9 @@ def test_async_all_reduce_takes_as_long_as_a_synchronous_one(job):
         took = a["duration_ns"] / MS
         enqueue = (a["cpu_end"] - a["cpu_start"]) / MS
         # a factor of 4 below the wire's time: the synchronous repeats ran at another moment of a
-        # shared machine; the enqueue is a few percent of it
-        assert took >= 0.25 * sync and took >= 3 * enqueue, (r, took, sync, enqueue)
+        # shared machine. Timed as its enqueue, the call would end as its issuing call returns
+        # (which itself took milliseconds on a loaded machine)
+        assert took >= 0.25 * sync and a["exec_end"] > a["cpu_end"], (r, took, sync, enqueue)
         assert took <= 140, (r, took)  # done while the program slept 150 ms after the enqueue
         if profiler == "nsys":  # the caller's wait() was seen
             assert a["wait_end"] > a["wait_start"] >= a["cpu_end"]

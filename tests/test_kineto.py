@@ -127,7 +127,9 @@ def test_one_trace_exact(tmp_path):
     assert e.markers.to_dict("records") == [{"pid": 4000, "rank": 0, "local_rank": None, "world": 2, "host": None}] or (
         int(e.markers.loc[0, "rank"]) == 0 and int(e.markers.loc[0, "pid"]) == 4000
     )
-    assert e.spans.to_dict("records") == [{"pid": 4000, "first_ns": 1_000_000_125, "last_ns": 1_000_412_625}]
+    # the rank's span: its first host event to the end of its device's last kernel (the broadcast
+    # kernel at base + 500 us, 3 us long), past its last host event (the barrier, at base + 412.5 us)
+    assert e.spans.to_dict("records") == [{"pid": 4000, "first_ns": 1_000_000_125, "last_ns": 1_000_503_125}]
     assert any("no launch event" in w for w in e.warnings)
 
 
