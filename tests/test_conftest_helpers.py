@@ -16,3 +16,21 @@ def test_a_failed_job_needs_every_rank_s_own_record_of_its_end(tmp_path):
     assert job_did_its_work(1, note, done_ranks(tmp_path), 2)
     assert job_did_its_work(0, [], done_ranks(tmp_path), 2)
     assert not job_did_its_work(1, ["the job failed"], done_ranks(tmp_path), 2)
+
+
+def test_run_profiled_runs_once_more_only_when_nsys_wrote_no_report(tmp_path):
+    import sys
+
+    from tests.conftest import run_profiled
+
+    # a stand-in for `nsyscomm run -o OUT`: the first run's nsys "writes no report"
+    code = (
+        "import pathlib, sys; out = pathlib.Path(sys.argv[2]); out.mkdir(); "
+        "first = not list(out.parent.glob('*-again')) and out.name == 'o'; "
+        "print('nsyscomm: warning: no report was written in ' + str(out) if first else 'ok', file=sys.stderr)"
+    )
+    r = run_profiled([sys.executable, "-c", code, "-o", tmp_path / "o"], capture_output=True, text=True)
+    assert r.stderr.strip() == "ok" and (tmp_path / "o").is_dir() and (tmp_path / "o-again").is_dir()
+    bad = "import sys; print('the job failed', file=sys.stderr); sys.exit(1)"
+    r = run_profiled([sys.executable, "-c", bad, "-o", tmp_path / "b"], capture_output=True, text=True)
+    assert r.returncode == 1 and not (tmp_path / "b-again").exists()

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from nsyscomm.api import load
-from tests.conftest import DONE_ENV, done_ranks, job_did_its_work
+from tests.conftest import DONE_ENV, done_ranks, job_did_its_work, run_profiled
 
 from .conftest import SAMPLES
 
@@ -52,7 +51,7 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
     env = dict(os.environ)
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
     env[DONE_ENV] = str(tmp_path)
-    r = subprocess.run(
+    r = run_profiled(
         [
             sys.executable,
             "-m",
@@ -115,7 +114,7 @@ def test_real_device_mesh_dimensions_are_named(tmp_path):
     dp groups {0,2} and {1,3} (row-major), the default group is the world."""
     job = Path(__file__).resolve().parent / "data" / "mesh_job.py"
     env = {**os.environ, DONE_ENV: str(tmp_path)}
-    r = subprocess.run(
+    r = run_profiled(
         [
             sys.executable,
             "-m",

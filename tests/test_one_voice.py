@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from click.testing import CliRunner
 
 from nsyscomm.cli import main
 from tests import job_shapes
-from tests.conftest import DONE_ENV, SAMPLES, done_ranks, job_did_its_work
+from tests.conftest import DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_profiled
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 NODES = SAMPLES / "synthetic_nowrapper_2node"
@@ -155,7 +154,7 @@ def test_real_plain_loop_steps_and_slow_rank(tmp_path):
     env[DONE_ENV] = str(tmp_path)
     cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(tmp_path / "out"), "--format", "csv", "--"]
     cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(PLAIN_LOOP)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    r = run_profiled(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert job_did_its_work(r.returncode, r.stderr, done_ranks(tmp_path), 2), r.stderr[-3000:]
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     steps = [x for x in rows if x["table"] == "steps"]

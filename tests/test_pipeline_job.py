@@ -9,14 +9,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import DONE_ENV, done_ranks, job_did_its_work
+from tests.conftest import DONE_ENV, done_ranks, job_did_its_work, run_profiled
 
 HERE = Path(__file__).parent
 JOB = HERE / "data" / "p2p_pipeline_job.py"
@@ -33,7 +32,7 @@ def p2p_run(tmp_path_factory):
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
     cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", "--"]
     cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(JOB)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    r = run_profiled(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert job_did_its_work(r.returncode, r.stderr, done_ranks(done), 2), r.stderr[-3000:]
     periods = [float(x) for x in re.findall(r"^period_ms ([0-9.]+)$", r.stdout + r.stderr, re.M)]
     assert len(periods) == 5, r.stderr[-3000:]
