@@ -16,20 +16,11 @@ from click.testing import CliRunner
 from nsyscomm import busbw, nvtx_format
 from nsyscomm.cli import main
 from nsyscomm.synth import Report, write_sqlite
+from nsyscomm.synth.truth import NCCL_TESTS_BUSBW
 
-# op -> factor for a communicator of n ranks (nccl-tests)
-NCCL_TESTS = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send": lambda n: 1.0,
-    "recv": lambda n: 1.0,
-}
+# op -> factor for a communicator of n ranks, as nccl-tests defines it: the synthetic truth's table,
+# written from nccl-tests' definitions and independent of nsyscomm.busbw
+NCCL_TESTS = NCCL_TESTS_BUSBW
 
 
 @pytest.mark.parametrize("op", busbw.OPS)

@@ -30,7 +30,7 @@ from nsyscomm.synth.report import (
 # its src/*.cu tests computes): all-reduce moves 2(n-1)/n of the message over the slowest link;
 # all-gather, reduce-scatter, all-to-all, gather and scatter (n-1)/n; broadcast, reduce and
 # send/recv the message itself. A barrier moves no data.
-_BUSBW = {
+NCCL_TESTS_BUSBW = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
@@ -45,9 +45,9 @@ _BUSBW = {
 
 
 def _busbw_factor(op: str, n: int | None) -> float | None:
-    if op not in _BUSBW or not n:
+    if op not in NCCL_TESTS_BUSBW or not n:
         return None
-    return _BUSBW[op](n)
+    return NCCL_TESTS_BUSBW[op](n)
 
 
 def _text(v) -> str | None:
