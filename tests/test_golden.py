@@ -1,8 +1,9 @@
 """Golden JSON: `summarize --format json` of every sample, real export and a generated report.
 
-The files in tests/golden/ were written by the code *before* the layout change of issue 25 and
-hold what that code printed. This test runs the current code on the same inputs and checks that
-every key and value in a golden file is still printed, the same: the JSON contract allows extra
+The files in tests/golden/ hold what the code printed when they were last written: they guard
+against unintended change, while the figures that matter have independent checks beside them
+(truth from construction, plain SQL on the real exports). This test runs the current code on the
+same inputs and checks that every key and value in a golden file is still printed, the same: the JSON contract allows extra
 keys (a new analysis may add one), never a changed or missing one. A change meant to alter an
 existing value must say so by rewriting the golden file in the same commit:
 
