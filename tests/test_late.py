@@ -86,17 +86,29 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
         assert "clock_nanosleep" in row["detail"] or "sleep" in row["detail"], row
         # the sleeps as the program measured them: a delay off by a factor crosses these bounds
         assert 0.8 * min(slept_ms) <= row["delay_ms"] <= 1.2 * max(slept_ms) + 20, (row, slept_ms)
-    # the first all_reduce is every rank's first call: its skew is their start-up and names no
-    # rank late (it may also be setup: gloo connects its pairs there, in some runs over 10x the
-    # later calls, and its step 0 is then warm-up, left out of the what-if's job figures)
-    assert all(row["seq"] != 0 for row in doc["diagnosis"]["late"]), doc["diagnosis"]["late"]
-    assert doc["startup"]["collectives"] == 1, doc["startup"]
+    # the first all_reduce is every rank's first meeting: start-up explains its skew only as far
+    # as each rank's time from init_process_group to it does. The job measured that time itself;
+    # on a busy machine one rank can take far longer, and is then late there by the difference
+    took = {r: float((tmp_path / f"first.{r}").read_text()) for r in (0, 1)}
+    slower = max(took, key=took.__getitem__)
+    extra_ms = took[slower] - took[1 - slower]
+    first = doc["startup"]["rows"][0]
+    assert first["late_ms"] == pytest.approx(extra_ms, abs=10 + 0.1 * extra_ms), (first, took)
+    at_first = [row for row in doc["diagnosis"]["late"] if row["seq"] == 0]
+    if extra_ms < 80:  # start-up: no rank named, the meeting set aside
+        assert not at_first, (at_first, took)
+        assert doc["startup"]["collectives"] == 1, doc["startup"]
+    elif extra_ms > 130:  # past the rule's 100 ms: the slower rank named, nothing set aside
+        assert [row["rank"] for row in at_first] == [slower], (at_first, took)
+        assert doc["startup"]["collectives"] == 0, doc["startup"]
     # no_straggler removes every wait but the start-up's: over the job's steady steps it saves
-    # the sleep of each of steps 0-5 among them, within 10%
+    # the sleep of each of steps 0-5 among them, and the first meeting's lateness when step 0 is
+    # among them, within 10%
     ns = next(w for w in doc["diagnosis"]["what_if"] if w["scenario"] == "no_straggler")
     assert ns["warmup_steps"] == doc["warmup"]["steps"]
     slept = [s for s in range(6) if s not in ns["warmup_steps"]]
-    assert ns["total_saved_ms"] == pytest.approx(150 * len(slept), rel=0.10), ns
+    first_late = first["late_ms"] if 0 in slept and not first["set_aside"] else 0.0
+    assert ns["total_saved_ms"] == pytest.approx(150 * len(slept) + first_late, rel=0.10), ns
     # and in each later step about the sleep (steps 1-5; after the sixth optimizer step only the
     # job's closing barrier remains)
     later = [st for st in ns["steps"] if 1 <= st["step"] <= 5]
