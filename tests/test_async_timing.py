@@ -159,3 +159,53 @@ def test_an_arrow_export_reads_the_same_marks(job, tmp_path):
     got = nsyscomm.load([out]).collectives[cols].sort_values(cols[:5]).reset_index(drop=True)
     want = res.collectives[cols].sort_values(cols[:5]).reset_index(drop=True)
     assert got.equals(want) and want["wait_end"].notna().sum() >= 4
+
+
+def test_the_trace_draws_each_async_call_by_its_execution(job):
+    """The Perfetto trace: each asynchronous call's slice is its execution (the collectives
+    table's exec_start/exec_end, read with SQL), its enqueue a launch slice on the calling thread
+    linked to it by a flow, and the caller's wait a slice of its own. The 16 MiB async
+    all_reduce's slice lasts about what the wire needs (the program's own synchronous figure)."""
+    from nsyscomm.views import trace as tr
+
+    res, own, profiler, _ = job
+    doc = tr.build(res)
+    origin = doc["otherData"]["time_origin_ns"]
+
+    def span(e):
+        return round(e["ts"] * 1000) + origin, round((e["ts"] + e["dur"]) * 1000) + origin
+
+    slices: dict = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] in ("collective", "collective_launch", "collective_wait"):
+            a = e["args"]
+            slices.setdefault((e["cat"], e["pid"], a["group"], a["op"], a["seq"], a["peer"]), []).append(e)
+    rows = res.con.execute(
+        'SELECT rank, "group", op, seq, peer, cpu_start, cpu_end, exec_start, exec_end, wait_start, wait_end, api '
+        "FROM collectives"
+    ).fetchall()
+    ids = [r[:5] for r in rows]
+    asynchronous = 0
+    for r in rows:
+        if ids.count(r[:5]) > 1:
+            continue  # no identity to find its slices by
+        cpu, exe, wait = r[5:7], r[7:9], r[9:11]
+        (call,) = slices[("collective", *r[:5])]
+        assert span(call) == exe, r
+        launches = slices.get(("collective_launch", *r[:5]), [])
+        if exe != cpu:
+            asynchronous += 1
+            (launch,) = launches
+            assert span(launch) == cpu and call["tid"] != launch["tid"], r
+        else:
+            assert not launches, r
+        if wait[0] is not None:
+            (w,) = slices[("collective_wait", *r[:5])]
+            assert span(w) == wait, r
+    # the program's async all_reduce, DDP's buckets, isend/irecv, the functional all_reduce
+    assert asynchronous >= 20 and doc["otherData"]["launch_flows"] == asynchronous
+    sync = _sync_ms(own, "sync_ns")
+    for r in (0, 1):
+        big = _plain(res.collectives)[r].iloc[6]
+        (call,) = slices[("collective", r, big["group"], "all_reduce", big["seq"], None)]
+        assert call["dur"] / 1000 >= 0.25 * sync, (r, call["dur"], sync)

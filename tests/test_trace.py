@@ -59,11 +59,14 @@ def validate(doc: dict) -> dict:
         f = finishes[fid]
         assert (s["cat"], s["name"]) == (f["cat"], f["name"])
         assert f.get("bp") == "e"
-        assert s["pid"] != f["pid"]  # across ranks
-        assert s["ts"] <= f["ts"]  # in order of arrival
-        for end in (s, f):
+        assert s["ts"] <= f["ts"]  # in order of arrival; a launch before its execution
+        if s["cat"] == "launch":  # an asynchronous call's launch to its execution, on its rank
+            assert s["pid"] == f["pid"] and s["tid"] != f["tid"]
+        else:
+            assert s["pid"] != f["pid"]  # across ranks
+        for end, cat in ((s, "collective_launch" if s["cat"] == "launch" else "collective"), (f, "collective")):
             assert any(
-                x["ts"] <= end["ts"] <= x["ts"] + x["dur"] and x["cat"] == "collective"
+                x["ts"] <= end["ts"] <= x["ts"] + x["dur"] and x["cat"] == cat
                 for x in by_ph["X"]
                 if (x["pid"], x["tid"]) == (end["pid"], end["tid"])
             ), end
@@ -93,7 +96,8 @@ def test_trace_structure(path):
         "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(DISTINCT rank) AS n FROM collectives "
         'GROUP BY "group", op, seq HAVING count(DISTINCT rank) >= 2)'
     ).fetchone()[0]
-    assert len(by_ph["s"]) == expected == doc["otherData"]["flows"]
+    across = [e for e in by_ph["s"] if e["cat"] != "launch"]
+    assert len(across) == expected == doc["otherData"]["flows"]
     # bytes in flight: a counter per rank
     assert {e["pid"] for e in by_ph["C"] if e["name"] == "bytes in flight"} == ranks
     assert doc["otherData"]["calls"] == res.n_calls
@@ -146,7 +150,9 @@ def test_real_file_tracks_per_rank_and_stream():
 
 
 def test_lanes_keep_partly_overlapping_calls_apart():
-    lanes = tr._Lanes()
+    from nsyscomm.views.trace_tracks import Lanes
+
+    lanes = Lanes()
     assert lanes.place(0, 10) == 0
     assert lanes.place(2, 5) == 0  # nested
     assert lanes.place(8, 15) == 1  # partly overlaps [0, 10]

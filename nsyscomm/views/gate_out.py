@@ -8,7 +8,7 @@ import math
 import xml.etree.ElementTree as ET
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -140,6 +140,20 @@ def rows(verdict: Verdict, show: str = "changed", max_ranks: int = 8) -> list[di
     return out
 
 
+# the comparison table's columns and how each is justified
+_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("status", "left"),
+    ("op / size / n", "left"),
+    ("metric", "left"),
+    ("baseline", "right"),
+    ("current", "right"),
+    ("change", "right"),
+    ("baseline band", "right"),
+    ("margin", "right"),
+    ("note", "left"),
+)
+
+
 def render_text(verdict: Verdict, console: Console, show: str = "changed") -> None:
     style = "bold red" if verdict.failed else "bold green"
     console.print(f"[{style}]{escape(verdict.headline())}[/]")
@@ -149,17 +163,7 @@ def render_text(verdict: Verdict, console: Console, show: str = "changed") -> No
     r = rows(verdict, show)
     if r:
         t = Table(box=box.SIMPLE_HEAD, title="What changed" if show != "all" else "Comparison", title_justify="left")
-        for name, just in (
-            ("status", "left"),
-            ("op / size / n", "left"),
-            ("metric", "left"),
-            ("baseline", "right"),
-            ("current", "right"),
-            ("change", "right"),
-            ("baseline band", "right"),
-            ("margin", "right"),
-            ("note", "left"),
-        ):
+        for name, just in _COLUMNS:
             t.add_column(name, justify=just)
         for x in r:
             st = _STYLE.get(x["status"], "")
@@ -233,7 +237,7 @@ def render_markdown(verdict: Verdict, show: str = "changed") -> str:
 
 
 def render_json(verdict: Verdict) -> str:
-    def clean(o):
+    def clean(o: object) -> object:
         if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
             return None if math.isnan(o) else ("inf" if o > 0 else "-inf")
         if isinstance(o, dict):
@@ -246,7 +250,7 @@ def render_json(verdict: Verdict) -> str:
 
 
 def _case_name(it: Item) -> tuple[str, str]:
-    if it.scope == "key":
+    if it.scope == "key" and it.key is not None:
         return f"nsyscomm.gate.{it.key.op}", it.name
     return f"nsyscomm.gate.{it.scope}", it.name
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Collection
 from typing import Any
 
 import pandas as pd
@@ -16,11 +17,11 @@ from nsyscomm.views.units import fmt, human_bytes
 TABLE_MAX_ROWS = 500
 
 
-def _e(x) -> str:
+def _e(x: object) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def _na(v) -> bool:
+def _na(v: object) -> bool:
     if v is None:
         return True
     try:
@@ -29,7 +30,7 @@ def _na(v) -> bool:
         return False
 
 
-def _num(v):
+def _num(v: Any) -> float | None:
     if _na(v):
         return None
     try:
@@ -55,7 +56,11 @@ def json_for_script(obj: Any) -> str:
 
 
 def _table(
-    header: list[str], rows: list[list], numeric: set[int] = frozenset(), caption: str | None = None, cls: str = ""
+    header: list[str],
+    rows: list[list],
+    numeric: Collection[int] = frozenset(),
+    caption: str | None = None,
+    cls: str = "",
 ) -> str:
     """rows: list of cells; a cell is a value or (display, sort_value)."""
     out = [f'<table class="sortable {cls}">']
@@ -81,22 +86,22 @@ def _table(
     return "".join(out)
 
 
-def _n(v, digits=3):
+def _n(v: object, digits: int = 3) -> tuple[str, str]:
     f = _num(v)
     return ("-", "") if f is None else (fmt(f, digits), repr(f))
 
 
-def _i(v):
+def _i(v: object) -> tuple[str, str]:
     f = _num(v)
     return ("-", "") if f is None else (str(int(f)), str(int(f)))
 
 
-def _size(v):
+def _size(v: object) -> tuple[str, str]:
     f = _num(v)
     return ("?", "") if f is None else (human_bytes(int(f)), str(int(f)))
 
 
-def _s(v):
+def _s(v: object) -> str:
     return "-" if _na(v) else str(v)
 
 
@@ -107,7 +112,7 @@ def _svg_open(w: int, h: int, label: str) -> str:
     )
 
 
-def _text(x, y, s, anchor="start", cls="", extra="") -> str:
+def _text(x: float, y: float, s: object, anchor: str = "start", cls: str = "", extra: str = "") -> str:
     c = f' class="{cls}"' if cls else ""
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}{extra}>{_e(s)}</text>'
 

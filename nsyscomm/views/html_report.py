@@ -45,10 +45,6 @@ def _asset(name: str) -> str:
 
 
 def render(result: Result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
-    summary = result.summarize(by_caller=False)
-    by_caller = result.summarize(by_caller=True)
-    ranks = result.ranks
-    skew = result.skew
     from nsyscomm.views.findings import skipped_lines  # the files of input folders not read
 
     warnings = list(result.warnings) + skipped_lines(result)
@@ -57,85 +53,105 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
         overlap_html = exposed_section(result.overlap, set(result.warmup["steps"]))
     except Exception as e:  # the page still renders without this section
         warnings.append(f"exposed communication not shown: the overlap analysis failed ({type(e).__name__}: {e})")
-    n_calls = result.n_calls
-    reports = list(result.reports)
+    reports = [str(r) for r in result.reports]
     title = title or ("nsyscomm report: " + (", ".join(reports) if len(reports) <= 3 else f"{len(reports)} reports"))
+    data = json_out.document(result)  # the JSON output contract, embedded for scripts
+    data["peak_busbw_GBps"] = peak_busbw
+    sections = [_warnings_box(warnings), _set_aside(result)]
+    sections += _measured_sections(result, peak_busbw, overlap_html)
+    sections += _finding_sections(result)
+    return _page(title, reports, _cards(result), sections, data)
+
+
+def _cards(result: Result) -> list[tuple[str, str]]:
+    """The overview's figures: (label, value)."""
+    ranks = result.ranks
+    straggler = result.skew.get("straggler_rank")
     total_comm = _num(pd.to_numeric(ranks["comm_ms"], errors="coerce").sum()) if len(ranks) else None
     total_wait = _num(pd.to_numeric(ranks["wait_ms"], errors="coerce").sum()) if len(ranks) else None
-    logical = result.n_logical
-    cards = [
-        ("collective calls", str(n_calls)),
-        ("logical collectives", str(logical)),
+    return [
+        ("collective calls", str(result.n_calls)),
+        ("logical collectives", str(result.n_logical)),
         ("ranks", str(len(ranks))),
         ("communication (ms, all ranks)", fmt(total_comm)),
         ("waiting (ms, all ranks)", fmt(total_wait)),
-        ("straggler", "-" if skew.get("straggler_rank") is None else f"rank {skew['straggler_rank']}"),
+        ("straggler", "-" if straggler is None else f"rank {straggler}"),
     ]
-    data = json_out.document(result)  # the JSON output contract, embedded for scripts
-    data["peak_busbw_GBps"] = peak_busbw
 
-    sections = []
-    if warnings:
-        sections.append(
-            '<div class="warn"><b>Warnings</b><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul></div>"
-        )
-    sections.append(_set_aside(result))
-    sections.append('<h2 id="summary">Summary per operation and message size</h2>' + summary_section(summary))
-    sections.append(
+
+def _warnings_box(warnings: list[str]) -> str:
+    if not warnings:
+        return ""
+    return '<div class="warn"><b>Warnings</b><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul></div>"
+
+
+def _measured_sections(result: Result, peak_busbw: float | None, overlap_html: str | None) -> list[str]:
+    """What was measured: per op and size, bandwidth, per rank, arrival skew, exposure, links."""
+    summary = result.summarize(by_caller=False)
+    ranks, skew = result.ranks, result.skew
+    sections = [
+        '<h2 id="summary">Summary per operation and message size</h2>' + summary_section(summary),
         '<h2 id="busbw">Bus bandwidth against message size</h2>'
         + busbw_chart(summary, peak_busbw)
         + '<p class="note">One curve per op, as nccl-tests draws it: busbw = message size / latency '
         "x the op's factor (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, "
         "all_to_all; 1 for broadcast, reduce, send, recv)."
         + (" The dashed line is the peak given with --peak-busbw." if peak_busbw else "")
-        + "</p>"
-    )
-    sections.append(
+        + "</p>",
         '<h2 id="ranks">Communication and waiting per rank</h2>'
         + rank_bars(ranks, skew.get("straggler_rank"))
         + ranks_table(ranks)
         + '<p class="note">wait: the part of a call beyond its logical collective\'s latency (the '
         "fastest rank's duration), i.e. time spent waiting for the other ranks to arrive. "
-        "* marks the straggler.</p>"
-    )
-    sections.append(
+        "* marks the straggler.</p>",
         '<h2 id="skew">Arrival skew: rank x collective</h2>'
         + skew_text(skew)
         + skew_heatmap(result.arrival_matrix)
         + '<p class="note">Each cell: how long after the first rank this rank started the collective. '
-        "A row that stays dark is a late rank; a dark column is one slow step.</p>"
-    )
+        "A row that stays dark is a late rank; a dark column is one slow step.</p>",
+    ]
     if overlap_html is not None:
         sections.append(
             '<h2 id="exposed">Exposed communication (not hidden behind compute)</h2>'
             + overlap_html
             + '<p class="note">Exposed: communication time not overlapped by compute kernels.</p>'
         )
+    sections.append(_links_section(result))
+    return sections
+
+
+def _links_section(result: Result) -> str:
     links = getattr(result, "link_metrics", None)
-    if links is not None and not links.empty:
-        rows = [
-            [
-                r.op,
-                (human_bytes(r.bytes), r.bytes),
-                r.metric,
-                int(r.calls),
-                int(r.devices),
-                (fmt(r.avg_value, 1), r.avg_value),
-                (fmt(r.max_value, 1), r.max_value),
-            ]
-            for r in links.itertuples()
+    if links is None or links.empty:
+        return ""
+    rows = [
+        [
+            r.op,
+            (human_bytes(r.bytes), r.bytes),
+            r.metric,
+            int(r.calls),
+            int(r.devices),
+            (fmt(r.avg_value, 1), r.avg_value),
+            (fmt(r.max_value, 1), r.max_value),
         ]
-        sections.append(
-            '<h2 id="links">Link throughput during collectives</h2>'
-            + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
-            + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
-            "weighed by the time they share with the calls' kernels on the same GPU.</p>"
-        )
+        for r in links.itertuples()
+    ]
+    return (
+        '<h2 id="links">Link throughput during collectives</h2>'
+        + _table(["op", "size", "metric", "calls", "GPUs", "mean", "peak"], rows, numeric={1, 3, 4, 5, 6})
+        + '<p class="note">nsys GPU metrics (--gpu-metrics-devices): each link counter\'s samples '
+        "weighed by the time they share with the calls' kernels on the same GPU.</p>"
+    )
+
+
+def _finding_sections(result: Result) -> list[str]:
+    """What nsyscomm concludes: the diagnosis, the what-if replay, the top callers."""
     from nsyscomm.views import (
         diagnosis_html,  # why late, step waterfall
         whatif_html,  # what-if replay
     )
 
+    sections = []
     diagnosis_section = diagnosis_html.section(result)
     if diagnosis_section:
         sections.append(
@@ -144,9 +160,13 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
     whatif_section = whatif_html.section(result)
     if whatif_section:
         sections.append('<h2 id="whatif">What-if: step time measured and replayed</h2>' + whatif_section)
-    sections.append('<h2 id="callers">Top callers</h2>' + callers_section(by_caller))
+    sections.append('<h2 id="callers">Top callers</h2>' + callers_section(result.summarize(by_caller=True)))
+    return sections
 
-    page = f"""<!DOCTYPE html>
+
+def _page(title: str, reports: list[str], cards: list[tuple[str, str]], sections: list[str], data: dict) -> str:
+    """The whole page around the sections: head (CSP, inline CSS and scripts), cards, the data."""
+    return f"""<!DOCTYPE html>
 <html lang="en" data-errors="">
 <head>
 <meta charset="utf-8">
@@ -172,7 +192,6 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
 </body>
 </html>
 """
-    return page
 
 
 def _set_aside(result: Result) -> str:

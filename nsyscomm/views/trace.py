@@ -1,14 +1,18 @@
 """Chrome Trace Event Format export (opens in Perfetto UI and chrome://tracing).
 
-Layout: one process per rank (pid = rank), one thread per GPU stream and one per host thread
-(tids are small per-rank numbers; names come from metadata events). Every collective call is
-one complete event ("X", cat ``collective``) on its GPU stream, or on its host thread when no
-kernel was matched (gloo, MPI); the host range of a GPU call is an extra event (cat
-``collective_cpu``) on its host thread. Calls of one logical collective (same group, op, seq)
-on several ranks are linked by flow arrows ("s" -> "f", in order of arrival). A counter per
-rank ("C") gives the bytes and calls in flight. Timestamps are microseconds (floats, ns
-precision) since the earliest event of the trace; ``otherData.time_origin_ns`` is that origin
-on the reports' clock.
+Layout: one process per rank (pid = rank), its tracks (tids are small per-rank numbers; names
+come from metadata events): one per GPU stream, one "communication" track per process for the
+execution of asynchronous calls without kernels, one per host thread. Every collective call is
+one complete event ("X", cat ``collective``) spanning its execution (exec_start..exec_end): on
+its GPU stream; on its communication track for an asynchronous call of gloo or MPI (the
+backend's thread ran it); on its host thread for a synchronous one. On the host thread, the host
+range of a GPU call (cat ``collective_cpu``), the enqueue of an asynchronous call (cat
+``collective_launch``, with a flow arrow to its execution) and the caller's wait for it (cat
+``collective_wait``). Calls of one logical collective (same group, op, seq) on several ranks are
+linked by flow arrows ("s" -> "f", in order of arrival), a send to its receive too. A counter
+per rank ("C") gives the bytes and calls in flight (executing). Timestamps are microseconds
+(floats, ns precision) since the earliest event of the trace; ``otherData.time_origin_ns`` is
+that origin on the reports' clock.
 
 Only the normalized ``collectives`` table is read: nothing from the reports' environment or
 command line can reach the trace.
@@ -20,15 +24,29 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nsyscomm import __version__
 from nsyscomm.analyses.contract import json_value
 from nsyscomm.errors import InputError
+from nsyscomm.views import trace_links
+from nsyscomm.views.trace_links import Drawn
+from nsyscomm.views.trace_tracks import Call, Slice, Tracks, ordered
+from nsyscomm.views.trace_tracks import us as _us
 from nsyscomm.views.units import human_bytes
 
 if TYPE_CHECKING:
     from nsyscomm.analyses.result import Result
+
+
+class _Source(Protocol):
+    """What the trace reads of a Result besides its calls."""
+
+    @property
+    def reports(self) -> list: ...
+    @property
+    def warnings(self) -> list: ...
+
 
 # the SQL the trace reads: every call with its logical collective's figures
 # args shown first in the UI's details pane (the rest follow in table order)
@@ -81,30 +99,36 @@ def _args(call: dict) -> dict:
     return args
 
 
-def _us(ns: int | float, origin: int) -> float:
-    return round((ns - origin) / 1000.0, 3)
+_HOST_ARGS = ("op", "api", "bytes", "seq", "group", "caller", "step")
+_SPAN_ARGS = {"launch": ("peer", "cpu_start", "cpu_end"), "wait": ("peer", "wait_start", "wait_end")}
 
 
-class _Lanes:
-    """Keeps the X events of one track properly nested: a call that partly overlaps the
-    previous one on its track (two rows sharing a kernel, clock quirks) goes to an overflow lane."""
+def _slice_event(s: Slice, rank: int, tid: int, origin: int) -> dict[str, Any]:
+    r = s.call
+    cat, name = "collective", event_name(r)
+    if s.role == "call":
+        args = _args(r)
+    elif s.role == "host":
+        cat, name = "collective_cpu", f"{name} (host)"
+        args = {k: r.get(k) for k in (*_HOST_ARGS, "cpu_start", "cpu_end")}
+    else:  # the enqueue of an asynchronous call, or the caller's wait for it
+        cat, name = f"collective_{s.role}", f"{name} ({s.role})"
+        args = {k: r.get(k) for k in (*_HOST_ARGS, *_SPAN_ARGS[s.role], "exec_start", "exec_end")}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "ts": _us(s.start, origin),
+        "dur": round((s.end - s.start) / 1000.0, 3),
+        "pid": rank,
+        "tid": tid,
+        "args": args,
+    }
 
-    def __init__(self):
-        self.lanes: list[list[tuple[int, int]]] = []  # per lane: stack of open (start, end)
 
-    def place(self, start: int, end: int) -> int:
-        for i, stack in enumerate(self.lanes):
-            while stack and stack[-1][1] <= start:
-                stack.pop()
-            if not stack or end <= stack[-1][1]:
-                stack.append((start, end))
-                return i
-        self.lanes.append([(start, end)])
-        return len(self.lanes) - 1
-
-
-def _origin(rows: list[dict]) -> int:
-    times = [t for r in rows for t in (r.get("gpu_start"), r.get("cpu_start")) if t is not None]
+def _origin(rows: list[Call]) -> int:
+    fields = ("gpu_start", "cpu_start", "exec_start", "wait_start")
+    times = [t for r in rows for t in (r.get(f) for f in fields) if t is not None]
     return int(min(times)) if times else 0
 
 
@@ -132,150 +156,38 @@ def build(
 
 
 def build_from_rows(
-    rows: list[dict],
-    result: Result,
+    rows: list[Call],
+    result: Result | _Source,
     steps: tuple[int | None, int | None] | None = None,
     *,
     flows: bool = True,
     origin: int = 0,
 ) -> dict:
-    # tracks: per rank, the GPU streams then the host threads, in a stable order
-    placed = []  # (call, primary track key, start, end)
-    for r in rows:
-        if r.get("gpu_start") is not None and r.get("gpu_end") is not None:
-            key = ("gpu", r.get("device"), r.get("stream"))
-            start, end = r["gpu_start"], r["gpu_end"]
-        elif r.get("cpu_start") is not None and r.get("cpu_end") is not None:
-            key = ("cpu", r.get("pid"), r.get("tid"))
-            start, end = r["cpu_start"], r["cpu_end"]
-        else:
-            continue  # no time at all: nothing to draw
-        placed.append((r, key, start, max(end, start)))
+    """The trace of these calls (rows of calls()), timestamps counted from origin (ns)."""
     events: list[dict] = []
-    tids: dict[tuple, int] = {}
-    lanes: dict[tuple, _Lanes] = defaultdict(_Lanes)
-    hosts = {}
-
-    def tid_of(rank: int, key: tuple, lane: int) -> int:
-        k = (rank, key, lane)
-        if k not in tids:
-            tids[k] = len([1 for x in tids if x[0] == rank]) + 1
-            kind, a, b = key
-            if kind == "gpu":
-                label = f"GPU {'?' if a is None else a} stream {'?' if b is None else b}"
-                sort = 0
-            else:
-                label = f"CPU thread {'?' if b is None else b} (pid {'?' if a is None else a})"
-                sort = 1000
-            if lane:
-                label += f" [overlap {lane}]"
-            events.append(
-                {"ph": "M", "name": "thread_name", "ts": 0, "pid": rank, "tid": tids[k], "args": {"name": label}}
-            )
-            events.append(
-                {
-                    "ph": "M",
-                    "name": "thread_sort_index",
-                    "ts": 0,
-                    "pid": rank,
-                    "tid": tids[k],
-                    "args": {"sort_index": sort + tids[k]},
-                }
-            )
-        return tids[k]
-
-    # tracks are created in a deterministic order: sort by (rank, kind, ids)
-    def _k(x):
-        return tuple((0, "") if v is None else (1, str(v)) if isinstance(v, str) else (1, f"{v:020d}") for v in x)
-
-    # host ranges of GPU calls go on their threads too; one pass over every track's slices in
-    # time order keeps the lanes right when CPU-only calls and host ranges share a thread
-    items = [(r, key, start, end, True) for r, key, start, end in placed]
-    items += [
-        (r, ("cpu", r.get("pid"), r.get("tid")), r["cpu_start"], max(r["cpu_end"], r["cpu_start"]), False)
-        for r, key, _, _ in placed
-        if key[0] == "gpu" and r.get("cpu_start") is not None and r.get("cpu_end") is not None
-    ]
-    items.sort(key=lambda p: (p[0]["rank"], p[1][0] != "gpu", _k(p[1][1:]), p[2], -p[3], not p[4]))
-    primary: list[tuple[dict, int, int, int, int]] = []  # call, pid, tid, start, end
-    for r, key, start, end, is_primary in items:
-        rank = r["rank"]
-        hosts.setdefault(rank, (r.get("host"), r.get("pid"), r.get("report")))
-        lane = lanes[(rank, key)].place(start, end)
-        tid = tid_of(rank, key, lane)
-        ev = {
-            "ph": "X",
-            "cat": "collective",
-            "name": event_name(r),
-            "ts": _us(start, origin),
-            "dur": round((end - start) / 1000.0, 3),
-            "pid": rank,
-            "tid": tid,
-        }
-        if is_primary:
-            ev["args"] = _args(r)
-            primary.append((r, rank, tid, start, end))
-        else:
-            ev["cat"] = "collective_cpu"
-            ev["name"] += " (host)"
-            ev["args"] = {
-                k: r.get(k) for k in ("op", "api", "bytes", "seq", "group", "caller", "step", "cpu_start", "cpu_end")
-            }
-        events.append(ev)
-
-    # process names, and a counter track per rank
-    for rank in sorted(hosts):
-        host, pid, report = hosts[rank]
-        where = ", ".join(x for x in (str(host) if host else "", f"pid {pid}" if pid is not None else "") if x)
-        label = f"rank {rank}" + (f" ({where})" if where else "")
-        events.append({"ph": "M", "name": "process_name", "ts": 0, "pid": rank, "tid": 0, "args": {"name": label}})
-        events.append(
-            {"ph": "M", "name": "process_sort_index", "ts": 0, "pid": rank, "tid": 0, "args": {"sort_index": rank}}
-        )
-        if report:
-            events.append(
-                {"ph": "M", "name": "process_labels", "ts": 0, "pid": rank, "tid": 0, "args": {"labels": str(report)}}
-            )
-    by_rank: dict[int, list] = defaultdict(list)
-    for r, rank, _tid, start, end in primary:
-        b = r.get("bytes") or 0
-        by_rank[rank].append((start, b, 1))
-        by_rank[rank].append((end, -b, -1))
-    for rank, deltas in sorted(by_rank.items()):
-        deltas.sort(key=lambda d: (d[0], d[2]))  # ends before starts at the same instant
-        inflight_b = inflight_n = 0
-        out: dict[int, tuple[int, int]] = {}
-        for t, db, dn in deltas:
-            inflight_b += db
-            inflight_n += dn
-            out[t] = (inflight_b, inflight_n)
-        for t in sorted(out):
-            b, n = out[t]
-            events.append(
-                {
-                    "ph": "C",
-                    "name": "bytes in flight",
-                    "cat": "counter",
-                    "ts": _us(t, origin),
-                    "pid": rank,
-                    "tid": 0,
-                    "args": {"bytes": b},
-                }
-            )
-            events.append(
-                {
-                    "ph": "C",
-                    "name": "calls in flight",
-                    "cat": "counter",
-                    "ts": _us(t, origin),
-                    "pid": rank,
-                    "tid": 0,
-                    "args": {"calls": n},
-                }
-            )
-
-    n_flows = _flows(primary, origin, events) if flows else 0
-
+    tracks = Tracks(events)
+    hosts: dict[int, tuple[Any, Any, Any]] = {}
+    primary: list[Drawn] = []  # each call's own slice, in placing order
+    launch: dict[int, Drawn] = {}  # call row -> the enqueue of an asynchronous call
+    execution: dict[int, Drawn] = {}  # ... and its execution on the communication track
+    for s in ordered(rows):
+        rank = s.call["rank"]
+        hosts.setdefault(rank, (s.call.get("host"), s.call.get("pid"), s.call.get("report")))
+        tid = tracks.place(rank, s.key, s.start, s.end)
+        events.append(_slice_event(s, rank, tid, origin))
+        drawn = Drawn(s.call, rank, tid, s.start, s.end)
+        if s.role == "call":
+            primary.append(drawn)
+            if s.key[0] == "comm":
+                execution[s.index] = drawn
+        elif s.role == "launch":
+            launch[s.index] = drawn
+    events += _process_events(hosts)
+    events += _counter_events(primary, origin)
+    n_flows = trace_links.rank_arrows(primary, origin, events) if flows else 0
+    n_launch = trace_links.launch_arrows(
+        [(launch[i], execution[i]) for i in sorted(launch) if i in execution], origin, events, n_flows + 1
+    )
     for e in events:  # every event carries a float ts (metadata too: some readers expect it)
         e["ts"] = float(e["ts"])
         if "dur" in e:
@@ -290,58 +202,62 @@ def build_from_rows(
             "time_origin_ns": int(origin),
             "calls": len(primary),
             "flows": n_flows,
+            "launch_flows": n_launch,
             "steps": None if steps is None else [steps[0], steps[1]],
             "warnings": [str(w) for w in result.warnings],
         },
     }
 
 
-def _flows(primary: list, origin: int, events: list) -> int:
-    """Flow arrows between the ranks' calls of one logical collective, in order of arrival, and
-    from each send to its receive (a message); returns how many."""
-    groups: dict[tuple, list] = defaultdict(list)
-    messages: dict[int, dict] = {}
-    for r, rank, tid, start, end in primary:
-        if r.get("pair") is not None and r.get("op") in ("send", "recv") and r.get("logical_id") is not None:
-            messages.setdefault(r["logical_id"], {})[r["op"]] = (start, rank, tid, end, r)
-            continue
-        groups[(r.get("group"), r.get("op"), r.get("seq"), r.get("logical_id"))].append((start, rank, tid, end, r))
-    arrows = []
-    for key in sorted(groups, key=lambda k: (min(x[0] for x in groups[k]), str(k))):
-        members = sorted(groups[key], key=lambda m: m[:4])  # ties (duplicated ranks) never compare rows
-        if len({m[1] for m in members}) < 2:
-            continue
-        g, op, seq, _ = key
-        name = f"{op} seq {seq}" + (f" group {g}" if g is not None else "")
-        for a, b in zip(members, members[1:]):
-            # both ends inside their slices (so each binds to its enclosing slice), at the same
-            # offset from the slices' starts: the arrow never points back in time (a reader
-            # sorting by time must meet "s" before "f")
-            off = min(a[3] - a[0], b[3] - b[0]) / 2
-            ta = _us(a[0] + off, origin)
-            tb = _us(b[0] + off, origin)
-            if tb <= ta and ta + 0.001 <= _us(b[3], origin):
-                tb = round(ta + 0.001, 3)
-            arrows.append((a[0], "logical_collective", name, ta, a, tb, b))
-    for lid in sorted(messages, key=lambda k: (min(x[0] for x in messages[k].values()), k)):
-        m = messages[lid]
-        if "send" not in m or "recv" not in m:
-            continue
-        a, b = m["send"], m["recv"]
-        # from the send's start to where the receive holds the data (no earlier than the send):
-        # a receive that ended before its send began (timed as its enqueue) gets no arrow
-        ta = _us(a[0], origin)
-        tb = _us(max(b[0], min(a[0], b[3])), origin)
-        if _us(b[3], origin) < ta or b[0] == b[3]:
-            continue
-        tb = max(tb, ta)
-        name = f"message {a[1]} -> {b[1]}" + (f" group {a[4].get('group')}" if a[4].get("group") is not None else "")
-        arrows.append((a[0], "message", name, ta, a, tb, b))
-    arrows.sort(key=lambda x: (x[0], x[1], x[2]))
-    for fid, (_, cat, name, ta, a, tb, b) in enumerate(arrows, start=1):
-        events.append({"ph": "s", "cat": cat, "name": name, "id": fid, "ts": ta, "pid": a[1], "tid": a[2]})
-        events.append({"ph": "f", "bp": "e", "cat": cat, "name": name, "id": fid, "ts": tb, "pid": b[1], "tid": b[2]})
-    return len(arrows)
+def _process_events(hosts: dict[int, tuple[Any, Any, Any]]) -> list[dict]:
+    """A named process per rank, sorted by rank, labelled with its report."""
+    events: list[dict] = []
+    for rank in sorted(hosts):
+        host, pid, report = hosts[rank]
+        where = ", ".join(x for x in (str(host) if host else "", f"pid {pid}" if pid is not None else "") if x)
+        label = f"rank {rank}" + (f" ({where})" if where else "")
+        events.append({"ph": "M", "name": "process_name", "ts": 0, "pid": rank, "tid": 0, "args": {"name": label}})
+        events.append(
+            {"ph": "M", "name": "process_sort_index", "ts": 0, "pid": rank, "tid": 0, "args": {"sort_index": rank}}
+        )
+        if report:
+            events.append(
+                {"ph": "M", "name": "process_labels", "ts": 0, "pid": rank, "tid": 0, "args": {"labels": str(report)}}
+            )
+    return events
+
+
+def _counter_events(primary: list[Drawn], origin: int) -> list[dict]:
+    """Per rank, the bytes and the calls in flight (executing) at each change."""
+    by_rank: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for d in primary:
+        b = d.call.get("bytes") or 0
+        by_rank[d.rank].append((d.start, b, 1))
+        by_rank[d.rank].append((d.end, -b, -1))
+    events: list[dict] = []
+    for rank, deltas in sorted(by_rank.items()):
+        deltas.sort(key=lambda d: (d[0], d[2]))  # ends before starts at the same instant
+        inflight_b = inflight_n = 0
+        out: dict[int, tuple[int, int]] = {}
+        for t, db, dn in deltas:
+            inflight_b += db
+            inflight_n += dn
+            out[t] = (inflight_b, inflight_n)
+        for t in sorted(out):
+            b, n = out[t]
+            for name, arg, v in (("bytes in flight", "bytes", b), ("calls in flight", "calls", n)):
+                events.append(
+                    {
+                        "ph": "C",
+                        "name": name,
+                        "cat": "counter",
+                        "ts": _us(t, origin),
+                        "pid": rank,
+                        "tid": 0,
+                        "args": {arg: v},
+                    }
+                )
+    return events
 
 
 def dumps(doc: dict) -> str:
