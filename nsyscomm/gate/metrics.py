@@ -120,8 +120,7 @@ def job_max(
 def summary_total(fld: str) -> Callable[[dict], float | None]:
     def get(doc: dict) -> float | None:
         rows = doc.get("summary") or []
-        vals = [_num(r.get(fld)) for r in rows]
-        vals = [v for v in vals if v is not None]
+        vals = [v for v in (_num(r.get(fld)) for r in rows) if v is not None]
         return sum(vals) if vals else None
 
     return get
@@ -147,6 +146,19 @@ class Metric:
     @property
     def name(self) -> str:
         return self.id.split(".", 1)[1]
+
+    def of_ranks(self, doc: dict) -> dict[int, float] | None:
+        """A rank metric's {rank: value} in doc (None when the document lacks its section)."""
+        return self._read(doc)
+
+    def of_job(self, doc: dict) -> float | None:
+        """A job metric's value in doc (None when the document lacks it)."""
+        return self._read(doc)
+
+    def _read(self, doc: dict) -> Any:
+        if self.extract is None:  # a key metric: read from the summary row of the same name
+            raise TypeError(f"{self.id} is read from summary rows, not from the document")
+        return self.extract(doc)
 
 
 # The list to extend. Key metrics read the summary row's field of the same name; a field absent

@@ -274,91 +274,118 @@ def _policy_status(item: Item, policy: str, status: str, gated: bool) -> None:
 def compare(baselines: list[Run], current: Run, settings: Settings | None = None) -> Verdict:
     """Compare the current run against the baseline runs: one Item per key, rank and the job."""
     s = settings or Settings()
+    _check_sides(baselines, current)
+    level, notes = _level(baselines, current, s.level)
+    if len(baselines) == 1:
+        notes.append(single_run_note(s, baselines[0].doc))
+    items = _compare_keys(baselines, current, level, s)
+    rank_items = _compare_ranks(baselines, current, s)
+    items += [rank_items[rank] for rank in sorted(rank_items)]
+    notes += _rank_notes(baselines, current, rank_items)
+    job = _compare_job(baselines, current, s)
+    if job is not None:
+        items.append(job)
+    if current.empty and all(b.empty for b in baselines):
+        notes.append("no collective calls on either side: nothing to compare")
+    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes, hang_failure(current))
+
+
+def _check_sides(baselines: list[Run], current: Run) -> None:
+    """Refuse what cannot be compared: no baseline, or a run whose capture found no call at all."""
     if not baselines:
         raise InputError("no baseline run given: pass --baseline BASELINE.json (make it with nsyscomm baseline)")
-    notes: list[str] = []
     if current.empty and any(not b.empty for b in baselines):
         raise InputError(
             f"{current.source}: no collective calls found, while the baseline has some; "
             f"the capture likely failed (profile with nsys --trace=cuda,nvtx and nsyscomm.annotate())"
         )
-    level, level_notes = _level(baselines, current, s.level)
-    notes += level_notes
-    if len(baselines) == 1:
-        notes.append(single_run_note(s, baselines[0].doc))
-    items: list[Item] = []
 
-    # --- keys
+
+def _compare_keys(baselines: list[Run], current: Run, level: str, s: Settings) -> list[Item]:
+    """One Item per key of either side, in (op, size, group size, caller) order."""
     base_rows = [b.rows(level, s.caller_line) for b in baselines]
     cur_rows = current.rows(level, s.caller_line)
     keys = list(dict.fromkeys([k for rows in base_rows for k in rows] + list(cur_rows)))
     keys.sort(key=lambda k: (k.op, k.bytes is None, k.bytes or 0, k.group_size or 0, k.caller or ""))
-    key_metrics = [m for m in METRICS if m.scope == "key"]
-    for k in keys:
-        holders = [i for i, rows in enumerate(base_rows) if k in rows]
-        in_base = [base_rows[i][k] for i in holders]
-        cur = cur_rows.get(k)
-        bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
-        bcall = statistics.median(bcalls) if bcalls else None
-        ccall = _num(cur.get("calls")) if cur else None
-        item = Item("key", k.label(), key=k, baseline_calls=bcall, current_calls=ccall)
-        items.append(item)
-        aside = [r.source for r in (current, *baselines) if _set_aside_in(r, k)]
-        if (not in_base or cur is None) and aside:
-            # one run's first call of a communicator was its setup, another's was not: the key is
-            # the same calls, not a new or vanished one (docs/gate.md, "Set-aside calls")
-            item.status = NEW if not in_base else MISSING
-            item.note = f"set aside as communicator setup in {', '.join(aside[:2])}: not gated"
-            continue
-        if not in_base:
-            if s.new_keys != "ignore":
-                _policy_status(item, s.new_keys, NEW, (ccall or 0) >= s.min_calls)
-            else:
-                items.pop()
-            continue
-        if cur is None:
-            if s.missing_keys != "ignore":
-                _policy_status(item, s.missing_keys, MISSING, (bcall or 0) >= s.min_calls)
-            else:
-                items.pop()
-            continue
-        gated = min(bcall or 0, ccall or 0) >= s.min_calls
-        first = in_base[0]
-        one = single_run_margin(
-            s, baselines[holders[0]].doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms"))
-        )
-        one = one if host_timed(baselines[holders[0]].doc) or noisy_row(first) else None
-        for m in key_metrics:
-            base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
-            cv = _num(cur.get(m.name))
-            if not base_vals and cv is None:
-                continue  # neither side has this metric (e.g. busbw without bytes)
-            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one)
-            if c.status == REGRESSION and not gated:
-                c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
-            item.comparisons.append(c)
-        _settle(item, gated)
+    items = [_compare_key(k, baselines, base_rows, current, cur_rows.get(k), s) for k in keys]
+    return [i for i in items if i is not None]
 
-    # --- ranks and job
-    rank_metrics = [m for m in METRICS if m.scope == "rank"]
+
+def _compare_key(
+    k: Key, baselines: list[Run], base_rows: list[dict[Key, dict]], current: Run, cur: dict | None, s: Settings
+) -> Item | None:
+    """One key: set aside, new, missing (None when its policy is ignore), or compared metric by metric."""
+    holders = [i for i, rows in enumerate(base_rows) if k in rows]
+    in_base = [base_rows[i][k] for i in holders]
+    bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
+    bcall = statistics.median(bcalls) if bcalls else None
+    ccall = _num(cur.get("calls")) if cur else None
+    item = Item("key", k.label(), key=k, baseline_calls=bcall, current_calls=ccall)
+    aside = [r.source for r in (current, *baselines) if _set_aside_in(r, k)]
+    if (not in_base or cur is None) and aside:
+        # one run's first call of a communicator was its setup, another's was not: the key is
+        # the same calls, not a new or vanished one (docs/gate.md, "Set-aside calls")
+        item.status = NEW if not in_base else MISSING
+        item.note = f"set aside as communicator setup in {', '.join(aside[:2])}: not gated"
+        return item
+    if not in_base:
+        if s.new_keys == "ignore":
+            return None
+        _policy_status(item, s.new_keys, NEW, (ccall or 0) >= s.min_calls)
+        return item
+    if cur is None:
+        if s.missing_keys == "ignore":
+            return None
+        _policy_status(item, s.missing_keys, MISSING, (bcall or 0) >= s.min_calls)
+        return item
+    gated = min(bcall or 0, ccall or 0) >= s.min_calls
+    first, first_doc = in_base[0], baselines[holders[0]].doc
+    one = single_run_margin(s, first_doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms")))
+    one = one if host_timed(first_doc) or noisy_row(first) else None
+    for m in (m for m in METRICS if m.scope == "key"):
+        base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
+        cv = _num(cur.get(m.name))
+        if not base_vals and cv is None:
+            continue  # neither side has this metric (e.g. busbw without bytes)
+        c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one)
+        if c.status == REGRESSION and not gated:
+            c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
+        item.comparisons.append(c)
+    _settle(item, gated)
+    return item
+
+
+def _rank_calls(doc: dict) -> dict[int, float]:
+    return per_rank("ranks", "calls")(doc) or {}
+
+
+def _compare_ranks(baselines: list[Run], current: Run, s: Settings) -> dict[int, Item]:
+    """One Item per rank that both sides have, its rank metrics compared."""
     rank_items: dict[int, Item] = {}
-    rank_calls = [per_rank("ranks", "calls")(b.doc) or {} for b in baselines]
-    for m in rank_metrics:
-        base_maps = [m.extract(b.doc) for b in baselines]
-        cur_map = m.extract(current.doc)
+    rank_calls = [_rank_calls(b.doc) for b in baselines]
+    for m in (m for m in METRICS if m.scope == "rank"):
+        base_maps = [m.of_ranks(b.doc) for b in baselines]
+        cur_map = m.of_ranks(current.doc)
         if cur_map is None or all(bm is None for bm in base_maps):
             continue  # the section is not on both sides: nothing to compare
-        for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
-            have = [i for i, bm in enumerate(base_maps) if bm and rank in bm]
-            vals = [base_maps[i][rank] for i in have]  # type: ignore[index]
-            one = single_run_margin(s, baselines[have[0]].doc, rank_calls[have[0]].get(rank, 1.0), noisy=True)
+        in_base: set[int] = set().union(*(bm or {} for bm in base_maps))
+        for rank in sorted(set(cur_map) & in_base):
+            have = [(i, bm[rank]) for i, bm in enumerate(base_maps) if bm and rank in bm]
+            vals = [v for _, v in have]
+            first = have[0][0]
+            one = single_run_margin(s, baselines[first].doc, rank_calls[first].get(rank, 1.0), noisy=True)
             it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))
             it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma, one))
-    for rank in sorted(rank_items):
-        _settle(rank_items[rank], True)
-        items.append(rank_items[rank])
-    base_ranks = set().union(*(set(per_rank("ranks", "calls")(b.doc) or {}) for b in baselines))
-    cur_ranks = set(per_rank("ranks", "calls")(current.doc) or {})
+    for it in rank_items.values():
+        _settle(it, True)
+    return rank_items
+
+
+def _rank_notes(baselines: list[Run], current: Run, rank_items: dict[int, Item]) -> list[str]:
+    """Notes on the ranks: a changed set of ranks, a changed straggler."""
+    notes = []
+    base_ranks: set[int] = set().union(*(set(_rank_calls(b.doc)) for b in baselines))
+    cur_ranks = set(_rank_calls(current.doc))
     if base_ranks and cur_ranks and base_ranks != cur_ranks:
         notes.append(f"ranks differ: baseline {_ranges(base_ranks)}, current {_ranges(cur_ranks)}")
     bs = {(b.doc.get("skew") or {}).get("straggler_rank") for b in baselines} - {None}
@@ -372,22 +399,24 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     )
     if cs is not None and bs and cs not in bs and moved:
         notes.append(f"straggler changed: rank {cs} now arrives last most often (baseline: rank(s) {_ranges(bs)})")
+    return notes
 
+
+def _compare_job(baselines: list[Run], current: Run, s: Settings) -> Item | None:
+    """The job totals' Item (None when no job metric is on both sides)."""
     job = Item("job", "job totals")
     for m in (m for m in METRICS if m.scope == "job"):
-        have = [(b, v) for b, v in ((b, m.extract(b.doc)) for b in baselines) if v is not None]
+        have = [(b, v) for b, v in ((b, m.of_job(b.doc)) for b in baselines) if v is not None]
         base_vals = [v for _, v in have]
-        cv = m.extract(current.doc)
+        cv = m.of_job(current.doc)
         if base_vals and cv is not None:
-            calls = max((per_rank("ranks", "calls")(have[0][0].doc) or {1: 1.0}).values())
+            calls = max((_rank_calls(have[0][0].doc) or {1: 1.0}).values())
             one = single_run_margin(s, have[0][0].doc, calls, noisy=True)
             job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one))
-    if job.comparisons:
-        _settle(job, True)
-        items.append(job)
-    if current.empty and all(b.empty for b in baselines):
-        notes.append("no collective calls on either side: nothing to compare")
-    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes, hang_failure(current))
+    if not job.comparisons:
+        return None
+    _settle(job, True)
+    return job
 
 
 def _set_aside_in(run: Run, key: Key) -> bool:
