@@ -35,7 +35,7 @@ class Comparison:
     threshold: Threshold  # the one applied: widened for a one-run baseline (single_run)
     status: str
     reason: str = ""
-    single_run: bool = False  # compared against one run: no band, the single-run margin
+    single_run: bool = False  # the single-run margin (or its factor) applied: one run, or a host-timed one
 
     @property
     def fails(self) -> bool:
@@ -181,8 +181,10 @@ def _pct(x: float | None) -> str:
     return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
 
 
-# host-timed figures that a rank's descheduling makes, not a call's communication
-_SCHEDULED = {"wait_ms", "arrival_delay_ms"}
+# The one timing of a host-timed or noisy key that the host's load barely moves: its fastest
+# call. Load only adds time to a call, and a few runs' spread is no bound on how much, while a
+# slowdown inside every call moves the fastest one too (docs/gate.md, "Noise bands").
+LOAD_ROBUST = {"min_ms"}
 
 
 def compare_values(
@@ -196,10 +198,13 @@ def compare_values(
     """One metric of one item: baseline values (one per run that has it) against the current value.
     `single` is given for a host-timed or call-to-call noisy value: with one baseline value there
     is no band, and it widens the threshold; with several, the runs' spread seen is no bound on
-    the scheduler's noise, and the band is widened by its own width on either side; waiting and
-    arrival delays, made of the scheduler's delays of whole ranks, keep the widened threshold too."""
+    the scheduler's noise, and the band is widened by its own width on either side; the timings
+    that load inflates keep the widened threshold too, and the fastest call (LOAD_ROBUST) its
+    factor alone."""
     given = thr
-    if single is not None and (len(base) == 1 or metric.name in _SCHEDULED):
+    if single is not None and len(base) > 1 and metric.name in LOAD_ROBUST:
+        thr = single.factor_only(metric, thr)
+    elif single is not None:
         thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
