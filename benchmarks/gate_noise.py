@@ -5,7 +5,7 @@ fail. Each run is `nsyscomm run` of the 2-rank gloo job of tests/data/ci_train.p
 kept and summarized again by the code under test, so a rerun with the same --out gates the same
 captures with changed gate code.
 
-    python benchmarks/gate_noise.py --baseline-runs 3 --runs 10 --slow-pct 10 20 30 --out /tmp/gate-noise
+    python benchmarks/gate_noise.py --baseline-runs 3 --runs 10 --slow-pct 5 10 20 30 --out /tmp/gate-noise
 
 A slowdown of P% sleeps P% of a call's time inside every call: the baseline runs' median of the
 job's collective time per call (its summary's total over its count). Each is also given as a share
