@@ -1,6 +1,6 @@
 -- DeepSpeed-style summary: per op and message size (and communicator size, so busbw uses
 -- the right n); per caller too when $by_caller. Latencies are logical collectives' (min over
--- ranks); calls and ranks count the per-rank rows. Calls that set up their communicator are left
+-- ranks; min_ms is the key's fastest one); calls and ranks count the per-rank rows. Calls that set up their communicator are left
 -- out (sql/setup_calls.sql). A point-to-point message is one logical collective (its send and
 -- its receive); it is listed under send and under recv, each with its own calls and the
 -- message's latency (the receive's wait for its send left out, as a late rank's is).
@@ -22,6 +22,7 @@ per_key AS (
            sum(participants)                 AS calls,
            sum(latency_ns)                   AS total_ns,
            median(latency_ns)                AS p50_ns,
+           min(latency_ns)                   AS min_ns,
            max(latency_ns)                   AS max_ns
     FROM lc GROUP BY ALL
 ),
@@ -40,6 +41,9 @@ SELECT
     p.total_ns / 1e6                                 AS total_ms,
     p.total_ns / p.count / 1e6                       AS avg_ms,
     p.p50_ns / 1e6                                   AS p50_ms,
+    -- the fastest call: host load only adds time to a call, so the fastest is its own cost
+    -- (the gate's load-robust latency, docs/gate.md)
+    p.min_ns / 1e6                                   AS min_ms,
     p.max_ns / 1e6                                   AS max_ms,
     -- bytes per ns is GB/s (1 GB = 1e9 bytes)
     CASE WHEN p.total_ns > 0 THEN p.bytes / (p.total_ns / p.count) END                                  AS algbw_GBps,

@@ -81,6 +81,7 @@ def test_json_contract():
             "total_ms",
             "avg_ms",
             "p50_ms",
+            "min_ms",
             "max_ms",
             "algbw_GBps",
             "busbw_GBps",

@@ -20,6 +20,7 @@ from .test_gate import doc, row
 BUSBW = g.METRIC_BY_ID["key.busbw_GBps"]  # higher is better
 AVG = g.METRIC_BY_ID["key.avg_ms"]  # lower is better
 WAIT = g.METRIC_BY_ID["key.wait_ms"]  # lower is better, made of the scheduler's delays
+MIN = g.METRIC_BY_ID["key.min_ms"]  # lower is better: the fastest call, what load inflates least
 
 
 def _thr(rel: float = 10.0, abs_: float = 0.0) -> g.Threshold:
@@ -175,24 +176,38 @@ def test_one_noisy_baseline_run_widens_the_threshold_to_the_single_run_margin():
     assert compare_values(AVG, _thr(10.0, 0.01), [4.0], 8.0, single=NOISY).status == "ok"
 
 
-def test_several_baseline_runs_keep_the_plain_threshold_for_timings():
-    """Two runs of 4 ms: a band exists, the plain threshold holds (widened band [4, 4]): 7 ms fails,
-    and the comparison says it was not a single-run comparison."""
+def test_several_noisy_runs_keep_the_single_run_margin_for_timings_load_inflates():
+    """Two noisy runs of 4 ms: the latencies a host's load inflates keep the single-run margin
+    (x2 and 2.5 ms per call): 7 ms passes, 9 ms fails; a steady key keeps the plain threshold."""
     two = compare_values(AVG, _thr(10.0, 0.01), [4.0, 4.0], 7.0, single=NOISY)
-    assert two.status == "regression" and not two.single_run
-    assert (two.threshold.rel, two.threshold.abs) == (10.0, 0.01)
-    three = compare_values(AVG, _thr(10.0, 0.01), [4.0, 4.0, 4.0], 7.0, single=NOISY)
-    assert three.status == "regression" and not three.single_run
+    assert two.status == "ok" and two.single_run and (two.threshold.rel, two.threshold.abs) == (100.0, 2.5)
+    assert compare_values(AVG, _thr(10.0, 0.01), [4.0, 4.0, 4.0], 9.0, single=NOISY).status == "regression"
+    steady = compare_values(AVG, _thr(10.0, 0.01), [4.0, 4.0], 7.0)
+    assert steady.status == "regression" and not steady.single_run
 
 
 def test_noisy_several_runs_widen_the_band_by_its_own_width():
-    """Noisy runs of 4, 5, 6 ms: the band [4, 6] widens by its width 2 on either side, [2, 8]:
-    7.5 ms is noise, 8.5 ms fails."""
-    c = compare_values(AVG, _thr(10.0, 0.01), [4.0, 5.0, 6.0], 7.5, single=NOISY)
-    assert c.band == (2.0, 8.0) and c.status == "noise"
-    assert compare_values(AVG, _thr(10.0, 0.01), [4.0, 5.0, 6.0], 8.5, single=NOISY).status == "regression"
-    two = compare_values(AVG, _thr(10.0, 0.01), [4.0, 6.0], 7.5, single=NOISY)  # two runs alike
-    assert two.band == (2.0, 8.0) and two.status == "noise"
+    """The fastest calls of noisy runs, 4, 4 and 8 ms: the band [4, 8] widens by its width 4 on
+    either side, [0, 12]: 10 ms (x2.5) is noise, 12 ms (the edge) too, 12.5 ms fails."""
+    c = compare_values(MIN, _thr(10.0, 0.01), [4.0, 4.0, 8.0], 10.0, single=NOISY)
+    assert c.band == (0.0, 12.0) and c.status == "noise"
+    assert compare_values(MIN, _thr(10.0, 0.01), [4.0, 4.0, 8.0], 12.0, single=NOISY).status == "noise"
+    assert compare_values(MIN, _thr(10.0, 0.01), [4.0, 4.0, 8.0], 12.5, single=NOISY).status == "regression"
+    two = compare_values(MIN, _thr(10.0, 0.01), [4.0, 6.0], 7.5, single=NOISY)  # two runs alike
+    assert two.band == (2.0, 8.0)
+
+
+def test_a_noisy_fastest_call_fails_beyond_the_factor_alone():
+    """Several noisy runs whose fastest call took 4 ms (a band of no width): it fails when worse
+    than x2 (single_run_factor) and no floor of run time applies; x2 exactly passes. Against
+    one run, the whole single-run margin holds (x2 and 2.5 ms per call)."""
+    on = compare_values(MIN, _thr(10.0, 0.01), [4.0, 4.0, 4.0], 8.0, single=NOISY)
+    assert on.status == "ok" and on.single_run and (on.threshold.rel, on.threshold.abs) == (100.0, 0.01)
+    assert compare_values(MIN, _thr(10.0, 0.01), [4.0, 4.0, 4.0], 8.25, single=NOISY).status == "regression"
+    # 1 -> 3 ms (x3, 2 ms more per call): fails against several runs, not against one
+    assert compare_values(MIN, _thr(10.0, 0.01), [1.0, 1.0], 3.0, single=NOISY).status == "regression"
+    one = compare_values(MIN, _thr(10.0, 0.01), [1.0], 3.0, single=NOISY)
+    assert one.status == "ok" and (one.threshold.rel, one.threshold.abs) == (100.0, 2.5)
 
 
 def test_waiting_keeps_the_single_run_margin_with_several_runs():
@@ -217,3 +232,65 @@ def test_one_host_timed_baseline_run_end_to_end():
     assert (avg.threshold.rel, avg.threshold.abs) == (100.0, 2.5)
     v = g.compare([base], g.run_from_doc(doc([row(avg=4.0, busbw=64.0)], **host), "c"), quiet)
     assert v.exit_code == 1
+
+
+# ----------------------------------------------------------------------- the fastest call
+
+
+def test_the_fastest_call_is_gated_on_its_default_threshold():
+    """key.min_ms of a steady key fails when worse by more than its default rel (10%): runs of
+    5 ms, 5.5 ms (exactly +10%) passes, 5.625 ms (+12.5%) fails and is the one comparison that
+    does; the averages have not moved."""
+    assert (g.Settings().thresholds["key.min_ms"].rel, MIN.abs) == (10.0, 0.01)
+    base = [g.run_from_doc(doc([row(avg=8.0, min_ms=5.0)]), f"b{i}") for i in range(3)]
+    quiet = g.override(g.Settings(), ignore=["job", "rank"])
+    on = g.compare(base, g.run_from_doc(doc([row(avg=8.0, min_ms=5.5)]), "c"), quiet)
+    assert on.exit_code == 0, on.headline()
+    v = g.compare(base, g.run_from_doc(doc([row(avg=8.0, min_ms=5.625)]), "c"), quiet)
+    key = next(i for i in v.items if i.scope == "key")
+    assert v.exit_code == 1 and [c.metric for c in key.comparisons if c.fails] == ["key.min_ms"]
+    assert "min latency +12.5%" in v.headline()
+
+
+def test_a_host_timed_run_fails_on_its_fastest_call_beyond_x2_and_the_widened_band():
+    """Host-timed runs (overlap without ranks) whose fastest calls took 0.5, 0.5 and 1 ms and
+    whose mean call 4 ms: the band [0.5, 1] widens to [0, 1.5]; 1.5 ms (x3, the edge) is noise and
+    1.5625 ms fails; the mean call moved by nothing."""
+    host = {"overlap": {"per_rank": []}}
+    base = [g.run_from_doc(doc([row(avg=4.0, min_ms=m)], **host), f"b{i}") for i, m in enumerate((0.5, 0.5, 1.0))]
+    quiet = g.override(g.Settings(), ignore=["job", "rank"])
+
+    def min_of(cur):
+        v = g.compare(base, g.run_from_doc(doc([row(avg=4.0, min_ms=cur)], **host), "c"), quiet)
+        return next(c for i in v.items if i.scope == "key" for c in i.comparisons if c.metric == "key.min_ms")
+
+    edge = min_of(1.5)
+    assert edge.band == (0.0, 1.5) and edge.status == "noise" and edge.single_run
+    assert min_of(1.5625).status == "regression"
+
+
+def test_the_op_row_of_several_callers_keeps_their_fastest_call():
+    """Per-caller rows aggregated to one (op, size, n) row: its fastest call is the fastest of
+    theirs, and unknown (None) when one caller's row lacks it."""
+    from nsyscomm.gate.runs import _aggregate
+
+    rows = [row(caller="a.py f", min_ms=0.75), row(caller="b.py g", min_ms=0.25), row(caller="c.py h", min_ms=0.5)]
+    assert _aggregate(rows)["min_ms"] == 0.25
+    assert _aggregate([*rows[:2], {k: v for k, v in rows[2].items() if k != "min_ms"}])["min_ms"] is None
+
+
+def test_the_summary_holds_each_keys_fastest_logical_call(tmp_path):
+    """A generated gloo job whose all_reduce transfers take 3, 1.5, 2 and 2.5 ms (each call's
+    fastest rank is the last to arrive: its time is the transfer): min_ms is 1.5, the others'
+    average 2.25."""
+    from nsyscomm.analyses.contract import document
+    from nsyscomm.api import load
+
+    from . import whatif_jobs as wj
+
+    transfers = [3.0, 1.5, 2.0, 2.5]
+    steps = [[("compute", 0, 5.0), ("compute", 1, 6.0), ("coll", (0, 1), ms, 0)] for ms in transfers]
+    wj.write_job(tmp_path / "job.sqlite", 2, steps, first_step=0)
+    (summary,) = document(load([tmp_path / "job.sqlite"], cache=False))["summary"]
+    assert summary["count"] == 4 and summary["min_ms"] == pytest.approx(1.5, abs=1e-6)
+    assert summary["avg_ms"] == pytest.approx(2.25, abs=1e-6)

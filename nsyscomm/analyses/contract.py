@@ -42,6 +42,7 @@ SUMMARY_KEYS = (
     "total_ms",
     "avg_ms",
     "p50_ms",
+    "min_ms",
     "max_ms",
     "algbw_GBps",
     "busbw_GBps",

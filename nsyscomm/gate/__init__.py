@@ -1,7 +1,8 @@
 """CI performance-regression gate: compare a run's communication against one or more baseline runs.
 
 One module per step: ``metrics`` (what is compared), ``settings`` (thresholds and policies),
-``runs`` (documents, baselines and reports made comparable) and ``verdict`` (the comparison);
+``runs`` (documents, baselines and reports made comparable), ``verdict`` (the comparison) and
+``outcome`` (what it produces);
 this package is their front door.
 
     from nsyscomm import gate

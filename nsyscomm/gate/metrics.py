@@ -120,8 +120,7 @@ def job_max(
 def summary_total(fld: str) -> Callable[[dict], float | None]:
     def get(doc: dict) -> float | None:
         rows = doc.get("summary") or []
-        vals = [_num(r.get(fld)) for r in rows]
-        vals = [v for v in vals if v is not None]
+        vals = [v for v in (_num(r.get(fld)) for r in rows) if v is not None]
         return sum(vals) if vals else None
 
     return get
@@ -148,6 +147,19 @@ class Metric:
     def name(self) -> str:
         return self.id.split(".", 1)[1]
 
+    def of_ranks(self, doc: dict) -> dict[int, float] | None:
+        """A rank metric's {rank: value} in doc (None when the document lacks its section)."""
+        return self._read(doc)
+
+    def of_job(self, doc: dict) -> float | None:
+        """A job metric's value in doc (None when the document lacks it)."""
+        return self._read(doc)
+
+    def _read(self, doc: dict) -> Any:
+        if self.extract is None:  # a key metric: read from the summary row of the same name
+            raise TypeError(f"{self.id} is read from summary rows, not from the document")
+        return self.extract(doc)
+
 
 # The list to extend. Key metrics read the summary row's field of the same name; a field absent
 # from either side (e.g. a future per-key exposed_ms or wait_ms) is simply not compared.
@@ -155,6 +167,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("key.busbw_GBps", "bus bandwidth", "GB/s", "higher", 10.0, 1.0),
     Metric("key.avg_ms", "avg latency", "ms", "lower", 10.0, 0.01),
     Metric("key.p50_ms", "p50 latency", "ms", "lower", 10.0, 0.01),
+    # the fastest call: a host's load only adds time, a slowdown inside every call moves it too
+    Metric("key.min_ms", "min latency", "ms", "lower", 10.0, 0.01),
     Metric("key.calls", "calls", "", "lower", 10.0, 0.0),
     Metric("key.count", "logical count", "", "lower", 10.0, 0.0, fail=False),
     Metric("key.exposed_ms", "exposed comm", "ms", "lower", 10.0, 0.05),

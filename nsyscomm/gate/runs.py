@@ -65,7 +65,8 @@ def _aggregate(rows: list[dict]) -> dict:
     nbytes, n = _num(first.get("bytes")), _int(first.get("group_size"))
     algbw = nbytes / (avg * 1e6) if nbytes is not None and avg else None
     factor = ops.busbw_factor(first["op"], n)
-    maxes = [_num(r.get("max_ms")) for r in rows if _num(r.get("max_ms")) is not None]
+    maxes = [m for m in (_num(r.get("max_ms")) for r in rows) if m is not None]
+    mins = [m for m in (_num(r.get("min_ms")) for r in rows) if m is not None]
     out = {
         **first,
         "caller": None,
@@ -75,6 +76,7 @@ def _aggregate(rows: list[dict]) -> dict:
         "avg_ms": avg,
         "p50_ms": None,
         "max_ms": max(maxes) if maxes else None,
+        "min_ms": min(mins) if len(mins) == len(rows) else None,  # exact only when every row has it
         "algbw_GBps": algbw,
         "busbw_GBps": algbw * factor if algbw is not None and factor is not None else None,
     }
@@ -115,6 +117,7 @@ def run_from_doc(doc: dict, where: str) -> Run:
     if extra is not None:
         validate.summary_rows(extra, where, "summary_by_caller")
     validate.sections(doc, where)
+    caller_rows: dict[Key, dict] | None
     if by_caller:  # made with --by caller: aggregate to op level
         caller_rows = _merge_rows(summary, True)
         groups: dict[Key, list[dict]] = {}

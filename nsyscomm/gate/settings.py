@@ -271,7 +271,7 @@ def override(
         if "=" not in spec:
             raise InputError(f"--abs {spec}: name the metric (units differ), e.g. --abs key.avg_ms=0.02")
         ids, x = parse_metric_value(spec, "abs")
-        for mid in ids:
+        for mid in ids or ():  # a named metric: parse_metric_value gives its ids
             s.thresholds[mid] = replace(s.thresholds[mid], abs=x)
     for name in ignore:
         for mid in _metric_ids(name, f"--ignore {name}"):

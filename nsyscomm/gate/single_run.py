@@ -41,6 +41,11 @@ class SingleRun:
             rel = max(rel, (1 - 1 / (1 + self.floor_ms / (calls * self.avg_ms))) * 100)
         return replace(thr, rel=max(thr.rel, rel))
 
+    def factor_only(self, metric: Metric, thr: Threshold) -> Threshold:
+        """The margin without its floor of run time: worse than `factor` alone (a timing whose
+        change a run's length does not scale, compared against several runs)."""
+        return replace(self, floor_ms=0.0).threshold(metric, thr)
+
 
 def _run_ms(doc: dict) -> float | None:
     """A run's time: its longest rank's elapsed time (None when the document has no ranks)."""

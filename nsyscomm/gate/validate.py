@@ -18,7 +18,7 @@ MAX_VALUE = 1e18
 _COUNTS = ("bytes", "count", "calls", "ranks", "group_size")
 _NUMBERS = tuple(
     dict.fromkeys(
-        ["total_ms", "avg_ms", "p50_ms", "max_ms", "algbw_GBps", "busbw_GBps"]
+        ["total_ms", "avg_ms", "p50_ms", "min_ms", "max_ms", "algbw_GBps", "busbw_GBps"]
         + [m.name for m in METRICS if m.scope == "key" and m.name not in _COUNTS]
     )
 )

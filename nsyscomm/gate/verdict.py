@@ -5,184 +5,51 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from nsyscomm import __version__
 from nsyscomm.errors import InputError
 from nsyscomm.gate.hang import hang_failure
-from nsyscomm.gate.metrics import METRICS, SCHEMA_VERSION, Key, Metric, _int, _num, per_rank
+from nsyscomm.gate.metrics import METRICS, Key, Metric, _int, _num, per_rank
+from nsyscomm.gate.outcome import (
+    FEW_CALLS,
+    IMPROVEMENT,
+    MISSING,
+    NEW,
+    NOISE,
+    OK,
+    REGRESSION,
+    SKIPPED,
+    WARN,
+    Comparison,
+    Item,
+    Verdict,
+)
 from nsyscomm.gate.runs import Run, load_run, load_runs, without_line
 from nsyscomm.gate.settings import Settings, Threshold
 from nsyscomm.gate.single_run import SingleRun, host_timed, noisy_row, single_run_margin, single_run_note
-from nsyscomm.views.units import signed_pct
 
-REGRESSION, IMPROVEMENT, OK, NOISE, WARN, SKIPPED = "regression", "improvement", "ok", "noise", "warn", "skipped"
-NEW, MISSING, FEW_CALLS = "new", "missing", "few_calls"
+# re-exported: the names nsyscomm.gate.verdict has always offered
+__all__ = [
+    "FEW_CALLS",
+    "IMPROVEMENT",
+    "MISSING",
+    "NEW",
+    "NOISE",
+    "OK",
+    "REGRESSION",
+    "SKIPPED",
+    "WARN",
+    "Comparison",
+    "Item",
+    "Verdict",
+    "compare",
+    "compare_values",
+    "run_gate",
+]
 
-
-@dataclass
-class Comparison:
-    metric: str
-    label: str
-    unit: str
-    better: str
-    baseline: float | None  # the reference: median over the baseline runs
-    band: tuple[float, float] | None
-    runs: int  # baseline runs that carry the value
-    current: float | None
-    delta: float | None
-    rel_pct: float | None
-    threshold: Threshold  # the one applied: widened for a one-run baseline (single_run)
-    status: str
-    reason: str = ""
-    single_run: bool = False  # compared against one run: no band, the single-run margin
-
-    @property
-    def fails(self) -> bool:
-        return self.status == REGRESSION
-
-    @property
-    def margin(self) -> str:
-        """What a change had to exceed to fail, in words: "+10% and 0.01 ms", "-50%"."""
-        t = self.threshold
-        if self.better == "higher":
-            return f"-{t.rel:g}%" + (f" and {t.abs:.3g} {self.unit}".rstrip() if t.abs else "")
-        return f"+{t.rel:g}%" + (f" and {t.abs:.3g} {self.unit}".rstrip() if t.abs else "")
-
-    def to_dict(self) -> dict:
-        return {
-            "metric": self.metric,
-            "label": self.label,
-            "unit": self.unit,
-            "better": self.better,
-            "baseline": self.baseline,
-            "band": list(self.band) if self.band else None,
-            "runs": self.runs,
-            "current": self.current,
-            "delta": self.delta,
-            "change_pct": self.rel_pct,
-            "threshold": {"rel_pct": self.threshold.rel, "abs": self.threshold.abs},
-            "single_run": self.single_run,
-            "status": self.status,
-            "reason": self.reason,
-        }
-
-
-@dataclass
-class Item:
-    """One gated thing: a summary key, a rank, or the job; fails when a comparison does, or by policy."""
-
-    scope: str  # key | rank | job
-    name: str  # human label: "all_reduce 25.0 MB n=4", "rank 3", "job"
-    key: Key | None = None
-    rank: int | None = None
-    status: str = OK  # regression | improvement | ok | new | missing | few_calls | noise
-    fails: bool = False
-    baseline_calls: float | None = None
-    current_calls: float | None = None
-    comparisons: list[Comparison] = field(default_factory=list)
-    note: str = ""
-
-    @property
-    def changed(self) -> bool:
-        return self.status != OK or any(c.status not in (OK, SKIPPED) for c in self.comparisons)
-
-    def to_dict(self) -> dict:
-        return {
-            "scope": self.scope,
-            "name": self.name,
-            "key": self.key.as_dict() if self.key else None,
-            "rank": self.rank,
-            "status": self.status,
-            "fails": self.fails,
-            "baseline_calls": self.baseline_calls,
-            "current_calls": self.current_calls,
-            "note": self.note,
-            "comparisons": [c.to_dict() for c in self.comparisons],
-        }
-
-
-@dataclass
-class Verdict:
-    items: list[Item]
-    level: str
-    baselines: list[str]
-    current: str
-    settings: Settings
-    notes: list[str] = field(default_factory=list)
-    hang: str | None = None  # why the current run hung or desynced: it fails whatever its numbers
-
-    @property
-    def failed(self) -> bool:
-        return self.hang is not None or any(i.fails for i in self.items)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failed else 0
-
-    @property
-    def failing(self) -> list[Item]:
-        return [i for i in self.items if i.fails]
-
-    def headline(self) -> str:
-        f = self.failing
-        if not f and self.hang:
-            return f"FAIL: {self.hang}"
-        if not f:
-            n = sum(1 for i in self.items if i.scope == "key")
-            return (
-                f"PASS: no communication regression ({n} key(s) compared per {self._level_name()}, "
-                f"{len(self.baselines)} baseline run(s))"
-            )
-        parts = []
-        for i in f[:3]:
-            if i.status in (NEW, MISSING):
-                parts.append(f"{i.name} ({i.status})")
-            else:
-                worst = [c for c in i.comparisons if c.fails]
-                parts.append(f"{i.name} (" + ", ".join(f"{c.label} {_pct(c.rel_pct)}" for c in worst) + ")")
-        more = f" and {len(f) - 3} more" if len(f) > 3 else ""
-        n_keys = sum(1 for i in f if i.scope == "key")
-        n_ranks = sum(1 for i in f if i.scope == "rank")
-        what = ", ".join(
-            x
-            for x in (
-                f"{n_keys} key(s)" if n_keys else "",
-                f"{n_ranks} rank(s)" if n_ranks else "",
-                "job totals" if any(i.scope == "job" for i in f) else "",
-            )
-            if x
-        )
-        return f"FAIL: regression in {what}: " + "; ".join(parts) + more
-
-    def _level_name(self) -> str:
-        return "op, size, group size, caller" if self.level == "caller" else "op, size, group size"
-
-    def to_dict(self) -> dict:
-        return {
-            "schema": SCHEMA_VERSION,
-            "tool": "nsyscomm",
-            "version": __version__,
-            "kind": "gate",
-            "status": "fail" if self.failed else "pass",
-            "exit_code": self.exit_code,
-            "headline": self.headline(),
-            "level": self.level,
-            "baselines": self.baselines,
-            "current": self.current,
-            "notes": self.notes,
-            "hang": self.hang,
-            "settings": self.settings.to_dict(),
-            "items": [i.to_dict() for i in self.items],
-        }
-
-
-def _pct(x: float | None) -> str:
-    return signed_pct(x, none="n/a", up="+inf%", down="-inf%")  # in a reason's words
-
-
-# host-timed figures that a rank's descheduling makes, not a call's communication
-_SCHEDULED = {"wait_ms", "arrival_delay_ms"}
+# The one timing of a host-timed or noisy key that the host's load barely moves: its fastest
+# call. Load only adds time to a call, and a few runs' spread is no bound on how much, while a
+# slowdown inside every call moves the fastest one too (docs/gate.md, "Noise bands").
+LOAD_ROBUST = {"min_ms"}
 
 
 def compare_values(
@@ -196,10 +63,13 @@ def compare_values(
     """One metric of one item: baseline values (one per run that has it) against the current value.
     `single` is given for a host-timed or call-to-call noisy value: with one baseline value there
     is no band, and it widens the threshold; with several, the runs' spread seen is no bound on
-    the scheduler's noise, and the band is widened by its own width on either side; waiting and
-    arrival delays, made of the scheduler's delays of whole ranks, keep the widened threshold too."""
+    the scheduler's noise, and the band is widened by its own width on either side; the timings
+    that load inflates keep the widened threshold too, and the fastest call (LOAD_ROBUST) its
+    factor alone."""
     given = thr
-    if single is not None and (len(base) == 1 or metric.name in _SCHEDULED):
+    if single is not None and len(base) > 1 and metric.name in LOAD_ROBUST:
+        thr = single.factor_only(metric, thr)
+    elif single is not None:
         thr = single.threshold(metric, thr)
 
     def comp(status, reason="", **kw):
@@ -274,91 +144,118 @@ def _policy_status(item: Item, policy: str, status: str, gated: bool) -> None:
 def compare(baselines: list[Run], current: Run, settings: Settings | None = None) -> Verdict:
     """Compare the current run against the baseline runs: one Item per key, rank and the job."""
     s = settings or Settings()
+    _check_sides(baselines, current)
+    level, notes = _level(baselines, current, s.level)
+    if len(baselines) == 1:
+        notes.append(single_run_note(s, baselines[0].doc))
+    items = _compare_keys(baselines, current, level, s)
+    rank_items = _compare_ranks(baselines, current, s)
+    items += [rank_items[rank] for rank in sorted(rank_items)]
+    notes += _rank_notes(baselines, current, rank_items)
+    job = _compare_job(baselines, current, s)
+    if job is not None:
+        items.append(job)
+    if current.empty and all(b.empty for b in baselines):
+        notes.append("no collective calls on either side: nothing to compare")
+    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes, hang_failure(current))
+
+
+def _check_sides(baselines: list[Run], current: Run) -> None:
+    """Refuse what cannot be compared: no baseline, or a run whose capture found no call at all."""
     if not baselines:
         raise InputError("no baseline run given: pass --baseline BASELINE.json (make it with nsyscomm baseline)")
-    notes: list[str] = []
     if current.empty and any(not b.empty for b in baselines):
         raise InputError(
             f"{current.source}: no collective calls found, while the baseline has some; "
             f"the capture likely failed (profile with nsys --trace=cuda,nvtx and nsyscomm.annotate())"
         )
-    level, level_notes = _level(baselines, current, s.level)
-    notes += level_notes
-    if len(baselines) == 1:
-        notes.append(single_run_note(s, baselines[0].doc))
-    items: list[Item] = []
 
-    # --- keys
+
+def _compare_keys(baselines: list[Run], current: Run, level: str, s: Settings) -> list[Item]:
+    """One Item per key of either side, in (op, size, group size, caller) order."""
     base_rows = [b.rows(level, s.caller_line) for b in baselines]
     cur_rows = current.rows(level, s.caller_line)
     keys = list(dict.fromkeys([k for rows in base_rows for k in rows] + list(cur_rows)))
     keys.sort(key=lambda k: (k.op, k.bytes is None, k.bytes or 0, k.group_size or 0, k.caller or ""))
-    key_metrics = [m for m in METRICS if m.scope == "key"]
-    for k in keys:
-        holders = [i for i, rows in enumerate(base_rows) if k in rows]
-        in_base = [base_rows[i][k] for i in holders]
-        cur = cur_rows.get(k)
-        bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
-        bcall = statistics.median(bcalls) if bcalls else None
-        ccall = _num(cur.get("calls")) if cur else None
-        item = Item("key", k.label(), key=k, baseline_calls=bcall, current_calls=ccall)
-        items.append(item)
-        aside = [r.source for r in (current, *baselines) if _set_aside_in(r, k)]
-        if (not in_base or cur is None) and aside:
-            # one run's first call of a communicator was its setup, another's was not: the key is
-            # the same calls, not a new or vanished one (docs/gate.md, "Set-aside calls")
-            item.status = NEW if not in_base else MISSING
-            item.note = f"set aside as communicator setup in {', '.join(aside[:2])}: not gated"
-            continue
-        if not in_base:
-            if s.new_keys != "ignore":
-                _policy_status(item, s.new_keys, NEW, (ccall or 0) >= s.min_calls)
-            else:
-                items.pop()
-            continue
-        if cur is None:
-            if s.missing_keys != "ignore":
-                _policy_status(item, s.missing_keys, MISSING, (bcall or 0) >= s.min_calls)
-            else:
-                items.pop()
-            continue
-        gated = min(bcall or 0, ccall or 0) >= s.min_calls
-        first = in_base[0]
-        one = single_run_margin(
-            s, baselines[holders[0]].doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms"))
-        )
-        one = one if host_timed(baselines[holders[0]].doc) or noisy_row(first) else None
-        for m in key_metrics:
-            base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
-            cv = _num(cur.get(m.name))
-            if not base_vals and cv is None:
-                continue  # neither side has this metric (e.g. busbw without bytes)
-            c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one)
-            if c.status == REGRESSION and not gated:
-                c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
-            item.comparisons.append(c)
-        _settle(item, gated)
+    items = [_compare_key(k, baselines, base_rows, current, cur_rows.get(k), s) for k in keys]
+    return [i for i in items if i is not None]
 
-    # --- ranks and job
-    rank_metrics = [m for m in METRICS if m.scope == "rank"]
+
+def _compare_key(
+    k: Key, baselines: list[Run], base_rows: list[dict[Key, dict]], current: Run, cur: dict | None, s: Settings
+) -> Item | None:
+    """One key: set aside, new, missing (None when its policy is ignore), or compared metric by metric."""
+    holders = [i for i, rows in enumerate(base_rows) if k in rows]
+    in_base = [base_rows[i][k] for i in holders]
+    bcalls = [c for c in (_num(r.get("calls")) for r in in_base) if c is not None]
+    bcall = statistics.median(bcalls) if bcalls else None
+    ccall = _num(cur.get("calls")) if cur else None
+    item = Item("key", k.label(), key=k, baseline_calls=bcall, current_calls=ccall)
+    aside = [r.source for r in (current, *baselines) if _set_aside_in(r, k)]
+    if (not in_base or cur is None) and aside:
+        # one run's first call of a communicator was its setup, another's was not: the key is
+        # the same calls, not a new or vanished one (docs/gate.md, "Set-aside calls")
+        item.status = NEW if not in_base else MISSING
+        item.note = f"set aside as communicator setup in {', '.join(aside[:2])}: not gated"
+        return item
+    if not in_base:
+        if s.new_keys == "ignore":
+            return None
+        _policy_status(item, s.new_keys, NEW, (ccall or 0) >= s.min_calls)
+        return item
+    if cur is None:
+        if s.missing_keys == "ignore":
+            return None
+        _policy_status(item, s.missing_keys, MISSING, (bcall or 0) >= s.min_calls)
+        return item
+    gated = min(bcall or 0, ccall or 0) >= s.min_calls
+    first, first_doc = in_base[0], baselines[holders[0]].doc
+    one = single_run_margin(s, first_doc, _num(first.get("count")) or 1.0, _num(first.get("avg_ms")))
+    one = one if host_timed(first_doc) or noisy_row(first) else None
+    for m in (m for m in METRICS if m.scope == "key"):
+        base_vals = [v for v in (_num(r.get(m.name)) for r in in_base) if v is not None]
+        cv = _num(cur.get(m.name))
+        if not base_vals and cv is None:
+            continue  # neither side has this metric (e.g. busbw without bytes)
+        c = compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one)
+        if c.status == REGRESSION and not gated:
+            c.status, c.reason = WARN, f"fewer than {s.min_calls} calls: not gated"
+        item.comparisons.append(c)
+    _settle(item, gated)
+    return item
+
+
+def _rank_calls(doc: dict) -> dict[int, float]:
+    return per_rank("ranks", "calls")(doc) or {}
+
+
+def _compare_ranks(baselines: list[Run], current: Run, s: Settings) -> dict[int, Item]:
+    """One Item per rank that both sides have, its rank metrics compared."""
     rank_items: dict[int, Item] = {}
-    rank_calls = [per_rank("ranks", "calls")(b.doc) or {} for b in baselines]
-    for m in rank_metrics:
-        base_maps = [m.extract(b.doc) for b in baselines]
-        cur_map = m.extract(current.doc)
+    rank_calls = [_rank_calls(b.doc) for b in baselines]
+    for m in (m for m in METRICS if m.scope == "rank"):
+        base_maps = [m.of_ranks(b.doc) for b in baselines]
+        cur_map = m.of_ranks(current.doc)
         if cur_map is None or all(bm is None for bm in base_maps):
             continue  # the section is not on both sides: nothing to compare
-        for rank in sorted(set(cur_map) & set().union(*(bm or {} for bm in base_maps))):
-            have = [i for i, bm in enumerate(base_maps) if bm and rank in bm]
-            vals = [base_maps[i][rank] for i in have]  # type: ignore[index]
-            one = single_run_margin(s, baselines[have[0]].doc, rank_calls[have[0]].get(rank, 1.0), noisy=True)
+        in_base: set[int] = set().union(*(bm or {} for bm in base_maps))
+        for rank in sorted(set(cur_map) & in_base):
+            have = [(i, bm[rank]) for i, bm in enumerate(base_maps) if bm and rank in bm]
+            vals = [v for _, v in have]
+            first = have[0][0]
+            one = single_run_margin(s, baselines[first].doc, rank_calls[first].get(rank, 1.0), noisy=True)
             it = rank_items.setdefault(rank, Item("rank", f"rank {rank}", rank=rank))
             it.comparisons.append(compare_values(m, s.thresholds[m.id], vals, cur_map[rank], s.noise_sigma, one))
-    for rank in sorted(rank_items):
-        _settle(rank_items[rank], True)
-        items.append(rank_items[rank])
-    base_ranks = set().union(*(set(per_rank("ranks", "calls")(b.doc) or {}) for b in baselines))
-    cur_ranks = set(per_rank("ranks", "calls")(current.doc) or {})
+    for it in rank_items.values():
+        _settle(it, True)
+    return rank_items
+
+
+def _rank_notes(baselines: list[Run], current: Run, rank_items: dict[int, Item]) -> list[str]:
+    """Notes on the ranks: a changed set of ranks, a changed straggler."""
+    notes = []
+    base_ranks: set[int] = set().union(*(set(_rank_calls(b.doc)) for b in baselines))
+    cur_ranks = set(_rank_calls(current.doc))
     if base_ranks and cur_ranks and base_ranks != cur_ranks:
         notes.append(f"ranks differ: baseline {_ranges(base_ranks)}, current {_ranges(cur_ranks)}")
     bs = {(b.doc.get("skew") or {}).get("straggler_rank") for b in baselines} - {None}
@@ -372,22 +269,24 @@ def compare(baselines: list[Run], current: Run, settings: Settings | None = None
     )
     if cs is not None and bs and cs not in bs and moved:
         notes.append(f"straggler changed: rank {cs} now arrives last most often (baseline: rank(s) {_ranges(bs)})")
+    return notes
 
+
+def _compare_job(baselines: list[Run], current: Run, s: Settings) -> Item | None:
+    """The job totals' Item (None when no job metric is on both sides)."""
     job = Item("job", "job totals")
     for m in (m for m in METRICS if m.scope == "job"):
-        have = [(b, v) for b, v in ((b, m.extract(b.doc)) for b in baselines) if v is not None]
+        have = [(b, v) for b, v in ((b, m.of_job(b.doc)) for b in baselines) if v is not None]
         base_vals = [v for _, v in have]
-        cv = m.extract(current.doc)
+        cv = m.of_job(current.doc)
         if base_vals and cv is not None:
-            calls = max((per_rank("ranks", "calls")(have[0][0].doc) or {1: 1.0}).values())
+            calls = max((_rank_calls(have[0][0].doc) or {1: 1.0}).values())
             one = single_run_margin(s, have[0][0].doc, calls, noisy=True)
             job.comparisons.append(compare_values(m, s.thresholds[m.id], base_vals, cv, s.noise_sigma, one))
-    if job.comparisons:
-        _settle(job, True)
-        items.append(job)
-    if current.empty and all(b.empty for b in baselines):
-        notes.append("no collective calls on either side: nothing to compare")
-    return Verdict(items, level, [b.source for b in baselines], current.source, s, notes, hang_failure(current))
+    if not job.comparisons:
+        return None
+    _settle(job, True)
+    return job
 
 
 def _set_aside_in(run: Run, key: Key) -> bool:
