@@ -40,7 +40,9 @@ def deepspeed_calls(folder: Path) -> dict[tuple[int, str], list[tuple[int, float
     for f in sorted(folder.glob("ds-rank*.json")):
         doc = json.loads(f.read_text())
         for op, sizes in doc["per_call_ms"].items():
-            out[(doc["rank"], DEEPSPEED_OPS.get(op, op))] = [(int(size), ms) for size, times in sizes.items() for ms in times]
+            out[(doc["rank"], DEEPSPEED_OPS.get(op, op))] = [
+                (int(size), ms) for size, times in sizes.items() for ms in times
+            ]
     return out
 
 
