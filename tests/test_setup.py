@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.analyses.contract import document
+from nsyscomm.analyses.invariants import violations
 from nsyscomm.api import load
 from nsyscomm.cli import main
 
@@ -294,6 +295,7 @@ def test_a_rank_late_to_the_nccl_init_call_stays_late(tmp_path):
     assert _whatif_step0_saved(res, "full_overlap") < 1.0
     text = CliRunner().invoke(main, ["summarize", str(path), "--no-cache"]).output
     assert "rank 1 arrived late 1 time(s), 300.000 ms" in text, text
+    assert not violations(document(res))
 
 
 def test_an_init_that_differs_between_ranks_names_nobody(tmp_path):
@@ -308,3 +310,4 @@ def test_an_init_that_differs_between_ranks_names_nobody(tmp_path):
     assert res.ranks["wait_ms"].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
     assert not res.steps.set_index("step").loc[0, "late_ms"] > 0  # NaN: nobody late
     assert _whatif_step0_saved(res, "no_straggler") == pytest.approx(0.0, abs=1e-3)
+    assert not violations(document(res))
