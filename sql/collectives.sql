@@ -37,22 +37,46 @@ messages AS (
     FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS sender,
                     CASE WHEN op = 'send' THEN peer ELSE rank END AS receiver
           FROM numbered WHERE pair IS NOT NULL)
+),
+-- a send's work is done once its receive has the data: its execution ends no later than its
+-- receive's, where the receive's end is a completion (its kernels', its completion mark or the
+-- end of its caller's wait -- the source's exec_end --, or a synchronous receive's return). An
+-- asynchronous receive with neither (irecv, batch_isend_irecv) ends at its enqueue: no bound.
+p2p AS (
+    SELECT *, min(CASE WHEN op = 'recv' AND (exec_end IS NOT NULL OR gpu_end IS NOT NULL
+                                             OR coalesce(api, '') NOT IN ('irecv', 'batch_isend_irecv'))
+                       THEN coalesce(exec_end, gpu_end, cpu_end) END)
+                  OVER (PARTITION BY "group", sender, receiver, msg) AS recv_done
+    FROM messages
     UNION ALL BY NAME
     SELECT * FROM numbered WHERE pair IS NULL
+),
+-- the execution span (docs/architecture.md, "Timing model"): the source's own where it knows when
+-- the work ran, else the kernels', else the host range. A call holding NCCL's communicator
+-- initialization (init_ns) starts its execution where its kernel would have started without the
+-- init (never before the call): the init is setup, but a rank that came late to the call stays
+-- late, and the init's own length, which differs between ranks, names nobody. A send without
+-- kernels ends no later than its receive did (p2p above); a receive that ended before its send
+-- began says the two ranks' clocks disagree, and bounds nothing.
+spans AS (
+    SELECT *,
+           CASE WHEN coalesce(init_ns, 0) > 0
+                THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
+                ELSE coalesce(exec_start, gpu_start, cpu_start) END AS x_start,
+           CASE WHEN op = 'send' AND gpu_end IS NULL AND recv_done >= coalesce(exec_start, cpu_start)
+                THEN least(coalesce(exec_end, cpu_end), recv_done)
+                ELSE coalesce(exec_end, gpu_end, cpu_end) END AS x_end
+    FROM p2p
 )
 SELECT
     report, rank, local_rank, host, pid, tid, op, api, bytes, dtype, numel, "group",
     group_size::INTEGER AS group_size, group_ranks, seq,
     caller, step, cpu_start, cpu_end, gpu_start, gpu_end, stream, device,
-    -- the execution span: the source's own where it knows when the work ran, else the kernels',
-    -- else the host range (docs/architecture.md, "The collectives table")
-    coalesce(exec_start, gpu_start, cpu_start) AS exec_start,
-    coalesce(exec_end, gpu_end, cpu_end) AS exec_end,
-    coalesce(exec_end, gpu_end, cpu_end) - coalesce(exec_start, gpu_start, cpu_start) AS duration_ns,
+    x_start AS exec_start, x_end AS exec_end, x_end - x_start AS duration_ns,
     source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
     wait_start, wait_end,
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     CASE WHEN pair IS NULL THEN (hash("group", pair, op, seq) >> 1)::BIGINT
          ELSE (hash("group", 'p2p', sender, receiver, msg) >> 1)::BIGINT END AS logical_id
-FROM messages
+FROM spans

@@ -1,7 +1,8 @@
 -- One row per logical collective: the calls of one communicator's seq-th operation on its ranks
 -- (for point-to-point: one message, its send and its receive).
 -- latency = the fastest rank's duration (the transfer itself, without waiting for late ranks).
--- setup: its calls set up their communicator (collectives.setup); first_meet: it is every
+-- setup: its calls set up their communicator (collectives.setup); whole_setup: its arrival skew is
+-- set aside with it; first_meet: it is every
 -- participant's first call; startup: a first meeting whose whole arrival skew is the ranks'
 -- start-up (all three set after, by nsyscomm.combine.setup).
 -- Input: collectives.
@@ -26,10 +27,15 @@ SELECT
          -- tie on arrival: the smallest rank is named
          ELSE arg_max(rank, (exec_start, -rank)) END AS last_rank,
     -- for sql/setup_calls.sql: the call's time on its fastest rank, host or device, the longer
-    -- (NCCL initializes a communicator on the host, before the kernel), and NCCL's init inside it
-    min(greatest(duration_ns, coalesce(cpu_end - cpu_start, 0))) AS took_ns,
+    -- (NCCL initializes a communicator on the host, before the kernel; the execution span of a
+    -- call holding the init counts it, sql/collectives.sql: taken back out here), and NCCL's init
+    min(greatest(duration_ns - coalesce(init_ns, 0), coalesce(cpu_end - cpu_start, 0))) AS took_ns,
     max(init_ns)                                AS init_ns,
     false                                       AS setup,   -- set by nsyscomm.combine.setup
+    -- setup, its arrival skew too: set aside by its length, with no NCCL init range to tell the
+    -- init from a late rank (a call holding one is setup for its time only: its calls' exec_start
+    -- leaves the init out, sql/collectives.sql, and its skew is lateness)
+    false                                       AS whole_setup,
     false                                       AS startup,
     false                                       AS first_meet  -- every participant's first call
 FROM collectives

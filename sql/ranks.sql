@@ -3,15 +3,22 @@
 -- spans, so calls in flight together (DDP's buckets, FSDP's prefetch on a second stream) count
 -- once and % comm never passes 100. wait = the part of that time spent waiting for other ranks:
 -- the union of each call's first (duration - its logical collective's latency), the time before
--- the last rank arrived. Calls that set up their communicator are left out.
+-- the last rank arrived. Calls that set up their communicator are left out, but for a call holding
+-- NCCL's init its wait for late ranks (its exec_start leaves the init out, sql/collectives.sql):
+-- that wait is communication, the init and the call's own transfer are setup.
 -- Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
-WITH per_row AS (
-    SELECT c.rank, coalesce(c.bytes, 0) AS bytes, c.exec_start AS s, c.exec_end AS e,
+WITH rows AS (
+    SELECT c.rank, coalesce(c.bytes, 0) AS bytes, c.exec_start AS s, c.exec_end AS e, c.setup,
            c.exec_start + greatest(0, c.duration_ns - l.latency_ns) AS we
     FROM collectives c
     JOIN logical_collectives l
       ON l.logical_id = c.logical_id
-    WHERE NOT c.setup AND c.exec_start IS NOT NULL AND c.exec_end IS NOT NULL
+    WHERE NOT l.whole_setup AND c.exec_start IS NOT NULL AND c.exec_end IS NOT NULL
+),
+per_row AS (
+    SELECT rank, bytes, s, e, we, true AS counted FROM rows WHERE NOT setup
+    UNION ALL
+    SELECT rank, 0, s, we, we, false FROM rows WHERE setup AND we > s
 ),
 -- each span's part not covered by the rank's spans that began before it: their sum is the union
 comm_part AS (
@@ -25,7 +32,7 @@ wait_part AS (
     WINDOW w AS (PARTITION BY rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 per_rank AS (
-    SELECT rank, count(*) AS calls, sum(bytes) AS bytes FROM per_row GROUP BY rank
+    SELECT rank, count(*) FILTER (WHERE counted) AS calls, sum(bytes) AS bytes FROM per_row GROUP BY rank
 ),
 comm AS (SELECT rank, sum(ns) AS comm_ns FROM comm_part GROUP BY rank),
 waits AS (SELECT rank, sum(ns) AS wait_ns FROM wait_part GROUP BY rank)

@@ -13,8 +13,9 @@ SELECT
     logical_id                                             AS sync_id,
     exec_start                                             AS start_ns,
     exec_end                                               AS end_ns,
+    -- (NCCL's init, which a call's execution span counts, is no transfer compute could hide)
     CASE WHEN busy_at_end IS NOT NULL AND busy_at_start IS NOT NULL
-         THEN greatest(0, (exec_end - exec_start) - (busy_at_end - busy_at_start))
+         THEN greatest(0, (exec_end - exec_start - coalesce(init_ns, 0)) - (busy_at_end - busy_at_start))
          END                                               AS exposed_ns,
     -- (a few collectives, at most one per rank: a semi-join with a small set)
     logical_id IN (SELECT logical_id FROM logical_collectives WHERE startup) AS startup

@@ -1,11 +1,12 @@
 -- Arrival skew per rank over the logical collectives that several ranks took part in:
 -- how often the rank arrived last, by how much it trailed the first arrival on average,
--- and how long it waited for others: the steady pattern. Left out: setup calls, and the job's
+-- and how long it waited for others: the steady pattern. Left out: calls set aside whole as setup
+-- (a call holding NCCL's init stays: its arrivals leave the init out, sql/collectives.sql), and the job's
 -- first meetings (first_meet: every participant's first call), whose skew is what the processes
 -- did before they first met -- start-up, or a lateness the Diagnosis names (late_arrivals.sql),
 -- no communication the gate compares. Inputs: collectives, logical_collectives.
 WITH shared AS (
-    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet
+    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT whole_setup AND NOT first_meet
 ),
 per_row AS (
     SELECT c.rank,

@@ -3,8 +3,9 @@
 -- (each rank's time with a call in flight),
 -- (waiting for late ranks included), the rank with the most of it, the rank that kept the others
 -- waiting longest (the last to arrive, weighted by how late), and the step's mean and worst
--- arrival skew. Input: collectives, logical_collectives. Calls that set up their communicator, and
--- the skew start-up explains (startup), are left out.
+-- arrival skew. Input: collectives, logical_collectives. Calls that set up their communicator are
+-- left out of the time, and of the skew those set aside whole (not a call holding NCCL's init:
+-- its arrivals leave the init out), as is the skew start-up explains (startup).
 WITH in_step AS (
     SELECT step, rank, exec_start AS s, exec_end AS e
     FROM collectives WHERE step IS NOT NULL AND NOT setup AND exec_start IS NOT NULL
@@ -21,12 +22,12 @@ per_rank AS (
 ),
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
-    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT setup AND NOT startup GROUP BY step
+    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup GROUP BY step
 ),
 late_by AS (
     SELECT step, last_rank, sum(last_arrival - first_arrival) AS late_ns
     FROM logical_collectives
-    WHERE step IS NOT NULL AND participants >= 2 AND last_arrival > first_arrival AND NOT setup AND NOT startup
+    WHERE step IS NOT NULL AND participants >= 2 AND last_arrival > first_arrival AND NOT whole_setup AND NOT startup
     GROUP BY step, last_rank
 ),
 late AS (

@@ -46,10 +46,17 @@ def write_job(
     nccl_ranges: bool = True,
     slow_steps: dict[int, int] | None = None,
     wrapper: bool = True,
+    late_ns: dict[int, int] | None = None,
+    init_extra_ns: dict[int, int] | None = None,
 ) -> dict:
     """Write the job's report to path. Returns the truth: per call (rank, step, op, bytes,
     cpu_start, cpu_end, gpu_start, gpu_end), the setup call's (step, op, bytes, took_ns,
-    init_ns), and each step's time (from the previous step's last end)."""
+    init_ns), and each step's time (from the previous step's last end).
+
+    At the first call, rank r arrives `late_ns[r]` late; NCCL's init is collective (its
+    bootstrap waits for every rank), so every rank's init ends INIT_NS after the last one arrived,
+    `init_extra_ns[r]` later on rank r (its own part of the init took that much longer)."""
+    late_ns, init_extra_ns = late_ns or {}, init_extra_ns or {}
     rep = synth.Report(Path(path).name, cuda=True)
     procs = [rep.process(9000 + r, "python3", {9000 + r: "python3"}) for r in range(n_ranks)]
     for r, p in enumerate(procs):
@@ -58,7 +65,7 @@ def write_job(
         rep.mark(p, p.pid, T0 - 30 * US, registered=nvtx_format.format_rank_marker(r, r, n_ranks, "h"), domain=1)
     t = T0
     seq = 0
-    calls, setup, step_ends = [], [], []
+    calls, setup, step_ends, exec_starts = [], [], [], []
     for step, events in enumerate(steps):
         t += (slow_steps or {}).get(step, 0)
         for r, p in enumerate(procs):  # a compute kernel on every rank's device
@@ -75,12 +82,15 @@ def write_job(
         t += 10 * US + COMPUTE_NS + GAP_NS
         for op, nbytes, in_place in events:
             first = seq == 0
-            init = INIT_NS if first else 0
-            start = t
-            launch = start + 5 * US + init
-            cpu_end = launch + LAUNCH_NS
+            starts = [t + (late_ns.get(r, 0) if first else 0) for r in range(n_ranks)]
+            # the init's range on each rank: from its arrival to INIT_NS after the last arrival
+            init_ends = [max(starts) + 2 * US + INIT_NS - US + init_extra_ns.get(r, 0) for r in range(n_ranks)]
+            launches = [e + 4 * US if first else s + 5 * US for s, e in zip(starts, init_ends)]
             gpu = None
+            took = []
             for r, p in enumerate(procs):
+                start, launch = starts[r], launches[r]
+                cpu_end = launch + LAUNCH_NS
                 msg = nvtx_format.format_collective(
                     op,
                     api=op,
@@ -101,7 +111,7 @@ def write_job(
                             p,
                             p.pid,
                             start + 2 * US,
-                            start + 2 * US + init - US,
+                            init_ends[r],
                             text="ncclCommInitRankConfig",
                             domain=NCCL_DOMAIN_ID,
                         )
@@ -126,10 +136,10 @@ def write_job(
                         device=r,
                         stream=NCCL_STREAM,
                         start=launch + 10 * US,
-                        end=launch + 10 * US + KERNEL_NS,
+                        end=max(launches) + 10 * US + KERNEL_NS,  # once every rank is in
                         name=kname,
                     )
-                    gpu = (launch + 10 * US, launch + 10 * US + KERNEL_NS)
+                    gpu = (launch + 10 * US, max(launches) + 10 * US + KERNEL_NS)
                 elif not in_place:
                     api = rep.api_call(p, p.pid, launch + US, launch + 3 * US, MEMCPY_ASYNC)
                     rep.memcpy(
@@ -143,11 +153,18 @@ def write_job(
                     )
                     gpu = (launch + 8 * US, launch + 8 * US + COPY_NS)
                 calls.append((r, step, op, nbytes, start, cpu_end) + (gpu or (None, None)))
+                # the execution's start as the statistics read it: the device's, else the host's;
+                # a call holding NCCL's init range starts where its kernel would have without it
+                x = gpu[0] if gpu else start
+                if first and nccl_ranges:
+                    x = max(start, x - (init_ends[r] - start - 2 * US))
+                exec_starts.append((step, x))
+                took.append(max(cpu_end - start, (gpu[1] - gpu[0]) if gpu else 0))
             if first:
-                took = max(cpu_end - start, (gpu[1] - gpu[0]) if gpu else 0)
-                setup.append({"step": step, "op": op, "bytes": nbytes, "took_ns": took, "init_ns": init - US})
+                init_ns = max(e - s - 2 * US for s, e in zip(starts, init_ends))
+                setup.append({"step": step, "op": op, "bytes": nbytes, "took_ns": max(took), "init_ns": init_ns})
             seq += 1
-            t = max(cpu_end, gpu[1] if gpu else 0) + GAP_NS
+            t = max(max(c[5] for c in calls[-n_ranks:]), gpu[1] if gpu else 0) + GAP_NS
         # a call's end as the statistics read it: its device's, else its host's
         step_ends.append(max(c[7] if c[7] is not None else c[5] for c in calls if c[1] == step))
     for r, p in enumerate(procs):  # the job goes on after its last step: the capture did not end there
@@ -162,6 +179,6 @@ def write_job(
             name="sm90_gemm",
         )
     synth.write_sqlite(rep, Path(path), seed=5)
-    first_start = min(c[6] if c[6] is not None else c[4] for c in calls if c[1] == 0)
+    first_start = min(x for step, x in exec_starts if step == 0)
     step_ns = [step_ends[0] - first_start] + [b - a for a, b in zip(step_ends, step_ends[1:])]
     return {"calls": calls, "setup": setup, "step_ns": step_ns}

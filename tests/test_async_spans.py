@@ -293,3 +293,52 @@ def test_an_async_call_is_exposed_only_while_its_caller_waits(tmp_path):
     b = res.step_breakdown
     assert len(b) == 1
     assert b["exposed_ms"].iloc[0] == pytest.approx(2.0) and b["wait_ms"].iloc[0] == pytest.approx(0.0)
+
+
+SEND_WAIT_END = T0 + 300 * MS + 50_000  # rank 0 waits for its isend 300 ms after the enqueue
+
+
+@pytest.mark.parametrize(
+    "recv, send_end",
+    [
+        # a synchronous receive returns when the data is there: the send was done by then
+        ("recv", T0 + 5 * MS),
+        # an irecv's end is the end of its caller's wait, or its completion mark
+        ("irecv_waited", T0 + 6 * MS),
+        ("irecv_marked", T0 + 4 * MS),
+        # an irecv with neither ends at its enqueue, which says nothing of the data: no bound
+        ("irecv_unseen", SEND_WAIT_END),
+        # a receive that ended before its send began: the ranks' clocks disagree, no bound
+        ("clocks_disagree", SEND_WAIT_END),
+    ],
+)
+def test_a_send_without_a_future_ends_by_its_receive(tmp_path, recv, send_end):
+    """gloo's send Work has no future: no completion mark, so the send ends at its caller's
+    wait, here 300 ms after the message was delivered. Its execution ends no later than its
+    receive's, where the receive's end is a completion."""
+
+    def build(rep, procs):
+        p0, p1 = procs
+        _call(rep, p0, "send", 0, T0, T0 + 100_000, peer=1, api="isend")
+        _wait(rep, p0, T0 + 300 * MS, SEND_WAIT_END, "send", 0, peer=1)
+        if recv == "recv":
+            _call(rep, p1, "recv", 0, T0 + MS, T0 + 5 * MS, asy=False, peer=0, api="recv")
+        elif recv == "clocks_disagree":
+            _call(rep, p1, "recv", 0, T0 - 10 * MS, T0 - 5 * MS, asy=False, peer=0, api="recv")
+        else:
+            _call(rep, p1, "recv", 0, T0 + MS, T0 + MS + 100_000, peer=0, api="irecv")
+            if recv == "irecv_waited":
+                _wait(rep, p1, T0 + 2 * MS, T0 + 6 * MS, "recv", 0, peer=0)
+            elif recv == "irecv_marked":
+                _done(rep, p1, T0 + 4 * MS, "recv", 0, peer=0)
+
+    res = _job(tmp_path, build)
+    c = res.collectives
+    send, got_recv = _row(c, 0, 0, "send"), _row(c, 1, 0, "recv")
+    assert send["logical_id"] == got_recv["logical_id"]
+    assert send["exec_start"] == T0 and send["exec_end"] == send_end
+    assert send["duration_ns"] == send_end - T0
+    assert send["wait_end"] == SEND_WAIT_END  # the caller still waited until then
+    ranks = res.ranks.set_index("rank")
+    assert ranks.loc[0, "comm_ms"] == pytest.approx((send_end - T0) / MS, abs=1e-9)
+    _invariants(res)

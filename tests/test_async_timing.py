@@ -118,6 +118,23 @@ def test_irecv_cannot_end_before_the_send_is_posted(job):
         assert recv["exec_end"] >= send["cpu_start"] and recv["duration_ns"] >= 300 * MS, recv_api
 
 
+def test_a_send_waited_for_late_ends_by_its_receive(job):
+    """Rank 0 isends, sleeps 300 ms, then waits; rank 1 receives at once. gloo's send Work has
+    no future, so only the wait would end it: its execution ends by its receive's end instead,
+    within the receive the program timed itself, far short of the sleep it measured."""
+    res, own, _, _ = job
+    c = res.collectives
+    send = c[(c["rank"] == 0) & (c["op"] == "send") & (c["api"] == "isend")]
+    recv = c[(c["rank"] == 1) & (c["op"] == "recv") & (c["api"] == "recv")]
+    assert len(send) == len(recv) == 1
+    send, recv = send.iloc[0], recv.iloc[0]
+    assert send["logical_id"] == recv["logical_id"]  # one message
+    sleep_ms, recv_ms = own[0]["send_sleep_ns"] / MS, own[1]["recv_ns"] / MS
+    assert recv["duration_ns"] / MS <= recv_ms  # the receive's range lies inside the program's timing
+    assert send["duration_ns"] / MS <= max(recv_ms, 0.5 * sleep_ms), (send["duration_ns"] / MS, recv_ms, sleep_ms)
+    assert send["exec_end"] <= recv["exec_end"] and send["duration_ns"] >= 0
+
+
 def test_functional_all_reduce_runs_until_the_late_rank_and_its_wait(job):
     res, _, profiler, _ = job
     c = res.collectives

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.analyses.contract import document
+from nsyscomm.analyses.invariants import violations
 from nsyscomm.api import load
 from nsyscomm.cli import main
 
@@ -183,10 +184,11 @@ def test_html_charts_scale_to_the_steady_steps(tmp_path):
     for label in (">0w<", ">1w<"):
         assert page.count(label) >= 2  # the waterfall and the what-if chart
     assert ">2w<" not in page and ">2<" in page
-    # step 1 past the scale in both charts (step 0 starts at its first kernel, after the init: short)
-    assert page.count('class="cut"') == 2
+    # steps 0 (its call's execution counts NCCL's init) and 1 past the scale in both charts
+    assert page.count('class="cut"') == 4
     steady_ms = max(truth["step_ns"][2:]) / 1e6
-    assert f"{truth['step_ns'][1] / 1e6:.3f} ms" in page and steady_ms < truth["step_ns"][1] / 1e6
+    for warm in truth["step_ns"][:2]:
+        assert f"{warm / 1e6:.3f} ms" in page and steady_ms < warm / 1e6
 
 
 def test_a_damaged_copy_table_leaves_the_host_time(tmp_path):
@@ -260,3 +262,52 @@ def test_nccl_log_init_timings_join_the_setup(tmp_path):
     assert json.loads(res.stdout)["setup"]["nccl_log_init_s"] == 3.38
     text = CliRunner().invoke(main, ["summarize", str(path), "--nccl-log", str(log), "--no-cache"]).output
     assert "NCCL's log (Init timings) gives 2 communicator init(s), the longest 3.38 s" in text
+
+
+def _whatif_step0_saved(res, scenario: str) -> float:
+    row = next(r for r in res.what_if if r["scenario"] == scenario)
+    (step0,) = [s for s in row["steps"] if s["step"] == 0]
+    return step0["saved_ms"]
+
+
+def test_a_rank_late_to_the_nccl_init_call_stays_late(tmp_path):
+    """Rank 1 comes 300 ms late to the first all_reduce, which holds NCCL's init: the init is
+    collective, so rank 0's init range lasts those 300 ms longer and both kernels start together.
+    Only the init is setup: rank 1 is named late by 300 ms, rank 0's wait counts, the what-if's
+    no_straggler saves it (in warm-up step 0, which holds the setup call)."""
+    late = 300 * sj.MS
+    path = tmp_path / "job.sqlite"
+    sj.write_job(path, 2, STEPS, late_ns={1: late})
+    res = load([path], cache=False)
+    assert len(res.setup) == 1 and res.setup.iloc[0]["how"] == "nccl_init"  # still setup: its time
+    (row,) = res.late.to_dict("records")
+    assert (row["rank"], row["op"], row["step"]) == (1, "all_reduce", 0)
+    assert row["delay_ms"] == pytest.approx(late / 1e6, abs=1e-6)
+    ranks = res.ranks.set_index("rank")
+    assert ranks.loc[0, "wait_ms"] == pytest.approx(late / 1e6, abs=1e-6)
+    assert ranks.loc[1, "wait_ms"] == pytest.approx(0.0, abs=1e-6)
+    assert (ranks["calls"] == 11).all()  # the setup call is still no call of the statistics
+    steps = res.steps.set_index("step")
+    assert int(steps.loc[0, "late_rank"]) == 1 and steps.loc[0, "late_ms"] == pytest.approx(late / 1e6, abs=1e-6)
+    assert res.startup["collectives"] == 0  # both ranks started together: no start-up explains it
+    assert _whatif_step0_saved(res, "no_straggler") == pytest.approx(late / 1e6, abs=1e-3)
+    # the init is no transfer compute could hide
+    assert _whatif_step0_saved(res, "full_overlap") < 1.0
+    text = CliRunner().invoke(main, ["summarize", str(path), "--no-cache"]).output
+    assert "rank 1 arrived late 1 time(s), 300.000 ms" in text, text
+    assert not violations(document(res))
+
+
+def test_an_init_that_differs_between_ranks_names_nobody(tmp_path):
+    """The control: both ranks come to the first all_reduce together, rank 0's own part of
+    NCCL's init takes 300 ms longer (its kernel starts 300 ms after rank 1's). The init is setup:
+    nobody is late, nobody waited, the what-if has nothing to save."""
+    path = tmp_path / "job.sqlite"
+    sj.write_job(path, 2, STEPS, init_extra_ns={0: 300 * sj.MS})
+    res = load([path], cache=False)
+    assert len(res.setup) == 1 and res.setup.iloc[0]["how"] == "nccl_init"
+    assert res.late.empty
+    assert res.ranks["wait_ms"].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert not res.steps.set_index("step").loc[0, "late_ms"] > 0  # NaN: nobody late
+    assert _whatif_step0_saved(res, "no_straggler") == pytest.approx(0.0, abs=1e-3)
+    assert not violations(document(res))

@@ -29,7 +29,13 @@ def mark_setup(con: duckdb.DuckDBPyConnection) -> int:
     if not _count(con, "SELECT count(*) FROM setup_ids"):
         return 0
     con.execute("UPDATE collectives SET setup = true WHERE logical_id IN (SELECT logical_id FROM setup_ids)")
-    con.execute("UPDATE logical_collectives SET setup = true WHERE logical_id IN (SELECT logical_id FROM setup_ids)")
+    # a call holding NCCL's init ranges is setup for its time only: its arrival leaves the init
+    # out (sql/collectives.sql), so a rank late to it beyond the init is named late; one set aside
+    # by its length alone is setup whole, its skew too (nothing there tells an init from a late rank)
+    con.execute(
+        "UPDATE logical_collectives SET setup = true, whole_setup = s.how <> 'nccl_init' "
+        "FROM setup_ids s WHERE s.logical_id = logical_collectives.logical_id"
+    )
     return _count(con, "SELECT count(*) FROM collectives WHERE setup")
 
 

@@ -8,6 +8,8 @@ Phases, each separated by a barrier (their calls are told apart by seq in the te
 3. late:   async all_reduce; rank 1 sleeps LATE_S before it. Rank 0 waits in wait().
 4. p2p:    rank 0 irecv from 1, rank 1 sleeps LATE_S then isend; both wait(). Then both ways
            at once through batch_isend_irecv, rank 1 LATE_S late again.
+   Then rank 0 isends, sleeps SEND_WAIT_S and only then waits; rank 1 receives at once
+           (a synchronous recv it times itself): the send is done long before its wait.
 5. funcol: functional all_reduce + wait_tensor; rank 1 sleeps LATE_S before it.
 6. ddp:    DDP (bucket_cap_mb small) forward/backward STEPS times; the bucket all_reduces run on
            gloo's thread while backward goes on. Each bucket holds one layer's parameters (LAYER
@@ -28,6 +30,7 @@ BIG = 1 << 22  # float32 elements: a 16 MiB message, whose transfer dwarfs the e
 REPS = 5
 LATE_S = 0.4
 COMPUTE_S = 0.15
+SEND_WAIT_S = 0.3
 STEPS = 3
 WIDTH = 512
 LAYER = WIDTH * WIDTH + WIDTH  # float32 elements of one Linear(WIDTH, WIDTH)
@@ -75,6 +78,18 @@ def main():
     ops = [dist.P2POp(dist.isend, buf, peer), dist.P2POp(dist.irecv, torch.zeros_like(buf), peer)]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
+    dist.barrier()
+
+    # a send waited for long after it was done: gloo's send Work has no future to mark its end
+    t0 = time.perf_counter_ns()
+    if rank == 0:
+        w = dist.isend(buf, dst=1)
+        time.sleep(SEND_WAIT_S)
+        out["send_sleep_ns"] = time.perf_counter_ns() - t0
+        w.wait()
+    else:
+        dist.recv(buf, src=0)
+        out["recv_ns"] = time.perf_counter_ns() - t0
     dist.barrier()
 
     import torch.distributed._functional_collectives as fc
