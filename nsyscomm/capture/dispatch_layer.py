@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
-from types import ModuleType
 
 from nsyscomm import nvtx_format as _fmt
 from nsyscomm.capture import groups, python_layer
+from nsyscomm.capture.wrapper_state import WrapperState, close_call
 
-W: ModuleType  # nsyscomm.capture.wrapper, set by install()
+W: WrapperState  # nsyscomm.capture.wrapper, set by install()
 
 
 # c10d op -> (family, arg index of the tensors that give S, multiply by group size)
@@ -175,15 +175,8 @@ def _make_kernel(name, opov, message=None):
                 r = opov(*args, **kwargs)
             done = True
         finally:
-            if rf is not None:
-                W._rf_close(rf)
-            if pushed:
-                try:
-                    if not done:
-                        W._raising()
-                    W._pop()
-                except Exception:
-                    pass
+            if pushed or rf is not None:
+                close_call(W, rf, pushed, done)
         if ident is not None:  # the work runs on the backend's thread: mark when it is done
             python_layer.track(r, ident, "c10d." + name)
         return r
@@ -191,7 +184,7 @@ def _make_kernel(name, opov, message=None):
     return kernel
 
 
-def install(wrapper: ModuleType) -> tuple[tuple, int]:
+def install(wrapper: WrapperState) -> tuple[tuple, int]:
     """Register the dispatcher kernels; returns (the torch.library.Library objects holding them,
     how many were registered). wrapper: nsyscomm.capture.wrapper, whose state the kernels read
     when they run (annotate() toggles it, the emitter is bound after install)."""

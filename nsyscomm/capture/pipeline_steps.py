@@ -15,12 +15,13 @@ import functools
 import importlib.abc
 import sys
 from types import ModuleType
-from typing import Any
+
+from nsyscomm.capture.wrapper_state import WrapperState
 
 MODULE = "torch.distributed.pipelining.schedules"
 CLASSES = ("PipelineScheduleSingle", "PipelineScheduleMulti")
 
-W: Any = None  # nsyscomm.capture.wrapper, bound by install()
+W: WrapperState | None = None  # nsyscomm.capture.wrapper, bound by install()
 _pending = False  # a schedule step ended and no optimizer step has come since
 _depth = 0  # schedule steps in progress (a subclass's step may call its base's)
 
@@ -50,7 +51,7 @@ def _wrap(orig):
     return step
 
 
-def _patch(mod: ModuleType) -> None:
+def _patch(mod: ModuleType, w: WrapperState) -> None:
     for name in CLASSES:
         cls = getattr(mod, name, None)
         if cls is None:
@@ -60,7 +61,7 @@ def _patch(mod: ModuleType) -> None:
             continue
         new = _wrap(orig)
         cls.step = new
-        W._patched.append((cls, "step", orig, new))
+        w._patched.append((cls, "step", orig, new))
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -81,7 +82,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                     _run(module)
                     try:
                         if W is not None and W._enabled:
-                            _patch(module)
+                            _patch(module, W)
                     except Exception as e:
                         W._warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
 
@@ -93,12 +94,12 @@ class _Finder(importlib.abc.MetaPathFinder):
 _finder = _Finder()
 
 
-def install(wrapper: Any) -> None:
+def install(wrapper: WrapperState) -> None:
     """Mark schedule steps as step boundaries, now or when the job imports the schedules."""
     global W
     W = wrapper
     mod = sys.modules.get(MODULE)
     if mod is not None:
-        _patch(mod)
+        _patch(mod, wrapper)
     elif _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
