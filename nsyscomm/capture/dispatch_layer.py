@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """Layer 2 of the wrapper (nsyscomm.capture.wrapper's docstring): a catch-all at the dispatcher.
 
 A Python kernel registered for every ``c10d::*`` op and the ``_c10d_functional::*`` collectives
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
 from nsyscomm.capture import groups, python_layer
@@ -54,7 +56,7 @@ def _dispatch_api(name):
     """Label a call that reached the dispatcher without a Python wrapper: DDP's reducer, DDP's broadcasts, other."""
     if W._tls.api:
         return W._tls.api
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     known = _ddp_code
     while f is not None:
         code = f.f_code

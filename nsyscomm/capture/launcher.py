@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsyscomm.capture import run_folder
+from nsyscomm.capture.beside_job import BESIDE_NICE, Beside, nice_this_thread  # noqa: F401 - callers import these here
 from nsyscomm.capture.capture_watch import CaptureWatch, advice
 from nsyscomm.capture.exports import DEFAULT_EXPORT
 from nsyscomm.capture.nsys_command import (
@@ -207,53 +208,6 @@ def _has_room(out_dir: Path, files: list[Path]) -> bool:
 
 
 PROFILERS = ("nsys", "torch")
-# the niceness a thread beside the job takes (nice_this_thread): it uses the cores the job leaves
-# idle, and the job's ranks and nsys go first
-BESIDE_NICE = 10
-
-
-def nice_this_thread(nice: int = BESIDE_NICE) -> None:
-    """Lower the calling thread's priority alone (Linux: a thread has its own niceness), never
-    raising it: a launcher already run at a higher niceness keeps it. What the thread starts
-    afterwards inherits it, so a process that must run at full speed is started before."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
-    except (AttributeError, OSError):
-        pass
-
-
-class _Beside:
-    """A function run in a daemon thread while the job runs. Its errors are its own: what it
-    prepares is done again, and reported, by the step that needs it."""
-
-    def __init__(self, fn: Callable[[], object] | None) -> None:
-        self._thread: threading.Thread | None = None
-        self.started = time.perf_counter()
-        self.ended: float | None = None
-        self.error: str | None = None
-        if fn is not None:
-            self._thread = threading.Thread(target=self._run, args=(fn,), name="nsyscomm-beside-job", daemon=True)
-            self._thread.start()
-
-    def _run(self, fn: Callable[[], object]) -> None:
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001 - a head start only
-            self.error = f"{type(e).__name__}: {e}"
-        self.ended = time.perf_counter()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def summary(self, job_end: float) -> str | None:
-        """The run log's line: how long it took, and whether the job was still running then."""
-        if self._thread is None or self.ended is None:
-            return None
-        when = "before" if self.ended <= job_end else f"{self.ended - job_end:.2f} s after"
-        status = f"failed ({self.error})" if self.error else "ok"
-        return f"beside the job: done {self.ended - self.started:.2f} s after its start, {when} its exit, {status}"
 
 
 def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stderr, while_job_runs=None) -> RunResult:
@@ -275,7 +229,7 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH") from None
-    beside = _Beside(while_job_runs)
+    beside = Beside(while_job_runs)
     rc = _wait(proc, warnings_, profiler="torch")
     beside.join()
     if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
@@ -376,7 +330,7 @@ def _run_nsys(
     _write_command(out_dir, full)
     temp_before = _temp_reports()
     proc, err = _start_under_nsys(full, env, stdout_to_stderr)
-    beside = _Beside(while_job_runs)
+    beside = Beside(while_job_runs)
     started = time.perf_counter()
     rc = _watch_job(proc, err, records, hang_s, lambda: _capture_files(out_dir, temp_before), preset, warnings_)
     log = StageLog(out_dir)  # each stage after the job shown and logged

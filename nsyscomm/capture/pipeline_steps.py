@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """Training steps of a pipeline-parallel job: each `step()` of a torch.distributed.pipelining schedule
 is a step boundary, for jobs whose pipeline stages have no optimizer step to mark one (an optimizer
 step, where there is one, still marks it and the schedule's adds none).
@@ -21,7 +22,7 @@ from nsyscomm.capture.wrapper_state import WrapperState
 MODULE = "torch.distributed.pipelining.schedules"
 CLASSES = ("PipelineScheduleSingle", "PipelineScheduleMulti")
 
-W: WrapperState | None = None  # nsyscomm.capture.wrapper, bound by install()
+W: WrapperState  # nsyscomm.capture.wrapper, bound by install() before anything here runs
 _pending = False  # a schedule step ended and no optimizer step has come since
 _depth = 0  # schedule steps in progress (a subclass's step may call its base's)
 
@@ -47,7 +48,7 @@ def _wrap(orig):
             if _depth == 0:
                 _pending = True
 
-    step._nsyscomm = True
+    setattr(step, "_nsyscomm", True)  # noqa: B010 (an attribute mypy does not know functions take)
     return step
 
 
@@ -81,12 +82,12 @@ class _Finder(importlib.abc.MetaPathFinder):
                 def exec_module(module, _run=run):
                     _run(module)
                     try:
-                        if W is not None and W._enabled:
+                        if W._enabled:
                             _patch(module, W)
                     except Exception as e:
                         W._warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
 
-                loader.exec_module = exec_module
+                setattr(loader, "exec_module", exec_module)  # noqa: B010 (mypy forbids assigning a method)
                 return spec
         return None
 

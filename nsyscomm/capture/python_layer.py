@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """Layer 1 of the wrapper (nsyscomm.capture.wrapper's docstring): Python wrappers in place of the
 public functions of ``torch.distributed`` (the package namespace and ``distributed_c10d``) and of
 ``torch.distributed._functional_collectives``.

@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """NVTX ranges around every torch.distributed collective (``nsyscomm.annotate()``).
 
 Two layers, so that nothing is missed and the common path stays cheap:
@@ -29,6 +30,7 @@ C fast path by name from this module's dict, the tests by patching it. Layer 1 i
 python_layer.py, layer 2 dispatch_layer.py, the groups seen groups.py, the wrapped functions'
 specs api_specs.py, the NVTX binding nvtx_emitter.py and what is bound from torch
 torch_bindings.py; annotate() hands them this module or what they need, so none imports it back.
+What the layers read of this module is declared, typed, in wrapper_state.py (WrapperState).
 """
 
 from __future__ import annotations
@@ -93,8 +95,16 @@ class _ProfilerOff:
 
 
 _prof = _ProfilerOff  # torch.autograd.profiler (its _is_profiler_enabled flag: one attribute read)
-_rf_enter = None  # torch.ops.profiler._record_function_enter_new
-_rf_exit = None  # torch.ops.profiler._record_function_exit._RecordFunction
+
+
+def _no_record_function(*_a: Any) -> None:
+    """The record_function ops where torch has none: never called, as _prof then never says
+    "profiling", but a callable, so that the layers' type is one type."""
+    return None
+
+
+_rf_enter: Callable[..., Any] = _no_record_function  # torch.ops.profiler._record_function_enter_new
+_rf_exit: Callable[..., Any] = _no_record_function  # torch.ops.profiler._record_function_exit._RecordFunction
 _profile_hook = None  # nsyscomm.capture.torch_profile under `nsyscomm run --profiler torch`
 
 
@@ -482,7 +492,9 @@ def _check_fast_guard(torch) -> None:
 def _bind_profiler(torch) -> None:
     """Bind the record_function ops; without them the flag object says 'never profiling'."""
     global _prof, _rf_enter, _rf_exit
-    _prof, _rf_enter, _rf_exit = torch_bindings.profiler_ops(torch, _ProfilerOff, _warn_once)
+    _prof, enter, exit_ = torch_bindings.profiler_ops(torch, _ProfilerOff, _warn_once)
+    _rf_enter = enter if enter is not None else _no_record_function
+    _rf_exit = exit_ if exit_ is not None else _no_record_function
 
 
 def _reset_for_tests():
