@@ -208,6 +208,34 @@ def test_annotation_failure_degrades_with_one_warning(rec, monkeypatch):
     assert sum("could not annotate all_reduce" in str(x.message) for x in w) == 1
 
 
+@pytest.mark.parametrize("layer", ["python", "dispatcher"])
+def test_a_failing_pop_is_warned_once_whichever_layer_made_the_range(rec, monkeypatch, layer):
+    """Both layers close a call's range the same way: a pop that fails is said once, naming the
+    failure, and the collective's result is untouched."""
+
+    def broken_pop():
+        rec.pop()
+        raise RuntimeError("pop broken")
+
+    monkeypatch.setattr(W, "_pop", broken_pop)
+    W._warned.discard("pop")
+    t = torch.ones(4)
+    calls = {
+        "python": (lambda: dist.all_reduce(t), "all_reduce"),
+        "dispatcher": (lambda: dist.group.WORLD.allreduce([t]).wait(), "c10d.allreduce"),
+    }
+    call, api = calls[layer]
+    rec.msgs.clear()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        call()
+        call()
+    assert [m["api"] for m in rec.parsed()] == [api, api]
+    assert torch.equal(t, torch.ones(4))
+    said = [str(x.message) for x in w if "pop" in str(x.message)]
+    assert said == ["nsyscomm: NVTX pop failed (RuntimeError('pop broken'))"]
+
+
 def test_thread_safety(rec):
     n_threads, n_calls = 4, 100
     errors = []

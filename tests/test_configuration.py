@@ -84,3 +84,33 @@ def test_accessors_read_the_environment_when_called(monkeypatch):
     assert not settings.annotate()
     monkeypatch.setenv("NSYSCOMM_TORCH_ACTIVITIES", "CPU")
     assert settings.torch_activities() == {"cpu"}
+
+
+def _environment_reads(tree: ast.AST) -> list[ast.expr]:
+    """The keys of os.environ.get(K), os.getenv(K) and os.environ[K] reads in a module."""
+    keys = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
+            f = node.func
+            environ_get = f.attr == "get" and ast.unparse(f.value) == "os.environ"
+            if environ_get or ast.unparse(f) == "os.getenv":
+                keys.append(node.args[0])
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            if ast.unparse(node.value) == "os.environ":
+                keys.append(node.slice)
+    return keys
+
+
+def test_capture_reads_nsyscomm_variables_through_settings():
+    """The capture side reads its NSYSCOMM_* variables through nsyscomm.settings, which says what
+    each one is; only the startup hook, which must import without nsyscomm, reads its own. What is
+    left are the launcher's and torchrun's standard variables (RANK, LOCAL_RANK, TMPDIR), named
+    by literal so that this check can see them."""
+    capture = ROOT / "nsyscomm" / "capture"
+    found = {}
+    for p in sorted(capture.glob("*.py")):
+        for key in _environment_reads(ast.parse(p.read_text(encoding="utf-8"))):
+            literal = isinstance(key, ast.Constant) and isinstance(key.value, str)
+            if not literal or key.value.startswith("NSYSCOMM_"):
+                found.setdefault(p.name, []).append(ast.unparse(key))
+    assert found == {}, "read these through nsyscomm.settings (declare them there first)"

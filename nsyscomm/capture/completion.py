@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """When an asynchronous call's work ran, and when its caller waited for it.
 
 A call that returns a Work or a future (``async_op=True``, ``isend``/``irecv``, DDP's reducer
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 import sys
 import weakref
-from types import ModuleType
 from typing import Any
 
 from nsyscomm import nvtx_format as _fmt
+from nsyscomm.capture.wrapper_state import WrapperState
 
-W: ModuleType  # nsyscomm.capture.wrapper, set by install()
+W: WrapperState  # nsyscomm.capture.wrapper, set by install()
 _work_ident: Any = weakref.WeakKeyDictionary()  # Work -> ident, for its wait
 _tensor_ident: dict = {}  # functional collective's output storage (data_ptr) -> ident, until waited
 _MAX_IN_FLIGHT = 10_000
@@ -108,7 +109,7 @@ def _wait_range(ident: str | None, fn, args, kwargs):
             pass
 
 
-def install(wrapper: ModuleType) -> None:
+def install(wrapper: WrapperState) -> None:
     """Wrap Work.wait and the functional collectives' wait_tensor (once per process)."""
     global W
     W = wrapper

@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """Layer 2 of the wrapper (nsyscomm.capture.wrapper's docstring): a catch-all at the dispatcher.
 
 A Python kernel registered for every ``c10d::*`` op and the ``_c10d_functional::*`` collectives
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import os
 import sys
-from types import ModuleType
+from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
 from nsyscomm.capture import groups, python_layer
+from nsyscomm.capture.wrapper_state import WrapperState, close_call
 
-W: ModuleType  # nsyscomm.capture.wrapper, set by install()
+W: WrapperState  # nsyscomm.capture.wrapper, set by install()
 
 
 # c10d op -> (family, arg index of the tensors that give S, multiply by group size)
@@ -54,7 +56,7 @@ def _dispatch_api(name):
     """Label a call that reached the dispatcher without a Python wrapper: DDP's reducer, DDP's broadcasts, other."""
     if W._tls.api:
         return W._tls.api
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     known = _ddp_code
     while f is not None:
         code = f.f_code
@@ -175,15 +177,8 @@ def _make_kernel(name, opov, message=None):
                 r = opov(*args, **kwargs)
             done = True
         finally:
-            if rf is not None:
-                W._rf_close(rf)
-            if pushed:
-                try:
-                    if not done:
-                        W._raising()
-                    W._pop()
-                except Exception:
-                    pass
+            if pushed or rf is not None:
+                close_call(W, rf, pushed, done)
         if ident is not None:  # the work runs on the backend's thread: mark when it is done
             python_layer.track(r, ident, "c10d." + name)
         return r
@@ -191,7 +186,7 @@ def _make_kernel(name, opov, message=None):
     return kernel
 
 
-def install(wrapper: ModuleType) -> tuple[tuple, int]:
+def install(wrapper: WrapperState) -> tuple[tuple, int]:
     """Register the dispatcher kernels; returns (the torch.library.Library objects holding them,
     how many were registered). wrapper: nsyscomm.capture.wrapper, whose state the kernels read
     when they run (annotate() toggles it, the emitter is bound after install)."""

@@ -27,6 +27,7 @@ first. The header's finished count still counts it: it measures progress, not su
 from __future__ import annotations
 
 import atexit
+import importlib
 import mmap
 import os
 import struct
@@ -36,9 +37,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from nsyscomm import nvtx_format as _fmt
+from nsyscomm import settings
 
 ENV_DIR = "NSYSCOMM_RECORD_DIR"
 MAGIC = b"NSCRING1"
@@ -58,10 +61,17 @@ _HEAD = struct.Struct("<8sIIIiIIQQQQ")
 _SLOT = struct.Struct("<QQQQII")
 _PREFIX = _fmt.COLLECTIVE_PREFIX.encode()
 
-try:
-    from nsyscomm.capture import _flightring
-except ImportError:  # no C compiler at install: the Python ring below, same file
-    _flightring = None
+
+def _c_ring() -> ModuleType | None:
+    """The C ring (_flightring.c), or None where it was not built (no C compiler at install): then
+    the Python ring below writes the same file."""
+    try:
+        return importlib.import_module("nsyscomm.capture._flightring")
+    except ImportError:
+        return None
+
+
+_flightring = _c_ring()
 
 _mm: mmap.mmap | None = None
 
@@ -189,7 +199,7 @@ def chain(
     raising() is called before the pop of a call that is being left by an exception.
     Called once by the wrapper when it binds its emitter."""
     global _mm
-    directory = os.environ.get(ENV_DIR)
+    directory = settings.record_dir()
     if not directory:
         return push, pop, _no_raising
     try:
@@ -207,7 +217,7 @@ def chain(
     _mm = mm
     atexit.register(_on_exit)
     _chain_excepthook()
-    if _flightring is not None and os.environ.get("NSYSCOMM_RING_PY") != "1":
+    if _flightring is not None and not settings.ring_py():
         _flightring.configure(mm, push, pop)
         return _flightring.push, _flightring.pop, _flightring.raising
     return _py_chain(push, pop, mm)

@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """The process groups the wrapper has seen: each group's name, size, ranks, call counter and
 message templates, cached by ProcessGroup, and the message size of a call's tensors.
 
@@ -13,12 +14,12 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 from nsyscomm import nvtx_format as _fmt
+from nsyscomm.capture.wrapper_state import WrapperState
 
-W: ModuleType  # nsyscomm.capture.wrapper, set by bind()
+W: WrapperState  # nsyscomm.capture.wrapper, set by bind()
 
 _lock = threading.RLock()
 by_pg: dict = {}  # ProcessGroup -> Group (None: the default group; the C fast path reads it)
@@ -26,7 +27,7 @@ counters: dict = {}  # seq key -> itertools.count
 dtype_names: dict = {}
 
 
-def bind(wrapper: ModuleType) -> None:
+def bind(wrapper: WrapperState) -> None:
     global W
     W = wrapper
 

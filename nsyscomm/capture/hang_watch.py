@@ -36,7 +36,7 @@ KILL_GRACE_S = 10.0
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str | float) -> float:
     """'90', '90s', '1.5m', '2h' -> seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text or ""))
     if not m or float(m.group(1)) <= 0:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsyscomm.capture import run_folder
+from nsyscomm.capture.beside_job import BESIDE_NICE, Beside, nice_this_thread  # noqa: F401 - callers import these here
 from nsyscomm.capture.capture_watch import CaptureWatch, advice
 from nsyscomm.capture.exports import DEFAULT_EXPORT
 from nsyscomm.capture.nsys_command import (
@@ -207,53 +208,6 @@ def _has_room(out_dir: Path, files: list[Path]) -> bool:
 
 
 PROFILERS = ("nsys", "torch")
-# the niceness a thread beside the job takes (nice_this_thread): it uses the cores the job leaves
-# idle, and the job's ranks and nsys go first
-BESIDE_NICE = 10
-
-
-def nice_this_thread(nice: int = BESIDE_NICE) -> None:
-    """Lower the calling thread's priority alone (Linux: a thread has its own niceness), never
-    raising it: a launcher already run at a higher niceness keeps it. What the thread starts
-    afterwards inherits it, so a process that must run at full speed is started before."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
-    except (AttributeError, OSError):
-        pass
-
-
-class _Beside:
-    """A function run in a daemon thread while the job runs. Its errors are its own: what it
-    prepares is done again, and reported, by the step that needs it."""
-
-    def __init__(self, fn: Callable[[], object] | None) -> None:
-        self._thread: threading.Thread | None = None
-        self.started = time.perf_counter()
-        self.ended: float | None = None
-        self.error: str | None = None
-        if fn is not None:
-            self._thread = threading.Thread(target=self._run, args=(fn,), name="nsyscomm-beside-job", daemon=True)
-            self._thread.start()
-
-    def _run(self, fn: Callable[[], object]) -> None:
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001 - a head start only
-            self.error = f"{type(e).__name__}: {e}"
-        self.ended = time.perf_counter()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def summary(self, job_end: float) -> str | None:
-        """The run log's line: how long it took, and whether the job was still running then."""
-        if self._thread is None or self.ended is None:
-            return None
-        when = "before" if self.ended <= job_end else f"{self.ended - job_end:.2f} s after"
-        status = f"failed ({self.error})" if self.error else "ok"
-        return f"beside the job: done {self.ended - self.started:.2f} s after its start, {when} its exit, {status}"
 
 
 def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stderr, while_job_runs=None) -> RunResult:
@@ -275,7 +229,7 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH") from None
-    beside = _Beside(while_job_runs)
+    beside = Beside(while_job_runs)
     rc = _wait(proc, warnings_, profiler="torch")
     beside.join()
     if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
@@ -339,12 +293,10 @@ def run(
 
     hang_s = hang_watch.parse_duration(hang_timeout) if hang_timeout not in (None, "") else None
     warnings_: list[str] = []
-    if per_rank:
-        split = torchrun_split(cmd)
-        if split is None:
-            warnings_.append("--per-rank applies to torchrun commands; one report for the whole process tree")
-            per_rank = False
-    if per_rank:
+    split = torchrun_split(cmd) if per_rank else None
+    if per_rank and split is None:
+        warnings_.append("--per-rank applies to torchrun commands; one report for the whole process tree")
+    if split is not None:
         launcher_part, module, script = split
         prof = nsys_profile_args(nsys, str(out_dir / "report.rank%q{RANK}"), steps_ab, nsys_args, trace, options)
         full = launcher_part + ["--no-python"] + prof + [sys.executable, "-u"] + (["-m"] if module else []) + script
@@ -371,10 +323,39 @@ def _run_nsys(
 ) -> RunResult:
     """The job under nsys (the command line `full`), then the import and export of its capture,
     in a folder this run holds."""
-    from nsyscomm.capture import flight_record, hang_watch
+    from nsyscomm.capture import flight_record
 
     records = run_folder.private_dir(out_dir / run_folder.RECORDS_DIR)
     env[flight_record.ENV_DIR] = str(records)
+    _write_command(out_dir, full)
+    temp_before = _temp_reports()
+    proc, err = _start_under_nsys(full, env, stdout_to_stderr)
+    beside = Beside(while_job_runs)
+    started = time.perf_counter()
+    rc = _watch_job(proc, err, records, hang_s, lambda: _capture_files(out_dir, temp_before), preset, warnings_)
+    log = StageLog(out_dir)  # each stage after the job shown and logged
+    job_end = time.perf_counter()
+    log.line(f"job exited with status {rc} after {job_end - started:.2f} s (nsys profile --trace={trace})")
+    try:
+        with log:
+            reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log, base="report")
+    except OSError as e:
+        warnings_.append(
+            f"cannot import/export the report in {out_dir} ({e.strerror or e}): "
+            f"free space there, then run: nsys export --type sqlite REPORT.nsys-rep"
+        )
+        reports = []
+    if not reports:
+        warnings_.append(_no_report(out_dir, temp_before, rc, preset))
+    beside.join()
+    line = beside.summary(job_end)
+    if line:
+        log.line(line, echo=False)
+    return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)
+
+
+def _write_command(out_dir: Path, full: list[str]) -> None:
+    """The command line that runs, kept in the run folder (the first write into it)."""
     try:
         (out_dir / run_folder.COMMAND_NAME).write_text(" ".join(shlex.quote(c) for c in full) + "\n")
     except OSError as e:
@@ -382,8 +363,12 @@ def _run_nsys(
             f"cannot write into the output folder {out_dir} ({e.strerror}): "
             f"free space there or pass --output with another folder"
         ) from None
-    temp_before = _temp_reports()
-    err = FilteredStderr(_stderr_fd())  # drops nsys's importer lines, which ask nothing of the user
+
+
+def _start_under_nsys(full: list[str], env: dict, stdout_to_stderr: bool) -> tuple[subprocess.Popen, FilteredStderr]:
+    """Start the command line, its stderr through a filter that drops nsys's importer lines (they
+    ask nothing of the user)."""
+    err = FilteredStderr(_stderr_fd())
     try:
         # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
         proc = subprocess.Popen(
@@ -398,10 +383,24 @@ def _run_nsys(
         err.close(0)
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
     err.start()
-    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None  # ends a hung job
-    growth = CaptureWatch(lambda: _capture_files(out_dir, temp_before), preset).start()  # warns of a huge capture
-    beside = _Beside(while_job_runs)
-    started = time.perf_counter()
+    return proc, err
+
+
+def _watch_job(
+    proc: subprocess.Popen,
+    err: FilteredStderr,
+    records: Path,
+    hang_s: float | None,
+    capture_files: Callable[[], list[Path]],
+    preset: str,
+    warnings_: list[str],
+) -> int:
+    """Wait for the job with its watchers (a hang ends it, a huge capture is warned of); its exit
+    status, and warnings that say why it ended when it did not end well."""
+    from nsyscomm.capture import flight_record, hang_watch
+
+    watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None
+    growth = CaptureWatch(capture_files, preset).start()
     try:
         rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
     finally:
@@ -411,52 +410,37 @@ def _run_nsys(
             watcher.stop()
     if growth.warning:
         warnings_.append(growth.warning)
-    if watcher is not None and watcher.fired:  # the job hung and was stopped
+    if watcher is not None and watcher.fired and hang_s is not None:  # the job hung and was stopped
         warnings_.append(
             f"the job hung: no collective finished for {hang_s:g} s; its ranks were stopped "
             f"(exit status {hang_watch.EXIT_HUNG})"
         )
-        rc = hang_watch.EXIT_HUNG
-    elif rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
+        return hang_watch.EXIT_HUNG
+    if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
         warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
         note = flight_record.teardown_note(flight_record.read_dir(records)) if records.is_dir() else None
         if note:
             warnings_.append(note)
+    return rc
 
-    log = StageLog(out_dir)  # each stage after the job shown and logged
-    job_end = time.perf_counter()
-    log.line(f"job exited with status {rc} after {job_end - started:.2f} s (nsys profile --trace={trace})")
-    try:
-        with log:
-            reports = import_and_export(out_dir, nsys, warnings_, export=export, log=log, base="report")
-    except OSError as e:
-        warnings_.append(
-            f"cannot import/export the report in {out_dir} ({e.strerror or e}): "
-            f"free space there, then run: nsys export --type sqlite REPORT.nsys-rep"
+
+def _no_report(out_dir: Path, temp_before: set[Path], rc: int, preset: str) -> str:
+    """Why no report was written, and what to do with the capture nsys left elsewhere, if any."""
+    time.sleep(0.5)  # a concurrent nsys's temporary file is moved away by then
+    stray = sorted(_temp_reports() - temp_before)
+    if stray and _has_room(out_dir, stray):
+        return (
+            f"nsys stopped before it finished the report and left its capture at "
+            f"{', '.join(map(str, stray))} ({size_text(sum(_file_size(f) for f in stray))}; "
+            f"the job exited with status {rc}): import and export it with QdstrmImporter -i FILE.qdstrm "
+            f"and nsys export --type sqlite --include-blobs=true FILE.nsys-rep, then run nsyscomm "
+            f"summarize on the export; {advice(preset)}"
         )
-        reports = []
-    if not reports:
-        time.sleep(0.5)  # a concurrent nsys's temporary file is moved away by then
-        stray = sorted(_temp_reports() - temp_before)
-        if stray and _has_room(out_dir, stray):
-            warnings_.append(
-                f"nsys stopped before it finished the report and left its capture at "
-                f"{', '.join(map(str, stray))} ({size_text(sum(_file_size(f) for f in stray))}; "
-                f"the job exited with status {rc}): import and export it with QdstrmImporter -i FILE.qdstrm "
-                f"and nsys export --type sqlite --include-blobs=true FILE.nsys-rep, then run nsyscomm "
-                f"summarize on the export; {advice(preset)}"
-            )
-        elif stray:
-            warnings_.append(
-                f"nsys could not write into {out_dir} (full or not writable?) and left the report "
-                f"at {', '.join(map(str, stray))}: move it somewhere with space, then import/export it "
-                f"(QdstrmImporter -i FILE.qdstrm; nsys export --type sqlite FILE.nsys-rep) and run "
-                f"nsyscomm summarize on the .sqlite"
-            )
-        else:
-            warnings_.append(f"no report was written in {out_dir} (see nsys's output above)")
-    beside.join()
-    line = beside.summary(job_end)
-    if line:
-        log.line(line, echo=False)
-    return RunResult(exit_code=rc, output_dir=out_dir, reports=reports, warnings=warnings_, command=full)
+    if stray:
+        return (
+            f"nsys could not write into {out_dir} (full or not writable?) and left the report "
+            f"at {', '.join(map(str, stray))}: move it somewhere with space, then import/export it "
+            f"(QdstrmImporter -i FILE.qdstrm; nsys export --type sqlite FILE.nsys-rep) and run "
+            f"nsyscomm summarize on the .sqlite"
+        )
+    return f"no report was written in {out_dir} (see nsys's output above)"

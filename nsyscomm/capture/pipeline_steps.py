@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """Training steps of a pipeline-parallel job: each `step()` of a torch.distributed.pipelining schedule
 is a step boundary, for jobs whose pipeline stages have no optimizer step to mark one (an optimizer
 step, where there is one, still marks it and the schedule's adds none).
@@ -15,12 +16,13 @@ import functools
 import importlib.abc
 import sys
 from types import ModuleType
-from typing import Any
+
+from nsyscomm.capture.wrapper_state import WrapperState
 
 MODULE = "torch.distributed.pipelining.schedules"
 CLASSES = ("PipelineScheduleSingle", "PipelineScheduleMulti")
 
-W: Any = None  # nsyscomm.capture.wrapper, bound by install()
+W: WrapperState  # nsyscomm.capture.wrapper, bound by install() before anything here runs
 _pending = False  # a schedule step ended and no optimizer step has come since
 _depth = 0  # schedule steps in progress (a subclass's step may call its base's)
 
@@ -46,11 +48,11 @@ def _wrap(orig):
             if _depth == 0:
                 _pending = True
 
-    step._nsyscomm = True
+    setattr(step, "_nsyscomm", True)  # noqa: B010 (an attribute mypy does not know functions take)
     return step
 
 
-def _patch(mod: ModuleType) -> None:
+def _patch(mod: ModuleType, w: WrapperState) -> None:
     for name in CLASSES:
         cls = getattr(mod, name, None)
         if cls is None:
@@ -60,7 +62,7 @@ def _patch(mod: ModuleType) -> None:
             continue
         new = _wrap(orig)
         cls.step = new
-        W._patched.append((cls, "step", orig, new))
+        w._patched.append((cls, "step", orig, new))
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -80,12 +82,12 @@ class _Finder(importlib.abc.MetaPathFinder):
                 def exec_module(module, _run=run):
                     _run(module)
                     try:
-                        if W is not None and W._enabled:
-                            _patch(module)
+                        if W._enabled:
+                            _patch(module, W)
                     except Exception as e:
                         W._warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
 
-                loader.exec_module = exec_module
+                setattr(loader, "exec_module", exec_module)  # noqa: B010 (mypy forbids assigning a method)
                 return spec
         return None
 
@@ -93,12 +95,12 @@ class _Finder(importlib.abc.MetaPathFinder):
 _finder = _Finder()
 
 
-def install(wrapper: Any) -> None:
+def install(wrapper: WrapperState) -> None:
     """Mark schedule steps as step boundaries, now or when the job imports the schedules."""
     global W
     W = wrapper
     mod = sys.modules.get(MODULE)
     if mod is not None:
-        _patch(mod)
+        _patch(mod, wrapper)
     elif _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)

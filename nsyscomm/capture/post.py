@@ -102,8 +102,9 @@ class StageLog:
         what = ", ".join(Path(s).name for s in srcs[:3]) + (f" (+{len(srcs) - 3})" if len(srcs) > 3 else "")
         in_size = sum(_size(Path(s)) or 0 for s in srcs)
         task = None
-        if self._progress is not None:
-            task = self._progress.add_task(f"{name} {what} ({size_text(in_size)})", total=None)
+        progress = self._progress
+        if progress is not None:
+            task = progress.add_task(f"{name} {what} ({size_text(in_size)})", total=None)
         t0 = time.perf_counter()
         st = Stage()
         try:
@@ -115,8 +116,8 @@ class StageLog:
             dt = time.perf_counter() - t0
             status = st.status
             out = f" -> {dst.name} {size_text(_size(dst))}" if dst is not None and dst.exists() else ""
-            if task is not None:
-                self._progress.remove_task(task)
+            if progress is not None and task is not None:
+                progress.remove_task(task)
             self.line(f"{name} {what} {size_text(in_size)}{out} {dt:.2f} s {status}")
 
 

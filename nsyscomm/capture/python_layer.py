@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """Layer 1 of the wrapper (nsyscomm.capture.wrapper's docstring): Python wrappers in place of the
 public functions of ``torch.distributed`` (the package namespace and ``distributed_c10d``) and of
 ``torch.distributed._functional_collectives``.
@@ -11,17 +12,18 @@ install() is given that module instead of importing it, so the two do not import
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 from nsyscomm import nvtx_format as _fmt
+from nsyscomm import settings
 from nsyscomm.capture import completion, groups
 from nsyscomm.capture.api_specs import C10D_SPECS, FUNCOL_SPECS, arg
+from nsyscomm.capture.wrapper_state import WrapperState, close_call
 
-W: ModuleType  # nsyscomm.capture.wrapper, set by install()
+W: WrapperState  # nsyscomm.capture.wrapper, set by install()
 
 
 def _call_below(fn, args, kwargs, tls, rf, pushed):
@@ -36,15 +38,8 @@ def _call_below(fn, args, kwargs, tls, rf, pushed):
         return r
     finally:
         tls.busy = False
-        if rf is not None:
-            W._rf_close(rf)
-        if pushed:
-            try:
-                if not done:
-                    W._raising()
-                W._pop()
-            except Exception as e:
-                W._warn_once("pop", f"nsyscomm: NVTX pop failed ({e!r})")
+        if pushed or rf is not None:
+            close_call(W, rf, pushed, done)
 
 
 def make_wrapper(
@@ -63,6 +58,17 @@ def make_wrapper(
     funcol: bool = False,
 ) -> Callable[..., Any]:
     """Build a wrapper. size_rule: t | t_n | list | list_n | none | obj."""
+    message = _message_of(api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx, a_kw, always_async, p2p, funcol)
+    made: Any = _generic_wrapper(fn, api, message, funcol)
+    one_tensor = size_rule == "t" and p2p is None and not funcol and not always_async
+    if one_tensor and t_idx is not None and t_kw is not None and a_idx is not None:
+        made = _hot_wrapper(fn, made, api, op, t_idx, t_kw, g_idx, g_kw, a_idx, a_kw)
+    return _stands_for(made, fn, api)
+
+
+def _message_of(api, op, size_rule, t_idx, t_kw, g_idx, g_kw, a_idx, a_kw, always_async, p2p, funcol):
+    """The function that makes one call's (message, identity for its completion mark or None), or
+    None for a call this process takes no part in (a group it is not a member of)."""
 
     def message(args, kwargs):
         if funcol:
@@ -103,6 +109,13 @@ def make_wrapper(
         ident = _fmt.format_ident(op, g.name, seq, peer) if asy == "1" and g.tracked else None
         return W._compose(g, op, W._tls.api or api, dt, nbytes, numel, seq, asy, peer), ident
 
+    return message
+
+
+def _generic_wrapper(fn, api, message, funcol):
+    """The wrapper of every call: a range around it with message's text, and the completion of
+    an asynchronous call marked."""
+
     def wrapper(*args, **kwargs):
         tls = W._tls
         if not W._enabled or tls.busy:
@@ -127,68 +140,85 @@ def make_wrapper(
             track(r, ident, api)
         return r
 
-    generic = wrapper
+    return wrapper
 
-    tmpls: dict | None = None
-    if size_rule == "t" and p2p is None and not funcol and not always_async:
-        # hot path (all_reduce, broadcast, reduce, *_single): the message is built inline (no generic
-        # branches, one template per (group, dtype)); every statement here is per-call overhead
-        tmpls = {}
-        # objects that live as long as the process, held by the closure (state that changes,
-        # such as the emitter, the step and the enabled flag, is read from W at each call)
-        tls_, by_pg, missing, caller, call_below = W._tls, groups.by_pg, groups.MISSING, W._caller, _call_below
 
-        def wrapper(*args, **kwargs):  # noqa: F811
-            tls = tls_
-            if not W._enabled or tls.busy:
-                return fn(*args, **kwargs)
-            n = len(args)
-            try:
-                asy = args[a_idx] if n > a_idx else kwargs.get(a_kw)
-                asy = asy is not None and asy is not False and bool(asy)
-            except Exception:  # an async_op whose truth fails: the call goes on unannotated
-                return fn(*args, **kwargs)
-            if asy:
-                return generic(*args, **kwargs)  # asynchronous: its completion is marked too
-            pushed = False
-            rf = None
-            try:
-                pg = args[g_idx] if n > g_idx else kwargs.get(g_kw)
-                g = by_pg.get(pg, missing)
-                if g is missing:
-                    g = groups.group_or_none(pg)
-                if g is not None:
-                    t = args[t_idx] if n > t_idx else kwargs[t_kw]
-                    numel = t.numel()
-                    dt = t.dtype
-                    tm = tmpls.get((g, dt))
-                    if tm is None:
-                        tm = tmpls[(g, dt)] = g.template(op, api, groups.dtype_name(dt))
-                    if not W._rank_marked:
-                        W._emit_rank_marker()
-                    st = W._step
-                    msg = tm % (
-                        numel * t.element_size(),
-                        numel,
-                        next(g.counter),
-                        "0",
-                        "" if st is None else st,
-                        caller(),
-                    )
-                    W._push(msg)
-                    pushed = True
-                    if W._prof._is_profiler_enabled:
-                        rf = W._rf_enter(msg, None)
-            except Exception as e:
-                W._warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
-            return call_below(fn, args, kwargs, tls, rf, pushed)
+def _hot_wrapper(
+    fn: Callable[..., Any],
+    generic: Callable[..., Any],
+    api: str,
+    op: str,
+    t_idx: int,
+    t_kw: str,
+    g_idx: int,
+    g_kw: str,
+    a_idx: int,
+    a_kw: str,
+) -> Any:
+    """The wrapper of a synchronous one-tensor call (all_reduce, broadcast, reduce, *_single),
+    with the message built inline from one template per (group, dtype) and no generic branches:
+    every statement here runs on each call. An asynchronous call goes to generic (its completion
+    is marked too). Its steady state runs in C where _fastpath is built (the same steps, reading
+    the wrapper's state by name), falling back to this one."""
+    tmpls: dict = {}
+    # objects that live as long as the process, held by the closure (state that changes,
+    # such as the emitter, the step and the enabled flag, is read from W at each call)
+    tls_, by_pg, missing, caller, call_below = W._tls, groups.by_pg, groups.MISSING, W._caller, _call_below
 
-    made: Any = wrapper
-    if tmpls is not None and W._fastpath is not None and os.environ.get("NSYSCOMM_FASTPATH", "1") != "0":
-        # the same wrapper's steady state in C (_fastpath.c, reading the wrapper's state by name);
-        # it falls back to this one
-        made = W._fastpath.Hot(fn, wrapper, vars(W), tmpls, api, t_idx, t_kw, g_idx, g_kw, a_idx, a_kw)
-        made._slow = wrapper
+    def wrapper(*args, **kwargs):
+        tls = tls_
+        if not W._enabled or tls.busy:
+            return fn(*args, **kwargs)
+        n = len(args)
+        try:
+            asy = args[a_idx] if n > a_idx else kwargs.get(a_kw)
+            asy = asy is not None and asy is not False and bool(asy)
+        except Exception:  # an async_op whose truth fails: the call goes on unannotated
+            return fn(*args, **kwargs)
+        if asy:
+            return generic(*args, **kwargs)
+        pushed = False
+        rf = None
+        try:
+            pg = args[g_idx] if n > g_idx else kwargs.get(g_kw)
+            g = by_pg.get(pg, missing)
+            if g is missing:
+                g = groups.group_or_none(pg)
+            if g is not None:
+                t = args[t_idx] if n > t_idx else kwargs[t_kw]
+                numel = t.numel()
+                dt = t.dtype
+                tm = tmpls.get((g, dt))
+                if tm is None:
+                    tm = tmpls[(g, dt)] = g.template(op, api, groups.dtype_name(dt))
+                if not W._rank_marked:
+                    W._emit_rank_marker()
+                st = W._step
+                msg = tm % (
+                    numel * t.element_size(),
+                    numel,
+                    next(g.counter),
+                    "0",
+                    "" if st is None else st,
+                    caller(),
+                )
+                W._push(msg)
+                pushed = True
+                if W._prof._is_profiler_enabled:
+                    rf = W._rf_enter(msg, None)
+        except Exception as e:
+            W._warn_once(api, f"nsyscomm: could not annotate {api} ({e!r}); this call is not annotated")
+        return call_below(fn, args, kwargs, tls, rf, pushed)
+
+    if W._fastpath is None or not settings.fastpath():
+        return wrapper
+    made = W._fastpath.Hot(fn, wrapper, vars(W), tmpls, api, t_idx, t_kw, g_idx, g_kw, a_idx, a_kw)
+    made._slow = wrapper
+    return made
+
+
+def _stands_for(made: Any, fn: Callable[..., Any], api: str) -> Any:
+    """made, named and documented as fn, marked as nsyscomm's (a second annotate() leaves it)."""
     made.__wrapped__ = fn
     made.__name__ = getattr(fn, "__name__", api)
     made.__qualname__ = getattr(fn, "__qualname__", api)
@@ -245,7 +275,7 @@ def _replace(c10d: ModuleType, dist: ModuleType, name: str, orig: Any, new: Any)
         _patch(dist, name, new)
 
 
-def install(wrapper: ModuleType) -> None:
+def install(wrapper: WrapperState) -> None:
     """Wrap torch.distributed's public functions. wrapper: nsyscomm.capture.wrapper, whose state the
     wrappers read when they run (annotate() toggles it, tests patch the emitter)."""
     global W

@@ -29,6 +29,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from nsyscomm import settings
+
 _lock = threading.RLock()
 _dir: str | None = None
 _prof: Any = None  # the running torch.profiler.profile
@@ -40,7 +42,7 @@ _atexit = False
 def configure() -> bool:
     """Read the launcher's environment; True when a trace folder is set."""
     global _dir
-    d = os.environ.get("NSYSCOMM_TRACE_DIR")
+    d = settings.trace_dir()
     if not d:
         sys.stderr.write("nsyscomm: NSYSCOMM_PROFILER=torch without NSYSCOMM_TRACE_DIR: no trace is written\n")
         return False
@@ -93,7 +95,7 @@ def _user_scope_only() -> Iterator[None]:
     gets the argument for the duration of the start. Any mismatch with the installed torch
     (no such function, no RecordScope) leaves the profiler as it was: everything is recorded.
     NSYSCOMM_TORCH_SCOPES=all does the same on purpose."""
-    if os.environ.get("NSYSCOMM_TORCH_SCOPES", "user").lower() == "all":
+    if settings.torch_scopes() == "all":
         yield
         return
     try:
@@ -119,7 +121,7 @@ def _activities(torch, activity) -> list:
     """CPU (the wrapper's and c10d's ranges, the launches) and, with a GPU, CUDA (the kernels).
     NSYSCOMM_TORCH_ACTIVITIES=cpu|cuda|cpu,cuda narrows them, for measuring what each costs
     (benchmarks/gpu_check.sh)."""
-    want = {a.strip() for a in os.environ.get("NSYSCOMM_TORCH_ACTIVITIES", "cpu,cuda").lower().split(",")}
+    want = settings.torch_activities()
     acts = [activity.CPU] if "cpu" in want else []
     try:
         if "cuda" in want and torch.cuda.is_available():

@@ -1,3 +1,4 @@
+# mypy: check-untyped-defs
 """NVTX ranges around every torch.distributed collective (``nsyscomm.annotate()``).
 
 Two layers, so that nothing is missed and the common path stays cheap:
@@ -29,6 +30,7 @@ C fast path by name from this module's dict, the tests by patching it. Layer 1 i
 python_layer.py, layer 2 dispatch_layer.py, the groups seen groups.py, the wrapped functions'
 specs api_specs.py, the NVTX binding nvtx_emitter.py and what is bound from torch
 torch_bindings.py; annotate() hands them this module or what they need, so none imports it back.
+What the layers read of this module is declared, typed, in wrapper_state.py (WrapperState).
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ import socket
 import sys
 import threading
 import warnings
-from types import FrameType
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import FrameType, ModuleType
+from typing import Any
 
 from nsyscomm import nvtx_format as _fmt
+from nsyscomm import settings
 from nsyscomm.capture import (
     completion,
     dispatch_layer,
@@ -70,9 +76,10 @@ _capture = None  # (A, B) from NSYSCOMM_CAPTURE_STEPS
 _capture_open = False
 _rank_marked = False
 
-_torch = None
-_c10d = None
-_Below = None  # torch._C._AutoDispatchBelowAutograd
+# bound by annotate() before it installs any layer (nothing reads them before)
+_torch: ModuleType  # torch
+_c10d: ModuleType  # torch.distributed.distributed_c10d
+_Below: Callable[[], AbstractContextManager[Any]]  # torch._C._AutoDispatchBelowAutograd
 
 try:  # the hot wrappers' steady state in C; optional (a build without a compiler)
     from nsyscomm.capture import _fastpath  # type: ignore[attr-defined]  # (a C extension: no stub)
@@ -88,15 +95,23 @@ class _ProfilerOff:
 
 
 _prof = _ProfilerOff  # torch.autograd.profiler (its _is_profiler_enabled flag: one attribute read)
-_rf_enter = None  # torch.ops.profiler._record_function_enter_new
-_rf_exit = None  # torch.ops.profiler._record_function_exit._RecordFunction
+
+
+def _no_record_function(*_a: Any) -> None:
+    """The record_function ops where torch has none: never called, as _prof then never says
+    "profiling", but a callable, so that the layers' type is one type."""
+    return None
+
+
+_rf_enter: Callable[..., Any] = _no_record_function  # torch.ops.profiler._record_function_enter_new
+_rf_exit: Callable[..., Any] = _no_record_function  # torch.ops.profiler._record_function_exit._RecordFunction
 _profile_hook = None  # nsyscomm.capture.torch_profile under `nsyscomm run --profiler torch`
 
 
 class _TLS(threading.local):
-    busy = False  # inside an annotated call on this thread: inner calls pass through
-    api = None  # api label for layer-2 calls made by a layer-1 wrapper (batch_isend_irecv)
-    attrs = None  # this thread's nvtx EventAttributes, reused for every push (fast emitter)
+    busy: bool = False  # inside an annotated call on this thread: inner calls pass through
+    api: str | None = None  # api label for layer-2 calls made by a layer-1 wrapper (batch_isend_irecv)
+    attrs: Any = None  # this thread's nvtx EventAttributes, reused for every push (fast emitter)
 
 
 if _fastpath is not None:
@@ -179,9 +194,10 @@ _skip_modules: tuple = tuple(m + "." for m in LAYER_MODULES)
 _PACKAGE_DIRS = tuple(os.sep + d + os.sep for d in ("site-packages", "dist-packages"))
 
 
-def skip_modules_from(env: str | None) -> tuple:
-    """The module prefixes ("name.") whose frames _site skips: the known layers and the user's."""
-    named = [m.strip().strip(".") for m in (env or "").split(",")]
+def skip_modules_from(user: tuple[str, ...]) -> tuple:
+    """The module prefixes ("name.") whose frames _site skips: the known layers and the user's
+    (module names, as settings.skip_modules() gives them)."""
+    named = [m.strip().strip(".") for m in user]
     return tuple(dict.fromkeys(m + "." for m in (*LAYER_MODULES, *named) if m))
 
 
@@ -342,103 +358,20 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
     ``ddp=False`` skips the dispatcher-level layer (DDP's reducer calls are then not annotated).
     Returns True when annotation is active after the call.
     """
-    global \
-        _enabled, \
-        _installed, \
-        _torch, \
-        _c10d, \
-        _Below, \
-        _skip_dirs, \
-        _skip_modules, \
-        _capture, \
-        _opt_hook, \
-        _lib, \
-        _step, \
-        _push, \
-        _pop
-    global _raising
-    global _prof, _rf_enter, _rf_exit, _profile_hook
+    global _enabled, _installed, _step
     with _lock:
         if not enable:
-            if not _installed:
-                return False
-            _enabled = False
-            for owner, name, orig, new in reversed(_patched):
-                if name in python_layer.KEEP and owner.__name__.endswith("distributed_c10d"):
-                    continue  # P2POps may hold the wrapper: torch compares `op.op is isend`
-                if getattr(owner, name, None) is new:
-                    setattr(owner, name, orig)
-            _patched[:] = [
-                p for p in _patched if p[1] in python_layer.KEEP and p[0].__name__.endswith("distributed_c10d")
-            ]
-            if _lib is not None:
-                for lib in _lib:
-                    try:
-                        lib._destroy()
-                    except Exception:
-                        pass
-                _lib = None
-            if _opt_hook is not None:
-                _opt_hook.remove()
-                _opt_hook = None
-            if _capture_open:
-                try:
-                    _pop()
-                except Exception:
-                    pass
-            _installed = False
+            if _installed:
+                _disable()
             return False
         if _enabled:
             return True
-        try:
-            import torch
-            import torch.distributed as dist
-
-            if not dist.is_available():
-                _warn_once("dist", "nsyscomm: torch.distributed is not available; nothing to annotate")
-                return False
-            import torch.distributed.distributed_c10d as c10d
-        except Exception as e:
-            _warn_once("torch", f"nsyscomm: torch is not importable ({e!r}); nothing to annotate")
+        found = _import_torch()
+        if found is None:
             return False
         try:
-            _torch, _c10d = torch, c10d
-            _Below = torch._C._AutoDispatchBelowAutograd
-            _check_fast_guard(torch)
-            _bind_profiler(torch)
-            if os.environ.get("NSYSCOMM_PROFILER") == "torch" and _profile_hook is None:
-                from nsyscomm.capture import torch_profile
-
-                _profile_hook = torch_profile if torch_profile.configure() else None
-            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            _skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
-            _skip_modules = skip_modules_from(os.environ.get(SKIP_MODULES_ENV))
-            _call_sites.clear()  # answers cached under other skip lists
-            if _push is _noop and _emitter_kind == "none":
-                _init_emitter()
-                # every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR): a hung
-                # job's last calls survive the kill that ends it
-                from nsyscomm.capture import flight_record
-
-                _push, _pop, _raising = flight_record.chain(_push, _pop)
-            if os.environ.get("NSYSCOMM_CAPTURE_STEPS"):
-                _capture = _parse_capture(os.environ["NSYSCOMM_CAPTURE_STEPS"])
-            _patched[:] = [p for p in _patched if getattr(p[0], p[1], None) is p[3]]
-            groups.bind(sys.modules[__name__])
-            python_layer.install(sys.modules[__name__])
-            if ddp:
-                _lib, _ = dispatch_layer.install(sys.modules[__name__])
-            completion.install(sys.modules[__name__])
-            try:
-                from torch.optim.optimizer import register_optimizer_step_post_hook
-
-                _opt_hook = register_optimizer_step_post_hook(_optimizer_post_hook)
-            except Exception as e:
-                _warn_once("optim", f"nsyscomm: no automatic step detection ({e!r}); call nsyscomm.step(i)")
-            try:  # a pipeline schedule's step() is a step boundary too (no optimizer needed)
-                pipeline_steps.install(sys.modules[__name__])
-            except Exception as e:
-                _warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
+            _bind(*found)
+            _install_layers(ddp)
             _installed = True
             _enabled = True
             if _step is None and not _explicit_step:
@@ -453,6 +386,103 @@ def annotate(enable: bool = True, *, ddp: bool = True) -> bool:
             return False
 
 
+def _disable() -> None:
+    """Put torch's functions back (isend and irecv stay wrapped, passing through), drop the
+    dispatcher kernels and the optimizer hook, and close an open capture range."""
+    global _enabled, _installed, _lib, _opt_hook
+    _enabled = False
+    for owner, name, orig, new in reversed(_patched):
+        if name in python_layer.KEEP and owner.__name__.endswith("distributed_c10d"):
+            continue  # P2POps may hold the wrapper: torch compares `op.op is isend`
+        if getattr(owner, name, None) is new:
+            setattr(owner, name, orig)
+    _patched[:] = [p for p in _patched if p[1] in python_layer.KEEP and p[0].__name__.endswith("distributed_c10d")]
+    if _lib is not None:
+        for lib in _lib:
+            try:
+                lib._destroy()
+            except Exception:
+                pass
+        _lib = None
+    if _opt_hook is not None:
+        _opt_hook.remove()
+        _opt_hook = None
+    if _capture_open:
+        try:
+            _pop()
+        except Exception:
+            pass
+    _installed = False
+
+
+def _import_torch() -> tuple[ModuleType, ModuleType] | None:
+    """(torch, torch.distributed.distributed_c10d), or None when there is nothing to annotate
+    (warned once)."""
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            _warn_once("dist", "nsyscomm: torch.distributed is not available; nothing to annotate")
+            return None
+        import torch.distributed.distributed_c10d as c10d
+    except Exception as e:
+        _warn_once("torch", f"nsyscomm: torch is not importable ({e!r}); nothing to annotate")
+        return None
+    return torch, c10d
+
+
+def _bind(torch: ModuleType, c10d: ModuleType) -> None:
+    """Bind the state every layer reads: torch, the guard, the profiler ops, the frames the caller
+    column skips, the emitter (chained to the flight record) and the steps to capture."""
+    global _torch, _c10d, _Below, _profile_hook, _skip_dirs, _skip_modules, _push, _pop, _raising, _capture
+    _torch, _c10d = torch, c10d
+    _Below = torch._C._AutoDispatchBelowAutograd
+    _check_fast_guard(torch)
+    _bind_profiler(torch)
+    if settings.profiler() == "torch" and _profile_hook is None:
+        from nsyscomm.capture import torch_profile
+
+        _profile_hook = torch_profile if torch_profile.configure() else None
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__ or "")) + os.sep, here + os.sep)
+    _skip_modules = skip_modules_from(settings.skip_modules())
+    _call_sites.clear()  # answers cached under other skip lists
+    if _push is _noop and _emitter_kind == "none":
+        _init_emitter()
+        # every push/pop also writes the flight record (NSYSCOMM_RECORD_DIR): a hung
+        # job's last calls survive the kill that ends it
+        from nsyscomm.capture import flight_record
+
+        _push, _pop, _raising = flight_record.chain(_push, _pop)
+    if settings.capture_steps():
+        _capture = _parse_capture(settings.capture_steps())
+
+
+def _install_layers(ddp: bool) -> None:
+    """Hand this module's state to the layers and install them (the Python functions, the
+    dispatcher kernels unless ddp is False, the completion marks, the step detectors)."""
+    global _lib, _opt_hook
+    from nsyscomm.capture import wrapper as this  # this module, checked against WrapperState
+
+    _patched[:] = [p for p in _patched if getattr(p[0], p[1], None) is p[3]]
+    groups.bind(this)
+    python_layer.install(this)
+    if ddp:
+        _lib, _ = dispatch_layer.install(this)
+    completion.install(this)
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _opt_hook = register_optimizer_step_post_hook(_optimizer_post_hook)
+    except Exception as e:
+        _warn_once("optim", f"nsyscomm: no automatic step detection ({e!r}); call nsyscomm.step(i)")
+    try:  # a pipeline schedule's step() is a step boundary too (no optimizer needed)
+        pipeline_steps.install(this)
+    except Exception as e:
+        _warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
+
+
 def _check_fast_guard(torch) -> None:
     """Use the C autograd-key guard in _fastpath only where it matches torch's own (torch_bindings)."""
     global _fast_guard
@@ -462,7 +492,9 @@ def _check_fast_guard(torch) -> None:
 def _bind_profiler(torch) -> None:
     """Bind the record_function ops; without them the flag object says 'never profiling'."""
     global _prof, _rf_enter, _rf_exit
-    _prof, _rf_enter, _rf_exit = torch_bindings.profiler_ops(torch, _ProfilerOff, _warn_once)
+    _prof, enter, exit_ = torch_bindings.profiler_ops(torch, _ProfilerOff, _warn_once)
+    _rf_enter = enter if enter is not None else _no_record_function
+    _rf_exit = exit_ if exit_ is not None else _no_record_function
 
 
 def _reset_for_tests():

@@ -140,7 +140,7 @@ def _prepare_summary(per_rank: bool) -> None:
     """While the job runs: the summary's imports and, for per-rank reports, the extraction pool's
     fork server (at full priority: its workers inherit it), so that the wait after the job is the
     import, the export and the reading of the report alone."""
-    from nsyscomm.capture.launcher import nice_this_thread
+    from nsyscomm.capture.beside_job import nice_this_thread
     from nsyscomm.commands import import_summary_stack
 
     if per_rank:
