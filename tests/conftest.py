@@ -8,7 +8,12 @@ import pytest
 
 from nsyscomm.ingest.nsys.reader import read_only_uri
 
-ROOT = Path(__file__).resolve().parents[1]
+# The suite's paths, for a test in any folder under tests/: the project, the tests' own job
+# scripts (data) and expected outputs (golden).
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+DATA = TESTS / "data"
+GOLDEN = TESTS / "golden"
 # Real exports live beside the project (never copied into it): ../shared/real
 REAL = ROOT.parent / "shared" / "real"
 REAL_NSYS = REAL / "nsys"

@@ -1,4 +1,4 @@
-"""Hang/desync diagnosis on generated jobs (tests/hang_samples.py: ground truth by
+"""Hang/desync diagnosis on generated jobs (tests/support/hang_samples.py: ground truth by
 construction), the flight record's file, and real Flight Recorder dumps (shared/real)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from nsyscomm.api import load
 from nsyscomm.capture import flight_record as fr
 from nsyscomm.errors import InputError
-from tests import hang_samples as hs
-from tests.conftest import real_file
+from tests.conftest import DATA, real_file
+from tests.support import hang_samples as hs
 
 CALLER = "train.py:10 step"
 STUCK = "train.py:12 other"
@@ -349,9 +349,8 @@ def test_flight_recorder_refuses_objects(tmp_path):
 def test_real_gloo_flight_recorder_dumps_made_here(tmp_path):
     """REAL RUN (no nsys): torch 2.13 records gloo collectives in its Flight Recorder; the dumps
     of a job whose rank 1 stopped name rank 1 missing from seq 4 (torch counts from 1)."""
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parent / "data" / "fr_gloo_job.py"
+    script = DATA / "fr_gloo_job.py"
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(dumps / "rank_"))

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from nsyscomm.capture import flight_record as fr
-from tests.conftest import NSYS_WROTE_NO_REPORT
+from tests.conftest import DATA, NSYS_WROTE_NO_REPORT
 
-SCRIPT = Path(__file__).resolve().parent / "data" / "hang_job.py"
+SCRIPT = DATA / "hang_job.py"
 HANG_TIMEOUT_S = 8
 MARGIN_S = 150  # nsys's own start, export and the summary on a loaded 2-core machine
 
@@ -61,7 +61,7 @@ def _run(tmp_path, fault: str, *extra) -> tuple[subprocess.CompletedProcess, flo
         )
         # nsys 2022.4 itself sometimes fails to write its report when other nsys runs share the
         # machine ("boost::filesystem::file_size: No such file or directory", or no report at all:
-        # tests/conftest.run_profiled): not ours, run again once
+        # tests/conftest.py's run_profiled): not ours, run again once
         if "boost::filesystem" not in r.stderr and NSYS_WROTE_NO_REPORT not in r.stderr:
             break
     return r, time.monotonic() - t0, out

@@ -12,8 +12,7 @@ from click.testing import CliRunner
 
 from nsyscomm.analyses.invariants import InvariantError, check, violations
 from nsyscomm.cli import main
-
-from .conftest import SAMPLES
+from tests.conftest import SAMPLES
 
 GOOD = {
     "capture_ms": 100.0,

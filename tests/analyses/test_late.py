@@ -12,16 +12,13 @@ import json
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
 from nsyscomm.api import load
-from tests.conftest import DONE_ENV, done_ranks, job_did_its_work, run_profiled
+from tests.conftest import DATA, DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_profiled
 
-from .conftest import SAMPLES
-
-JOB = Path(__file__).resolve().parent / "data" / "late_job.py"
+JOB = DATA / "late_job.py"
 
 
 def _line(marker: str) -> int:
@@ -112,7 +109,7 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
 def test_real_device_mesh_dimensions_are_named(tmp_path):
     """A 2x2 DeviceMesh ("dp", "tp") under `nsyscomm run`: tp groups are ranks {0,1} and {2,3},
     dp groups {0,2} and {1,3} (row-major), the default group is the world."""
-    job = Path(__file__).resolve().parent / "data" / "mesh_job.py"
+    job = DATA / "mesh_job.py"
     env = {**os.environ, DONE_ENV: str(tmp_path)}
     r = run_profiled(
         [
@@ -203,7 +200,7 @@ def test_html_waterfall_parts_add_up_to_each_measured_step():
     "osrt,ranges", [(False, False), (True, False), (False, True), (True, True)], ids=["bare", "osrt", "nvtx", "both"]
 )
 def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt, ranges):
-    from . import late_jobs as lj
+    from tests.support import late_jobs as lj
 
     res = load([lj.write_chain_job(tmp_path, osrt=osrt, ranges=ranges)], cache=False)
     late = res.late.set_index("group")
@@ -211,7 +208,7 @@ def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt, ranges):
     a, b, c = late.loc["1"], late.loc["2"], late.loc["3"]
     assert (a["rank"], b["rank"], c["rank"]) == (0, 1, 2)
     # A: the host delay; B: A's end came that plus A's transfer and rank 1's gap after the warm-up's
-    # end; C: B's transfer and rank 2's gap more (construction in tests/late_jobs.py)
+    # end; C: B's transfer and rank 2's gap more (construction in tests/support/late_jobs.py)
     d = lj.HOST_DELAY_NS
     assert a["delay_ms"] * 1e6 == pytest.approx(d, abs=1)
     assert b["delay_ms"] * 1e6 == pytest.approx(d + lj.GAP + lj.XFER, abs=1)
@@ -235,7 +232,7 @@ def test_two_link_chain_is_followed_to_its_root(tmp_path, osrt, ranges):
 
 
 def test_slower_kernel_on_one_rank_is_gpu_compute(tmp_path):
-    from . import late_jobs as lj
+    from tests.support import late_jobs as lj
 
     res = load([lj.write_slow_kernel_job(tmp_path)], cache=False)
     late = res.late
@@ -262,11 +259,10 @@ def test_slower_kernel_on_one_rank_is_gpu_compute(tmp_path):
 
 
 def test_equal_delays_come_out_in_the_collectives_order(tmp_path):
-    """3,000 late arrivals of exactly the same delay (tests/late_jobs.py): the rows, and the JSON
+    """3,000 late arrivals of exactly the same delay (tests/support/late_jobs.py): the rows, and the JSON
     list made from them, are ordered by rank, delay, then group and seq, the same in every run."""
     from nsyscomm.analyses.contract import document
-
-    from . import late_jobs as lj
+    from tests.support import late_jobs as lj
 
     res = load([lj.write_tied_delays_job(tmp_path)], cache=False)
     late = res.late

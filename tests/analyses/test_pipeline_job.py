@@ -10,15 +10,13 @@ import os
 import re
 import shutil
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import DONE_ENV, done_ranks, job_did_its_work, run_profiled
+from tests.conftest import DATA, DONE_ENV, done_ranks, job_did_its_work, run_profiled
 
-HERE = Path(__file__).parent
-JOB = HERE / "data" / "p2p_pipeline_job.py"
+JOB = DATA / "p2p_pipeline_job.py"
 SLEEP_MS = 80.0  # p2p_pipeline_job.SLEEP_S
 
 

@@ -1,13 +1,12 @@
 """Set-aside rules that must never hide a real straggler, and the rules naming one: generated CPU
-jobs whose timelines are known by construction (tests/whatif_jobs.py)."""
+jobs whose timelines are known by construction (tests/support/whatif_jobs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from nsyscomm.api import load
-
-from . import whatif_jobs as wj
+from tests.support import whatif_jobs as wj
 
 
 def test_tie_on_arrival_names_the_smallest_rank(tmp_path):

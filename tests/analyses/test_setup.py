@@ -1,6 +1,6 @@
 """What the statistics set aside: communicator setup, one-rank NCCL copies, warm-up
 steps and start-up skew, on generated jobs whose truth is known by construction
-(tests/setup_jobs.py, tests/whatif_jobs.py) and on the real 1xH100 export."""
+(tests/support/setup_jobs.py, tests/support/whatif_jobs.py) and on the real 1xH100 export."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from click.testing import CliRunner
 from nsyscomm.analyses.contract import document
 from nsyscomm.api import load
 from nsyscomm.cli import main
-
-from . import setup_jobs as sj
-from . import whatif_jobs as wj
-from .conftest import REAL_NSYS, ro
+from tests.conftest import REAL_NSYS, ro
+from tests.support import setup_jobs as sj
+from tests.support import whatif_jobs as wj
 
 MB4 = 4 * 1024 * 1024
 STEPS = [[("all_reduce", MB4, True), ("all_gather", MB4, False)]] * 6
@@ -86,7 +85,7 @@ def test_a_slow_step_later_in_the_job_is_no_warm_up(tmp_path):
 def test_one_rank_job_takes_its_copies_as_device_time(tmp_path, fmt):
     res, truth = _job(tmp_path, 1)
     if fmt == "arrow":  # the same report as nsys's Arrow export: the same calls
-        from .arrow_convert import convert
+        from tests.support.arrow_convert import convert
 
         res = load([convert(tmp_path / "job.sqlite", tmp_path / "job.arrow")], cache=False)
     calls = res.collectives

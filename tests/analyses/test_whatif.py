@@ -1,4 +1,4 @@
-"""The what-if replay: exact truth on generated jobs (tests/whatif_jobs.py), the engine's own
+"""The what-if replay: exact truth on generated jobs (tests/support/whatif_jobs.py), the engine's own
 rules, the views' contract."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from nsyscomm.analyses import replay, whatif
 from nsyscomm.api import load
 from tests.conftest import SAMPLES
-from tests.whatif_jobs import BYTES, CALLER, write_job
+from tests.support.whatif_jobs import BYTES, CALLER, write_job
 
 KEY = f"all_reduce {BYTES} {CALLER}"
 

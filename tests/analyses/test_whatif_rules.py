@@ -1,12 +1,12 @@
 """What-if rules a mutation audit found unchecked (docs/testing.md), each against a job whose
-truth is stated by hand from its events (tests/whatif_jobs.py)."""
+truth is stated by hand from its events (tests/support/whatif_jobs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from nsyscomm.api import load
-from tests.whatif_jobs import write_job
+from tests.support.whatif_jobs import write_job
 
 
 def test_no_straggler_keeps_the_start_up_skew(tmp_path):

@@ -1,5 +1,5 @@
 """Point-to-point waits and the what-if's reproduction of the job, on generated jobs whose every
-time is known by construction (tests/whatif_jobs.py): a pipeline whose receiver waits for a slow
+time is known by construction (tests/support/whatif_jobs.py): a pipeline whose receiver waits for a slow
 sender, buffered sends, asynchronous collectives timed as their enqueue, gradient accumulation,
 a rank 2 s late at step 0."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from nsyscomm.analyses import whatif
 from nsyscomm.api import load
-from tests.whatif_jobs import write_job
+from tests.support.whatif_jobs import write_job
 
 
 def _row(result, scenario):

@@ -252,7 +252,7 @@ def test_waiting_on_its_own_call_is_no_cause_of_lateness(tmp_path):
     """Rank 0 enqueues an async all_reduce and waits 50 ms for it in Work.wait (a
     pthread_cond_wait, as nsys -t osrt records it), then sleeps 8 ms (clock_nanosleep) and comes
     late to the next collective. The sleep is named; the wait on its own communication is not."""
-    from tests.late_jobs import _add_osrt
+    from tests.support.late_jobs import _add_osrt
 
     def build(rep, procs):
         p0, p1 = procs

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import job_did_its_work
+from tests.conftest import DATA, job_did_its_work
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / "data" / "async_job.py"
+SCRIPT = DATA / "async_job.py"
 MS = 1_000_000
 
 pytestmark = [

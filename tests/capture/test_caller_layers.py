@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nsyscomm.capture import wrapper as W  # noqa: E402
-from tests.test_capture_wrapper import Rec, pg  # noqa: E402,F401
+from tests.capture.test_capture_wrapper import Rec, pg  # noqa: E402,F401
 
 THIS = os.path.basename(__file__)
 CALL = "    dist.all_reduce(t)\n"

@@ -12,15 +12,13 @@ import os
 import shutil
 import sqlite3
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import job_did_its_work
+from tests.conftest import DATA, job_did_its_work
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / "data" / "train_all_ops.py"
+SCRIPT = DATA / "train_all_ops.py"
 WORLD = 4
 
 pytestmark = [

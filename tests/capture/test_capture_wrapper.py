@@ -16,7 +16,7 @@ import torch.distributed as dist  # noqa: E402
 from nsyscomm import nvtx_format as fmt  # noqa: E402
 from nsyscomm.capture import python_layer  # noqa: E402
 from nsyscomm.capture import wrapper as W  # noqa: E402
-from tests.conftest import single_rank_gloo  # noqa: E402
+from tests.conftest import ROOT, single_rank_gloo  # noqa: E402
 
 THIS = os.path.basename(__file__)
 
@@ -285,7 +285,7 @@ def test_import_without_torch():
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"

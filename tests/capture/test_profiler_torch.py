@@ -12,16 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from nsyscomm.duck import arrow_frame
+from tests.conftest import DATA, ROOT
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / "data" / "train_all_ops.py"
-ROOT = HERE.parent
+SCRIPT = DATA / "train_all_ops.py"
 WORLD = 2
 
 needs_torchrun = pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")

@@ -11,7 +11,8 @@ import sys
 import textwrap
 import threading
 
-from tests.test_run_folder import fake_nsys  # noqa: F401 - the stand-in nsys fixture
+from tests.capture.test_run_folder import fake_nsys  # noqa: F401 - the stand-in nsys fixture
+from tests.conftest import ROOT
 
 JOB_WAITS_FOR_GO = textwrap.dedent(
     """\
@@ -94,7 +95,7 @@ def test_after_the_head_start_a_summary_imports_nothing_of_its_own():
         print("\\n".join(sorted(set(sys.modules) - before)))
         """
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(ROOT)
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root, timeout=300
     ).stdout.split()

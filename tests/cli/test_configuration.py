@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
 from nsyscomm import settings
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"\bNSYSCOMM_[A-Z0-9_]+\b")
 DOC = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
 

@@ -1,6 +1,6 @@
 """What a new user sees in the first hour. nsys's importer lines are not
 shown, piped output never breaks a line nor ends one with spaces, and `export` needs no --format.
-The real `nsyscomm run` of these points is in tests/test_readme.py (the README's CI example)."""
+The real `nsyscomm run` of these points is in tests/cli/test_readme.py (the README's CI example)."""
 
 from __future__ import annotations
 

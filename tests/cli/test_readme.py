@@ -23,9 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES
+from tests.conftest import ROOT, SAMPLES
 
-ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("readme_blocks", ROOT / "scripts" / "readme_blocks.py")
 assert _spec is not None and _spec.loader is not None
 rb = importlib.util.module_from_spec(_spec)

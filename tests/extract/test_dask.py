@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests.test_pool_ends import _path
+from tests.extract.test_pool_ends import _path
 
 pytest.importorskip("distributed")
 
@@ -28,7 +28,7 @@ START_S = 120
 def reports(tmp_path_factory) -> Path:
     import importlib.util
 
-    from tests.test_pool_ends import ROOT
+    from tests.extract.test_pool_ends import ROOT
 
     spec = importlib.util.spec_from_file_location("gen_large_report", ROOT / "benchmarks" / "gen_large_report.py")
     gen = importlib.util.module_from_spec(spec)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from nsyscomm import duck
+from tests.conftest import ROOT, SAMPLES
 
 _TABLE = """CREATE TABLE x AS SELECT i::BIGINT AS a, CASE WHEN i % 2 = 0 THEN i END::INTEGER AS b,
     sum(i) OVER () AS s, 'x' || i AS c, NULL::VARCHAR AS d, CASE WHEN i = 1 THEN 'q' END AS e,
@@ -72,13 +73,12 @@ _DDP_CALLS_DTYPES = {
 def test_calls_of_a_sample_keep_the_df_dtypes():
     """The per-report calls, in Arrow (10 text columns, nullable ints, a sum, an all-NULL column),
     as pandas through arrow_frame, and no 128-bit decimal: Arrow tables of reports are stacked."""
-    from pathlib import Path
 
     import pyarrow as pa
 
     from nsyscomm.ingest.nsys import extract as nsys_extract
 
-    path = Path(__file__).resolve().parent.parent / "sample_reports" / "synthetic_ddp_4rank.sqlite"
+    path = SAMPLES / "synthetic_ddp_4rank.sqlite"
     e = nsys_extract.extract(path)
     assert isinstance(e.calls, pa.Table) and len(e.calls) > 0
     assert not any(pa.types.is_decimal(f.type) for f in e.calls.schema)
@@ -191,7 +191,7 @@ def test_sql_and_samples_are_those_of_the_imported_tree(tmp_path):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     shutil.copytree(root / "nsyscomm", tmp_path / "nsyscomm", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(root / "sql", tmp_path / "sql")
     (tmp_path / "sample_reports").mkdir()

@@ -16,7 +16,7 @@ from nsyscomm.ingest import busy
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
 from tests.conftest import real_nsys_files, ro
-from tests.test_sqlite_scan import SAMPLES, _same
+from tests.extract.test_sqlite_scan import SAMPLES, _same
 
 
 def _kernels(rng, n: int) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """However a parallel extraction ends, nothing of it outlives its caller: killed with SIGTERM or
 SIGKILL mid-extraction, the caller leaves no fork server, no worker and no ``pymp-*`` folder.
 
-The workers run tests.test_pool_workers._sleeps in place of the extraction (their pids noted,
+The workers run tests.extract.test_pool_workers._sleeps in place of the extraction (their pids noted,
 then a long sleep): they are busy when the signal comes, whatever the machine's load."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import nsyscomm
-from tests.test_pool_workers import PIDS_ENV, _alive, _noted, _session
+from tests.conftest import ROOT
+from tests.extract.test_pool_workers import PIDS_ENV, _alive, _noted, _session
 
-ROOT = Path(__file__).resolve().parents[1]
 # how long the processes of a killed caller may take to end: they end at once when it works, and
 # never (the sleeps last 300 s) when it does not
 GONE_WITHIN_S = 30
@@ -47,7 +47,7 @@ def _caller(folder: Path, tmp: Path, err: Path) -> subprocess.Popen:
     """summarize FOLDER --jobs 2 in a session of its own, its temporary folder ``tmp``, its stderr
     written to ``err`` (a pipe would stay open as long as any process left behind holds it)."""
     code = (
-        "import tests.test_pool_workers as t; from nsyscomm.extract import pool; pool._one = t._sleeps\n"
+        "import tests.extract.test_pool_workers as t; from nsyscomm.extract import pool; pool._one = t._sleeps\n"
         "from nsyscomm.cli import entry; entry()"
     )
     env = dict(os.environ, PYTHONPATH=_path(), TMPDIR=str(tmp))
@@ -113,7 +113,7 @@ def test_a_load_inside_a_multiprocessing_pool_worker_extracts_in_that_process(re
     """A Pool's workers are daemonic: multiprocessing refuses them children of their own. (In a
     process of its own: the Pool's workers import this checkout's code from its sys.path.)"""
     code = (
-        "import multiprocessing, sys, tests.test_pool_ends as t\n"
+        "import multiprocessing, sys, tests.extract.test_pool_ends as t\n"
         f"with multiprocessing.get_context({method!r}).Pool(1) as p:\n"
         f"    print(p.apply_async(t._calls_loaded, ({str(reports)!r},)).get(timeout=120))\n"
     )

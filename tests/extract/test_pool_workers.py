@@ -24,8 +24,8 @@ import nsyscomm
 from nsyscomm import api
 from nsyscomm.cli import main
 from nsyscomm.extract import pool, workers
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 # held by a thread of the caller's for the whole extraction, as DuckDB's locks are held by a
 # thread inside a query of the caller's
 HELD = threading.Lock()
@@ -172,7 +172,7 @@ def test_ctrl_c_during_a_parallel_extraction_ends_the_workers(folder, pids):
     """SIGINT to the command alone (as a scheduler sends it; a terminal sends it to the workers
     too, and they ignore it): status 130 at once, one line, and none of its processes left."""
     code = (
-        "import tests.test_pool_workers as t; from nsyscomm.extract import pool; pool._one = t._sleeps\n"
+        "import tests.extract.test_pool_workers as t; from nsyscomm.extract import pool; pool._one = t._sleeps\n"
         "from nsyscomm.cli import entry; entry()"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

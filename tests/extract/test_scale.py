@@ -6,7 +6,6 @@ import importlib.util
 import json
 import os
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,8 +13,8 @@ import pytest
 from nsyscomm import api, discover, duck
 from nsyscomm.combine import calls as combine_calls
 from nsyscomm.extract import cache, pool
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "synthetic_ddp_4rank.sqlite"
 
 
@@ -203,7 +202,7 @@ def _threads_given(path, name, cache, threads):
 def test_the_workers_share_the_cores(monkeypatch):
     """Each of the two workers' DuckDB gets half of the cores, not all of them. (That the workers
     hold none of the caller's objects, whose destructors would run there without their threads,
-    is tests/test_pool_workers.py's.)"""
+    is tests/extract/test_pool_workers.py's.)"""
     monkeypatch.setattr(pool, "_one", _threads_given)
     seen = pool._on_pool(["a", "b", "c"], ["a", "b", "c"], False, 2, pool._Bar(False, 3, "test"), pool._as_is)
     assert set(seen) == {max(1, pool.usable_cores() // 2)}

@@ -15,9 +15,8 @@ import pytest
 
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
-from tests.conftest import real_nsys_files
+from tests.conftest import ROOT, real_nsys_files
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_reports"
 FSDP = SAMPLES / "synthetic_fsdp_8rank.sqlite"
 
@@ -115,7 +114,7 @@ def test_long_ranges_counted_for_the_host_ranges_pass(tmp_path, ranges, monkeypa
     """The scan counts the NVTX ranges sql/host_ranges_nsys.sql could keep, so that a report with
     none skips that pass: the wrapper's long collective ranges and a marker are not counted; the
     program's own ranges are, and come out as the query gives them."""
-    from tests import late_jobs as lj
+    from tests.support import late_jobs as lj
 
     path = lj.write_chain_job(tmp_path, osrt=True, ranges=ranges)
     opened = nsys_reader.open_report(path)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_pool_ends import ROOT, _path
+from tests.extract.test_pool_ends import ROOT, _path
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not shutil.which("prlimit") or not shutil.which("setpriv"),
@@ -58,7 +58,7 @@ def arrows():
     """Four per-rank Arrow exports in a folder any user may read."""
     import importlib.util
 
-    from tests.arrow_convert import convert
+    from tests.support.arrow_convert import convert
 
     spec = importlib.util.spec_from_file_location("gen_large_report", ROOT / "benchmarks" / "gen_large_report.py")
     gen = importlib.util.module_from_spec(spec)
@@ -111,7 +111,7 @@ def _summarize(top: Path, nproc: int | None, jobs: int) -> subprocess.CompletedP
 
 
 def _end_session(p: subprocess.Popen) -> None:
-    from tests.test_pool_workers import _session
+    from tests.extract.test_pool_workers import _session
 
     for pid in _session(p.pid):
         try:

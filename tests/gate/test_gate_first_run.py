@@ -5,7 +5,7 @@ regression must still fail, and the verdict shows the band and the margin it app
 The documents are built here with noise of known size: a CPU (gloo) job's host-timed calls,
 whose mean sits far from their median and whose run-to-run change reached +650% on one key
 between two runs of unchanged code; and a GPU job's kernel-timed calls, mean = median. Two real runs of a gloo job are in
-tests/test_readme.py (the README's CI example)."""
+tests/cli/test_readme.py (the README's CI example)."""
 
 from __future__ import annotations
 

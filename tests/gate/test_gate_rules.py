@@ -14,8 +14,7 @@ import pytest
 from nsyscomm import gate as g
 from nsyscomm.gate.single_run import SingleRun
 from nsyscomm.gate.verdict import compare_values
-
-from .test_gate import doc, row
+from tests.gate.test_gate import doc, row
 
 BUSBW = g.METRIC_BY_ID["key.busbw_GBps"]  # higher is better
 AVG = g.METRIC_BY_ID["key.avg_ms"]  # lower is better

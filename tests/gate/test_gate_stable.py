@@ -1,14 +1,13 @@
 """The gate tells unchanged from regressed: which way is worse for each metric, keys that survive
 edits to unrelated lines, set-aside calls that never make a key missing, and start-up skew kept
-out of the wait keys (generated schema-2 documents; tests/test_gate.py's helpers)."""
+out of the wait keys (generated schema-2 documents; tests/gate/test_gate.py's helpers)."""
 
 from __future__ import annotations
 
 import pytest
 
 from nsyscomm import gate as g
-
-from .test_gate import doc, row
+from tests.gate.test_gate import doc, row
 
 
 def _key_item(v):
@@ -63,7 +62,7 @@ def test_caller_keys_survive_edits_to_other_lines_unless_lines_are_asked_for(tmp
     # and from the command line and a config file
     import json
 
-    from .test_gate import run_gate, write
+    from tests.gate.test_gate import run_gate, write
 
     bf, cf = write(tmp_path, "b.json", doc(before)), write(tmp_path, "c.json", doc(after))
     assert run_gate("-b", bf, cf).exit_code == 0
@@ -113,12 +112,11 @@ def test_start_up_skew_never_enters_the_wait_keys():
 def test_warm_up_steps_stay_out_of_the_rank_and_job_figures(tmp_path):
     """An unchanged gloo run whose first backward pass loaded libraries for 3.4 s on a loaded
     host (step 0, a warm-up step): the per-rank table holds it, the steady figures the gate
-    compares do not; steady waiting that grew still fails. Generated jobs (tests/whatif_jobs.py)
+    compares do not; steady waiting that grew still fails. Generated jobs (tests/support/whatif_jobs.py)
     through the whole pipeline: load, document, gate."""
     from nsyscomm.analyses.contract import document
     from nsyscomm.api import load
-
-    from . import whatif_jobs as wj
+    from tests.support import whatif_jobs as wj
 
     def job(name, first_ms, steady_late_ms):
         steps = [[("coll", (0, 1), 1.0, 0), ("compute", 0, 5.0), ("compute", 1, first_ms), ("coll", (0, 1), 1.0, 0)]]
@@ -181,8 +179,7 @@ def test_a_trailing_partial_step_stays_out_of_the_steady_figures(tmp_path):
     full step stays in."""
     from nsyscomm.analyses.contract import document
     from nsyscomm.api import load
-
-    from . import whatif_jobs as wj
+    from tests.support import whatif_jobs as wj
 
     step = [("compute", 0, 5.0), ("compute", 1, 5.0), ("coll", (0, 1), 1.0, 0), ("coll", (0, 1), 1.0, 0)]
     for name, tail in (("partial", [("compute", 1, 4000.0), ("coll", (0, 1), 1.0, 0)]), ("full", None)):

@@ -1,14 +1,14 @@
 """The hostile corpus: every family of broken or hostile input, built by construction
-(tests/hostile_corpus.py), through every command: summarize in each format and by caller, trace,
+(tests/support/hostile_corpus.py), through every command: summarize in each format and by caller, trace,
 report, gate (text, markdown, JUnit) and baseline. Each case runs in a process of its own with a
 time limit. Nothing may end in a traceback or an internal error, hang, write beside its input,
 print a raw control character, or end otherwise than its construction says (exit 2 with one
-line naming the file, or exit 0). `python -m tests.hostile_corpus` prints the totals the README
+line naming the file, or exit 0). `python -m tests.support.hostile_corpus` prints the totals the README
 quotes."""
 
 from __future__ import annotations
 
-from . import hostile_corpus as H
+from tests.support import hostile_corpus as H
 
 
 def test_hostile_corpus_through_every_command(tmp_path):

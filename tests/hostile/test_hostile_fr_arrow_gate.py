@@ -1,9 +1,9 @@
 """Hostile inputs on Flight Recorder dumps, nsys Arrow exports and gate baselines
-(tests/hostile_fr_arrow_gate.py): every case ends as its construction says, bad input in one line
+(tests/support/hostile_fr_arrow_gate.py): every case ends as its construction says, bad input in one line
 naming the file (exit 2), never an internal error, a traceback, a hang, a pass of a gate over
 input it cannot compare, a file written beside the input or a modified input; the pickles built
 to blow up run in a process of their own under a memory cap. `python -m
-tests.test_hostile_fr_arrow_gate` prints the totals the README quotes."""
+tests.hostile.test_hostile_fr_arrow_gate` prints the totals the README quotes."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import hostile_fr_arrow_gate as H
 from tests.conftest import ROOT
+from tests.support import hostile_fr_arrow_gate as H
 
 HEAVY_TIMEOUT_S = 120  # past it a case counts as a hang
 MEMORY_CAP = 3 << 30  # address space of a heavy case's process: past it the case fails
@@ -187,7 +187,7 @@ def test_pickle_objects_are_counted(tmp_path, monkeypatch):
         flight_recorder.load_dump(p)
 
 
-if __name__ == "__main__":  # python -m tests.test_hostile_fr_arrow_gate: the totals
+if __name__ == "__main__":  # python -m tests.hostile.test_hostile_fr_arrow_gate: the totals
     import tempfile
     import time
 

@@ -1,4 +1,4 @@
-"""The hostile corpus of the newer formats: every family of tests/hostile_newer.py's
+"""The hostile corpus of the newer formats: every family of tests/support/hostile_newer.py's
 REGISTRY through its commands, the heavy ones (bombs) in child processes under a 4 GB address
 space and a time limit. Nothing may end in an internal error or a traceback, hang, run out of
 memory, write beside its input, or end otherwise than its construction says. And the limits
@@ -15,10 +15,9 @@ from nsyscomm.cli import main
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import bounded, limits
 from nsyscomm.ingest.kineto import stream as kineto_stream
-
-from . import hostile_newer as H
-from . import hostile_whatif as W
-from .hostile_corpus import kineto_trace
+from tests.support import hostile_newer as H
+from tests.support import hostile_whatif as W
+from tests.support.hostile_corpus import kineto_trace
 
 
 def test_newer_formats_through_their_commands(tmp_path):

@@ -1,5 +1,5 @@
 """Each finding of the hostile corpus, as a regression test (the inputs are built by
-tests/hostile_corpus.py; the whole corpus runs in tests/test_hostile_corpus.py)."""
+tests/support/hostile_corpus.py; the whole corpus runs in tests/hostile/test_hostile_corpus.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests import hostile_corpus as H
+from tests.support import hostile_corpus as H
 
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 

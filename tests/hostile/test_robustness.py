@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests.conftest import SAMPLES, single_rank_gloo
+from tests.conftest import ROOT, SAMPLES, single_rank_gloo
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 FSDP = SAMPLES / "synthetic_fsdp_8rank.sqlite"
@@ -373,7 +373,7 @@ def test_no_report_string_is_formatted_into_sql():
     names from a fixed list and the quoted input path; report-derived values go in as parameters."""
     import re
 
-    root = Path(__file__).resolve().parents[1] / "nsyscomm"
+    root = ROOT / "nsyscomm"
     # placeholders known to hold constants / code-built SQL (each checked when it was added)
     allowed = {
         "_col(k, 'globalPid')",

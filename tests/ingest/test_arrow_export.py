@@ -2,7 +2,7 @@
 
 Two kinds of ground truth: a real nsys 2022.4 report of a scripted 2-rank gloo job, exported
 both ways by nsys itself (needs nsys); and every sample, real export and a generated report,
-rewritten into the Arrow layouts by tests/arrow_convert.py (every row of every table).
+rewritten into the Arrow layouts by tests/support/arrow_convert.py (every row of every table).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 from nsyscomm.cli import main
 from nsyscomm.ingest.nsys import arrow as nsys_arrow
-from tests.arrow_convert import convert
-from tests.conftest import DONE_ENV, SAMPLES, done_ranks, job_did_its_work, real_nsys_files
+from tests.conftest import DONE_ENV, ROOT, SAMPLES, done_ranks, job_did_its_work, real_nsys_files
+from tests.support.arrow_convert import convert
 
-JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "gloo_job.py"
+JOB = ROOT / "benchmarks" / "gloo_job.py"
 
 
 def _json(*inputs) -> tuple[int, str]:

@@ -15,8 +15,9 @@ from nsyscomm.errors import InputError
 from nsyscomm.ingest.kineto import meta as kineto_meta
 from nsyscomm.ingest.kineto import stream as kineto_stream
 from nsyscomm.ingest.kineto import trace as kineto
+from tests import conftest
 
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "kineto"
+REAL = conftest.REAL / "kineto"
 need_real = pytest.mark.skipif(not REAL.is_dir(), reason="shared/real/kineto is absent")
 
 

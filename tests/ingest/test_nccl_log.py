@@ -3,16 +3,15 @@ real logs in ../shared/real/nccl-logs when present."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
 from nsyscomm.analyses import vs_reference
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import nccl_log
+from tests import conftest
 
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "nccl-logs"
+REAL = conftest.REAL / "nccl-logs"
 need_real = pytest.mark.skipif(not REAL.is_dir(), reason="shared/real/nccl-logs is absent")
 
 LOG = """\

@@ -20,10 +20,9 @@ from nsyscomm.duck import arrow_frame
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import nccl_payload
 from nsyscomm.ingest.nsys import reader as nsys_reader
+from tests.conftest import REAL_NSYS
 
-REAL = (
-    Path(__file__).resolve().parent.parent.parent / "shared" / "real" / "nsys" / "nsys2026.2_2xH100_nccl_window.sqlite"
-)
+REAL = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
 B = 1 << 24
 REDOP_ENUM = B + 16  # NCCL 2.27's id for the ncclRedOp_t enum schema (11/14/24 in other releases)
 

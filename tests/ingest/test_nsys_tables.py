@@ -6,7 +6,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,8 +15,8 @@ from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "synthetic_fsdp_8rank.sqlite"
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests import job_shapes
-from tests.arrow_convert import convert
 from tests.conftest import SAMPLES
+from tests.support import job_shapes
+from tests.support.arrow_convert import convert
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 FSDP = SAMPLES / "synthetic_fsdp_8rank.sqlite"

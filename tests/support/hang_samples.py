@@ -1,4 +1,4 @@
-"""Generated jobs with known hangs and desyncs, for tests/test_hang.py (ground truth by construction).
+"""Generated jobs with known hangs and desyncs, for tests/analyses/test_hang.py (ground truth by construction).
 
 A job is 4 CPU ranks in one nsys-schema report (written by nsyscomm.synth's writer) and,
 optionally, the flight records the wrapper would have left (written by

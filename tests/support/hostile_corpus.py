@@ -1,6 +1,6 @@
 """The hostile corpus, built by construction in a folder: broken or crafted reports and traces an
-attacker or a damaged export could hand to nsyscomm. tests/test_hostile_corpus.py runs every
-command over it; the regression tests of tests/test_reliability.py use single families.
+attacker or a damaged export could hand to nsyscomm. tests/hostile/test_hostile_corpus.py runs every
+command over it; the regression tests of tests/hostile/test_reliability.py use single families.
 
 Each case is (input path, expectation): ERROR (exit 2, one line naming the file), OK (exit 0) or
 ANY (either, the same for every format). The expectation is what a user must get, decided here
@@ -283,9 +283,9 @@ def build(d: Path, robustness: bool = True) -> dict[str, tuple[Path, str]]:
     runs.mkdir()
     two_runs(runs)
     c["two_4rank_runs"] = (runs, ERROR)  # two jobs: refused, naming the clashing ranks
-    if robustness:  # the families of tests/test_robustness.py, with their expectations
-        from tests.test_robustness import ERROR as R_ERROR
-        from tests.test_robustness import build_corpus
+    if robustness:  # the families of tests/hostile/test_robustness.py, with their expectations
+        from tests.hostile.test_robustness import ERROR as R_ERROR
+        from tests.hostile.test_robustness import build_corpus
 
         old = d / "robustness"
         old.mkdir()
@@ -402,7 +402,7 @@ def _run_one(args: tuple) -> dict:
     """One case in its own process, so that a hang is caught by a timeout and killed."""
     name, inp, expect, base, out, env = args
     code = (
-        "import json, sys; from pathlib import Path; from tests.hostile_corpus import run_case; "
+        "import json, sys; from pathlib import Path; from tests.support.hostile_corpus import run_case; "
         "print(json.dumps(run_case(sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), "
         "Path(sys.argv[5]))))"
     )
@@ -468,7 +468,7 @@ def run_corpus(d: Path, workers: int = 2, robustness: bool = True) -> tuple[dict
     return totals, per
 
 
-if __name__ == "__main__":  # python -m tests.hostile_corpus: the totals the README quotes
+if __name__ == "__main__":  # python -m tests.support.hostile_corpus: the totals the README quotes
     import tempfile
     import time
 

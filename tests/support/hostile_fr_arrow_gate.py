@@ -1,5 +1,5 @@
 """Hostile inputs of the newer formats: PyTorch Flight Recorder dumps, nsys Arrow exports and gate
-baselines, built by construction (nothing vendored). tests/test_hostile_fr_arrow_gate.py runs them.
+baselines, built by construction (nothing vendored). tests/hostile/test_hostile_fr_arrow_gate.py runs them.
 
 CASES lists (family, name, builder): builder(folder) writes the case's files into an empty folder
 and returns the command line (without "nsyscomm"). EXPECT gives a case's allowed exit statuses
@@ -184,8 +184,8 @@ FR_CASES: list[tuple[str, str, Callable[[Path], list[str]]]] = [
 
 
 def arrow_tables() -> dict[str, pa.Table]:
-    """The DDP sample's tables, typed as nsys's Arrow export types them (tests/arrow_convert.py)."""
-    from tests.arrow_convert import _tables
+    """The DDP sample's tables, typed as nsys's Arrow export types them (tests/support/arrow_convert.py)."""
+    from tests.support.arrow_convert import _tables
 
     return dict(_tables(DDP))
 

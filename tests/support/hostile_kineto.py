@@ -1,4 +1,4 @@
-"""Kineto (PyTorch profiler) traces of the newer formats' hostile corpus (tests/hostile_newer.py):
+"""Kineto (PyTorch profiler) traces of the newer formats' hostile corpus (tests/support/hostile_newer.py):
 wrong types where the reader keys its tables, numbers past 64 bits, and small files that inflate
 into gigabytes or into millions of kept events."""
 
@@ -11,8 +11,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.hostile_corpus import kineto_trace
-from tests.hostile_newer import ERROR, OK, READ, case
+from tests.support.hostile_corpus import kineto_trace
+from tests.support.hostile_newer import ERROR, OK, READ, case
 
 _KINETO_READ = READ  # export needs training steps, which a profiler trace does not record
 # a Kineto bomb is refused while the trace is read, the same for every command: the heavy ones

@@ -1,5 +1,5 @@
 """The hostile corpus of the newer formats, built by construction: what-if traces
-(Parquet + meta YAML, tests/hostile_whatif.py) and Kineto traces (tests/hostile_kineto.py); a
+(Parquet + meta YAML, tests/support/hostile_whatif.py) and Kineto traces (tests/support/hostile_kineto.py); a
 format adds a module of its families to FAMILIES, each registering its cases with @case.
 
 REGISTRY is a list of Case(family, name, build, expect, commands, heavy, env): build(folder) writes
@@ -8,8 +8,8 @@ expect is ERROR (every command exits 2 with one line naming an input file) or OK
 how the case was built, never from nsyscomm's output. A heavy case (one built to exhaust memory
 or time) runs in a child process of its own under a memory cap (RLIMIT_AS) and a time limit; the
 others in two such processes; each command through click's CliRunner there.
-tests/test_hostile_newer.py runs it in CI;
-`python -m tests.hostile_newer` prints the totals the README quotes.
+tests/hostile/test_hostile_newer.py runs it in CI;
+`python -m tests.support.hostile_newer` prints the totals the README quotes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tests.conftest import ROOT
-from tests.hostile_corpus import snapshot
+from tests.support.hostile_corpus import snapshot
 
 ERROR, OK = "error", "ok"
 ALL = ("summarize", "json", "report", "trace", "export")
@@ -66,7 +66,7 @@ def case(
     return add
 
 
-FAMILIES = ("tests.hostile_whatif", "tests.hostile_kineto")  # modules of cases, registered on import
+FAMILIES = ("tests.support.hostile_whatif", "tests.support.hostile_kineto")  # modules of cases, registered on import
 
 
 def load_families() -> list[Case]:
@@ -150,7 +150,7 @@ def run_group(cases: list[Case], folder: Path, env: dict, timeout: float) -> lis
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
-    code = "import sys; from pathlib import Path; import tests.hostile_newer as H; H._child(sys.argv[2:], Path(sys.argv[1]))"
+    code = "import sys; from pathlib import Path; import tests.support.hostile_newer as H; H._child(sys.argv[2:], Path(sys.argv[1]))"
     names = [c.name for c in cases]
     log = folder / "out" / f"{names[0]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -234,10 +234,10 @@ def run_corpus(d: Path, families: tuple[str, ...] | None = None) -> tuple[dict, 
     return totals, per
 
 
-if __name__ == "__main__":  # python -m tests.hostile_newer: the totals the README quotes
+if __name__ == "__main__":  # python -m tests.support.hostile_newer: the totals the README quotes
     import tempfile
 
-    from tests import hostile_newer as H
+    from tests.support import hostile_newer as H
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,5 @@
 """What-if traces (the OSDI'25 artifact's ``trace-<name>.parquet`` + ``meta-<name>.yaml``) of the
-newer formats' hostile corpus (tests/hostile_newer.py): a valid 2 x 2 job built by
+newer formats' hostile corpus (tests/support/hostile_newer.py): a valid 2 x 2 job built by
 construction and every family of broken or hostile trace and meta made from it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.hostile_newer import OK, case
+from tests.support.hostile_newer import OK, case
 
 META = {"trial_name": "T", "run_id": 0, "dp_size": 2, "dsp_size": 1, "pp_size": 2, "tp_size": 1, "vpp_size": 1}
 

@@ -1,4 +1,4 @@
-"""Generated CPU jobs with known late arrivals, for tests/test_late.py (ground truth by construction).
+"""Generated CPU jobs with known late arrivals, for tests/analyses/test_late.py (ground truth by construction).
 
 Four ranks in one nsys-schema report (nsyscomm.synth's writer), three communicators in a chain:
 A = {0, 1}, B = {1, 2}, C = {2, 3}, after a warm-up all_reduce on the world. Rank 0 comes

@@ -1,5 +1,5 @@
 """Generated NCCL jobs with exactly known setup calls, copies and warm-up steps, for
-tests/test_setup.py (ground truth by construction; nsyscomm.synth's writer, nsys schema).
+tests/analyses/test_setup.py (ground truth by construction; nsyscomm.synth's writer, nsys schema).
 
 A job is a list of steps; a step is a list of calls (op, bytes, in_place). Every rank runs every
 call; the ranks' clocks stay equal, so nobody waits. Each call is the wrapper's range holding

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from nsyscomm import nvtx_format, synth
+from tests.conftest import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 SAMPLES_DIR = REPO / "sample_reports"
 REAL_DIR = Path(os.environ.get("NSYSCOMM_REAL_DIR", REPO.parent / "shared" / "real" / "nsys"))
 REAL_325 = REAL_DIR / "nsys2026.2_2xH100_nccl_window.sqlite"  # nsys 2026.2.1, export schema 3.25.0

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ast
 import json
-from pathlib import Path
 
 from nsyscomm import busbw, nvtx_format, synth
+from tests.conftest import ROOT
 
-PKG = Path(__file__).resolve().parents[1] / "nsyscomm"
+PKG = ROOT / "nsyscomm"
 # the generator's modules the truth may read; nothing outside nsyscomm.synth
 ALLOWED = {"nsyscomm.synth.intervals", "nsyscomm.synth.kernel_names", "nsyscomm.synth.report"}
 

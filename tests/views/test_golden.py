@@ -6,7 +6,7 @@ every key and value in a golden file is still printed, the same: the JSON contra
 keys (a new analysis may add one), never a changed or missing one. A change meant to alter an
 existing value must say so by rewriting the golden file in the same commit:
 
-    NSYSCOMM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
+    NSYSCOMM_UPDATE_GOLDEN=1 python -m pytest tests/views/test_golden.py
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
+from tests.conftest import GOLDEN, REAL, SAMPLES
 
-from .conftest import REAL, SAMPLES
-
-GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("NSYSCOMM_UPDATE_GOLDEN") == "1"
 
 # name -> (inputs relative to their root, extra arguments); "real:" paths live in ../shared/real

@@ -19,8 +19,7 @@ from click.testing import CliRunner
 from nsyscomm.api import load
 from nsyscomm.commands.views import report as report_cmd
 from nsyscomm.views import html_report
-
-from .conftest import REAL_NSYS, ROOT, SAMPLES, job_inputs, loaded, sample
+from tests.conftest import REAL_NSYS, ROOT, SAMPLES, job_inputs, loaded, sample
 
 H100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
 EVIL = "</script><script>alert(1)</script><img src=x onerror=alert(2)>\"'&"

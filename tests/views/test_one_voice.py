@@ -3,7 +3,7 @@
 Every format carries the same findings, each in its own idiom; one bandwidth unit (GB/s) in
 all of them; sizes human-readable where people read them; a CSV of integers and rounded times.
 The per-rank and per-step figures say what they include, and name the rank that is slow, which
-generated jobs fix by construction (tests/job_shapes.py). Driven through the CLI."""
+generated jobs fix by construction (tests/support/job_shapes.py). Driven through the CLI."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ import os
 import re
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests import job_shapes
-from tests.conftest import DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_profiled
+from tests.conftest import DATA, DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_profiled
+from tests.support import job_shapes
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
 NODES = SAMPLES / "synthetic_nowrapper_2node"
@@ -139,7 +138,7 @@ def test_steps_name_the_late_rank_and_say_where_a_step_begins(loop_job):
     assert [line.split("|")[4].strip() for line in table][1:8] == ["1"] * 7
 
 
-PLAIN_LOOP = Path(__file__).resolve().parent / "data" / "plain_loop_job.py"
+PLAIN_LOOP = DATA / "plain_loop_job.py"
 
 
 @pytest.mark.skipif(

@@ -10,8 +10,7 @@ from click.testing import CliRunner
 
 from nsyscomm.commands.views import trace as trace_cmd
 from nsyscomm.views import trace as tr
-
-from .conftest import REAL_NSYS, job_inputs, loaded, sample
+from tests.conftest import REAL_NSYS, job_inputs, loaded, sample
 
 H100 = REAL_NSYS / "nsys2026.2_2xH100_nccl_window.sqlite"
 
