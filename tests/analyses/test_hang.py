@@ -15,7 +15,7 @@ import pytest
 from nsyscomm.api import load
 from nsyscomm.capture import flight_record as fr
 from nsyscomm.errors import InputError
-from tests.conftest import DATA, real_file
+from tests.conftest import DATA, real_file, torchrun_cmd
 from tests.support import hang_samples as hs
 
 CALLER = "train.py:10 step"
@@ -357,7 +357,7 @@ def test_real_gloo_flight_recorder_dumps_made_here(tmp_path):
     for k in ("NSYSCOMM_ANNOTATE", "NSYSCOMM_RECORD_DIR"):
         env.pop(k, None)
     p = subprocess.run(
-        ["torchrun", "--standalone", "--nproc-per-node", "4", str(script)],
+        torchrun_cmd(script, ranks=4),
         capture_output=True,
         text=True,
         env=env,

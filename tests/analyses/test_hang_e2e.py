@@ -11,14 +11,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from nsyscomm.capture import flight_record as fr
-from tests.conftest import DATA, NSYS_WROTE_NO_REPORT
+from tests.conftest import DATA, NSYS_WROTE_NO_REPORT, JobRun, run_job, run_job_cmd
 
 SCRIPT = DATA / "hang_job.py"
 HANG_TIMEOUT_S = 8
@@ -30,41 +28,15 @@ pytestmark = [
 ]
 
 
-def _run(tmp_path, fault: str, *extra) -> tuple[subprocess.CompletedProcess, float, Path]:
+def _run(tmp_path, fault: str, *extra) -> JobRun:
     env = dict(os.environ, HANG_FAULT=fault)
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
-    for attempt in range(2):
-        out = tmp_path / f"out-{fault}-{attempt}"
-        t0 = time.monotonic()
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "nsyscomm.cli",
-                "run",
-                "-o",
-                str(out),
-                "--format",
-                "json",
-                *extra,
-                "--",
-                "torchrun",
-                "--standalone",
-                "--nproc-per-node",
-                "4",
-                str(SCRIPT),
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-        )
-        # nsys 2022.4 itself sometimes fails to write its report when other nsys runs share the
-        # machine ("boost::filesystem::file_size: No such file or directory", or no report at all:
-        # tests/conftest.py's run_profiled): not ours, run again once
-        if "boost::filesystem" not in r.stderr and NSYS_WROTE_NO_REPORT not in r.stderr:
-            break
-    return r, time.monotonic() - t0, out
+    # nsys 2022.4 itself sometimes fails to write its report when other nsys runs share the
+    # machine ("boost::filesystem::file_size: No such file or directory", or no report at all):
+    # not ours, run again once; the run kept is timed alone
+    again_on = (NSYS_WROTE_NO_REPORT, "boost::filesystem")
+    options = ("--format", "json", *extra)
+    return run_job(tmp_path / f"out-{fault}", SCRIPT, ranks=4, options=options, env=env, again_on=again_on)
 
 
 def _hang(r):
@@ -75,10 +47,10 @@ def _hang(r):
 
 
 def test_real_rank_stops_before_collective(tmp_path):
-    r, took, out = _run(tmp_path, "stop", "--hang-timeout", f"{HANG_TIMEOUT_S}s")
+    r = _run(tmp_path, "stop", "--hang-timeout", f"{HANG_TIMEOUT_S}s")
     assert r.returncode == 124, r.stderr[-3000:]
-    assert took < HANG_TIMEOUT_S + MARGIN_S
-    assert list(out.glob("report*.sqlite")) + list(out.glob("report*.arrow")), "nsys's report was not kept"
+    assert r.seconds < HANG_TIMEOUT_S + MARGIN_S
+    assert list(r.out.glob("report*.sqlite")) + list(r.out.glob("report*.arrow")), "nsys's report was not kept"
     # the diagnosis is printed when the hang is found, before nsys's output
     assert "HUNG: no collective finished" in r.stderr
     assert r.stderr.index("missing rank 1") < r.stderr.index("report(s) in")
@@ -92,7 +64,7 @@ def test_real_rank_stops_before_collective(tmp_path):
 
 
 def test_real_size_mismatch_gloo_aborts(tmp_path):
-    r, _took, out = _run(tmp_path, "size")
+    r = _run(tmp_path, "size")
     assert r.returncode != 0
     assert "Received data size doesn't match" in r.stderr  # gloo's own abort message
     h = _hang(r)
@@ -101,12 +73,12 @@ def test_real_size_mismatch_gloo_aborts(tmp_path):
         {"group": "0", "seq": 3, "field": "bytes", "values_by_rank": {"0": 1024, "1": 1024, "2": 2048, "3": 1024}}
     ]
     # the records outlived the abort: a rank died inside the collective it could not finish
-    states = {ring.rank: ring.state for ring in fr.read_dir(out / "records") if ring.rank >= 0}
+    states = {ring.rank: ring.state for ring in fr.read_dir(r.out / "records") if ring.rank >= 0}
     assert "aborted" in states.values()
 
 
 def test_real_rank_raises_mid_run(tmp_path):
-    r, _took, _out = _run(tmp_path, "raise", "--hang-timeout", "120s")
+    r = _run(tmp_path, "raise", "--hang-timeout", "120s")
     assert r.returncode not in (0, 124)
     h = _hang(r)
     assert h["status"] == "aborted"
@@ -125,22 +97,7 @@ def test_real_ctrl_c_keeps_report_and_diagnoses(tmp_path):
     env = dict(os.environ, HANG_FAULT="stop")
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
     p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nsyscomm.cli",
-            "run",
-            "-o",
-            str(out),
-            "--format",
-            "json",
-            "--",
-            "torchrun",
-            "--standalone",
-            "--nproc-per-node",
-            "4",
-            str(SCRIPT),
-        ],
+        run_job_cmd(out, SCRIPT, ranks=4, options=("--format", "json")),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 
 import pytest
 
 from nsyscomm.api import load
-from tests.conftest import DATA, DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_profiled
+from tests.conftest import DATA, DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_job
 
 JOB = DATA / "late_job.py"
 
@@ -48,28 +47,7 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
     env = dict(os.environ)
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
     env[DONE_ENV] = str(tmp_path)
-    r = run_profiled(
-        [
-            sys.executable,
-            "-m",
-            "nsyscomm.cli",
-            "run",
-            "-o",
-            str(out),
-            "--format",
-            "json",
-            "--",
-            "torchrun",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(JOB),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    r = run_job(out, JOB, options=("--format", "json"), env=env)
     assert job_did_its_work(r.returncode, r.stderr, done_ranks(tmp_path), 2), r.stderr[-3000:]
     doc = json.loads(r.stdout)
     slept_ms = [float(x) * 1e3 for x in (tmp_path / "sleeps.1").read_text().split()]
@@ -111,28 +89,7 @@ def test_real_device_mesh_dimensions_are_named(tmp_path):
     dp groups {0,2} and {1,3} (row-major), the default group is the world."""
     job = DATA / "mesh_job.py"
     env = {**os.environ, DONE_ENV: str(tmp_path)}
-    r = run_profiled(
-        [
-            sys.executable,
-            "-m",
-            "nsyscomm.cli",
-            "run",
-            "-o",
-            str(tmp_path / "out"),
-            "--format",
-            "json",
-            "--",
-            "torchrun",
-            "--standalone",
-            "--nproc-per-node",
-            "4",
-            str(job),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    r = run_job(tmp_path / "out", job, ranks=4, options=("--format", "json"), env=env)
     assert job_did_its_work(r.returncode, r.stderr, done_ranks(tmp_path), 4), r.stderr[-3000:]
     dims = json.loads(r.stdout)["diagnosis"]["dimensions"]
     by_ranks = {tuple(d["ranks"]): d for d in dims}

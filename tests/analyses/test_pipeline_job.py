@@ -9,12 +9,11 @@ import json
 import os
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import DATA, DONE_ENV, done_ranks, job_did_its_work, run_profiled
+from tests.conftest import DATA, DONE_ENV, done_ranks, job_did_its_work, run_job
 
 JOB = DATA / "p2p_pipeline_job.py"
 SLEEP_MS = 80.0  # p2p_pipeline_job.SLEEP_S
@@ -28,13 +27,11 @@ def p2p_run(tmp_path_factory):
     done = tmp_path_factory.mktemp("done")
     env = dict(os.environ, **{DONE_ENV: str(done)})
     env.pop("NSYSCOMM_HANG_TIMEOUT", None)
-    cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--format", "json", "--"]
-    cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(JOB)]
-    r = run_profiled(cmd, capture_output=True, text=True, env=env, timeout=600)
+    r = run_job(out, JOB, options=("--format", "json"), env=env)
     assert job_did_its_work(r.returncode, r.stderr, done_ranks(done), 2), r.stderr[-3000:]
     periods = [float(x) for x in re.findall(r"^period_ms ([0-9.]+)$", r.stdout + r.stderr, re.M)]
     assert len(periods) == 5, r.stderr[-3000:]
-    return json.loads(r.stdout[r.stdout.index("{") :]), periods, out
+    return json.loads(r.stdout[r.stdout.index("{") :]), periods, r.out
 
 
 def test_the_receiver_waits_for_the_sleeping_sender(p2p_run):

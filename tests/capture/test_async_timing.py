@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, job_did_its_work
+from tests.conftest import DATA, job_did_its_work, torchrun_cmd
 
 SCRIPT = DATA / "async_job.py"
 MS = 1_000_000
@@ -40,7 +40,7 @@ def job(request, tmp_path_factory):
     os.environ["ASYNC_JOB_OUT"] = str(figures)
     try:
         res = run(
-            ["torchrun", "--standalone", "--nproc-per-node", "2", str(SCRIPT)],
+            torchrun_cmd(SCRIPT),
             output=str(base / "out"),
             profiler=request.param,
         )

@@ -16,7 +16,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.conftest import DATA, job_did_its_work
+from tests.conftest import DATA, job_did_its_work, torchrun_cmd
 
 SCRIPT = DATA / "train_all_ops.py"
 WORLD = 4
@@ -52,8 +52,8 @@ def job(tmp_path_factory):
     expect.mkdir()
     os.environ["NSYSCOMM_EXPECT_DIR"] = str(expect)
     try:
-        cmd = ["torchrun", "--standalone", "--nproc-per-node", str(WORLD), str(SCRIPT)]
-        res = run(cmd, output=str(base / "out"), export="sqlite")  # read below with sqlite3
+        # exported as SQLite: read below with sqlite3
+        res = run(torchrun_cmd(SCRIPT, ranks=WORLD), output=str(base / "out"), export="sqlite")
     finally:
         os.environ.pop("NSYSCOMM_EXPECT_DIR", None)
     did = {}

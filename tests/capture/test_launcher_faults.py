@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
+from tests.conftest import run_job, run_job_cmd
 
 needs_nsys = pytest.mark.skipif(
     shutil.which("nsys") is None,
@@ -87,18 +88,14 @@ def _nsyscomm(args, env=None, timeout=180, **kw):
     )
 
 
-def _torchrun(job):
-    return ["torchrun", "--standalone", "--nproc-per-node", "2", str(job)]
-
-
 @needs_nsys
 @needs_torchrun
 def test_training_crash_keeps_and_summarizes_the_report(job, tmp_path):
     out = tmp_path / "out"
-    r = _nsyscomm(["run", "-o", out, "--format", "json", "--", *_torchrun(job)], env=dict(os.environ, JOB_MODE="crash"))
+    r = run_job(out, job, options=("--format", "json"), env=dict(os.environ, JOB_MODE="crash"), timeout=180)
     assert r.returncode == 1, r.stderr[-3000:]  # torchrun's status for a failed worker
     assert "the command exited with status 1" in r.stderr
-    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), r.stderr[-2000:]
+    assert list(r.out.glob("*.sqlite")) + list(r.out.glob("*.arrow")), r.stderr[-2000:]
     import json
 
     doc = json.loads(r.stdout)
@@ -115,7 +112,7 @@ def test_an_abort_after_the_work_is_named_a_teardown_failure(tmp_path):
     job = tmp_path / "teardown_job.py"
     job.write_text(TEARDOWN_JOB)
     out = tmp_path / "out"
-    r = _nsyscomm(["run", "-o", out, "--format", "json", "--", *_torchrun(job)])
+    r = run_job(out, job, options=("--format", "json"), timeout=180)
     assert r.returncode != 0, r.stderr[-3000:]
     assert "the job failed in its teardown, after its work" in r.stderr, r.stderr[-3000:]
     assert "of 2 rank(s) ran their program to its end" in r.stderr
@@ -130,19 +127,16 @@ def test_an_abort_after_the_work_is_named_a_teardown_failure(tmp_path):
 @needs_torchrun
 def test_one_rank_dies(job, tmp_path):
     out = tmp_path / "out"
-    t0 = time.time()
-    r = _nsyscomm(
-        ["run", "-o", out, "--format", "json", "--", *_torchrun(job)], env=dict(os.environ, JOB_MODE="rank_dies")
-    )
+    r = run_job(out, job, options=("--format", "json"), env=dict(os.environ, JOB_MODE="rank_dies"), timeout=180)
     # a bound on a hang, not a speed check: the surviving rank would otherwise wait for ever (on a
     # loaded 2-core machine it took a good part of this bound)
-    assert time.time() - t0 < 300, "torchrun stops the surviving rank"
+    assert r.seconds < 300, "torchrun stops the surviving rank"
     assert r.returncode != 0 and f"exited with status {r.returncode}" in r.stderr
     import json
 
     doc = json.loads(r.stdout)
     assert {x["rank"] for x in doc["ranks"]} == {0, 1}
-    assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow"))
+    assert list(r.out.glob("*.sqlite")) + list(r.out.glob("*.arrow"))
 
 
 @needs_nsys
@@ -153,7 +147,7 @@ def test_ctrl_c_stops_the_job_and_keeps_the_report(job, tmp_path):
     ready = tmp_path / "ready"
     env = dict(os.environ, JOB_MODE="hang", JOB_READY=str(ready))
     p = subprocess.Popen(
-        [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), "--", *_torchrun(job)],
+        run_job_cmd(out, job),
         env=env,
         start_new_session=True,
         stdout=subprocess.PIPE,

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from nsyscomm.duck import arrow_frame
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, ROOT, run_job
 
 SCRIPT = DATA / "train_all_ops.py"
 WORLD = 2
@@ -46,29 +46,13 @@ def job(tmp_path_factory):
     expect = base / "expect"
     expect.mkdir()
     env = dict(os.environ, NSYSCOMM_EXPECT_DIR=str(expect))
-    r = _cli(
-        [
-            "run",
-            "--profiler",
-            "torch",
-            "-o",
-            str(base / "out"),
-            "--format",
-            "json",
-            "--",
-            "torchrun",
-            "--standalone",
-            "--nproc-per-node",
-            str(WORLD),
-            str(SCRIPT),
-        ],
-        env=env,
-    )
+    options = ("--profiler", "torch", "--format", "json")
+    r = run_job(base / "out", SCRIPT, ranks=WORLD, options=options, env=env, cwd=str(ROOT), timeout=300)
     did = {}
     for f in expect.glob("rank*.json"):
         d = json.loads(f.read_text())
         did[d["rank"]] = d
-    return r, base / "out", did
+    return r, r.out, did
 
 
 def test_run_writes_one_trace_per_rank(job):

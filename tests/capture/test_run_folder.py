@@ -286,37 +286,22 @@ GLOO_JOB = textwrap.dedent(
 
 @needs_real
 def test_real_second_run_is_refused_and_the_first_reports_its_own(tmp_path, monkeypatch):
-    from tests.conftest import done_ranks, job_did_its_work
+    from tests.conftest import done_ranks, job_did_its_work, run_job
 
     monkeypatch.delenv("NSYSCOMM_NSYS", raising=False)
     job = tmp_path / "job.py"
     job.write_text(GLOO_JOB)
     out = tmp_path / "out"
-    first = _cli(
-        [
-            "run",
-            "-o",
-            out,
-            "--format",
-            "json",
-            "--",
-            "torchrun",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            job,
-            tmp_path,
-        ],
-        300,
-    )
+    first = run_job(out, job, tmp_path, options=("--format", "json"), timeout=300)
     assert job_did_its_work(first.returncode, first.stderr, done_ranks(tmp_path), 2), first.stderr[-3000:]
+    out = first.out
     assert _mode(out / run_folder.RECORDS_DIR) == 0o700
     log = (out / run_folder.LOG_NAME).read_text().splitlines()
     stages = [line.split(" ", 2)[1:] for line in log]
     assert [s[0] for s in stages[:1]] == ["job"] and any(s[0] == "export" for s in stages), log
     assert all(s[1].endswith(" ok") for s in stages if s[0] in ("import", "export")), log
     before = _snapshot(out)
-    second = _cli(["run", "-o", out, "--", "torchrun", "--standalone", "--nproc-per-node", "3", job, tmp_path], 300)
+    second = run_job(out, job, tmp_path, ranks=3, timeout=300)
     assert second.returncode == 2, second.stderr[-3000:]
     assert len(second.stderr.strip().splitlines()) == 1 and "already holds a run" in second.stderr
     assert _snapshot(out) == before

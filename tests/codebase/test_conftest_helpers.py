@@ -27,10 +27,36 @@ def test_run_profiled_runs_once_more_only_when_nsys_wrote_no_report(tmp_path):
     code = (
         "import pathlib, sys; out = pathlib.Path(sys.argv[2]); out.mkdir(); "
         "first = not list(out.parent.glob('*-again')) and out.name == 'o'; "
+        "first and __import__('time').sleep(4); "
         "print('nsyscomm: warning: no report was written in ' + str(out) if first else 'ok', file=sys.stderr)"
     )
     r = run_profiled([sys.executable, "-c", code, "-o", tmp_path / "o"], capture_output=True, text=True)
     assert r.stderr.strip() == "ok" and (tmp_path / "o").is_dir() and (tmp_path / "o-again").is_dir()
+    # the attempt kept, timed alone: the first one's 4 s are not counted
+    assert r.out == tmp_path / "o-again" and r.seconds < 4
     bad = "import sys; print('the job failed', file=sys.stderr); sys.exit(1)"
     r = run_profiled([sys.executable, "-c", bad, "-o", tmp_path / "b"], capture_output=True, text=True)
-    assert r.returncode == 1 and not (tmp_path / "b-again").exists()
+    assert r.returncode == 1 and not (tmp_path / "b-again").exists() and r.out == tmp_path / "b"
+
+
+def test_a_job_s_command_line_is_nsyscomm_run_of_torchrun(tmp_path):
+    from tests.conftest import run_job_cmd
+
+    cmd = run_job_cmd(tmp_path / "o", tmp_path / "job.py", "--steps", 3, ranks=4, options=("--format", "json"))
+    assert cmd[1:] == [
+        "-m",
+        "nsyscomm.cli",
+        "run",
+        "-o",
+        str(tmp_path / "o"),
+        "--format",
+        "json",
+        "--",
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        str(tmp_path / "job.py"),
+        "--steps",
+        "3",
+    ]

@@ -13,13 +13,12 @@ import json
 import os
 import re
 import shutil
-import sys
 
 import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests.conftest import DATA, DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_profiled
+from tests.conftest import DATA, DONE_ENV, SAMPLES, done_ranks, job_did_its_work, run_job
 from tests.support import job_shapes
 
 DDP = SAMPLES / "synthetic_ddp_4rank.sqlite"
@@ -151,9 +150,7 @@ def test_real_plain_loop_steps_and_slow_rank(tmp_path):
     iterations, each led by rank 1; step 8 holds the barrier alone; the lines say so."""
     env = {k: v for k, v in os.environ.items() if k != "NSYSCOMM_HANG_TIMEOUT"}
     env[DONE_ENV] = str(tmp_path)
-    cmd = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(tmp_path / "out"), "--format", "csv", "--"]
-    cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(PLAIN_LOOP)]
-    r = run_profiled(cmd, capture_output=True, text=True, env=env, timeout=600)
+    r = run_job(tmp_path / "out", PLAIN_LOOP, options=("--format", "csv"), env=env)
     assert job_did_its_work(r.returncode, r.stderr, done_ranks(tmp_path), 2), r.stderr[-3000:]
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     steps = [x for x in rows if x["table"] == "steps"]
@@ -164,7 +161,7 @@ def test_real_plain_loop_steps_and_slow_rank(tmp_path):
     # sleep less rank 0's own delays (a loaded machine takes up to half of it)
     for x in steps[1:8]:
         assert x["late_rank"] == "1" and float(x["late_ms"]) >= 10, x
-    text = _out("summarize", tmp_path / "out")
+    text = _out("summarize", r.out)
     # which rank communicates most depends on the start-up skew too: each line says its waiting
     assert "communication time per rank counts the time spent waiting for late ranks" in text
     for label in ("minimum", "maximum"):
