@@ -3,7 +3,7 @@
     python benchmarks/bench_export_formats.py REPORT.sqlite [REPORT.arrow] [--runs 5]
 
 Without REPORT.arrow, the SQLite file is rewritten as nsys 2022.4's Arrow export lays it out (one
-IPC stream per table, tests/arrow_convert.py) next to it in a temporary folder. Each summarize is
+IPC stream per table, tests/support/arrow_convert.py) next to it in a temporary folder. Each summarize is
 a fresh process with --no-cache and --format json (the two outputs are checked to be equal);
 prints the median and min wall time of each, and the load average.
 """
@@ -44,7 +44,7 @@ def main() -> None:
         arrow = a.arrow
         if arrow is None:
             sys.path.insert(0, str(ROOT))
-            from tests.arrow_convert import convert
+            from tests.support.arrow_convert import convert
 
             t0 = time.perf_counter()
             arrow = convert(a.sqlite, Path(tmp) / a.sqlite.name)  # the same name: the same JSON

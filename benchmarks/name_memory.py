@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import hostile_corpus as H  # noqa: E402
+from tests.support import hostile_corpus as H  # noqa: E402
 
 
 def peak_mb(args: list[str], tmp: Path) -> float:

@@ -10,7 +10,7 @@ per-rank reports (gen_large_report.py), while a thread runs DuckDB queries and a
 matrix products without pause. A loop that has not ended within --timeout seconds is a hang:
 the child and everything it started (its process group) is killed and a new child goes on.
 Then ``nsyscomm summarize FOLDER --jobs 2`` --cli-runs times, with and without the cache, each
-bounded the same way. tests/test_pool_soak.py runs a few loops of it in CI.
+bounded the same way. tests/extract/test_pool_soak.py runs a few loops of it in CI.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class _LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-# name -> (module, attribute, the first line of its docstring: tests/test_startup.py checks they agree)
+# name -> (module, attribute, the first line of its docstring: tests/cli/test_startup.py checks they agree)
 _LAZY = {
     "gate": ("nsyscomm.commands.gate", "gate", "Fail CI when communication got slower than the baseline."),
     "baseline": (

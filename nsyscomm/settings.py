@@ -1,6 +1,6 @@
 """Every ``NSYSCOMM_*`` environment variable nsyscomm reads, declared once with its kind and
 default, and read through one typed accessor each (docs/configuration.md lists the same, and
-tests/test_configuration.py checks that the code reads no other).
+tests/cli/test_configuration.py checks that the code reads no other).
 
 Three kinds: a *user setting* is for people running nsyscomm; a *channel* carries what the
 ``nsyscomm run`` launcher tells the processes of the job it starts (set by the launcher, read in

@@ -10,7 +10,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # .ci/run installs into a fresh virtual environment: Debian's Python makes one with python3-venv
 python -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 # a C compiler and Python's headers build the wrapper's C fast path (nsyscomm/capture/_fastpath.c);
-# g++ is what torch.compile's Inductor needs for its CPU code (tests/test_capture_wrapper.py)
+# g++ is what torch.compile's Inductor needs for its CPU code (tests/capture/test_capture_wrapper.py)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \

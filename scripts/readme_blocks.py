@@ -4,7 +4,7 @@
     python scripts/readme_blocks.py --check      # run the output blocks' commands; exit 1 when one is stale
     python scripts/readme_blocks.py --update     # write what they print now into the blocks
 
-tests/test_readme.py runs every command line (the CI examples on a real 2-rank gloo job under
+tests/cli/test_readme.py runs every command line (the CI examples on a real 2-rank gloo job under
 nsys) and compares the output blocks; when outputs changed on purpose, --update refreshes the
 blocks. What the markdown says to this script, in HTML comments (invisible when rendered):
 

@@ -2,13 +2,21 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from nsyscomm.ingest.nsys.reader import read_only_uri
 
-ROOT = Path(__file__).resolve().parents[1]
+# The suite's paths, for a test in any folder under tests/: the project, the tests' own job
+# scripts (data) and expected outputs (golden).
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+DATA = TESTS / "data"
+GOLDEN = TESTS / "golden"
 # Real exports live beside the project (never copied into it): ../shared/real
 REAL = ROOT.parent / "shared" / "real"
 REAL_NSYS = REAL / "nsys"
@@ -152,18 +160,65 @@ def h100_window() -> Path:
 NSYS_WROTE_NO_REPORT = "no report was written in"
 
 
-def run_profiled(cmd: list, **kw) -> subprocess.CompletedProcess:
-    """subprocess.run of an `nsyscomm run -o OUT ...` command line, run once more (into OUT-again)
-    when nsys itself wrote no report. Debian's nsys 2022.4 now and then fails its own start or
-    its report on a loaded machine ("Local Endpoint is not available", "End of file",
-    sem_open, boost::filesystem), profiled job or not; nsyscomm reports that, and what a test
-    asserts is about the report of a run nsys completed. Any other failure is returned as is."""
-    r = subprocess.run(cmd, **kw)
-    if NSYS_WROTE_NO_REPORT not in (r.stderr or ""):
-        return r
-    again = [str(a) for a in cmd]
+@dataclass
+class JobRun:
+    """One profiled run of a command: what it printed and its exit status (as subprocess.run's
+    result names them), the output folder of the attempt kept and that attempt's own wall time."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    out: Path | None
+    seconds: float
+
+
+def torchrun_cmd(script: Path, *args, ranks: int = 2) -> list[str]:
+    """torchrun of a job script on `ranks` local processes of this machine."""
+    return ["torchrun", "--standalone", "--nproc-per-node", str(ranks), str(script), *map(str, args)]
+
+
+def run_job_cmd(out: Path, script: Path, *args, ranks: int = 2, options=()) -> list[str]:
+    """`nsyscomm run -o OUT OPTIONS -- torchrun ... SCRIPT ARGS`, run by this Python."""
+    run = [sys.executable, "-m", "nsyscomm.cli", "run", "-o", str(out), *map(str, options), "--"]
+    return run + torchrun_cmd(script, *args, ranks=ranks)
+
+
+def run_job(
+    out: Path, script: Path, *args, ranks: int = 2, options=(), again_on=(NSYS_WROTE_NO_REPORT,), **kw
+) -> JobRun:
+    """A job script run by `nsyscomm run -o OUT OPTIONS -- torchrun` on `ranks` processes, its
+    output captured as text (run_profiled: once more when nsys itself wrote no report). Keywords
+    go to subprocess.run; the timeout is 600 s unless given."""
+    kw.setdefault("timeout", 600)
+    cmd = run_job_cmd(out, script, *args, ranks=ranks, options=options)
+    return run_profiled(cmd, again_on=again_on, capture_output=True, text=True, **kw)
+
+
+def _output_folder(cmd: list[str]) -> int | None:
+    """The index of the output folder's argument in an `nsyscomm run` command line (the job's own
+    arguments, after `--`, are not looked at)."""
+    own = cmd[: cmd.index("--")] if "--" in cmd else cmd
     for flag in ("-o", "--output"):
-        if flag in again:
-            i = again.index(flag) + 1
-            again[i] = again[i] + "-again"
-    return subprocess.run(again, **kw)
+        if flag in own:
+            return own.index(flag) + 1
+    return None
+
+
+def run_profiled(cmd: list, again_on=(NSYS_WROTE_NO_REPORT,), **kw) -> JobRun:
+    """subprocess.run of an `nsyscomm run -o OUT ...` command line, run once more (into OUT-again)
+    when its error output holds one of `again_on`: by default, when nsys itself wrote no report.
+    Debian's nsys 2022.4 now and then fails its own start or its report on a loaded machine
+    ("Local Endpoint is not available", "End of file", sem_open, boost::filesystem), profiled job
+    or not; nsyscomm reports that, and what a test asserts is about the report of a run nsys
+    completed. Any other failure is returned as is. Each attempt is timed alone."""
+    cmd = [str(a) for a in cmd]
+    at = _output_folder(cmd)
+    for attempt in range(2):
+        if attempt and at is not None:
+            cmd[at] += "-again"
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, **kw)
+        took = time.monotonic() - t0
+        if not any(s in (r.stderr or "") for s in again_on):
+            break
+    return JobRun(r.returncode, r.stdout, r.stderr, Path(cmd[at]) if at is not None else None, took)

@@ -187,7 +187,7 @@ def read_json(path: str | os.PathLike) -> Any:
         raise InputError(f"{p}: not valid JSON (line {e.lineno}: {e.msg}); {FIX_BASELINE}") from None
     except (ValueError, RecursionError) as e:
         # what the decoder refuses besides syntax: an integer of thousands of digits, arrays nested
-        # past the recursion limit (tests/hostile_corpus.py builds both)
+        # past the recursion limit (tests/support/hostile_corpus.py builds both)
         what = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
         raise InputError(f"{p}: not a JSON document nsyscomm wrote ({what}); {FIX_BASELINE}") from None
 

@@ -145,7 +145,7 @@ TABLE: dict[str, Table] = {t.name: t for t in TABLES}
 @dataclass
 class Extract:
     """What one report contributes to a job: its calls and what ranks them. The table fields are
-    those of TABLES, in its order (tests/test_extract_tables.py holds them together)."""
+    those of TABLES, in its order (tests/extract/test_extract_tables.py holds them together)."""
 
     report: str
     path: Path

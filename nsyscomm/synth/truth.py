@@ -4,7 +4,7 @@ rules the ingest and the analyses implement (the package docstring).
 Nothing here comes from the code under test: a collective's fields and a rank marker's are the
 values the generator put into the message (``Report.range(call=..., marker=...)``), never the
 message parsed back, and the bus-bandwidth factors are written out below from their definition.
-tests/test_truth_independence.py keeps it so."""
+tests/synth/test_truth_independence.py keeps it so."""
 
 from __future__ import annotations
 

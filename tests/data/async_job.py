@@ -1,5 +1,5 @@
 """A 2-rank gloo job made of asynchronous calls, with its own independent figures
-(tests/test_async_timing.py): the program times a synchronous all_reduce of each size itself,
+(tests/capture/test_async_timing.py): the program times a synchronous all_reduce of each size itself,
 and rank 1 sleeps before some calls so that rank 0's work cannot complete before rank 1 enqueues.
 
 Phases, each separated by a barrier (their calls are told apart by seq in the test):

@@ -1,4 +1,4 @@
-"""The README's `train.py` in tests/test_readme.py: a short 2-rank gloo training loop (CPU only,
+"""The README's `train.py` in tests/cli/test_readme.py: a short 2-rank gloo training loop (CPU only,
 no CUDA), run as the README's CI examples run theirs, `torchrun ... train.py --steps 20`.
 
 --sleep-ms adds a host stall before every step's all_reduce on the last rank: the regression the

@@ -1,4 +1,4 @@
-"""A 4-rank gloo job that leaves PyTorch Flight Recorder dumps (tests/test_hang.py).
+"""A 4-rank gloo job that leaves PyTorch Flight Recorder dumps (tests/analyses/test_hang.py).
 
 torch 2.13 records gloo collectives when TORCH_FR_BUFFER_SIZE is set, but writes no dump by
 itself on a gloo timeout (that is the NCCL watchdog's): each rank writes its own with

@@ -1,4 +1,4 @@
-"""A small gloo job with one injected fault (tests/test_hang_e2e.py).
+"""A small gloo job with one injected fault (tests/analyses/test_hang_e2e.py).
 
 HANG_FAULT=stop:   rank 1 stops (sleeps) before its 4th all_reduce: the others wait in it.
 HANG_FAULT=size:   rank 2 passes 2x the elements at the 4th all_reduce: gloo aborts the call.

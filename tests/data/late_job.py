@@ -1,4 +1,4 @@
-"""A 2-rank gloo job with a host-side straggler (tests/test_late.py): before the second
+"""A 2-rank gloo job with a host-side straggler (tests/analyses/test_late.py): before the second
 all_reduce of every step rank 1 sleeps SLEEP_S, so rank 0 waits that long in it.
 
 Steps are the optimizer's (nsyscomm's wrapper detects optimizer.step()); the user code has no

@@ -1,4 +1,4 @@
-"""A 4-rank gloo job on a 2x2 DeviceMesh named ("dp", "tp") (tests/test_late.py): all_reduces on
+"""A 4-rank gloo job on a 2x2 DeviceMesh named ("dp", "tp") (tests/analyses/test_late.py): all_reduces on
 each dimension's group and on the world; the communicators' dimensions must be named."""
 import os
 

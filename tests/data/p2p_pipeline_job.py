@@ -1,4 +1,4 @@
-"""A 2-stage pipeline by hand on 2 gloo ranks (tests/test_pipeline_job.py): stage 0 computes for
+"""A 2-stage pipeline by hand on 2 gloo ranks (tests/analyses/test_pipeline_job.py): stage 0 computes for
 SLEEP_S (a sleep) and sends its activations; stage 1 receives them (a blocking recv: it waits for
 the sleep), computes, and sends the gradient back; both take an optimizer step. Rank 1 prints the
 period between its steps' ends (`period_ms <float>`) on its own clock.

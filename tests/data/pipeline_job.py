@@ -1,4 +1,4 @@
-"""A 2-stage GPipe pipeline on 2 gloo ranks (torch.distributed.pipelining, tests/test_pipeline_job.py).
+"""A 2-stage GPipe pipeline on 2 gloo ranks (torch.distributed.pipelining, tests/analyses/test_pipeline_job.py).
 Stage 0 sleeps SLEEP_S in its forward of every micro-batch, so stage 1's receive of each
 micro-batch's activations waits for it. No optimizer: the schedule's step() is the step boundary.
 Rank 1 prints the period between its steps' ends (`period_ms <float>`), its own clock.

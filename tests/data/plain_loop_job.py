@@ -1,4 +1,4 @@
-"""A 2-rank gloo job written as a user writes a first training loop (tests/test_one_voice.py):
+"""A 2-rank gloo job written as a user writes a first training loop (tests/views/test_one_voice.py):
 ITERATIONS iterations of forward, an all_reduce of the gradient, optimizer.step(); rank 1
 sleeps SLEEP_S before each all_reduce, so it is the slow rank and rank 0 waits for it. After the
 loop, one barrier. No nsyscomm in it: the wrapper counts steps at optimizer.step()."""

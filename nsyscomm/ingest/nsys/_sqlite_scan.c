@@ -14,7 +14,7 @@
  * NVTX ranges might be the program's own long ones (sql/host_ranges_nsys.sql): when none, the
  * caller skips that second pass over NVTX_EVENTS. Each output
  * equals what the DuckDB statements of the other path (reader._copy_tables and the SQL after
- * it) select; tests/test_sqlite_scan.py compares the two.
+ * it) select; tests/extract/test_sqlite_scan.py compares the two.
  *
  * Why not DuckDB's SQLite scanner, as the other path does: it copies all the rows of the three
  * tables into DuckDB (6M for an 8-GPU profile), and the steps after it read them again; on 2

@@ -11,8 +11,8 @@ later steps use (``_scan``): the NCCL kernels, their launches, the named ranges,
 kernels' times as numpy arrays, and each process's first and last event. Otherwise, when the
 kernels would not fit in a quarter of DuckDB's memory limit (``fits_in_memory``: the arrays are
 outside it), or when that scan meets something unexpected, DuckDB's SQLite scanner copies the
-tables whole (``_copy_tables``), and DuckDB spills past its limit. tests/test_sqlite_scan.py and
-tests/test_memory_routes.py check that both give the same extract.
+tables whole (``_copy_tables``), and DuckDB spills past its limit. tests/extract/test_sqlite_scan.py and
+tests/extract/test_memory_routes.py check that both give the same extract.
 
 Needs no pandas: the command line gives a lone report a head start (``head_start``), reading it
 while the rest of nsyscomm is imported (mostly pandas, the larger part of the start-up).
