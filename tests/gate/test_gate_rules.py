@@ -285,7 +285,7 @@ def test_the_summary_holds_each_keys_fastest_logical_call(tmp_path):
     from nsyscomm.analyses.contract import document
     from nsyscomm.api import load
 
-    from . import whatif_jobs as wj
+    from tests.support import whatif_jobs as wj
 
     transfers = [3.0, 1.5, 2.0, 2.5]
     steps = [[("compute", 0, 5.0), ("compute", 1, 6.0), ("coll", (0, 1), ms, 0)] for ms in transfers]
