@@ -10,6 +10,9 @@ One trace file is one rank (``distributedInfo.rank``); a job is a folder of them
 - CPU ranges ``nccl:*`` / ``gloo:*`` (PyTorch's record_function per collective) and
   ``record_param_comms`` (the same metadata as above, on the CPU side).
 - ``distributedInfo`` (rank, world size, NCCL version, process groups).
+- torch.profiler's ``ProfilerStep#N`` ranges (a profile with a schedule, or ``prof.step()``):
+  the training step of the calls inside them (nsyscomm.ingest.kineto.profiler_steps), so a
+  trace taken at step N > 0 is a capture window, as for nsys reports.
 - nsyscomm's own wrapper ranges: under torch.profiler the wrapper records a ``record_function``
   range named with its NVTX message (``nsyscomm:all_reduce|api=...``, nsyscomm/nvtx_format.py)
   around every collective. They become ``source='wrapper'`` rows exactly like the nsys wrapper
@@ -46,6 +49,7 @@ from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.kineto import checks as kineto_checks
+from nsyscomm.ingest.kineto import profiler_steps
 from nsyscomm.ingest.kineto.calls import Kernel, Launch, Range, match
 from nsyscomm.ingest.kineto.meta import int_or_none
 from nsyscomm.ingest.kineto.stream import iter_trace, to_ns
@@ -79,6 +83,7 @@ class Kept:
     compute: list[tuple[int | None, int, int]] = field(default_factory=list)  # (device, start, end)
     wrappers: list[Range] = field(default_factory=list)  # nsyscomm's record_function ranges
     rank_marks: list[tuple[int, int, dict[str, str]]] = field(default_factory=list)  # (ts, pid, fields)
+    steps: list[profiler_steps.StepRange] = field(default_factory=list)  # ProfilerStep#N
     span: dict[int, list[int]] = field(default_factory=dict)  # pid -> [first, last] CPU event
     device_span: list[int] = field(default_factory=list)  # the first start and last end of the device's kernels
     cpu_pids: dict[int, int] = field(default_factory=dict)  # pid -> number of CPU events
@@ -86,7 +91,7 @@ class Kept:
 
     def check_budget(self, path: Path) -> None:
         kept = len(self.kernels) + len(self.ranges) + len(self.params) + len(self.wrappers)
-        kept += len(self.rank_marks)
+        kept += len(self.rank_marks) + len(self.steps)
         kineto_checks.check_budget(path, kept, len(self.compute) + len(self.launches))
 
     def add(self, e: dict) -> None:
@@ -130,6 +135,10 @@ class Kept:
                 self.rank_marks.append((ts, pid, nvtx_format.parse(name)))
         elif _is_comm_range(name):
             self.ranges.append(Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
+        elif name.startswith(profiler_steps.PREFIX):
+            step = profiler_steps.parse(name, pid, ts, end)
+            if step is not None:
+                self.steps.append(step)
 
 
 def _read(path: Path) -> Kept:
@@ -231,6 +240,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     main_pid = max(kept.cpu_pids, key=lambda p: kept.cpu_pids[p]) if kept.cpu_pids else 0
 
     rows = match(kept, main_pid, warnings, report)
+    profiler_steps.assign(rows, kept.steps)
     kineto_checks.check_int64(path, rows)
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
         columns=["report", "rank", "local_rank", "host", "duration_ns"]
