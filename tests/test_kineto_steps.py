@@ -42,8 +42,8 @@ def test_calls_inside_profiler_steps_get_their_number(tmp_path):
         _x("ProfilerStep#3", "user_annotation", 1000, 1000, pid, main),
         _x("ProfilerStep#4", "user_annotation", 2000, 1000, pid, main),
         _x("ProfilerStep#" + "9" * 25, "user_annotation", 3000, 1000, pid, main),
-        # a GPU copy of the step annotation is no CPU range
-        _x("ProfilerStep#50", "gpu_user_annotation", 400, 5000, 0, 7),
+        # the GPU's copy of a step annotation is no CPU range, even under the process's pid
+        _x("ProfilerStep#50", "gpu_user_annotation", 400, 5000, pid, 7),
         _x("gloo:broadcast", "user_annotation", 500, 10, pid, worker),  # before every step
         _x("gloo:all_reduce", "user_annotation", 1500, 10, pid, worker),  # step 3, on gloo's thread
         _x("gloo:all_reduce", "user_annotation", 2000, 10, pid, main),  # on the 3|4 boundary: 4
