@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -159,14 +160,22 @@ def test_real_gloo_job_with_a_profiler_schedule(tmp_path):
     out.mkdir()
     done.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NSYSCOMM_")}
-    r = subprocess.run(
+    # its own session, so that a job past its time leaves no worker behind
+    p = subprocess.Popen(
         ["torchrun", "--standalone", "--nproc-per-node", "2", str(SCHEDULED), str(out), str(done)],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
+        start_new_session=True,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
+    try:
+        _out, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    assert p.returncode == 0, err[-3000:]
     assert sorted(p.name for p in out.glob("*.json")) == ["rank0.json", "rank1.json"]
     res = api.load(out)
     col = res.collectives
