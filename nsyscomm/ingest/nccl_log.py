@@ -126,21 +126,28 @@ def _check(path) -> Path:
     return path
 
 
+@dataclass
+class _Seen:
+    """What parse gathers over the lines before it sums them up in the NcclLog."""
+
+    hosts: list[str] = field(default_factory=list)  # of the INFO lines, in order of appearance
+    transports: Counter = field(default_factory=Counter)  # connection kind -> connections
+    comms: dict[str, dict] = field(default_factory=dict)  # communicator -> {comm_id, nranks, ranks_seen}
+    ranks: set[int] = field(default_factory=set)  # ranks that completed an init
+    tuner_internal: bool = False
+    saw_info: bool = False
+    nt_ranks: dict[int, tuple[str, str]] = field(default_factory=dict)  # nccl-tests: rank -> (host, gpu)
+
+
 def parse(path: str | os.PathLike) -> NcclLog:
     path = _check(path)
     out = NcclLog(path=path.name)
-    hosts: list[str] = []
-    transports: Counter = Counter()
-    comms: dict[str, dict] = {}
-    ranks: set[int] = set()
-    tuner_internal = False
-    saw_info = False
-    nt_ranks: dict[int, tuple[str, str]] = {}
+    seen = _Seen()
     for line in _lines(path):
         s = line.strip()
         m = _NT_DEVICE.match(s)
         if m:
-            nt_ranks[int(m["rank"])] = (m["host"], m["gpu"])
+            seen.nt_ranks[int(m["rank"])] = (m["host"], m["gpu"])
             continue
         m = _INFO.match(s)
         if not m:
@@ -150,96 +157,129 @@ def parse(path: str | os.PathLike) -> NcclLog:
             if v:
                 out.version, out.cuda = v["v"], v["cuda"]
             continue
-        saw_info = True
-        host, msg = m["host"], m["msg"]
-        if host not in hosts:
-            hosts.append(host)
-        if out.version is None:
-            v = _VERSION.search(msg)
-            if v:
-                out.version, out.cuda = v["v"], v["cuda"]
-                continue
-        v = _INIT.search(msg)
+        seen.saw_info = True
+        if m["host"] not in seen.hosts:
+            seen.hosts.append(m["host"])
+        if not _init_message(out, seen, m["msg"]):
+            _setting_message(out, seen, m["msg"])
+    _sum_up(out, seen)
+    _nccl_tests(out, path)
+    if not seen.saw_info and not out.nccl_tests:
+        out.warnings.append(
+            f"{path.name}: no NCCL INFO line and no nccl-tests table; "
+            f"run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING for the tuner)"
+        )
+    elif not seen.saw_info:
+        out.warnings.append(
+            f"{path.name}: nccl-tests output without NCCL INFO lines: "
+            f"version and transports unknown (set NCCL_DEBUG=INFO)"
+        )
+    return out
+
+
+def _init_message(out: NcclLog, seen: _Seen, msg: str) -> bool:
+    """The version, a communicator's init and its timings, a connection's transport; True when
+    msg was one of them."""
+    if out.version is None:
+        v = _VERSION.search(msg)
         if v:
-            key = v["commid"] or v["comm"]
-            c = comms.setdefault(key, {"comm_id": v["commid"], "nranks": int(v["nranks"]), "ranks_seen": set()})
-            c["ranks_seen"].add(int(v["rank"]))
-            ranks.add(int(v["rank"]))
-            continue
-        v = _INIT_TIMINGS.search(msg)
-        if v:
-            out.init_timings.append({"rank": int(v["rank"]), "nranks": int(v["nranks"]), "total_s": float(v["total"])})
-            continue
-        v = _VIA.search(msg)
-        if v:
-            via = v["via"]
-            kind = via.split("/", 1)[0]
-            if kind == "NET":
-                parts = via.split("/")
-                name = parts[1] if len(parts) > 1 else "?"
-                via = f"NET/{name}"
-                out.network = out.network or name
-                if v["flags"] == "GDRDMA" or "GDRDMA" in msg:
-                    out.gdr = True
-                elif out.gdr is None:
-                    out.gdr = False
-            transports[via] += 1
-            continue
-        v = _CHANNELS.search(msg)
-        if v:
-            ch = {"coll": int(v["coll"]), "p2p": int(v["p2p"]), "p2p_per_peer": int(v["perpeer"])}
-            if v["collnet"] is not None:
-                ch["collnet"] = int(v["collnet"])
-            if v["nvls"] is not None:
-                ch["nvls"] = int(v["nvls"])
-            for k, n in ch.items():
-                out.channels[k] = max(out.channels.get(k, 0), n)
-            continue
-        v = _RING.search(msg)
-        if v and "coll" not in out.channels:
-            out.channels["rings"] = max(out.channels.get("rings", 0), int(v["n"]))
-            continue
-        v = _NETWORK.search(msg)
-        if v:
-            out.network = v["net"]
-            continue
-        if msg.startswith("NET/IB : Using") and out.network is None:
-            out.network = "IB"
-        elif msg.startswith("NET/Socket : Using") and out.network is None:
-            out.network = "Socket"
-        if "NVLS multicast support is available" in msg or "Connected NVLS" in msg:
-            out.nvls = True
-        v = _TUNER_PLUGIN.search(msg)
-        if v:
-            out.tuner = v["t"].rstrip(".")
-        elif "using internal tuner" in msg.lower():
-            tuner_internal = True
-    if out.tuner is None and tuner_internal:
+            out.version, out.cuda = v["v"], v["cuda"]
+            return True
+    v = _INIT.search(msg)
+    if v:
+        key = v["commid"] or v["comm"]
+        c = seen.comms.setdefault(key, {"comm_id": v["commid"], "nranks": int(v["nranks"]), "ranks_seen": set()})
+        c["ranks_seen"].add(int(v["rank"]))
+        seen.ranks.add(int(v["rank"]))
+        return True
+    v = _INIT_TIMINGS.search(msg)
+    if v:
+        out.init_timings.append({"rank": int(v["rank"]), "nranks": int(v["nranks"]), "total_s": float(v["total"])})
+        return True
+    v = _VIA.search(msg)
+    if v:
+        via = v["via"]
+        kind = via.split("/", 1)[0]
+        if kind == "NET":
+            parts = via.split("/")
+            name = parts[1] if len(parts) > 1 else "?"
+            via = f"NET/{name}"
+            out.network = out.network or name
+            if v["flags"] == "GDRDMA" or "GDRDMA" in msg:
+                out.gdr = True
+            elif out.gdr is None:
+                out.gdr = False
+        seen.transports[via] += 1
+        return True
+    return False
+
+
+def _setting_message(out: NcclLog, seen: _Seen, msg: str) -> None:
+    """Channels, rings, the network, NVLS and the tuner."""
+    v = _CHANNELS.search(msg)
+    if v:
+        ch = {"coll": int(v["coll"]), "p2p": int(v["p2p"]), "p2p_per_peer": int(v["perpeer"])}
+        if v["collnet"] is not None:
+            ch["collnet"] = int(v["collnet"])
+        if v["nvls"] is not None:
+            ch["nvls"] = int(v["nvls"])
+        for k, n in ch.items():
+            out.channels[k] = max(out.channels.get(k, 0), n)
+        return
+    v = _RING.search(msg)
+    if v and "coll" not in out.channels:
+        out.channels["rings"] = max(out.channels.get("rings", 0), int(v["n"]))
+        return
+    v = _NETWORK.search(msg)
+    if v:
+        out.network = v["net"]
+        return
+    if msg.startswith("NET/IB : Using") and out.network is None:
+        out.network = "IB"
+    elif msg.startswith("NET/Socket : Using") and out.network is None:
+        out.network = "Socket"
+    if "NVLS multicast support is available" in msg or "Connected NVLS" in msg:
+        out.nvls = True
+    v = _TUNER_PLUGIN.search(msg)
+    if v:
+        out.tuner = v["t"].rstrip(".")
+    elif "using internal tuner" in msg.lower():
+        seen.tuner_internal = True
+
+
+def _sum_up(out: NcclLog, seen: _Seen) -> None:
+    """The log's figures from what its lines said: transports, communicators, ranks, hosts, GPUs."""
+    if out.tuner is None and seen.tuner_internal:
         out.tuner = "internal"
     if out.channels.get("nvls"):
         out.nvls = True
-    out.transports = dict(sorted(transports.items(), key=lambda kv: -kv[1]))
-    kinds = {t.split("/", 1)[0] for t in transports}
+    out.transports = dict(sorted(seen.transports.items(), key=lambda kv: -kv[1]))
+    kinds = {t.split("/", 1)[0] for t in seen.transports}
     if out.nvls:
         kinds.add("NVLS")
-    if out.channels.get("collnet") and any("CollNet" in t or "COLLNET" in t for t in transports):
+    if out.channels.get("collnet") and any("CollNet" in t or "COLLNET" in t for t in seen.transports):
         kinds.add("COLLNET")
     out.transport_kinds = sorted(kinds)
     out.communicators = [
-        {"comm_id": c["comm_id"], "nranks": c["nranks"], "ranks_seen": len(c["ranks_seen"])} for c in comms.values()
+        {"comm_id": c["comm_id"], "nranks": c["nranks"], "ranks_seen": len(c["ranks_seen"])}
+        for c in seen.comms.values()
     ]
-    out.ranks = sorted(ranks or nt_ranks)
-    if comms:
-        out.nranks = max(c["nranks"] for c in comms.values())
-    elif nt_ranks:
-        out.nranks = len(nt_ranks)
-    hosts_all = hosts or []
-    for h, _g in (nt_ranks[r] for r in sorted(nt_ranks)):
+    out.ranks = sorted(seen.ranks or seen.nt_ranks)
+    if seen.comms:
+        out.nranks = max(c["nranks"] for c in seen.comms.values())
+    elif seen.nt_ranks:
+        out.nranks = len(seen.nt_ranks)
+    hosts_all = seen.hosts or []
+    for h, _g in (seen.nt_ranks[r] for r in sorted(seen.nt_ranks)):
         if h not in hosts_all:
             hosts_all.append(h)
     out.hosts = hosts_all
     out.nodes = len(hosts_all) or None
-    out.gpus = sorted({g for _h, g in nt_ranks.values()})
+    out.gpus = sorted({g for _h, g in seen.nt_ranks.values()})
+
+
+def _nccl_tests(out: NcclLog, path: Path) -> None:
+    """One summary per nccl-tests result table in the log: op, ranks, sizes, average and peak busbw."""
     curve = reference_curve(path)
     for run, g in curve.groupby("run", sort=True):
         peak = g.loc[g["busbw_GBps"].idxmax()]
@@ -257,17 +297,6 @@ def parse(path: str | os.PathLike) -> NcclLog:
                 "peak_at_bytes": int(peak["bytes"]),
             }
         )
-    if not saw_info and not out.nccl_tests:
-        out.warnings.append(
-            f"{path.name}: no NCCL INFO line and no nccl-tests table; "
-            f"run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING for the tuner)"
-        )
-    elif not saw_info:
-        out.warnings.append(
-            f"{path.name}: nccl-tests output without NCCL INFO lines: "
-            f"version and transports unknown (set NCCL_DEBUG=INFO)"
-        )
-    return out
 
 
 def _int_or_none(v):
@@ -326,7 +355,7 @@ def reference_curve(path: str | os.PathLike, op: str | None = None) -> pd.DataFr
     in_table = False
     binary_op = None
     nt_ranks: set[int] = set()
-    ranks_per_run: dict[int, int] = {}
+    ranks_per_run: dict[int, int | None] = {}
     avg: dict[int, float] = {}
     for line in _lines(path):
         s = line.strip()

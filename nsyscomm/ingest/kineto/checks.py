@@ -40,19 +40,10 @@ def slim_args(args: dict) -> dict:
     return out
 
 
-def check_budget(
-    path: Path,
-    kernels: list,
-    ranges: list,
-    params: list,
-    wrappers: list,
-    rank_marks: list,
-    compute: list,
-    launches: dict,
-) -> None:
-    """An InputError when the events kept so far would not fit in the memory budget."""
-    kept = len(kernels) + len(ranges) + len(params) + len(wrappers) + len(rank_marks)
-    small = len(compute) + len(launches)
+def check_budget(path: Path, kept: int, small: int) -> None:
+    """An InputError when the events kept so far would not fit in the memory budget: kept
+    events (kernels, ranges, record_param_comms, markers) cost KEPT_BYTES each, small ones
+    (compute kernels, launches) SMALL_BYTES."""
     cost = kept * KEPT_BYTES + small * SMALL_BYTES
     err = limits.over_budget(path, "bytes of kernels, launches and ranges to hold", cost, 1)
     if err:

@@ -75,10 +75,11 @@ def iter_trace(path: Path, chunk: int = 1 << 20, max_value: int = MAX_VALUE_CHAR
             pos = 0
             return True
 
-        def skip_ws():
+        def skip_ws() -> None:
             nonlocal pos
             while True:
-                pos = _WS.match(buf, pos).end()  # type: ignore[union-attr]  # matches the empty string
+                m = _WS.match(buf, pos)
+                pos = m.end() if m else pos  # the pattern matches the empty string: m is never None
                 if pos < len(buf) or not more():
                     return
 
@@ -86,7 +87,7 @@ def iter_trace(path: Path, chunk: int = 1 << 20, max_value: int = MAX_VALUE_CHAR
             skip_ws()
             return buf[pos] if pos < len(buf) else ""
 
-        def value():
+        def value() -> Any:
             nonlocal pos
             skip_ws()
             while True:
@@ -110,13 +111,13 @@ def iter_trace(path: Path, chunk: int = 1 << 20, max_value: int = MAX_VALUE_CHAR
                             f"as the PyTorch profiler wrote it (prof.export_chrome_trace)"
                         ) from None
 
-        def expect(ch: str):
+        def expect(ch: str) -> None:
             nonlocal pos
             if peek() != ch:
                 raise json.JSONDecodeError(f"expected {ch!r}", buf, pos)
             pos += 1
 
-        def events():
+        def events() -> Iterator[Any]:
             nonlocal pos
             expect("[")
             if peek() == "]":

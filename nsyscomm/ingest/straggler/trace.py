@@ -51,7 +51,11 @@ def is_trace(path: Path) -> bool:
 
 
 def meta_path(path: Path) -> Path:
-    return path.with_name("meta-" + _NAME.match(path.name).group("name") + ".yaml")
+    """The artifact's meta-<name>.yaml beside trace-<name>.parquet (path is a trace: is_trace)."""
+    m = _NAME.match(path.name)
+    if m is None:
+        raise ValueError(f"{path}: not a straggler trace's name (trace-<name>.parquet)")
+    return path.with_name("meta-" + m.group("name") + ".yaml")
 
 
 _META_FIX = "write it as 'key: value' lines (dp_size, pp_size, tp_size, world_size)"
