@@ -15,7 +15,7 @@ import sys
 from types import ModuleType
 
 from nsyscomm import nvtx_format as _fmt
-from nsyscomm.capture import groups, python_layer
+from nsyscomm.capture import completion, groups, python_layer
 
 W: ModuleType  # nsyscomm.capture.wrapper, set by install()
 
@@ -186,6 +186,8 @@ def _make_kernel(name, opov, message=None):
                     pass
         if ident is not None:  # the work runs on the backend's thread: mark when it is done
             python_layer.track(r, ident, "c10d." + name)
+            if "|api=ddp." in msg:  # the reducer waits for it at the end of backward
+                completion.backward_wait(ident)
         return r
 
     return kernel
