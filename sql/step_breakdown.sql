@@ -2,16 +2,19 @@
 -- the ranks (the HTML report's waterfall beside the what-if: compute is the rest of the step).
 -- wait: a call's duration minus its logical collective's fastest (the transfer itself);
 -- exposed transfer: that transfer minus the compute-kernel busy time on the device while the call
--- ran (GPU calls); a CPU call's transfer is all exposed, an asynchronous one's only as long as
--- its caller waited for it (wait_start..wait_end), where that wait was seen. Setup calls are left out. Inputs: collectives, logical_collectives.
+-- ran (GPU calls); a CPU call's transfer is all exposed, an asynchronous one's only
+-- the part of its execution during its caller's wait for it (wait_start..wait_end), where that
+-- wait was seen. Setup calls are left out. Inputs: collectives, logical_collectives.
 WITH c AS (
     SELECT c.rank, c.step,
            c.duration_ns - l.latency_ns AS wait_ns,
            CASE WHEN c.gpu_start IS NOT NULL
                 THEN greatest(l.latency_ns - coalesce(c.busy_at_end - c.busy_at_start, 0), 0)
-                -- an asynchronous call the caller waited for: exposed only while it waited
+                -- an asynchronous call the caller waited for: exposed only while it ran and the
+                -- caller waited (a DDP bucket done before backward's end was hidden by it)
                 WHEN c.wait_end IS NOT NULL
-                THEN least(l.latency_ns, greatest(c.wait_end - c.wait_start, 0))
+                THEN least(l.latency_ns, greatest(least(c.exec_end, c.wait_end)
+                                                  - greatest(c.exec_start, c.wait_start), 0))
                 ELSE l.latency_ns END AS exposed_ns
     FROM collectives c JOIN logical_collectives l USING (logical_id)
     WHERE c.step IS NOT NULL AND NOT c.setup

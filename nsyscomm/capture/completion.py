@@ -14,6 +14,11 @@ only the enqueue. So, for those calls and only those (the synchronous path pays 
 - ``Work.wait`` and the functional collectives' ``wait_tensor`` are wrapped: around a wait for
   a tracked call, a range ``nsyscomm.wait|<ident>`` (the caller blocked on its own
   communication). A wait for a call nsyscomm did not see runs untouched.
+- DDP's reducer waits for its buckets in C++, in its finalize: an autograd final callback it
+  queues once the last bucket is launched, run when backward's work is done. ``backward_wait``
+  queues a final callback at the backward's first bucket, so it runs just before the finalize
+  and opens a ``nsyscomm.wait`` range per bucket; it queues one more, which runs just after the
+  finalize and closes them (the engine runs callbacks queued while it runs them, in order).
 
 Device backends (NCCL) complete the future at the enqueue, their kernels are the truth: their
 groups are not tracked (groups.Group.tracked). The ranges here go straight to NVTX, not through
@@ -76,6 +81,42 @@ def track(result: Any, ident: str) -> None:
     except RuntimeError:  # a Work without a future (gloo's send and recv): its wait ends it
         return
     fut.then(_on_done(ident))
+
+
+_backward_buckets: list = []  # idents of the DDP buckets launched in the running backward
+
+
+def backward_wait(ident: str) -> None:
+    """Time the wait for DDP bucket ident: the reducer's finalize at the end of this backward."""
+    if not _backward_buckets:
+        try:
+            W._torch.autograd.Variable._execution_engine.queue_callback(_open_bucket_waits)
+        except Exception:  # not in a backward (a reducer driven by hand): its wait stays unseen
+            return
+    _backward_buckets.append(ident)
+
+
+def _open_bucket_waits() -> None:
+    idents = list(_backward_buckets)
+    _backward_buckets.clear()
+    opened = 0
+    if W._enabled:
+        try:
+            for ident in idents:
+                W._wpush(_fmt.format_wait(ident))
+                opened += 1
+        except Exception:
+            pass
+    if opened:
+        W._torch.autograd.Variable._execution_engine.queue_callback(lambda: _close_bucket_waits(opened))
+
+
+def _close_bucket_waits(opened: int) -> None:
+    try:
+        for _ in range(opened):
+            W._wpop()
+    except Exception:
+        pass
 
 
 def _storage(tensor) -> int:

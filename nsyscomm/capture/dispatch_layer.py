@@ -16,7 +16,7 @@ import sys
 from types import FrameType
 
 from nsyscomm import nvtx_format as _fmt
-from nsyscomm.capture import groups, python_layer
+from nsyscomm.capture import completion, groups, python_layer
 from nsyscomm.capture.wrapper_state import WrapperState, close_call
 
 W: WrapperState  # nsyscomm.capture.wrapper, set by install()
@@ -181,6 +181,8 @@ def _make_kernel(name, opov, message=None):
                 close_call(W, rf, pushed, done)
         if ident is not None:  # the work runs on the backend's thread: mark when it is done
             python_layer.track(r, ident, "c10d." + name)
+            if "|api=ddp." in msg:  # the reducer waits for it at the end of backward
+                completion.backward_wait(ident)
         return r
 
     return kernel

@@ -225,3 +225,22 @@ def test_the_trace_draws_each_async_call_by_its_execution(job):
         big = _plain(res.collectives)[r].iloc[6]
         (call,) = slices[("collective", r, big["group"], "all_reduce", big["seq"], None)]
         assert call["dur"] / 1000 >= 0.25 * sync, (r, call["dur"], sync)
+
+
+def test_ddp_buckets_are_waited_for_at_the_end_of_backward(job):
+    """DDP's reducer waits for its buckets in C++, in its finalize at the end of backward: each
+    bucket's wait starts once that backward has launched its last bucket, ends once every bucket
+    is done, and lies inside the backward as the program timed it."""
+    res, own, profiler, _ = job
+    if profiler != "nsys":
+        pytest.skip("torch.profiler's traces hold no wait ranges")
+    c = res.collectives
+    buckets = c[c["api"] == "ddp.allreduce"]
+    assert len(buckets) >= 2 * 3 and buckets["wait_end"].notna().all(), buckets
+    for (rank, _step), one in buckets.groupby(["rank", "step"]):
+        assert one["wait_start"].min() >= one["cpu_end"].max() - 1_000, one  # within a push's time
+        assert one["wait_end"].max() - one["wait_end"].min() <= 1 * MS, one  # one finalize
+        assert (one["exec_end"] <= one["wait_end"]).all(), one
+        # the first bucket is launched after backward began, the wait ends before it returned
+        took_ms = (one["wait_end"].max() - one["cpu_start"].min()) / MS
+        assert took_ms <= max(own[rank]["backward_ns"]) / MS, (took_ms, own[rank]["backward_ns"])

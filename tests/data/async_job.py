@@ -105,10 +105,15 @@ def main():
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x = torch.randn(64, WIDTH)
+    backward_ns = []  # each backward as the program timed it: DDP's reducer waits inside it
     for _ in range(STEPS):
         opt.zero_grad()
-        ddp(x).sum().backward()
+        loss = ddp(x).sum()
+        t0 = time.perf_counter_ns()
+        loss.backward()
+        backward_ns.append(time.perf_counter_ns() - t0)
         opt.step()
+    out["backward_ns"] = backward_ns
     dist.barrier()
     layer = torch.ones(LAYER)
     dist.all_reduce(layer)
