@@ -84,3 +84,61 @@ def test_accessors_read_the_environment_when_called(monkeypatch):
     assert not settings.annotate()
     monkeypatch.setenv("NSYSCOMM_TORCH_ACTIVITIES", "CPU")
     assert settings.torch_activities() == {"cpu"}
+
+
+# Modules that still read their NSYSCOMM_* variables from os.environ themselves: a module leaves
+# this list in the commit that moves its reads to nsyscomm/settings.py.
+READS_OF_THEIR_OWN = {
+    "nsyscomm/capture/_hook/sitecustomize.py",
+    "nsyscomm/capture/flight_record.py",
+    "nsyscomm/capture/python_layer.py",
+    "nsyscomm/capture/torch_profile.py",
+    "nsyscomm/capture/wrapper.py",
+}
+
+
+def _own_reads(path: Path) -> list[str]:
+    """Where the module reads the environment for a variable that is, or may be, nsyscomm's: a
+    read by a name it cannot be told (a function's argument) counts, one of a standard variable
+    (XDG_CACHE_HOME, RANK) does not. Writes (the launcher telling its job) are not reads."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    consts = {
+        t.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+    def environ(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "environ"
+            or (isinstance(node, ast.Name) and node.id == "environ")
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            f = node.func
+            if (f.attr == "get" and environ(f.value)) or (f.attr == "getenv"):
+                key = node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and environ(node.value):
+            key = node.slice
+        if key is None:
+            continue
+        name = key.value if isinstance(key, ast.Constant) else consts.get(key.id) if isinstance(key, ast.Name) else None
+        if not isinstance(name, str) or name.startswith("NSYSCOMM_"):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} reads {name or ast.unparse(key)}")
+    return found
+
+
+def test_the_variables_are_read_through_settings_only():
+    """A module reading NSYSCOMM_* from os.environ bypasses the declared default and parsing."""
+    modules = sorted((ROOT / "nsyscomm").rglob("*.py"))
+    own = {str(p.relative_to(ROOT)): _own_reads(p) for p in modules if p.name != "settings.py"}
+    bypass = [r for m, rs in own.items() if m not in READS_OF_THEIR_OWN for r in rs]
+    assert not bypass, "read these through nsyscomm/settings.py:\n" + "\n".join(bypass)
+    moved = sorted(m for m in READS_OF_THEIR_OWN if not own.get(m))
+    assert not moved, f"these read through nsyscomm/settings.py now: remove them from READS_OF_THEIR_OWN: {moved}"
