@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -52,6 +52,8 @@ from nsyscomm.ingest.nsys.nccl_api import (
 from nsyscomm.ingest.nsys.nvtx_payload import SCHEMA_BASE, Schema, blob_bytes, decode_binary
 
 if TYPE_CHECKING:
+    import sqlite3
+
     import duckdb
     import pyarrow as pa
 
@@ -87,7 +89,7 @@ def _meta(con, tables) -> dict:
     return {}
 
 
-def _sqlite(path):
+def _sqlite(path: str | os.PathLike) -> sqlite3.Connection:
     import sqlite3
 
     from nsyscomm.ingest.nsys.reader import read_only_uri
@@ -130,7 +132,15 @@ def read_events(
         con.close()
 
 
-def _read_events(con, tables, nv, warnings, report, cols, empty):
+def _read_events(
+    con: sqlite3.Connection,
+    tables: dict[str, set[str]],
+    nv: set[str],
+    warnings: list[str],
+    report: str,
+    cols: list[str],
+    empty: pd.DataFrame,
+) -> tuple[pd.DataFrame, dict[int, Schema]]:
     schemas: dict[int, Schema] = {}
     if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
         srows = (
@@ -243,8 +253,8 @@ def _schema_for(name: str | None, schemas: dict[int, Schema]) -> int | None:
                 return SCHEMA_BASE + k
     if name in INIT_APIS:
         for k in (0, 11, 12):
-            sch = schemas.get(SCHEMA_BASE + k)
-            if sch and any(f == "rank" for f, _t, _o in sch.entries):
+            init = schemas.get(SCHEMA_BASE + k)
+            if init and any(f == "rank" for f, _t, _o in init.entries):
                 return SCHEMA_BASE + k
     return None
 
@@ -312,9 +322,7 @@ def apply(
       and the capture goes on after them)."""
     # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
-    if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'").fetchone()[
-        0
-    ]:
+    if not duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'"):
         return calls, markers
     events, _schemas = read_events(path, tables, warnings, report)
     if not len(events):
@@ -343,7 +351,7 @@ def apply(
         ku["pid"] = [(int(g) >> 24) & 0xFFFFFF for g in ku["globalTid"]]
         ku["tid"] = [int(g) & 0xFFFFFF for g in ku["globalTid"]]
         eligible = calls["source"].isin(["torch_range", "kernel_name"]) & calls["gpu_start"].notna()
-        idx = {}
+        idx: dict[tuple[int, int | None], list[Any]] = {}
         for i, r in calls[eligible].iterrows():
             idx.setdefault((int(r["pid"]), None if pd.isna(r["tid"]) else int(r["tid"])), []).append(i)
         matched = 0
