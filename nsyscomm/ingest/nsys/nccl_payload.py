@@ -157,23 +157,7 @@ def _read_events(
     json_expr = "e.jsonText" if has["jsonText"] else "NULL"
     if has["jsonTextId"]:
         json_expr = f"coalesce({json_expr}, (SELECT value FROM StringIds j WHERE j.id = e.jsonTextId))"
-    # NCCL's domain: by its create event when inside the window, else by the schemas NCCL registered
-    domains = set()
-    if has["domainId"]:
-        domains = {
-            int(r[0])
-            for r in con.execute(
-                "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'"
-            ).fetchall()
-            if r[0] is not None
-        }
-        if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
-            domains |= {
-                int(r[0])
-                for r in con.execute(
-                    "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'"
-                ).fetchall()
-            }
+    domains = _nccl_domains(con, tables) if has["domainId"] else set()
     dom_filter = f"AND e.domainId IN ({','.join(map(str, sorted(domains)))})" if domains else ""
     rows = con.execute(f"""
         SELECT e.globalTid, e.start, coalesce(e."end", e.start) AS "end", {name_expr} AS name,
@@ -219,25 +203,50 @@ def _read_events(
     ev = pd.DataFrame(out, columns=cols)
     payload_calls = ev["name"].map(lambda n: api_op(n) is not None or n in INIT_APIS).sum()
     if payload_calls and not with_payload:
-        meta = _meta(con, tables)
-        missing = []
-        if meta.get("EXPORT_PARAM_INCLUDE_BLOBS", "").lower() != "true":
-            missing.append("--include-blobs=true")
-        if meta.get("EXPORT_PARAM_INCLUDE_JSON", "").lower() != "true":
-            missing.append("--include-json=true")
-        flags = " ".join(missing) or "--include-blobs=true"
-        why = (
-            f"EXPORT_PARAM_INCLUDE_BLOBS={meta.get('EXPORT_PARAM_INCLUDE_BLOBS')}, "
-            f"EXPORT_PARAM_INCLUDE_JSON={meta.get('EXPORT_PARAM_INCLUDE_JSON')}"
-            if meta
-            else "no export parameters"
-        )
-        warnings.append(
-            f"{report}: {int(payload_calls)} NCCL NVTX range(s) without payload values ({why}): "
-            f"message sizes and communicators unknown; export again with "
-            f"nsys export --type sqlite {flags} REPORT.nsys-rep"
-        )
+        warnings.append(_no_payload_warning(con, tables, report, int(payload_calls)))
     return ev, schemas
+
+
+def _nccl_domains(con: sqlite3.Connection, tables: dict[str, set[str]]) -> set[int]:
+    """NCCL's NVTX domain: by its create event when inside the window, else by the schemas NCCL
+    registered."""
+    domains = {
+        int(r[0])
+        for r in con.execute(
+            "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'"
+        ).fetchall()
+        if r[0] is not None
+    }
+    if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
+        domains |= {
+            int(r[0])
+            for r in con.execute(
+                "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'"
+            ).fetchall()
+        }
+    return domains
+
+
+def _no_payload_warning(con: sqlite3.Connection, tables: dict[str, set[str]], report: str, payload_calls: int) -> str:
+    """Why NCCL's ranges carry no payload values (the export's flags) and how to export again."""
+    meta = _meta(con, tables)
+    missing = []
+    if meta.get("EXPORT_PARAM_INCLUDE_BLOBS", "").lower() != "true":
+        missing.append("--include-blobs=true")
+    if meta.get("EXPORT_PARAM_INCLUDE_JSON", "").lower() != "true":
+        missing.append("--include-json=true")
+    flags = " ".join(missing) or "--include-blobs=true"
+    why = (
+        f"EXPORT_PARAM_INCLUDE_BLOBS={meta.get('EXPORT_PARAM_INCLUDE_BLOBS')}, "
+        f"EXPORT_PARAM_INCLUDE_JSON={meta.get('EXPORT_PARAM_INCLUDE_JSON')}"
+        if meta
+        else "no export parameters"
+    )
+    return (
+        f"{report}: {payload_calls} NCCL NVTX range(s) without payload values ({why}): "
+        f"message sizes and communicators unknown; export again with "
+        f"nsys export --type sqlite {flags} REPORT.nsys-rep"
+    )
 
 
 def _schema_for(name: str | None, schemas: dict[int, Schema]) -> int | None:
