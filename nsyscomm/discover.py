@@ -46,10 +46,11 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
     """Files, folders (searched recursively) and globs -> the report files, and the files of the
     folders that are not read, each with its reason. With no paths: the first bundled sample job
     (the samples are several jobs: `nsyscomm summarize` with no input tours them one by one)."""
-    if paths is None or (not isinstance(paths, (str, os.PathLike)) and len(paths) == 0):
-        paths = [sample_jobs()[0]]
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    paths = list(paths) if paths is not None else []
+    if not paths:
+        paths = [sample_jobs()[0]]
     found = Found()
     for p in paths:
         p = Path(p)

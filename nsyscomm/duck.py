@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 
@@ -51,7 +51,10 @@ _databases = itertools.count()
 
 def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     # Auto-install/auto-load off: a profiler on a cluster node must never reach the network.
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
     threads = within_task_limit(threads)
     if threads:
         config["threads"] = threads
@@ -233,9 +236,22 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
         threading.Thread(target=con.close, name="nsyscomm-close").start()
 
 
+def one_row(con: duckdb.DuckDBPyConnection, query: str, params: object = None) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate without GROUP BY, a setting)."""
+    row = (con.execute(query) if params is None else con.execute(query, params)).fetchone()
+    if row is None:
+        raise RuntimeError(f"the query returned no row: {query}")
+    return row
+
+
+def scalar(con: duckdb.DuckDBPyConnection, query: str, params: object = None) -> Any:
+    """The single value of a query that always returns one row (a count, a setting)."""
+    return one_row(con, query, params)[0]
+
+
 def threads(con: duckdb.DuckDBPyConnection) -> int:
     """How many threads the database's queries run on (its `threads` setting)."""
-    return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    return int(scalar(con, "SELECT current_setting('threads')"))
 
 
 def on_cursor_soon(
@@ -278,15 +294,8 @@ def memory_limit(limit: str | None) -> Iterator[None]:
     if not limit:
         yield
         return
-    old = os.environ.get(MEMORY_LIMIT_ENV)
-    os.environ[MEMORY_LIMIT_ENV] = limit
-    try:
+    with settings.set_within(MEMORY_LIMIT_ENV, limit):
         yield
-    finally:
-        if old is None:
-            os.environ.pop(MEMORY_LIMIT_ENV, None)
-        else:
-            os.environ[MEMORY_LIMIT_ENV] = old
 
 
 _UNITS = {
@@ -307,7 +316,7 @@ _UNITS = {
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
     """The memory limit of con's database in bytes (DuckDB shows it as, e.g., '143.0 MiB'); None
     when it states none or in a form not known here."""
-    shown = str(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+    shown = str(scalar(con, "SELECT current_setting('memory_limit')"))
     try:
         value, unit = shown.split()
         return int(float(value) * _UNITS[unit])

@@ -12,7 +12,9 @@ the environment when called, so a value set after import (a test, the launcher) 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 USER, CHANNEL, TEST = "user setting", "channel (launcher to job)", "test switch"
@@ -76,6 +78,22 @@ def _text(name: str) -> str:
 def _positive_int(name: str) -> int | None:
     v = _text(name)
     return int(v) if v.isdigit() and int(v) > 0 else None
+
+
+@contextlib.contextmanager
+def set_within(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` inside the block (for what runs there and the processes started
+    there), restored afterwards."""
+    assert name in BY_NAME, name
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def cache_dir() -> str:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nsyscomm import settings
+
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
@@ -208,9 +210,7 @@ def replay(
 
 def _replay_module():
     """nsyscomm.analyses._replay, or None where it was not built (no C compiler) or NSYSCOMM_REPLAY_PY is set."""
-    import os
-
-    if os.environ.get("NSYSCOMM_REPLAY_PY"):
+    if settings.replay_py():
         return None
     try:
         from nsyscomm.analyses import _replay

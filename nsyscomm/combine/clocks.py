@@ -14,10 +14,11 @@ from nsyscomm.ingest.extract_type import Extract
 def session_offsets(extracts: Sequence[Extract]) -> dict[str, int]:
     """First step of clock alignment: place each report on the wall clock by its session start."""
     starts = {e.report: e.session_start_utc_ns for e in extracts}
-    if len(extracts) < 2 or None in starts.values() or len(set(starts.values())) == 1:
+    known = {r: v for r, v in starts.items() if v is not None}
+    if len(extracts) < 2 or len(known) < len(starts) or len(set(known.values())) == 1:
         return {e.report: 0 for e in extracts}
-    ref = min(starts.values())
-    return {r: v - ref for r, v in starts.items()}
+    ref = min(known.values())
+    return {r: v - ref for r, v in known.items()}
 
 
 def shift(con: duckdb.DuckDBPyConnection, offsets: dict[str, int]) -> None:

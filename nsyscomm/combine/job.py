@@ -36,10 +36,11 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     warnings += rank_warnings
     calls.finish()  # view calls_typed
     # absurd timestamps (end before start) would give negative latencies: leave those calls out
-    skipped, backwards = con.execute(
+    skipped, backwards = duck.one_row(
+        con,
         "SELECT count(*) FILTER (WHERE op IS NULL), "
-        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed"
-    ).fetchone()
+        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed",
+    )
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
     if backwards:
@@ -81,7 +82,7 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     setup.mark_setup(con)
     setup.mark_startup(con)
     # what the warnings below count, in one scan of the calls
-    max_n, by_order, unsized = con.execute(duck.sql("job_checks")).fetchone()
+    max_n, by_order, unsized = duck.one_row(con, duck.sql("job_checks"))
     max_n = int(max_n)
     factors = pd.DataFrame(
         [(op, n, busbw.busbw_factor(op, n)) for op in busbw.OPS for n in range(1, max(2, max_n) + 1)],
@@ -89,9 +90,9 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     )
     register(con, "busbw_factors", factors, "op, group_size::INTEGER AS group_size, factor::DOUBLE AS factor")
     # point-to-point calls have one participant per side by nature
-    unmatched = con.execute(
-        "SELECT count(*) FROM logical_collectives WHERE participants < group_size AND op NOT IN ('send', 'recv')"
-    ).fetchone()[0]
+    unmatched = duck.scalar(
+        con, "SELECT count(*) FROM logical_collectives WHERE participants < group_size AND op NOT IN ('send', 'recv')"
+    )
     if unmatched:
         warnings.append(
             f"{unmatched} logical collective(s) were seen on fewer ranks than their group size "

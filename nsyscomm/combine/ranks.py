@@ -9,14 +9,20 @@ import pandas as pd
 
 from nsyscomm.ingest.extract_type import Extract
 
+# (report, pid, rank, local_rank, host) of a process that made calls
+RankRow = tuple[str, int, int, "int | None", "str | None"]
+# the same before its rank is known: (report, pid, local_rank, host)
+UnrankedRow = tuple[str, int, "int | None", "str | None"]
+
 
 def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) -> tuple[pd.DataFrame, list[str]]:
     """(report, pid) -> rank: the wrapper's marker, else process order across the job.
     called_pids: per report, the processes that made calls (JobCalls.pids)."""
     warnings: list[str] = []
-    rows, unmarked = [], []
+    rows: list[RankRow] = []
+    unmarked: list[UnrankedRow] = []
     for e in extracts:
-        marked = {}
+        marked: dict[int, tuple[int, int | None, str | None]] = {}
         m = e.markers  # columns, not itertuples(), which is slow on many reports
         for pid, rank, local_rank, host in zip(
             m["pid"].tolist(), m["rank"].tolist(), m["local_rank"].tolist(), m["host"].tolist()
@@ -33,7 +39,8 @@ def assign_ranks(extracts: Sequence[Extract], called_pids: dict[str, set[int]]) 
     # a rank claimed twice (two jobs' reports mixed, a restarted process) would merge two processes'
     # calls into one rank: the first claimant keeps it, the others get free numbers, loudly
     seen: set[int] = set()
-    kept, clashes = [], []
+    kept: list[RankRow] = []
+    clashes: list[RankRow] = []
     for r in rows:
         (clashes if r[2] in seen else kept).append(r)
         seen.add(r[2])

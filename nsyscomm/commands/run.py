@@ -11,6 +11,7 @@ from typing import NoReturn
 
 import click
 
+from nsyscomm import settings
 from nsyscomm.capture.exports import DEFAULT_EXPORT, EXPORTS
 from nsyscomm.commands import guard
 from nsyscomm.commands.options import debug_option, format_option
@@ -100,7 +101,7 @@ def run(
     from nsyscomm.capture.launcher import run as launch
 
     if skip_module:  # the job's wrapper reads them from its environment (nsyscomm.capture.wrapper)
-        named = [os.environ.get("NSYSCOMM_SKIP_MODULES", ""), *skip_module]
+        named = [*settings.skip_modules(), *skip_module]
         os.environ["NSYSCOMM_SKIP_MODULES"] = ",".join(m for m in named if m)
     res = guard(
         lambda: launch(

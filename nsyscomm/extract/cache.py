@@ -21,7 +21,9 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from nsyscomm import settings
 
 if TYPE_CHECKING:
     from nsyscomm.ingest.extract_type import Extract
@@ -34,10 +36,10 @@ _SQL_READ = re.compile(r"""duck\.sql\(\s*["']([A-Za-z0-9_]+)["']\s*\)""")
 
 
 def cache_dir() -> Path:
-    d = os.environ.get("NSYSCOMM_CACHE_DIR")
+    d = settings.cache_dir()
     if d:
         return Path(d)
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = os.environ.get("XDG_CACHE_HOME")  # the XDG base directory standard's, not ours
     return (Path(xdg) if xdg else Path.home() / ".cache") / "nsyscomm"
 
 
@@ -107,7 +109,8 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
         meta = json.loads((entry / "meta.json").read_text())
         if meta.get("format") != CACHE_FORMAT or meta.get("report") != report:
             raise ValueError("format")
-        frames = {}
+        # each table as TABLES declares it: Arrow or pandas, None when the report had none
+        frames: dict[str, Any] = {}
         for t in TABLES:
             f = entry / f"{t.name}.parquet"
             if t.name not in meta["frames"]:

@@ -30,7 +30,7 @@ WORKER_TASKS = 4
 DASK_CONNECT_S = 30
 
 
-def _one(path: str, name: str, cache: bool, threads: int | None = None):
+def _one(path: str | Path, name: str, cache: bool, threads: int | None = None):
     return cached_extract(Path(path), name, cache, threads)
 
 

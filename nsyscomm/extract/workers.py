@@ -37,6 +37,7 @@ from multiprocessing import context, process, spawn
 from types import FrameType
 from typing import Any
 
+from nsyscomm import settings
 from nsyscomm.errors import InputError, Terminated
 
 WORKER_NAME = "nsyscomm-extract"
@@ -71,7 +72,7 @@ class WorkerError(InputError):
 
 
 def stall_timeout() -> float:
-    text = os.environ.get(STALL_ENV, "").strip()
+    text = settings.stall_timeout()
     if not text:
         return DEFAULT_STALL_S
     try:

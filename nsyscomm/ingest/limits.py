@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from nsyscomm import settings
 from nsyscomm.errors import InputError
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def budget() -> int:
     """Bytes one reader may hold of one source: the memory limit set for this process (a size, or
     a share of RAM: "50%"), else DEFAULT_BUDGET. A limit that does not parse leaves the default
     (DuckDB's own check names the bad setting)."""
-    text = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    text = settings.memory_limit()
     if text.endswith("%"):
         try:
             share = float(text[:-1]) / 100
@@ -205,11 +206,11 @@ def checked_events(items: Iterable[tuple[str, object]], path: Path) -> Iterator[
                 f"{path}: a number of thousands of digits (event {i + 1}); pass the trace as the "
                 f"PyTorch profiler wrote it (prof.export_chrome_trace)"
             ) from None
-        kind, e = item
+        kind, event = item
         if kind == "event":
             i += 1
-            if isinstance(e, dict):
-                _check_event(e, i, path)
+            if isinstance(event, dict):
+                _check_event(event, i, path)
         yield item
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from nsyscomm import nvtx_format
 from nsyscomm.synth.report import LAUNCH_DRIVER, LAUNCH_RUNTIME, NCCL_DOMAIN_ID, Proc, Report
@@ -15,6 +17,16 @@ from nsyscomm.synth.report import LAUNCH_DRIVER, LAUNCH_RUNTIME, NCCL_DOMAIN_ID,
 # ---------------------------------------------------------------------------------------
 
 
+@dataclass
+class Pending:
+    """A collective's kernel on one rank, launched but not finished: ``finish_collective`` sets
+    its end once every rank has arrived."""
+
+    sim: RankSim
+    kernel: dict[str, Any]
+    stream: int
+
+
 class RankSim:
     """CPU threads issue launches; GPU streams run kernels in order; collectives are coupled
     across ranks by ``finish_collective`` (a collective ends together on all its ranks)."""
@@ -22,12 +34,14 @@ class RankSim:
     def __init__(self, rep: Report, proc: Proc, rng: random.Random, *, rank: int, device: int, start: int):
         self.rep, self.proc, self.rng = rep, proc, rng
         self.rank, self.device = rank, device
-        self.cpu = defaultdict(lambda: start)
+        self.cpu: defaultdict[int, int] = defaultdict(lambda: start)
         self.cpu[proc.pid] = start
-        self.stream_free = defaultdict(int)
+        self.stream_free: defaultdict[int, int] = defaultdict(int)
         self.events: dict[str, int] = {}
         self.launch_cpu: dict[str, int] = {}  # CPU time a recorded kernel's launch returned
-        self.seq = defaultdict(int)  # wrapper seq per group name
+        self.seq: defaultdict[str, int] = defaultdict(int)  # wrapper seq per group name
+        self.step_start = start  # where the current training step's marker range begins
+        self.domain_done = False  # NCCL registered its NVTX domain (at the rank's first call)
 
     @property
     def main(self) -> int:
@@ -79,12 +93,12 @@ class RankSim:
         self.cpu[tid] = end + self.rng.randint(2000, 4000)
         return end
 
-    def _kernel_pending(self, corr, name, stream, ready, wait):
+    def _kernel_pending(self, corr: int, name: str, stream: int, ready: int, wait: Iterable[str]) -> Pending:
         start = max(ready + self.rng.randint(1500, 4000), self.stream_free[stream], *[self.events[e] for e in wait])
         k = self.rep.kernel(self.proc, corr, device=self.device, stream=stream, start=start, end=start, name=name)
-        return {"sim": self, "kernel": k, "stream": stream}
+        return Pending(self, k, stream)
 
-    def _late_start(self, tid, wait, late_ns):
+    def _late_start(self, tid: int, wait: Iterable[str], late_ns: int) -> int:
         t = self.cpu[tid]
         if late_ns:
             t = max([t] + [self.events[e] for e in wait]) + late_ns
@@ -109,7 +123,7 @@ class RankSim:
         wait: Iterable[str] = (),
         late_ns: int = 0,
         numel: int | None = None,
-    ) -> dict:
+    ) -> Pending:
         """A wrapper range enclosing a cuLaunchKernelEx of one NCCL kernel (end set later)."""
         r = self.rng
         rs = self._late_start(tid, wait, late_ns)
@@ -117,11 +131,24 @@ class RankSim:
         self.seq[str(pg)] += 1
         if numel is None:
             numel = nbytes // itemsize if itemsize else None
-        fields = dict(
+        msg = nvtx_format.format_collective(
+            op,
+            api=api,
+            bytes=nbytes,
+            dtype=dtype,
+            numel=numel,
+            pg=pg,
+            gsize=gsize,
+            granks=granks,
+            seq=seq,
+            step=step,
+            caller=caller,
+        )
+        # the fields as constructed, for the ground truth (which never parses the message back)
+        fields: dict[str, Any] = dict(
             api=api, bytes=nbytes, dtype=dtype, numel=numel, pg=pg, gsize=gsize, granks=granks, seq=seq, step=step
         )
         fields["caller"] = caller
-        msg = nvtx_format.format_collective(op, **fields)
         ls = rs + r.randint(3000, 9000)
         if r.random() < 0.5:  # a non-launch runtime call inside the range, as torch does
             self.rep.api_call(self.proc, tid, ls - 2500, ls - 1500, "cudaStreamIsCapturing_v10000")
@@ -145,7 +172,7 @@ class RankSim:
         op_id_suffix: bool = False,
         drop_launch: bool = False,
         nccl_p2p_peers: int | None = None,
-    ) -> dict:
+    ) -> Pending:
         """PyTorch's ranges (c10d::*, record_param_comms, nccl:<op>) enclosing the launch.
         With ``nccl_p2p_peers`` NCCL's own ranges (domain 1, registered strings) are nested
         inside and the launch lies inside ncclGroupEnd, not inside ncclSend/ncclRecv."""
@@ -188,15 +215,15 @@ class RankSim:
         return self._kernel_pending(corr, kernel, stream, le, wait)
 
 
-def finish_collective(pending: list[dict], xfer_ns: int, rng: random.Random, record: str | None = None) -> int:
+def finish_collective(pending: list[Pending], xfer_ns: int, rng: random.Random, record: str | None = None) -> int:
     """All ranks' kernels end together: at the last start plus the transfer (+ < 1 us jitter)."""
-    last = max(p["kernel"]["start"] for p in pending)
+    last = max(p.kernel["start"] for p in pending)
     for p in pending:
-        k = p["kernel"]
+        k = p.kernel
         k["end"] = last + xfer_ns + rng.randint(0, 900)
-        p["sim"].stream_free[p["stream"]] = k["end"]
+        p.sim.stream_free[p.stream] = k["end"]
         if record:
-            p["sim"].events[record] = k["end"]
+            p.sim.events[record] = k["end"]
     return last
 
 

@@ -112,96 +112,72 @@ def gen_ddp_4rank(seed: int = 1) -> list[Report]:
 # ---------------------------------------------------------------------------------------
 
 
-def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
-    rng = random.Random(seed)
-    rep = Report("synthetic_fsdp_8rank.sqlite")
-    rep.process(5990, "torchrun", {5990: "torchrun"})
-    perm = list(range(8))
-    rng.shuffle(perm)
-    sims = []
-    for rank in range(8):
-        pid = 6000 + 3 * perm[rank]
-        proc = rep.process(pid, "python3", {pid: "python3", pid + 1: "pt_autograd_0"})
-        sim = RankSim(rep, proc, rng, rank=rank, device=rank, start=T0 + rng.randint(0, 200_000))
-        add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=8, host="node-b")
-        sims.append(sim)
-    groups = {"1": sims[0:4], "2": sims[4:8]}
-    granks = {"1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
-    shard_in = 4194304  # per-rank all_gather input (bytes, bf16)
-    S = 4 * shard_in
-    slow_rank = 6
+FSDP_SHARD_IN = 4194304  # per-rank all_gather input (bytes, bf16)
+FSDP_GATHERED = 4 * FSDP_SHARD_IN
+FSDP_SLOW_RANK = 6
 
-    def late(s):
-        return rng.randint(100_000, 400_000) if (s.rank == slow_rank and rng.random() < 0.75) else 0
 
-    def all_gather(step, layer, caller):
-        for pg, members in groups.items():
+class _FsdpJob:
+    """Eight ranks in two shard groups of four; rank 6 is often late."""
+
+    def __init__(self, rep: Report, rng: random.Random, sims: list[RankSim]):
+        self.rep, self.rng, self.sims = rep, rng, sims
+        self.groups = {"1": sims[0:4], "2": sims[4:8]}
+        self.granks = {"1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+
+    def late(self, s: RankSim) -> int:
+        rng = self.rng
+        return rng.randint(100_000, 400_000) if (s.rank == FSDP_SLOW_RANK and rng.random() < 0.75) else 0
+
+    def all_gather(self, step: int, layer: int, caller: str) -> None:
+        for pg, members in self.groups.items():
             pend = [
                 s.wrapper_collective(
                     s.main,
                     "all_gather",
                     api="all_gather_single",
-                    nbytes=S,
+                    nbytes=FSDP_GATHERED,
                     dtype="bfloat16",
                     itemsize=2,
                     pg=pg,
                     gsize=4,
-                    granks=granks[pg],
+                    granks=self.granks[pg],
                     step=step,
                     caller=caller,
                     kernel="ncclDevKernel_AllGather_RING_LL",
                     stream=13,
-                    late_ns=late(s),
+                    late_ns=self.late(s),
                 )
                 for s in members
             ]
-            finish_collective(pend, xfer(S, 90.0), rng, record=f"ag{layer}")
+            finish_collective(pend, xfer(FSDP_GATHERED, 90.0), self.rng, record=f"ag{layer}")
 
-    def reduce_scatter(step, layer):
-        for pg, members in groups.items():
+    def reduce_scatter(self, step: int, layer: int) -> None:
+        for pg, members in self.groups.items():
             pend = [
                 s.wrapper_collective(
                     s.main,
                     "reduce_scatter",
                     api="reduce_scatter_single",
-                    nbytes=S,
+                    nbytes=FSDP_GATHERED,
                     dtype="bfloat16",
                     itemsize=2,
                     pg=pg,
                     gsize=4,
-                    granks=granks[pg],
+                    granks=self.granks[pg],
                     step=step,
                     caller="fsdp_train.py:66 train_step",
                     kernel="ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
                     stream=17,
                     wait=(f"bwd{layer}",),
-                    late_ns=late(s),
+                    late_ns=self.late(s),
                 )
                 for s in members
             ]
-            finish_collective(pend, xfer(S, 85.0), rng, record=f"rs{layer}")
+            finish_collective(pend, xfer(FSDP_GATHERED, 85.0), self.rng, record=f"rs{layer}")
 
-    for step in range(3):
-        for s in sims:
-            s.advance(s.main, rng.randint(40_000, 120_000))
-            s.step_start = s.cpu[s.main]
-        for layer in (0, 1):
-            all_gather(step, layer, "fsdp_train.py:64 train_step")
-            for s in sims:
-                s.compute(s.main, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 7, 300_000, wait=(f"ag{layer}",))
-                s.compute(s.main, "vectorized_elementwise_kernel", 7, 40_000)
-        for layer in (1, 0):
-            all_gather(step, layer, "fsdp_train.py:66 train_step")
-            for s in sims:
-                s.compute(
-                    s.main,
-                    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
-                    7,
-                    550_000,
-                    wait=(f"ag{layer}",),
-                    record=f"bwd{layer}",
-                )
-            reduce_scatter(step, layer)
+    def clip_grad_norm(self, step: int) -> None:
+        """The world all-reduce of the gradient norm, after the last reduce-scatter."""
         pend = [
             s.wrapper_collective(
                 s.main,
@@ -217,18 +193,61 @@ def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
                 kernel="ncclDevKernel_AllReduce_Sum_f32_TREE_LL128",
                 stream=21,
                 wait=("rs0",),
-                late_ns=late(s),
+                late_ns=self.late(s),
             )
-            for s in sims
+            for s in self.sims
         ]
-        finish_collective(pend, xfer(4096, 2.0), rng, record="norm")
-        for s in sims:
+        finish_collective(pend, xfer(4096, 2.0), self.rng, record="norm")
+
+    def step(self, step: int) -> None:
+        """Forward (gather, compute per layer), backward (gather, compute, reduce-scatter per
+        layer in reverse), the norm's all-reduce, then the step marker closes on a sync."""
+        for s in self.sims:
+            s.advance(s.main, self.rng.randint(40_000, 120_000))
+            s.step_start = s.cpu[s.main]
+        for layer in (0, 1):
+            self.all_gather(step, layer, "fsdp_train.py:64 train_step")
+            for s in self.sims:
+                s.compute(s.main, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 7, 300_000, wait=(f"ag{layer}",))
+                s.compute(s.main, "vectorized_elementwise_kernel", 7, 40_000)
+        for layer in (1, 0):
+            self.all_gather(step, layer, "fsdp_train.py:66 train_step")
+            for s in self.sims:
+                s.compute(
+                    s.main,
+                    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+                    7,
+                    550_000,
+                    wait=(f"ag{layer}",),
+                    record=f"bwd{layer}",
+                )
+            self.reduce_scatter(step, layer)
+        self.clip_grad_norm(step)
+        for s in self.sims:
             s.compute(s.main, "vectorized_elementwise_kernel", 7, 60_000, wait=("norm",))
             end = s.sync(s.main)
-            rep.range(
+            self.rep.range(
                 s.proc, s.main, s.step_start, end + 1000, registered=nvtx_format.format_step_marker(step), domain=1
             )
             s.cpu[s.main] = max(s.cpu[s.main], end + 2000)
+
+
+def gen_fsdp_8rank(seed: int = 2) -> list[Report]:
+    rng = random.Random(seed)
+    rep = Report("synthetic_fsdp_8rank.sqlite")
+    rep.process(5990, "torchrun", {5990: "torchrun"})
+    perm = list(range(8))
+    rng.shuffle(perm)
+    sims = []
+    for rank in range(8):
+        pid = 6000 + 3 * perm[rank]
+        proc = rep.process(pid, "python3", {pid: "python3", pid + 1: "pt_autograd_0"})
+        sim = RankSim(rep, proc, rng, rank=rank, device=rank, start=T0 + rng.randint(0, 200_000))
+        add_rank_marker(rep, sim, rank=rank, local_rank=rank, world=8, host="node-b")
+        sims.append(sim)
+    job = _FsdpJob(rep, rng, sims)
+    for step in range(3):
+        job.step(step)
     return [rep]
 
 
@@ -246,7 +265,7 @@ def gen_gloo_cpu(seed: int = 3) -> list[Report]:
         rep.process(7014, "python3", {7014: "python3"}),
     ]
     cpu = {}
-    seq = [defaultdict(int), defaultdict(int)]
+    seq: list[defaultdict[str, int]] = [defaultdict(int), defaultdict(int)]
     for rank, p in enumerate(procs):
         t = T0 + rng.randint(0, 500_000)
         rep.range(p, p.pid, t, t + 15_000, text="init_process_group")  # default domain, inline text

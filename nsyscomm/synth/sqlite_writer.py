@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from nsyscomm.synth.report import (
     CUPTI_TABLES,
@@ -31,7 +32,7 @@ def mangled(name: str) -> str:
     return f"_Z{len(name)}{name}v"
 
 
-def kernel_shape(name: str) -> dict:
+def kernel_shape(name: str) -> dict[str, int]:
     if name.startswith("nccl"):
         return dict(
             launchType=1,
@@ -90,33 +91,30 @@ def create_statement(table: str) -> str:
     return f"CREATE TABLE {table} (\n    {body}\n)"
 
 
-def write_sqlite(rep: Report, path: Path, seed: int) -> None:
-    """Write ``rep`` to ``path`` (overwriting); rows of every table in a seeded shuffled order."""
-    path = Path(path)
-    if path.exists():
-        path.unlink()
-    rng = random.Random(f"write:{seed}:{rep.name}")
-    strings: dict[str, int] = {}
+class _Strings:
+    """StringIds as nsys numbers them: from 1, in the order the rows first name each string."""
 
-    def sid(s: str) -> int:
-        if s not in strings:
-            strings[s] = len(strings) + 1
-        return strings[s]
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
 
-    tables: dict[str, list[tuple]] = {}
+    def sid(self, s: str) -> int:
+        if s not in self.ids:
+            self.ids[s] = len(self.ids) + 1
+        return self.ids[s]
 
-    threads = []
-    for p in rep.procs:
-        for tid, tname in sorted(p.threads.items()):
-            threads.append((sid(tname), 20, p.gtid(tid)))
-    tables["ThreadNames"] = threads
-    tables["PROCESSES"] = [(p.gpid, p.pid, p.name) for p in rep.procs]
 
+def _row(columns: list[str], values: dict[str, Any]) -> tuple[Any, ...]:
+    """A table row in column order; the columns not given are NULL."""
+    row: dict[str, Any] = dict.fromkeys(columns)
+    row.update(values)
+    return tuple(row[c] for c in columns)
+
+
+def _nvtx_rows(rep: Report, strings: _Strings) -> list[tuple[Any, ...]]:
     nvtx_cols = cols("NVTX_EVENTS")
     nv = []
     for e in rep.nvtx:
-        row = dict.fromkeys(nvtx_cols)
-        row.update(
+        values = dict(
             start=e["start"],
             end=e["end"],
             eventType=e["eventType"],
@@ -126,84 +124,115 @@ def write_sqlite(rep: Report, path: Path, seed: int) -> None:
             uint64Value=e["uint64Value"],
         )
         if e["registered"] is not None:
-            row["textId"] = sid(e["registered"])
-        nv.append(tuple(row[c] for c in nvtx_cols))
-    tables["NVTX_EVENTS"] = nv
+            values["textId"] = strings.sid(e["registered"])
+        nv.append(_row(nvtx_cols, values))
+    return nv
 
-    if rep.cuda:
-        rt_cols = cols("CUPTI_ACTIVITY_KIND_RUNTIME")
-        rt = []
-        for r in rep.runtime:
-            row = dict.fromkeys(rt_cols)
-            row.update(
+
+def _cupti_tables(rep: Report, strings: _Strings) -> dict[str, list[tuple[Any, ...]]]:
+    """The runtime calls, kernels and memory copies (a report with CUDA)."""
+    rt_cols = cols("CUPTI_ACTIVITY_KIND_RUNTIME")
+    rt = [
+        _row(
+            rt_cols,
+            dict(
                 start=r["start"],
                 end=r["end"],
                 eventClass=r["eventClass"],
                 globalTid=r["globalTid"],
                 correlationId=r["correlationId"],
-                nameId=sid(r["name"]),
+                nameId=strings.sid(r["name"]),
                 returnValue=0,
-            )
-            rt.append(tuple(row[c] for c in rt_cols))
-        tables["CUPTI_ACTIVITY_KIND_RUNTIME"] = rt
-        k_cols = cols("CUPTI_ACTIVITY_KIND_KERNEL")
-        ks = []
-        for k in rep.kernels:
-            row = dict.fromkeys(k_cols)
-            row.update(
-                start=k["start"],
-                end=k["end"],
-                deviceId=k["deviceId"],
-                contextId=k["contextId"],
-                greenContextId=k["greenContextId"],
-                streamId=k["streamId"],
-                correlationId=k["correlationId"],
-                globalPid=k["globalPid"],
-                demangledName=sid(demangled(k["name"])),
-                shortName=sid(k["name"]),
-                mangledName=sid(mangled(k["name"])),
-                gridId=k["gridId"],
-                tensorSizeMinusOneElements="[]",
-            )
-            row.update(kernel_shape(k["name"]))
-            ks.append(tuple(row[c] for c in k_cols))
-        tables["CUPTI_ACTIVITY_KIND_KERNEL"] = ks
-        m_cols = cols("CUPTI_ACTIVITY_KIND_MEMCPY")
-        tables["CUPTI_ACTIVITY_KIND_MEMCPY"] = [
-            tuple({**dict.fromkeys(m_cols), **m}[c] for c in m_cols) for m in rep.memcpys
-        ]
+            ),
+        )
+        for r in rep.runtime
+    ]
+    k_cols = cols("CUPTI_ACTIVITY_KIND_KERNEL")
+    ks = []
+    for k in rep.kernels:
+        values = dict(
+            start=k["start"],
+            end=k["end"],
+            deviceId=k["deviceId"],
+            contextId=k["contextId"],
+            greenContextId=k["greenContextId"],
+            streamId=k["streamId"],
+            correlationId=k["correlationId"],
+            globalPid=k["globalPid"],
+            demangledName=strings.sid(demangled(k["name"])),
+            shortName=strings.sid(k["name"]),
+            mangledName=strings.sid(mangled(k["name"])),
+            gridId=k["gridId"],
+            tensorSizeMinusOneElements="[]",
+        )
+        values.update(kernel_shape(k["name"]))
+        ks.append(_row(k_cols, values))
+    m_cols = cols("CUPTI_ACTIVITY_KIND_MEMCPY")
+    return {
+        "CUPTI_ACTIVITY_KIND_RUNTIME": rt,
+        "CUPTI_ACTIVITY_KIND_KERNEL": ks,
+        "CUPTI_ACTIVITY_KIND_MEMCPY": [_row(m_cols, m) for m in rep.memcpys],
+    }
+
+
+def _session_tables(rep: Report) -> dict[str, list[tuple[Any, ...]]]:
+    """The session's start time and the export's metadata, as nsys 2026.2 writes them."""
+    utc = SESSION_UTC_EPOCH_NS + rep.session_offset_ns
+    base = rep.name.rsplit(".", 1)[0]
+    return {
+        "TARGET_INFO_SESSION_START_TIME": [
+            (utc, "2026-05-28T20:26:40", "2026-05-28T20:26:40", SESSION_SYSTEM_CLOCK_NS + rep.session_offset_ns)
+        ],
+        "META_DATA_EXPORT": [
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+            ("EXPORT_PRODUCT_VERSION", "2026.2.1.210"),
+            ("EXPORT_PRODUCT_DATE", "2026.2"),
+            ("EXPORT_SCHEMA_VERSION", "3.25.0"),
+            ("EXPORT_SCHEMA_VERSION_MAJOR", "3"),
+            ("EXPORT_SCHEMA_VERSION_MINOR", "25"),
+            ("EXPORT_SCHEMA_VERSION_MICRO", "0"),
+            ("EXPORT_PLATFORM", "linux-desktop"),
+            ("EXPORT_ARCH", "x64"),
+            ("EXPORT_HOST", "synthetic"),
+            ("EXPORT_USER", ""),
+            ("EXPORT_PARAM_EXPORT_TYPE", "SQLite"),
+            ("EXPORT_PARAM_INPUT_FILE", f"{base}.nsys-rep"),
+            ("EXPORT_PARAM_OUTPUT_FILE", rep.name),
+            ("EXPORT_PARAM_USE_SHUFFLE", "true"),
+            ("EXPORT_PARAM_INCLUDE_JSON", "false"),
+            ("EXPORT_PARAM_INCLUDE_BLOBS", "false"),
+            ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
+            ("DERIVED_BY", f"nsyscomm.synth v{GENERATOR_VERSION} (synthetic, no real capture)"),
+        ],
+    }
+
+
+def _tables(rep: Report) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows; string ids are handed out in the order nsys's tables name them."""
+    strings = _Strings()
+    tables: dict[str, list[tuple[Any, ...]]] = {}
+    tables["ThreadNames"] = [
+        (strings.sid(tname), 20, p.gtid(tid)) for p in rep.procs for tid, tname in sorted(p.threads.items())
+    ]
+    tables["PROCESSES"] = [(p.gpid, p.pid, p.name) for p in rep.procs]
+    tables["NVTX_EVENTS"] = _nvtx_rows(rep, strings)
+    if rep.cuda:
+        tables.update(_cupti_tables(rep, strings))
     else:
         assert not rep.runtime and not rep.kernels and not rep.memcpys
-
-    utc = SESSION_UTC_EPOCH_NS + rep.session_offset_ns
-    tables["TARGET_INFO_SESSION_START_TIME"] = [
-        (utc, "2026-05-28T20:26:40", "2026-05-28T20:26:40", SESSION_SYSTEM_CLOCK_NS + rep.session_offset_ns)
-    ]
-    base = rep.name.rsplit(".", 1)[0]
-    tables["META_DATA_EXPORT"] = [
-        ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
-        ("EXPORT_PRODUCT_VERSION", "2026.2.1.210"),
-        ("EXPORT_PRODUCT_DATE", "2026.2"),
-        ("EXPORT_SCHEMA_VERSION", "3.25.0"),
-        ("EXPORT_SCHEMA_VERSION_MAJOR", "3"),
-        ("EXPORT_SCHEMA_VERSION_MINOR", "25"),
-        ("EXPORT_SCHEMA_VERSION_MICRO", "0"),
-        ("EXPORT_PLATFORM", "linux-desktop"),
-        ("EXPORT_ARCH", "x64"),
-        ("EXPORT_HOST", "synthetic"),
-        ("EXPORT_USER", ""),
-        ("EXPORT_PARAM_EXPORT_TYPE", "SQLite"),
-        ("EXPORT_PARAM_INPUT_FILE", f"{base}.nsys-rep"),
-        ("EXPORT_PARAM_OUTPUT_FILE", rep.name),
-        ("EXPORT_PARAM_USE_SHUFFLE", "true"),
-        ("EXPORT_PARAM_INCLUDE_JSON", "false"),
-        ("EXPORT_PARAM_INCLUDE_BLOBS", "false"),
-        ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
-        ("DERIVED_BY", f"nsyscomm.synth v{GENERATOR_VERSION} (synthetic, no real capture)"),
-    ]
+    tables.update(_session_tables(rep))
     # StringIds last: every id is known now.
-    tables["StringIds"] = [(i, s) for s, i in strings.items()]
+    tables["StringIds"] = [(i, s) for s, i in strings.ids.items()]
+    return tables
 
+
+def write_sqlite(rep: Report, path: Path, seed: int) -> None:
+    """Write ``rep`` to ``path`` (overwriting); rows of every table in a seeded shuffled order."""
+    path = Path(path)
+    if path.exists():
+        path.unlink()
+    rng = random.Random(f"write:{seed}:{rep.name}")
+    tables = _tables(rep)
     con = sqlite3.connect(str(path))
     try:
         order = [

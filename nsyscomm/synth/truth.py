@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy
 
@@ -20,6 +22,7 @@ from nsyscomm.synth.report import (
     NVTX_PUSHPOP,
     NVTX_STARTEND,
     TRUTH_SCHEMA,
+    Proc,
     Report,
     pid_of,
     tid_of,
@@ -50,7 +53,7 @@ def _busbw_factor(op: str, n: int | None) -> float | None:
     return NCCL_TESTS_BUSBW[op](n)
 
 
-def _text(v) -> str | None:
+def _text(v: object) -> str | None:
     """A field as the message carries it (lists comma-joined), None when empty."""
     if v is None:
         return None
@@ -66,150 +69,184 @@ def _text(v) -> str | None:
 
 _TORCH_RANGE = re.compile(r"^nccl:([a-z_]+)(,|$)")
 
+# One collective row of the truth (the keys of _ROW_KEYS plus working fields); one generated
+# event (an NVTX range, a runtime call, a kernel) as Report holds it.
+Row = dict[str, Any]
+Event = dict[str, Any]
+# A logical collective's key: (group, op, seq).
+LogicalKey = tuple[Any, str, Any]
 
-def _num(x):
+
+@dataclass
+class _ProcCalls:
+    """One process's collective rows and the figures measured on its own timeline."""
+
+    report: str
+    pid: int
+    marker: dict[str, Any] | None
+    rows: list[Row]
+    elapsed_ns: int
+    exposed_ns: int | None
+    rank: int = -1
+    local_rank: int | None = None
+    host: str | None = None
+
+
+def _num(x: float) -> int | float:
     """int when integral (p50 may be .5)."""
     x = float(x)
     return int(x) if x.is_integer() else x
 
 
-def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: bool = True) -> dict:
-    rows = []
-    proc_info = []  # (report, proc, marker, events)
-    for rep in reports:
-        for proc in rep.procs:
-            nv = [e for e in rep.nvtx if pid_of(e["globalTid"]) == proc.pid]
-            rt = [r for r in rep.runtime if pid_of(r["globalTid"]) == proc.pid]
-            ks = [k for k in rep.kernels if k["globalPid"] == proc.gpid]
-            by_corr = {r["correlationId"]: r for r in rt}
-            assert len(by_corr) == len(rt), "correlation ids are unique within a process"
-            marker = None
-            wrapper_rows = []
-            claimed = set()
-            nccl = [k for k in ks if k["name"].startswith("nccl")]
-            for e in nv:
-                if e["marker"] is not None:
-                    marker = e["marker"]
-                f = e["call"]
-                if e["eventType"] not in (NVTX_PUSHPOP, NVTX_STARTEND) or f is None:
-                    continue
-                mine = []
-                for k in nccl:
-                    call = by_corr.get(k["correlationId"])
-                    if (
-                        call
-                        and call["globalTid"] == e["globalTid"]
-                        and e["start"] <= call["start"]
-                        and call["end"] <= e["end"]
-                    ):
-                        mine.append(k)
-                        claimed.add(id(k))
-                mine.sort(key=lambda k: (k["start"], k["end"]))
-                row = {
-                    "op": f["op"],
-                    "api": _text(f["api"]),
-                    "bytes": f["bytes"],
-                    "dtype": _text(f["dtype"]),
-                    "numel": f["numel"],
-                    "group": _text(f["pg"]),
-                    "group_size": f["gsize"],
-                    "group_ranks": _text(f.get("granks")),
-                    "seq": f["seq"],
-                    "caller": _text(f.get("caller")),
-                    "step": f.get("step"),
-                    "cpu_start": e["start"],
-                    "cpu_end": e["end"],
-                    "tid": tid_of(e["globalTid"]),
-                    "source": "wrapper",
-                }
-                _fill_gpu(row, mine)
-                wrapper_rows.append(row)
-            kernel_rows = []
-            for k in nccl:
-                if id(k) in claimed:
-                    continue
-                info = parse_kernel_name(k["name"])
-                call = by_corr.get(k["correlationId"])
-                op, source, cpu = info["op"], "kernel_name", None
-                tid = None
-                if call is not None:
-                    tid = tid_of(call["globalTid"])
-                    cpu = (call["start"], call["end"])
-                    enclosing = [
-                        e
-                        for e in nv
-                        if e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND)
-                        and e["globalTid"] == call["globalTid"]
-                        and e["text"] is not None
-                        and _TORCH_RANGE.match(e["text"])
-                        and e["start"] <= call["start"]
-                        and call["end"] <= e["end"]
-                    ]
-                    if enclosing:
-                        inner = max(enclosing, key=lambda e: (e["start"], -e["end"]))
-                        source = "torch_range"
-                        cpu = (inner["start"], inner["end"])
-                        if info["op"] == "send":  # SendRecv takes the PyTorch op
-                            op = _TORCH_RANGE.match(inner["text"]).group(1)
-                row = {
-                    "op": op,
-                    "api": None,
-                    "bytes": None,
-                    "dtype": info["dtype"],
-                    "numel": None,
-                    "group": None,
-                    "group_size": None,
-                    "group_ranks": None,
-                    "seq": None,
-                    "caller": None,
-                    "step": None,
-                    "cpu_start": cpu[0] if cpu else None,
-                    "cpu_end": cpu[1] if cpu else None,
-                    "tid": tid,
-                    "source": source,
-                }
-                _fill_gpu(row, [k])
-                kernel_rows.append(row)
-            for row in wrapper_rows + kernel_rows:
-                row.update(report=rep.name, pid=proc.pid)
-            ends = (
-                [e["end"] if e["end"] is not None else e["start"] for e in nv]
-                + [r["end"] for r in rt]
-                + [k["end"] for k in ks]
-            )
-            starts = [e["start"] for e in nv] + [r["start"] for r in rt] + [k["start"] for k in ks]
-            elapsed = (max(ends) - min(starts)) if starts else 0
-            comp = [(k["start"], k["end"]) for k in ks if not k["name"].startswith("nccl")]
-            comm = [(k["start"], k["end"]) for k in nccl]
-            exposed_ns = minus_len(comm, comp) if (ks and exposed) else None
-            proc_info.append(
-                {
-                    "report": rep.name,
-                    "proc": proc,
-                    "marker": marker,
-                    "rows": wrapper_rows + kernel_rows,
-                    "elapsed_ns": elapsed,
-                    "exposed_ns": exposed_ns,
-                }
-            )
+def _is_range(e: Event) -> bool:
+    return e["eventType"] in (NVTX_PUSHPOP, NVTX_STARTEND)
 
-    # ranks
-    with_coll = [pi for pi in proc_info if pi["rows"]]
-    marked = [pi for pi in with_coll if pi["marker"]]
-    for pi in marked:
-        m = pi["marker"]
-        pi["rank"], pi["local_rank"], pi["host"] = m["rank"], m["local_rank"], _text(m["host"])
-    nxt = max((pi["rank"] for pi in marked), default=-1) + 1
-    for pi in sorted((pi for pi in with_coll if not pi["marker"]), key=lambda pi: (pi["report"], pi["proc"].pid)):
-        pi["rank"], pi["local_rank"], pi["host"] = nxt, None, None
+
+def _launched_inside(call: Event | None, e: Event) -> bool:
+    """The launch call ran inside the range ``e``, on its thread."""
+    return (
+        call is not None
+        and call["globalTid"] == e["globalTid"]
+        and e["start"] <= call["start"]
+        and call["end"] <= e["end"]
+    )
+
+
+def _wrapper_rows(nv: list[Event], by_corr: dict[int, Event], nccl: list[Event]) -> tuple[list[Row], set[int]]:
+    """One row per wrapper range, with the NCCL kernels launched inside it; the ids of the
+    kernels so claimed."""
+    rows, claimed = [], set()
+    for e in nv:
+        f = e["call"]
+        if not _is_range(e) or f is None:
+            continue
+        mine = []
+        for k in nccl:
+            if _launched_inside(by_corr.get(k["correlationId"]), e):
+                mine.append(k)
+                claimed.add(id(k))
+        mine.sort(key=lambda k: (k["start"], k["end"]))
+        row = {
+            "op": f["op"],
+            "api": _text(f["api"]),
+            "bytes": f["bytes"],
+            "dtype": _text(f["dtype"]),
+            "numel": f["numel"],
+            "group": _text(f["pg"]),
+            "group_size": f["gsize"],
+            "group_ranks": _text(f.get("granks")),
+            "seq": f["seq"],
+            "caller": _text(f.get("caller")),
+            "step": f.get("step"),
+            "cpu_start": e["start"],
+            "cpu_end": e["end"],
+            "tid": tid_of(e["globalTid"]),
+            "source": "wrapper",
+        }
+        _fill_gpu(row, mine)
+        rows.append(row)
+    return rows, claimed
+
+
+def _torch_range_around(nv: list[Event], call: Event) -> tuple[Event, str] | None:
+    """The innermost PyTorch ``nccl:<op>`` range enclosing the launch call, with its op."""
+    enclosing = []
+    for e in nv:
+        m = _TORCH_RANGE.match(e["text"]) if (_is_range(e) and e["text"] is not None) else None
+        if m and _launched_inside(call, e):
+            enclosing.append((e, m.group(1)))
+    if not enclosing:
+        return None
+    return max(enclosing, key=lambda em: (em[0]["start"], -em[0]["end"]))
+
+
+def _kernel_row(nv: list[Event], call: Event | None, k: Event) -> Row:
+    """The row of an NCCL kernel no wrapper range claimed."""
+    info = parse_kernel_name(k["name"])
+    op, source = info["op"], "kernel_name"
+    cpu: tuple[int, int] | None = None
+    tid = None
+    if call is not None:
+        tid = tid_of(call["globalTid"])
+        cpu = (call["start"], call["end"])
+        around = _torch_range_around(nv, call)
+        if around is not None:
+            inner, inner_op = around
+            source = "torch_range"
+            cpu = (inner["start"], inner["end"])
+            if info["op"] == "send":  # SendRecv takes the PyTorch op
+                op = inner_op
+    row = {
+        "op": op,
+        "api": None,
+        "bytes": None,
+        "dtype": info["dtype"],
+        "numel": None,
+        "group": None,
+        "group_size": None,
+        "group_ranks": None,
+        "seq": None,
+        "caller": None,
+        "step": None,
+        "cpu_start": cpu[0] if cpu else None,
+        "cpu_end": cpu[1] if cpu else None,
+        "tid": tid,
+        "source": source,
+    }
+    _fill_gpu(row, [k])
+    return row
+
+
+def _proc_calls(rep: Report, proc: Proc, exposed: bool) -> _ProcCalls:
+    nv = [e for e in rep.nvtx if pid_of(e["globalTid"]) == proc.pid]
+    rt = [r for r in rep.runtime if pid_of(r["globalTid"]) == proc.pid]
+    ks = [k for k in rep.kernels if k["globalPid"] == proc.gpid]
+    by_corr = {r["correlationId"]: r for r in rt}
+    assert len(by_corr) == len(rt), "correlation ids are unique within a process"
+    marker = None
+    for e in nv:
+        if e["marker"] is not None:
+            marker = e["marker"]
+    nccl = [k for k in ks if k["name"].startswith("nccl")]
+    rows, claimed = _wrapper_rows(nv, by_corr, nccl)
+    rows += [_kernel_row(nv, by_corr.get(k["correlationId"]), k) for k in nccl if id(k) not in claimed]
+    for row in rows:
+        row.update(report=rep.name, pid=proc.pid)
+    ends = (
+        [e["end"] if e["end"] is not None else e["start"] for e in nv] + [r["end"] for r in rt] + [k["end"] for k in ks]
+    )
+    starts = [e["start"] for e in nv] + [r["start"] for r in rt] + [k["start"] for k in ks]
+    elapsed = (max(ends) - min(starts)) if starts else 0
+    comp = [(k["start"], k["end"]) for k in ks if not k["name"].startswith("nccl")]
+    comm = [(k["start"], k["end"]) for k in nccl]
+    exposed_ns = minus_len(comm, comp) if (ks and exposed) else None
+    return _ProcCalls(rep.name, proc.pid, marker, rows, elapsed, exposed_ns)
+
+
+def _assign_ranks(procs: list[_ProcCalls]) -> list[Row]:
+    """Ranks from the markers, then the unmarked processes in (report, pid) order; the rows of
+    every process with collectives, each with its rank."""
+    marked = [pc for pc in procs if pc.marker]
+    for pc in marked:
+        m = pc.marker
+        assert m is not None
+        pc.rank, pc.local_rank, pc.host = m["rank"], m["local_rank"], _text(m["host"])
+    nxt = max((pc.rank for pc in marked), default=-1) + 1
+    for pc in sorted((pc for pc in procs if not pc.marker), key=lambda pc: (pc.report, pc.pid)):
+        pc.rank, pc.local_rank, pc.host = nxt, None, None
         nxt += 1
-    for pi in with_coll:
-        for row in pi["rows"]:
-            row.update(rank=pi["rank"], local_rank=pi["local_rank"], host=pi["host"])
+    rows = []
+    for pc in procs:
+        for row in pc.rows:
+            row.update(rank=pc.rank, local_rank=pc.local_rank, host=pc.host)
             rows.append(row)
+    return rows
 
-    # seq and inferred group size for rows without wrapper
-    by_rank_op = defaultdict(list)
+
+def _infer_seq(rows: list[Row]) -> None:
+    """Rows without the wrapper: seq is their order per (rank, op) on the device, and the group
+    size the number of ranks sharing (op, seq)."""
+    by_rank_op: defaultdict[tuple[int, str], list[Row]] = defaultdict(list)
     for row in rows:
         if row["source"] != "wrapper":
             by_rank_op[(row["rank"], row["op"])].append(row)
@@ -217,7 +254,7 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         lst.sort(key=lambda r: (r["gpu_start"], r["gpu_end"]))
         for i, row in enumerate(lst):
             row["seq"] = i
-    share = defaultdict(set)
+    share: defaultdict[tuple[str, int], set[int]] = defaultdict(set)
     for row in rows:
         if row["source"] != "wrapper":
             share[(row["op"], row["seq"])].add(row["rank"])
@@ -225,8 +262,11 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         if row["source"] != "wrapper":
             row["group_size"] = len(share[(row["op"], row["seq"])])
 
-    # logical collectives
-    logical = defaultdict(list)
+
+def _logical(rows: list[Row]) -> tuple[dict[LogicalKey, list[Row]], dict[LogicalKey, int]]:
+    """Rows grouped by (group, op, seq), and each group's latency (its shortest duration); every
+    row gets its latency and its wait (duration - latency)."""
+    logical: defaultdict[LogicalKey, list[Row]] = defaultdict(list)
     for row in rows:
         logical[(row["group"], row["op"], row["seq"])].append(row)
     lat = {}
@@ -235,89 +275,113 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         for r in lst:
             r["latency_ns"] = lat[key]
             r["wait_ns"] = r["duration_ns"] - lat[key]
+    return logical, lat
 
-    def summarize(with_caller):
-        agg = defaultdict(lambda: {"lat": [], "calls": 0, "ranks": set(), "dtypes": set()})
-        for key, lst in logical.items():
-            r0 = lst[0]
-            sk = (r0["op"], r0["bytes"], r0["group_size"]) + ((r0["caller"],) if with_caller else ())
-            for r in lst:
-                assert (r["bytes"], r["group_size"]) == (r0["bytes"], r0["group_size"]), key
-            a = agg[sk]
-            a["lat"].append(lat[key])
-            a["calls"] += len(lst)
-            a["ranks"].update(r["rank"] for r in lst)
-            a["dtypes"].update(r["dtype"] for r in lst)
-        out = []
-        for sk, a in agg.items():
-            op, nbytes, gsize = sk[:3]
-            count = len(a["lat"])
-            total = sum(a["lat"])
-            avg = total / count
-            algbw = (nbytes / avg) if (nbytes is not None and avg > 0) else None
-            factor = _busbw_factor(op, gsize)
-            row = {
-                "op": op,
-                "bytes": nbytes,
-                "group_size": gsize,
-                "count": count,
-                "calls": a["calls"],
-                "ranks": len(a["ranks"]),
-                "total_ns": total,
-                "p50_ns": _num(numpy.median(a["lat"])),
-                "max_ns": max(a["lat"]),
-                "avg_ns": avg,
-                "algbw_GBps": algbw,
-                "busbw_GBps": (algbw * factor) if (algbw is not None and factor is not None) else None,
-                "dtype": next(iter(a["dtypes"])) if len(a["dtypes"]) == 1 else None,
-            }
-            if with_caller:
-                row["caller"] = sk[3]
-            out.append(row)
-        out.sort(key=summary_key)
-        return out
 
-    # ranks table
+@dataclass
+class _Agg:
+    lat: list[int] = field(default_factory=list)
+    calls: int = 0
+    ranks: set[int] = field(default_factory=set)
+    dtypes: set[str | None] = field(default_factory=set)
+
+
+def _summarize(logical: dict[LogicalKey, list[Row]], lat: dict[LogicalKey, int], with_caller: bool) -> list[Row]:
+    """The summary (or by_caller) table: one row per (op, bytes, group size[, caller])."""
+    agg: defaultdict[tuple[Any, ...], _Agg] = defaultdict(_Agg)
+    for key, lst in logical.items():
+        r0 = lst[0]
+        sk = (r0["op"], r0["bytes"], r0["group_size"]) + ((r0["caller"],) if with_caller else ())
+        for r in lst:
+            assert (r["bytes"], r["group_size"]) == (r0["bytes"], r0["group_size"]), key
+        a = agg[sk]
+        a.lat.append(lat[key])
+        a.calls += len(lst)
+        a.ranks.update(r["rank"] for r in lst)
+        a.dtypes.update(r["dtype"] for r in lst)
+    out = []
+    for sk, a in agg.items():
+        op, nbytes, gsize = sk[:3]
+        count = len(a.lat)
+        total = sum(a.lat)
+        avg = total / count
+        algbw = (nbytes / avg) if (nbytes is not None and avg > 0) else None
+        factor = _busbw_factor(op, gsize)
+        row = {
+            "op": op,
+            "bytes": nbytes,
+            "group_size": gsize,
+            "count": count,
+            "calls": a.calls,
+            "ranks": len(a.ranks),
+            "total_ns": total,
+            "p50_ns": _num(float(numpy.median(a.lat))),
+            "max_ns": max(a.lat),
+            "avg_ns": avg,
+            "algbw_GBps": algbw,
+            "busbw_GBps": (algbw * factor) if (algbw is not None and factor is not None) else None,
+            "dtype": next(iter(a.dtypes)) if len(a.dtypes) == 1 else None,
+        }
+        if with_caller:
+            row["caller"] = sk[3]
+        out.append(row)
+    out.sort(key=summary_key)
+    return out
+
+
+def _rank_rows(procs: list[_ProcCalls]) -> list[Row]:
+    """The ranks table, in rank order."""
     rank_rows = []
-    for pi in sorted(with_coll, key=lambda pi: pi["rank"]):
-        rs = pi["rows"]
+    for pc in sorted(procs, key=lambda pc: pc.rank):
+        rs = pc.rows
         rank_rows.append(
             {
-                "rank": pi["rank"],
-                "local_rank": pi["local_rank"],
-                "host": pi["host"],
-                "report": pi["report"],
-                "pid": pi["proc"].pid,
+                "rank": pc.rank,
+                "local_rank": pc.local_rank,
+                "host": pc.host,
+                "report": pc.report,
+                "pid": pc.pid,
                 "calls": len(rs),
                 "bytes": sum(r["bytes"] or 0 for r in rs),
                 # time with a call in flight: calls in flight together (streams) count once
                 "comm_ns": _union([_span(r) for r in rs]),
                 "wait_ns": _union([(_span(r)[0], _span(r)[0] + r["wait_ns"]) for r in rs]),
-                "elapsed_ns": pi["elapsed_ns"],
-                **({"exposed_ns": pi["exposed_ns"]} if pi["exposed_ns"] is not None else {}),
+                "elapsed_ns": pc.elapsed_ns,
+                **({"exposed_ns": pc.exposed_ns} if pc.exposed_ns is not None else {}),
             }
         )
+    return rank_rows
 
-    # skew
-    per = {
-        rr["rank"]: {"rank": rr["rank"], "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0, "instances": 0}
-        for rr in rank_rows
-    }
-    # a collective that is every participant's first call of the job is where the ranks meet for
-    # the first time: its skew is their start-up, not a late rank (nsyscomm.combine.setup)
-    first_of: dict = {}
+
+def _arrival(r: Row) -> int:
+    """When a rank arrived at a collective: its kernels' start, else its host call's."""
+    return r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"]
+
+
+def _startup(logical: dict[LogicalKey, list[Row]]) -> list[LogicalKey]:
+    """A collective that is every participant's first call of the job is where the ranks meet for
+    the first time: its skew is their start-up, not a late rank (nsyscomm.combine.setup)."""
+    first_of: dict[int, tuple[tuple[int, int], LogicalKey]] = {}
     for key, lst in logical.items():
         for r in lst:
-            t = (r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"], r["cpu_start"])
+            t = (_arrival(r), r["cpu_start"])
             if r["rank"] not in first_of or t < first_of[r["rank"]][0]:
                 first_of[r["rank"]] = (t, key)
-    startup = [key for key, lst in logical.items() if len(lst) >= 2 and all(first_of[r["rank"]][1] == key for r in lst)]
+    return [key for key, lst in logical.items() if len(lst) >= 2 and all(first_of[r["rank"]][1] == key for r in lst)]
+
+
+def _skew(logical: dict[LogicalKey, list[Row]], ranks: list[int], startup: list[LogicalKey]) -> dict[str, Any]:
+    """Per rank: how often it came last, its arrival delays and waits; the straggler is the rank
+    last most often (ties: the smallest rank)."""
+    per: dict[int, dict[str, Any]] = {
+        rank: {"rank": rank, "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0, "instances": 0} for rank in ranks
+    }
     instances = 0
     for key, lst in logical.items():
         if len(lst) < 2 or key in startup:
             continue
         instances += 1
-        arr = {r["rank"]: (r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"]) for r in lst}
+        arr = {r["rank"]: _arrival(r) for r in lst}
         first = min(arr.values())
         last_t = max(arr.values())
         last_rank = min(rk for rk, t in arr.items() if t == last_t)
@@ -332,12 +396,19 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
     straggler = None
     if instances:
         straggler = min(per.values(), key=lambda p: (-p["late_count"], p["rank"]))["rank"]
+    return {"straggler_rank": straggler, "instances": instances, "per_rank": [per[k] for k in sorted(per)]}
 
-    out_rows = []
-    for r in sorted(
-        rows, key=lambda r: (r["rank"], r["gpu_start"] if r["gpu_start"] is not None else r["cpu_start"], r["op"])
-    ):
-        out_rows.append({c: r.get(c) for c in _ROW_KEYS})
+
+def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: bool = True) -> dict[str, Any]:
+    procs = [_proc_calls(rep, proc, exposed) for rep in reports for proc in rep.procs]
+    with_coll = [pc for pc in procs if pc.rows]
+    rows = _assign_ranks(with_coll)
+    _infer_seq(rows)
+    logical, lat = _logical(rows)
+    rank_rows = _rank_rows(with_coll)
+    startup = _startup(logical)
+    skew = _skew(logical, [rr["rank"] for rr in rank_rows], startup)
+    out_rows = [{c: r.get(c) for c in _ROW_KEYS} for r in sorted(rows, key=lambda r: (r["rank"], _arrival(r), r["op"]))]
     return {
         "schema": TRUTH_SCHEMA,
         "generator": f"nsyscomm.synth v{GENERATOR_VERSION}",
@@ -347,10 +418,10 @@ def compute_truth(reports: list[Report], sample: str, seed: int, *, exposed: boo
         "collectives_count": len(rows),
         "logical_count": len(logical),
         "collectives": out_rows,
-        "summary": summarize(False),
-        "by_caller": summarize(True),
+        "summary": _summarize(logical, lat, False),
+        "by_caller": _summarize(logical, lat, True),
         "ranks": rank_rows,
-        "skew": {"straggler_rank": straggler, "instances": instances, "per_rank": [per[k] for k in sorted(per)]},
+        "skew": skew,
         "startup_collectives": len(startup),
     }
 
@@ -391,7 +462,7 @@ _ROW_KEYS = (
 )
 
 
-def _fill_gpu(row, ks):
+def _fill_gpu(row: Row, ks: list[Event]) -> None:
     if ks:
         k0 = ks[0]
         info = parse_kernel_name(k0["name"])
@@ -422,14 +493,14 @@ def _fill_gpu(row, ks):
         row["duration_ns"] = row["cpu_end"] - row["cpu_start"]
 
 
-def summary_key(r: dict) -> tuple:
-    def k(v):
+def summary_key(r: Row) -> tuple[Any, ...]:
+    def k(v: Any) -> tuple[int, Any]:
         return (0, "") if v is None else (1, v)
 
     return (r["op"], k(r["bytes"]), k(r["group_size"]), k(r.get("caller")))
 
 
-def _span(row: dict) -> tuple[int, int]:
+def _span(row: Row) -> tuple[int, int]:
     """A call's execution span: its kernels' on a device, else its host range."""
     if row.get("gpu_start") is not None:
         return row["gpu_start"], row["gpu_end"]

@@ -5,10 +5,10 @@ loaded; a failure is one line naming the file, the field and the fix (docs/limit
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
+from nsyscomm import settings
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
 
@@ -156,5 +156,4 @@ def _ranks(text: object, path: Path, what: str) -> list[int]:
 
 
 def _max_group() -> int:
-    v = os.environ.get("NSYSCOMM_FR_MAX_GROUP", "")
-    return int(v) if v.isdigit() and int(v) > 0 else MAX_GROUP
+    return settings.fr_max_group() or MAX_GROUP

@@ -17,10 +17,11 @@ raise them for a real, huge dump).
 from __future__ import annotations
 
 import io
-import os
 import pickle
 from pathlib import Path
 from typing import Any
+
+from nsyscomm import settings
 
 MAX_BYTES = 64 << 20  # a dump of torch's default 2000 entries with stack traces is a few MB
 FAST_BYTES = 4 << 20  # read by the C unpickler, unbounded in objects per byte, below this
@@ -29,11 +30,6 @@ MAX_OBJECTS = 5_000_000  # opcodes (each builds at most one object) of a file pa
 
 class Refused(Exception):
     """The pickle is past a limit or holds a global; str(): why, in a few words."""
-
-
-def _limit(name: str, default: int) -> int:
-    v = os.environ.get(name, "")
-    return int(v) if v.isdigit() and int(v) > 0 else default
 
 
 class _Plain(pickle.Unpickler):
@@ -83,11 +79,11 @@ ERRORS = (
 
 def load(path: Path) -> Any:
     """The plain data of the pickle at path; Refused past a limit, one of ERRORS when damaged."""
-    max_bytes = _limit("NSYSCOMM_FR_MAX_BYTES", MAX_BYTES)
+    max_bytes = settings.fr_max_bytes() or MAX_BYTES
     size = Path(path).stat().st_size
     if size > max_bytes:
         raise Refused(f"{size} bytes, more than {max_bytes} (NSYSCOMM_FR_MAX_BYTES)")
     data = io.BytesIO(Path(path).read_bytes())
     if size <= FAST_BYTES:
         return _Plain(data).load()
-    return _Counted(data, _limit("NSYSCOMM_FR_MAX_OBJECTS", MAX_OBJECTS)).load()
+    return _Counted(data, settings.fr_max_objects() or MAX_OBJECTS).load()

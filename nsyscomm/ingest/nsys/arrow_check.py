@@ -5,11 +5,11 @@ decompresses to gigabytes (docs/limits.md)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nsyscomm import settings
 from nsyscomm.errors import InputError
 
 if TYPE_CHECKING:  # imported when used: nsyscomm starts without pyarrow (discover imports this)
@@ -74,10 +74,8 @@ def check_schema(name: str, schema: pa.Schema, where: Path) -> None:
 
 def decompressed_limit(path: Path) -> int:
     """The most bytes one table of the file at path may decompress to."""
-    v = os.environ.get("NSYSCOMM_ARROW_MAX_BYTES", "")
-    if v.isdigit() and int(v) > 0:
-        return int(v)
-    return max(MIN_DECOMPRESSED, MAX_INFLATE * path.stat().st_size)
+    # NSYSCOMM_ARROW_MAX_BYTES when set
+    return settings.arrow_max_bytes() or max(MIN_DECOMPRESSED, MAX_INFLATE * path.stat().st_size)
 
 
 def check_parquet(pf: pq.ParquetFile, path: Path) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
@@ -22,7 +24,14 @@ from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics, inside_calls, nccl_payload
-from nsyscomm.ingest.nsys.reader import fits_in_memory, open_report, read_only_uri, table_columns
+from nsyscomm.ingest.nsys.reader import Opened, fits_in_memory, open_report, read_only_uri, table_columns
+
+# (pid, device) -> the compute kernels' busy islands: starts, ends, busy time before each
+Islands = dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# the compute kernels' columns (pid, device, start, end, name) as numpy arrays
+ComputeKernels = dict[str, np.ndarray]
+# both, or (None, None) when the islands were made in DuckDB (kernels that do not fit in memory)
+IslandsAndKernels = tuple["Islands | None", "ComputeKernels | None"]
 
 # Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
 # kind containing its launch on the same thread; a wrapper range first, and a PyTorch range only
@@ -95,10 +104,10 @@ def extract(path: str | Path, report: str | None = None, threads: int | None = N
     # read a private copy whose strings had their bad bytes replaced; the input stays untouched
     with tempfile.TemporaryDirectory(prefix="nsyscomm-") as tmp:
         copy, fixed = _utf8_copy(path, Path(tmp) / "report.sqlite")
-        e = _extract(copy, report, threads)
-    e.path = path
-    e.warnings.append(f"{report}: {fixed} string(s) were not valid UTF-8; read with the bad bytes replaced")
-    return e
+        ex = _extract(copy, report, threads)
+    ex.path = path
+    ex.warnings.append(f"{report}: {fixed} string(s) were not valid UTF-8; read with the bad bytes replaced")
+    return ex
 
 
 _TEXT_COLUMNS = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}
@@ -142,113 +151,30 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     pool = ThreadPoolExecutor(max_workers=1)
     kernels_read = threading.Event()  # set once nothing but the busy islands reads src_kernels
     try:
-        # every event of every process counts for its span: taken first, then the copy of
-        # NVTX_EVENTS is dropped (only its named ranges are used below) and its memory serves the
-        # next steps, which lowers the peak memory of a large report
-        spans = duck.frame(con.execute(duck.sql("process_spans")))
-        con.execute("DROP VIEW src_events")
-        con.execute("DROP TABLE IF EXISTS src_nvtx")
-        if opened.nccl_names is not None:  # parsed by the C scan: those its kernels use
-            used = {i for (i,) in con.execute("SELECT DISTINCT shortName FROM src_kernels").fetchall()}
-            kernel_names = [n for n in opened.nccl_names if n[0] in used]
-        else:
-            kernel_names = nccl_kernel_names(
-                con.execute("""
-                SELECT DISTINCT s.id, s.value FROM r.StringIds s
-                WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
-            """).fetchall()
-            )
-        kn = pd.DataFrame(kernel_names, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
-        # a plain table: the cursor that reads the compute kernels (below) sees it
-        con.execute("""CREATE TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
-                       proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")
-        if len(kn):
-            con.register("kernel_names_df", kn)
-            con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
+        spans = _process_spans(con)
+        _nccl_kernel_names(con, opened)
         # compute busy islands do not depend on the calls: made on a second core meanwhile
-        if opened.compute is not None:
-            compute = pool.submit(lambda c: (islands(c), c), opened.compute)
-        else:
-            kernels = con.execute("SELECT count(*) FROM src_kernels").fetchone()[0]
-            compute = pool.submit(
-                _compute_islands, con, kernels_read, fits_in_memory(kernels, duck.memory_limit_bytes(con))
-            )
-        con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
-        kernels_read.set()
-        # the launches are in nccl_kernels now: their memory serves the next steps
-        con.execute("DROP TABLE IF EXISTS src_runtime")
-        bad = con.execute("SELECT count(*) FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL").fetchone()[0]
-        if bad:
-            con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
-            warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
-        # range joins here and in gpu_metrics have small estimated sides: below merge_join_threshold
-        # DuckDB would plan piecewise merge joins, quadratic here (and unimplemented for some joins)
-        con.execute("SET merge_join_threshold = 0")
-        con.execute(_RANGES)
-        con.execute(_INNERMOST)
-        # a kind without ranges owns nothing: its lookup is skipped (with the wrapper on and no
-        # PyTorch range, the second lookup still cost a scan of every launch)
-        kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM ranges").fetchall()}
-        for kind in ("wrapper", "torch_range"):
-            if kind not in kinds:
-                continue
-            con.execute(_LAUNCH_OWNERS, {"kind": kind})
-            if con.execute("SELECT count(*) FROM innermost WHERE NOT holds").fetchone()[0]:
-                _look_up_held(con)
+        compute = _start_islands(pool, con, opened, kernels_read)
+        _nccl_kernels(con, kernels_read, warnings, report)
+        _own_launches(con)
         calls = con.execute(duck.sql("calls_nsys")).to_arrow_table()
-        unlaunched = con.execute("SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL").fetchone()[0]
+        unlaunched = duck.scalar(con, "SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL")
         if unlaunched:
             warnings.append(
                 f"{report}: {unlaunched} NCCL kernel(s) have no launch call in the report "
                 f"(capture window edge); counted from the kernel name alone"
             )
-        markers = con.execute(r"""
-            SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid,
-                   TRY_CAST(regexp_extract(name, '\|rank=([0-9]+)', 1) AS INTEGER)       AS rank,
-                   TRY_CAST(regexp_extract(name, '\|local_rank=([0-9]+)', 1) AS INTEGER) AS local_rank,
-                   TRY_CAST(regexp_extract(name, '\|world=([0-9]+)', 1) AS INTEGER)      AS world,
-                   nullif(regexp_extract(name, '\|host=([^|]*)', 1), '')                  AS host
-            FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%' AND globalTid IS NOT NULL
-        """).df()
-        groups = con.execute(r"""
-            SELECT DISTINCT regexp_extract(name, '\|pg=([^|]*)', 1) AS "group",
-                   regexp_extract(name, '\|desc=([^|]*)', 1)        AS "desc"
-            FROM src_ranges WHERE name LIKE 'nsyscomm.group|%'
-        """).df()
+        markers = con.execute(_MARKERS).df()
+        groups = con.execute(_GROUPS).df()
         # NCCL's own NVTX payloads: sizes, communicators and ranks for calls without the wrapper
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         # NCCL's communicator init inside the calls; copies as the device time of calls without a kernel
         calls, _copied = inside_calls.apply(con, tables, calls, warnings, report)
-        by_device, kernels = compute.result()
-        # what each call's device ran since the previous call, by kernel name (the late-arrival
-        # diagnosis), on the report's cores while this thread goes on (its work below is short);
-        # not for reports whose kernels do not fit in memory
-        gap_rows = (
-            pool.submit(gap_kernels.top_in_gaps, calls, kernels, duck.threads(con)) if kernels is not None else None
-        )
-        del kernels
-        calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
+        calls, gap_rows = _busy_at_edges(pool, con, calls, compute)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
-        session = None
-        if "TARGET_INFO_SESSION_START_TIME" in tables:
-            row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
-            session = int(row[0]) if row and row[0] is not None else None
+        session = _session_start(con, tables)
         version = _version(con, tables)
-        host_calls = (
-            duck.frame(con.execute(duck.sql("host_calls_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
-            if "OSRT_API" in tables
-            else None
-        )
-        nvtx_cols = tables.get("NVTX_EVENTS", set())
-        host_ranges = None
-        if {"start", "end", "globalTid", "eventType", "text", "textId"} <= nvtx_cols:
-            # the C scan counted the ranges this query could keep: none, and its second pass over
-            # NVTX_EVENTS (the whole table, through DuckDB's scanner) is skipped
-            host_ranges = (
-                _NO_HOST_RANGES.copy()
-                if opened.long_ranges == 0
-                else duck.frame(con.execute(duck.sql("host_ranges_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
-            )
+        host_calls, host_ranges = _host_tables(con, tables, opened.long_ranges)
         gaps = gap_names = None
         if gap_rows is not None:
             gaps = gap_rows.result()
@@ -275,7 +201,146 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     )
 
 
-def _look_up_held(con) -> None:
+_MARKERS = r"""
+    SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid,
+           TRY_CAST(regexp_extract(name, '\|rank=([0-9]+)', 1) AS INTEGER)       AS rank,
+           TRY_CAST(regexp_extract(name, '\|local_rank=([0-9]+)', 1) AS INTEGER) AS local_rank,
+           TRY_CAST(regexp_extract(name, '\|world=([0-9]+)', 1) AS INTEGER)      AS world,
+           nullif(regexp_extract(name, '\|host=([^|]*)', 1), '')                  AS host
+    FROM src_ranges WHERE name LIKE 'nsyscomm.rank|%' AND globalTid IS NOT NULL
+"""
+_GROUPS = r"""
+    SELECT DISTINCT regexp_extract(name, '\|pg=([^|]*)', 1) AS "group",
+           regexp_extract(name, '\|desc=([^|]*)', 1)        AS "desc"
+    FROM src_ranges WHERE name LIKE 'nsyscomm.group|%'
+"""
+
+
+def _process_spans(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Every event of every process counts for its span: taken first, then the copy of
+    NVTX_EVENTS is dropped (only its named ranges are used below) and its memory serves the next
+    steps, which lowers the peak memory of a large report."""
+    spans = duck.frame(con.execute(duck.sql("process_spans")))
+    con.execute("DROP VIEW src_events")
+    con.execute("DROP TABLE IF EXISTS src_nvtx")
+    return spans
+
+
+def _nccl_kernel_names(con: duckdb.DuckDBPyConnection, opened: Opened) -> None:
+    """Table nccl_kernel_names: what each NCCL kernel name of the report says (op, algorithm,
+    protocol, reduction, type)."""
+    if opened.nccl_names is not None:  # parsed by the C scan: those its kernels use
+        used = {i for (i,) in con.execute("SELECT DISTINCT shortName FROM src_kernels").fetchall()}
+        kernel_names = [n for n in opened.nccl_names if n[0] in used]
+    else:
+        kernel_names = nccl_kernel_names(
+            con.execute("""
+            SELECT DISTINCT s.id, s.value FROM r.StringIds s
+            WHERE s.id IN (SELECT DISTINCT shortName FROM src_kernels) AND s.value LIKE 'nccl%'
+        """).fetchall()
+        )
+    kn = pd.DataFrame(kernel_names, columns=["id", "name", "op", "algo", "proto", "redop", "dtype"])
+    # a plain table: the cursor that reads the compute kernels (below) sees it
+    con.execute("""CREATE TABLE nccl_kernel_names (id BIGINT, name VARCHAR, op VARCHAR, algo VARCHAR,
+                   proto VARCHAR, redop VARCHAR, dtype VARCHAR)""")
+    if len(kn):
+        con.register("kernel_names_df", kn)
+        con.execute("INSERT INTO nccl_kernel_names SELECT * FROM kernel_names_df")
+
+
+def _start_islands(
+    pool: ThreadPoolExecutor, con: duckdb.DuckDBPyConnection, opened: Opened, kernels_read: threading.Event
+) -> Future[IslandsAndKernels]:
+    """The compute kernels' busy islands, made on the pool's thread."""
+    if opened.compute is not None:
+        return pool.submit(lambda c: (islands(c), c), opened.compute)
+    kernels = duck.scalar(con, "SELECT count(*) FROM src_kernels")
+    return pool.submit(_compute_islands, con, kernels_read, fits_in_memory(kernels, duck.memory_limit_bytes(con)))
+
+
+def _nccl_kernels(
+    con: duckdb.DuckDBPyConnection, kernels_read: threading.Event, warnings: list[str], report: str
+) -> None:
+    """Table nccl_kernels: the NCCL kernels with their launches; those without a time dropped."""
+    con.execute(f"CREATE TEMP TABLE nccl_kernels AS {duck.sql('nccl_kernels')}")
+    kernels_read.set()
+    # the launches are in nccl_kernels now: their memory serves the next steps
+    con.execute("DROP TABLE IF EXISTS src_runtime")
+    bad = duck.scalar(con, "SELECT count(*) FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
+    if bad:
+        con.execute("DELETE FROM nccl_kernels WHERE kstart IS NULL OR kend IS NULL")
+        warnings.append(f"{report}: {bad} NCCL kernel(s) without start or end time ignored (damaged export?)")
+
+
+def _own_launches(con: duckdb.DuckDBPyConnection) -> None:
+    """Table innermost: for each NCCL kernel's launch, the innermost wrapper range and PyTorch
+    range holding it."""
+    # range joins here and in gpu_metrics have small estimated sides: below merge_join_threshold
+    # DuckDB would plan piecewise merge joins, quadratic here (and unimplemented for some joins)
+    con.execute("SET merge_join_threshold = 0")
+    con.execute(_RANGES)
+    con.execute(_INNERMOST)
+    # a kind without ranges owns nothing: its lookup is skipped (with the wrapper on and no
+    # PyTorch range, the second lookup still cost a scan of every launch)
+    kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM ranges").fetchall()}
+    for kind in ("wrapper", "torch_range"):
+        if kind not in kinds:
+            continue
+        con.execute(_LAUNCH_OWNERS, {"kind": kind})
+        if duck.scalar(con, "SELECT count(*) FROM innermost WHERE NOT holds"):
+            _look_up_held(con)
+
+
+def _busy_at_edges(
+    pool: ThreadPoolExecutor,
+    con: duckdb.DuckDBPyConnection,
+    calls: pa.Table,
+    compute: Future[IslandsAndKernels],
+) -> tuple[pa.Table, Future[pd.DataFrame] | None]:
+    """The calls with the compute busy at their edges, and the kernels in each call's gap (the
+    late-arrival diagnosis) being found on the pool's thread, None when the compute kernels did not
+    fit in memory."""
+    by_device, kernels = compute.result()
+    # what each call's device ran since the previous call, by kernel name, on the report's cores
+    # while this thread goes on (its work is short)
+    gap_rows = pool.submit(gap_kernels.top_in_gaps, calls, kernels, duck.threads(con)) if kernels is not None else None
+    del kernels
+    calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
+    return calls, gap_rows
+
+
+def _session_start(con: duckdb.DuckDBPyConnection, tables: dict[str, set[str]]) -> int | None:
+    """When the capture session started, ns on the wall clock (UTC)."""
+    if "TARGET_INFO_SESSION_START_TIME" not in tables:
+        return None
+    row = con.execute("SELECT min(utcEpochNs) FROM r.TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def _host_tables(
+    con: duckdb.DuckDBPyConnection, tables: dict[str, set[str]], long_ranges: int | None
+) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The long host calls (OS runtime) and the long NVTX ranges, None where the report lacks
+    their table."""
+    host_calls = (
+        duck.frame(con.execute(duck.sql("host_calls_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
+        if "OSRT_API" in tables
+        else None
+    )
+    nvtx_cols = tables.get("NVTX_EVENTS", set())
+    host_ranges = None
+    if {"start", "end", "globalTid", "eventType", "text", "textId"} <= nvtx_cols:
+        # the C scan counted the ranges this query could keep: none, and its second pass over
+        # NVTX_EVENTS (the whole table, through DuckDB's scanner) is skipped
+        host_ranges = (
+            _NO_HOST_RANGES.copy()
+            if long_ranges == 0
+            else duck.frame(con.execute(duck.sql("host_ranges_nsys"), {"min_ns": HOST_CALL_MIN_NS}))
+        )
+    return host_calls, host_ranges
+
+
+def _look_up_held(con: duckdb.DuckDBPyConnection) -> None:
     """Launches whose latest-starting range had ended: their holder by the general range join."""
     con.execute("CREATE OR REPLACE TEMP TABLE unheld AS SELECT kid, kind FROM innermost WHERE NOT holds")
     con.execute("DELETE FROM innermost WHERE NOT holds")
@@ -287,7 +352,9 @@ def _look_up_held(con) -> None:
     )
 
 
-def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> tuple[dict | None, dict | None]:
+def _compute_islands(
+    con: duckdb.DuckDBPyConnection, kernels_read: threading.Event, in_memory: bool
+) -> IslandsAndKernels:
     """The islands as busy.islands() makes them and the compute kernels' arrays, or (None, None):
     the islands made as table compute_islands instead (busy.islands_in_duckdb), for kernels that
     do not fit in memory."""
@@ -308,7 +375,7 @@ def _compute_islands(con, kernels_read: threading.Event, in_memory: bool) -> tup
         cur.close()
 
 
-def _version(con, tables) -> str | None:
+def _version(con: duckdb.DuckDBPyConnection, tables: dict[str, set[str]]) -> str | None:
     for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if t in tables:
             row = con.execute(f"SELECT value FROM r.{t} WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -52,6 +52,8 @@ from nsyscomm.ingest.nsys.nccl_api import (
 from nsyscomm.ingest.nsys.nvtx_payload import SCHEMA_BASE, Schema, blob_bytes, decode_binary
 
 if TYPE_CHECKING:
+    import sqlite3
+
     import duckdb
     import pyarrow as pa
 
@@ -87,7 +89,7 @@ def _meta(con, tables) -> dict:
     return {}
 
 
-def _sqlite(path):
+def _sqlite(path: str | os.PathLike) -> sqlite3.Connection:
     import sqlite3
 
     from nsyscomm.ingest.nsys.reader import read_only_uri
@@ -130,7 +132,15 @@ def read_events(
         con.close()
 
 
-def _read_events(con, tables, nv, warnings, report, cols, empty):
+def _read_events(
+    con: sqlite3.Connection,
+    tables: dict[str, set[str]],
+    nv: set[str],
+    warnings: list[str],
+    report: str,
+    cols: list[str],
+    empty: pd.DataFrame,
+) -> tuple[pd.DataFrame, dict[int, Schema]]:
     schemas: dict[int, Schema] = {}
     if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
         srows = (
@@ -147,23 +157,7 @@ def _read_events(con, tables, nv, warnings, report, cols, empty):
     json_expr = "e.jsonText" if has["jsonText"] else "NULL"
     if has["jsonTextId"]:
         json_expr = f"coalesce({json_expr}, (SELECT value FROM StringIds j WHERE j.id = e.jsonTextId))"
-    # NCCL's domain: by its create event when inside the window, else by the schemas NCCL registered
-    domains = set()
-    if has["domainId"]:
-        domains = {
-            int(r[0])
-            for r in con.execute(
-                "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'"
-            ).fetchall()
-            if r[0] is not None
-        }
-        if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
-            domains |= {
-                int(r[0])
-                for r in con.execute(
-                    "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'"
-                ).fetchall()
-            }
+    domains = _nccl_domains(con, tables) if has["domainId"] else set()
     dom_filter = f"AND e.domainId IN ({','.join(map(str, sorted(domains)))})" if domains else ""
     rows = con.execute(f"""
         SELECT e.globalTid, e.start, coalesce(e."end", e.start) AS "end", {name_expr} AS name,
@@ -209,25 +203,50 @@ def _read_events(con, tables, nv, warnings, report, cols, empty):
     ev = pd.DataFrame(out, columns=cols)
     payload_calls = ev["name"].map(lambda n: api_op(n) is not None or n in INIT_APIS).sum()
     if payload_calls and not with_payload:
-        meta = _meta(con, tables)
-        missing = []
-        if meta.get("EXPORT_PARAM_INCLUDE_BLOBS", "").lower() != "true":
-            missing.append("--include-blobs=true")
-        if meta.get("EXPORT_PARAM_INCLUDE_JSON", "").lower() != "true":
-            missing.append("--include-json=true")
-        flags = " ".join(missing) or "--include-blobs=true"
-        why = (
-            f"EXPORT_PARAM_INCLUDE_BLOBS={meta.get('EXPORT_PARAM_INCLUDE_BLOBS')}, "
-            f"EXPORT_PARAM_INCLUDE_JSON={meta.get('EXPORT_PARAM_INCLUDE_JSON')}"
-            if meta
-            else "no export parameters"
-        )
-        warnings.append(
-            f"{report}: {int(payload_calls)} NCCL NVTX range(s) without payload values ({why}): "
-            f"message sizes and communicators unknown; export again with "
-            f"nsys export --type sqlite {flags} REPORT.nsys-rep"
-        )
+        warnings.append(_no_payload_warning(con, tables, report, int(payload_calls)))
     return ev, schemas
+
+
+def _nccl_domains(con: sqlite3.Connection, tables: dict[str, set[str]]) -> set[int]:
+    """NCCL's NVTX domain: by its create event when inside the window, else by the schemas NCCL
+    registered."""
+    domains = {
+        int(r[0])
+        for r in con.execute(
+            "SELECT DISTINCT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'"
+        ).fetchall()
+        if r[0] is not None
+    }
+    if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:
+        domains |= {
+            int(r[0])
+            for r in con.execute(
+                "SELECT DISTINCT domainId FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name = 'NCCL communicator ID'"
+            ).fetchall()
+        }
+    return domains
+
+
+def _no_payload_warning(con: sqlite3.Connection, tables: dict[str, set[str]], report: str, payload_calls: int) -> str:
+    """Why NCCL's ranges carry no payload values (the export's flags) and how to export again."""
+    meta = _meta(con, tables)
+    missing = []
+    if meta.get("EXPORT_PARAM_INCLUDE_BLOBS", "").lower() != "true":
+        missing.append("--include-blobs=true")
+    if meta.get("EXPORT_PARAM_INCLUDE_JSON", "").lower() != "true":
+        missing.append("--include-json=true")
+    flags = " ".join(missing) or "--include-blobs=true"
+    why = (
+        f"EXPORT_PARAM_INCLUDE_BLOBS={meta.get('EXPORT_PARAM_INCLUDE_BLOBS')}, "
+        f"EXPORT_PARAM_INCLUDE_JSON={meta.get('EXPORT_PARAM_INCLUDE_JSON')}"
+        if meta
+        else "no export parameters"
+    )
+    return (
+        f"{report}: {payload_calls} NCCL NVTX range(s) without payload values ({why}): "
+        f"message sizes and communicators unknown; export again with "
+        f"nsys export --type sqlite {flags} REPORT.nsys-rep"
+    )
 
 
 def _schema_for(name: str | None, schemas: dict[int, Schema]) -> int | None:
@@ -243,8 +262,8 @@ def _schema_for(name: str | None, schemas: dict[int, Schema]) -> int | None:
                 return SCHEMA_BASE + k
     if name in INIT_APIS:
         for k in (0, 11, 12):
-            sch = schemas.get(SCHEMA_BASE + k)
-            if sch and any(f == "rank" for f, _t, _o in sch.entries):
+            init = schemas.get(SCHEMA_BASE + k)
+            if init and any(f == "rank" for f, _t, _o in init.entries):
                 return SCHEMA_BASE + k
     return None
 
@@ -312,9 +331,7 @@ def apply(
       and the capture goes on after them)."""
     # NCCL's API ranges are among the ranges nsyscomm.ingest.nsys.extract already picked out: without any, the
     # report needs no second read (the payload read goes through sqlite3, see read_events)
-    if not con.execute("SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'").fetchone()[
-        0
-    ]:
+    if not duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name LIKE 'nccl%' AND name NOT LIKE 'nccl:%'"):
         return calls, markers
     events, _schemas = read_events(path, tables, warnings, report)
     if not len(events):
@@ -343,7 +360,7 @@ def apply(
         ku["pid"] = [(int(g) >> 24) & 0xFFFFFF for g in ku["globalTid"]]
         ku["tid"] = [int(g) & 0xFFFFFF for g in ku["globalTid"]]
         eligible = calls["source"].isin(["torch_range", "kernel_name"]) & calls["gpu_start"].notna()
-        idx = {}
+        idx: dict[tuple[int, int | None], list[Any]] = {}
         for i, r in calls[eligible].iterrows():
             idx.setdefault((int(r["pid"]), None if pd.isna(r["tid"]) else int(r["tid"])), []).append(i)
         matched = 0
