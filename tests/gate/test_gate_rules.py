@@ -284,7 +284,6 @@ def test_the_summary_holds_each_keys_fastest_logical_call(tmp_path):
     average 2.25."""
     from nsyscomm.analyses.contract import document
     from nsyscomm.api import load
-
     from tests.support import whatif_jobs as wj
 
     transfers = [3.0, 1.5, 2.0, 2.5]
