@@ -21,6 +21,7 @@ one node) once, and each level is replayed with a few numpy calls for all its ra
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -213,7 +214,7 @@ def _replay_module():
     if settings.replay_py():
         return None
     try:
-        from nsyscomm.analyses import _replay
+        _replay = importlib.import_module("nsyscomm.analyses._replay")  # built only where C compiles
     except ImportError:
         return None
     # a build older than this module's call convention is left unused

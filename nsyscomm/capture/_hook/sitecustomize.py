@@ -34,7 +34,7 @@ def _nsyscomm_install():
                     sys.stderr.write(f"nsyscomm: annotation disabled ({e!r})\n")
 
             try:
-                loader.exec_module = exec_then_annotate
+                loader.exec_module = exec_then_annotate  # type: ignore[method-assign]  # this loader's only
             except Exception:
                 return spec
             return spec
@@ -54,7 +54,9 @@ def _chain_next_sitecustomize():
 
     path = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-    if spec is not None and spec.origin and os.path.dirname(os.path.abspath(spec.origin)) != here:
+    if spec is None or spec.loader is None or not spec.origin:
+        return
+    if os.path.dirname(os.path.abspath(spec.origin)) != here:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
 
