@@ -185,7 +185,7 @@ def diagnose(con: duckdb.DuckDBPyConnection, sources: Sequence[str | os.PathLike
         cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_records AS SELECT {cols} FROM hang_records_df")
         # reports alone with every call closed cannot show a blocked collective (nsys closes a range
         # left open at the process's end): only the mismatches are looked for, in one scan of a view
-        lone = records.empty and not cur.execute("SELECT count(*) FROM collectives WHERE cpu_end IS NULL").fetchone()[0]
+        lone = records.empty and not duck.scalar(cur, "SELECT count(*) FROM collectives WHERE cpu_end IS NULL")
         cur.execute(
             ("CREATE OR REPLACE TEMP VIEW hang_calls AS " if lone else "CREATE OR REPLACE TEMP TABLE hang_calls AS ")
             + duck.sql("hang_calls")
