@@ -2,7 +2,7 @@
 against the tests of its area; a mutant that no test kills is a rule the suite does not check.
 
     pip install 'mutmut<3' whatthepatch
-    python benchmarks/mutation_audit.py [busbw|verdict|whatif ...] [--out FILE]
+    python benchmarks/mutation_audit.py [busbw|verdict|whatif|whatif_check|invariants ...] [--out FILE]
 
 It runs mutmut 2 (mutmut 3 mutates function bodies only, so a module-level table such as the
 bus-bandwidth factors would go unchecked) in a copy of the working tree, never in the checkout,
@@ -28,21 +28,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # name -> (file, functions to mutate (None: the whole file), pytest arguments)
 TARGETS: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
-    "busbw": ("nsyscomm/busbw.py", None, ("tests/analyses/test_busbw.py",)),
+    "busbw": ("nsyscomm/busbw.py", None, ("tests/test_busbw.py",)),
     "verdict": (
         "nsyscomm/gate/verdict.py",
         ("compare_values", "fails", "margin"),
-        (
-            "tests/gate/test_gate.py",
-            "-k",
-            "not passes_against_itself and not gate_sources_load and not baseline_command",
-        ),
+        ("tests/test_gate.py", "-k", "not passes_against_itself and not gate_sources_load and not baseline_command"),
     ),
     "whatif": (
         "nsyscomm/analyses/whatif.py",
         ("scenarios",),
-        ("tests/analyses/test_whatif.py", "tests/analyses/test_whatif_rules.py"),
+        ("tests/test_whatif.py", "tests/test_whatif_rules.py", "tests/test_whatif_truth.py"),
     ),
+    "whatif_check": (
+        "nsyscomm/analyses/whatif_check.py",
+        None,
+        ("tests/test_whatif_truth.py", "tests/test_whatif_rules.py"),
+    ),
+    "invariants": ("nsyscomm/analyses/invariants.py", None, ("tests/test_invariants.py",)),
 }
 
 
