@@ -3,10 +3,11 @@ truth is stated by hand from its events (tests/support/whatif_jobs.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from nsyscomm.analyses import stragglers, whatif
+from nsyscomm.analyses import stragglers, whatif, whatif_check
 from nsyscomm.api import load
 from nsyscomm.ingest.straggler import trace as straggler_trace
 from tests.support.whatif_jobs import write_job
@@ -152,3 +153,69 @@ def test_reference_busbw_changes_only_collectives_it_has_a_curve_for():
     )
     out = whatif.analyse(whatif.from_ops(_calls(calls)), reference=curve)
     assert _after(out, "reference_busbw") == pytest.approx([0.1, 1.5, 1.5], abs=1e-9)
+
+
+class _Steps:
+    """What whatif_check reads of a model: its steps, their measured times, the capture's span."""
+
+    def __init__(self, measured, capture_ms=None):
+        self.steps = list(range(len(measured or [0])))
+        self.measured = None if measured is None else np.array(measured, dtype=float)
+        self.capture_ms = capture_ms
+
+
+def test_a_step_is_reproduced_within_the_larger_of_1_percent_and_10_us():
+    """The stated tolerance, |replayed - measured| <= max(1% of measured, 0.01 ms), bound included:
+    0.5 -> 0.509 ms (0.009 <= 0.01) yes; 0.5 -> 0.515 (0.015 > 0.01) no; 100 -> 100.99 (0.99 <=
+    1.0) yes; 100 -> 101.02 (1.02 > 1.0) no; 0 -> 0.01 (on the bound) yes; a step without a finite
+    replayed or measured time is never reproduced."""
+    nan = float("nan")
+    measured = [0.5, 0.5, 100.0, 100.0, 0.0, nan, 1.0]
+    replayed = np.array([0.509, 0.515, 100.99, 101.02, 0.01, 1.0, nan])
+    ok, doc = whatif_check.reproduction(_Steps(measured), replayed)
+    assert ok.tolist() == [True, False, True, False, True, False, False]
+    assert (doc["reproduced"], doc["of"]) == (3, 7)
+    assert [s["reproduced"] for s in doc["steps"]] == ok.tolist()
+    assert doc["steps"][2] == {"step": 2, "measured_ms": 100.0, "replayed_ms": 100.99, "reproduced": True}
+    assert doc["tolerance"] == {
+        "relative": 0.01,
+        "absolute_ms": 0.01,
+        "rule": "|replayed - measured| <= max(relative x measured, absolute_ms)",
+    }
+    ok, doc = whatif_check.reproduction(_Steps(None), np.array([1.0]))
+    assert ok.tolist() == [True] and doc["note"] == "no measured step times in this input"
+    assert (doc["steps"], doc["reproduced"], doc["of"]) == ([], 1, 1)
+
+
+@pytest.mark.parametrize(
+    "before, after, capture, why",
+    [
+        (1.0, 0.0, None, None),  # a step the scenario saves entirely
+        (0.0, 0.0, None, None),  # an empty step
+        (1.0, 1.0, 1.0, None),  # no saving, the whole capture long
+        (1.0, 0.5, None, None),  # no capture known
+        (float("nan"), 1.0, None, "no finite time"),
+        (1.0, float("nan"), None, "no finite time"),
+        (1.0, -0.5, None, "negative time"),
+        (-0.5, -1.0, None, "negative time"),
+        (1.0, 1.5, None, "longer than measured"),
+        (6.0, 5.0, 5.0, "more time than the whole capture"),
+    ],
+)
+def test_what_a_step_may_claim(before, after, capture, why):
+    """0 <= after <= before <= the capture's length, each bound included."""
+    got = whatif_check.violation(before, after, capture)
+    assert (got is None) if why is None else (why in (got or ""))
+
+
+def test_a_printed_row_that_breaks_an_invariant_raises():
+    ok = {"scenario": "s", "saved_ms": 0.0, "total_saved_ms": 0.0, "step_ms_before": 1.0, "step_ms_after": 1.0}
+    whatif_check.assert_row(ok | {"steps": [{"step": 1, "withheld": "why"}]}, 2.0)
+    for bad in (
+        {"saved_ms": -0.5},
+        {"total_saved_ms": -0.5},
+        {"step_ms_after": 1.5},
+        {"steps": [{"step": 1, "step_ms_before": 1.0, "step_ms_after": 1.5}]},
+    ):
+        with pytest.raises(AssertionError, match="what-if s"):
+            whatif_check.assert_row({"steps": []} | ok | bad, 2.0)
