@@ -42,7 +42,7 @@ TARGETS: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     "whatif_check": (
         "nsyscomm/analyses/whatif_check.py",
         None,
-        ("tests/test_whatif_truth.py", "tests/test_whatif_rules.py"),
+        ("tests/test_whatif_rules.py", "tests/test_whatif_truth.py"),
     ),
     "invariants": ("nsyscomm/analyses/invariants.py", None, ("tests/test_invariants.py",)),
 }
