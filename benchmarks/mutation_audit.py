@@ -37,7 +37,7 @@ TARGETS: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     "whatif": (
         "nsyscomm/analyses/whatif.py",
         ("scenarios",),
-        ("tests/test_whatif.py", "tests/test_whatif_rules.py", "tests/test_whatif_truth.py"),
+        ("tests/test_whatif_rules.py", "tests/test_whatif_truth.py", "tests/test_whatif.py"),
     ),
     "whatif_check": (
         "nsyscomm/analyses/whatif_check.py",
