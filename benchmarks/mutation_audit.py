@@ -28,23 +28,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # name -> (file, functions to mutate (None: the whole file), pytest arguments)
 TARGETS: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
-    "busbw": ("nsyscomm/busbw.py", None, ("tests/test_busbw.py",)),
+    "busbw": ("nsyscomm/busbw.py", None, ("tests/analyses/test_busbw.py",)),
     "verdict": (
         "nsyscomm/gate/verdict.py",
         ("compare_values", "fails", "margin"),
-        ("tests/test_gate.py", "-k", "not passes_against_itself and not gate_sources_load and not baseline_command"),
+        (
+            "tests/gate/test_gate.py",
+            "-k",
+            "not passes_against_itself and not gate_sources_load and not baseline_command",
+        ),
     ),
     "whatif": (
         "nsyscomm/analyses/whatif.py",
         ("scenarios",),
-        ("tests/test_whatif_rules.py", "tests/test_whatif_truth.py", "tests/test_whatif.py"),
+        ("tests/analyses/test_whatif_rules.py", "tests/analyses/test_whatif_truth.py", "tests/analyses/test_whatif.py"),
     ),
     "whatif_check": (
         "nsyscomm/analyses/whatif_check.py",
         None,
-        ("tests/test_whatif_rules.py", "tests/test_whatif_truth.py"),
+        ("tests/analyses/test_whatif_rules.py", "tests/analyses/test_whatif_truth.py"),
     ),
-    "invariants": ("nsyscomm/analyses/invariants.py", None, ("tests/test_invariants.py",)),
+    "invariants": ("nsyscomm/analyses/invariants.py", None, ("tests/analyses/test_invariants.py",)),
 }
 
 
