@@ -2,7 +2,7 @@
 against the tests of its area; a mutant that no test kills is a rule the suite does not check.
 
     pip install 'mutmut<3' whatthepatch
-    python benchmarks/mutation_audit.py [busbw|verdict|whatif ...] [--out FILE]
+    python benchmarks/mutation_audit.py [busbw|verdict|whatif|whatif_check|invariants ...] [--out FILE]
 
 It runs mutmut 2 (mutmut 3 mutates function bodies only, so a module-level table such as the
 bus-bandwidth factors would go unchecked) in a copy of the working tree, never in the checkout,
@@ -41,8 +41,14 @@ TARGETS: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     "whatif": (
         "nsyscomm/analyses/whatif.py",
         ("scenarios",),
-        ("tests/analyses/test_whatif.py", "tests/analyses/test_whatif_rules.py"),
+        ("tests/analyses/test_whatif_rules.py", "tests/analyses/test_whatif_truth.py", "tests/analyses/test_whatif.py"),
     ),
+    "whatif_check": (
+        "nsyscomm/analyses/whatif_check.py",
+        None,
+        ("tests/analyses/test_whatif_rules.py", "tests/analyses/test_whatif_truth.py"),
+    ),
+    "invariants": ("nsyscomm/analyses/invariants.py", None, ("tests/analyses/test_invariants.py",)),
 }
 
 

@@ -54,7 +54,7 @@ def dimensions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     cols = ["group", "dimension", "source", "group_size", "ranks", "comm_ms", "wait_ms", "exposed_ms"]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    world = int(con.execute("SELECT count(DISTINCT rank) FROM collectives").fetchone()[0])
+    world = int(duck.scalar(con, "SELECT count(DISTINCT rank) FROM collectives"))
     rows = []
     ranks_of = {r.group: _ranks(r) for r in df.itertuples()}
     strided_any = any(len(r) > 1 and r[1] - r[0] > 1 and _even(r) for r in ranks_of.values())

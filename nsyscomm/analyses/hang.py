@@ -158,34 +158,62 @@ def _clean(v):
     return v
 
 
+# the flight records' and dumps' columns as the hang SQL reads them
+_RECORD_TYPES = {
+    "rank": "INTEGER",
+    "group": "VARCHAR",
+    "group_size": "INTEGER",
+    "group_ranks": "VARCHAR",
+    "seq": "BIGINT",
+    "op": "VARCHAR",
+    "bytes": "BIGINT",
+    "dtype": "VARCHAR",
+    "caller": "VARCHAR",
+    "finished": "BOOLEAN",
+    "t_enter": "BIGINT",
+    "source": "VARCHAR",
+}
+
+
 def diagnose(con: duckdb.DuckDBPyConnection, sources: Sequence[str | os.PathLike] = ()) -> dict:
     """The hang diagnosis of a job (see the module docstring) on the Result's connection."""
+    records, procs = _all_records(sources)
+    mism_rows, blocked_rows, frontier = _query(con, records)
+    mismatches = _mismatches(mism_rows)
+    blocked = _blocked(blocked_rows, procs, {(m["group"], m["seq"]) for m in mismatches})
+    return {
+        "status": _status(mismatches, blocked, procs),
+        "blocked": blocked,
+        "mismatches": mismatches,
+        "processes": [{"rank": r, "state": s, "note": n or None} for r, (s, n) in sorted(procs.items())],
+        "frontier": [
+            {"group": g, "rank": int(r), "last_entered": _clean(e), "last_finished": _clean(f)}
+            for g, r, e, f in frontier.itertuples(index=False)
+        ],
+    }
+
+
+def _all_records(sources: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, dict]:
+    """(the flight records and Flight Recorder dumps of these inputs as one table, how each
+    recorded process ended)."""
     records, procs = read_records(record_dirs(sources))
     dumps = read_dumps(sources)
     if len(dumps):
         records = pd.concat([records, dumps], ignore_index=True) if len(records) else dumps
-    types = {
-        "rank": "INTEGER",
-        "group": "VARCHAR",
-        "group_size": "INTEGER",
-        "group_ranks": "VARCHAR",
-        "seq": "BIGINT",
-        "op": "VARCHAR",
-        "bytes": "BIGINT",
-        "dtype": "VARCHAR",
-        "caller": "VARCHAR",
-        "finished": "BOOLEAN",
-        "t_enter": "BIGINT",
-        "source": "VARCHAR",
-    }
+    return records, procs
+
+
+def _query(con: duckdb.DuckDBPyConnection, records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(mismatch rows, blocked rows, each rank's frontier) of the hang SQL over the collectives
+    and these records."""
     cur = duck.quiet(con.cursor())
     try:
         cur.register("hang_records_df", records)
-        cols = ", ".join(f'"{c}"::{t} AS "{c}"' for c, t in types.items())
+        cols = ", ".join(f'"{c}"::{t} AS "{c}"' for c, t in _RECORD_TYPES.items())
         cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_records AS SELECT {cols} FROM hang_records_df")
         # reports alone with every call closed cannot show a blocked collective (nsys closes a range
         # left open at the process's end): only the mismatches are looked for, in one scan of a view
-        lone = records.empty and not cur.execute("SELECT count(*) FROM collectives WHERE cpu_end IS NULL").fetchone()[0]
+        lone = records.empty and not duck.scalar(cur, "SELECT count(*) FROM collectives WHERE cpu_end IS NULL")
         cur.execute(
             ("CREATE OR REPLACE TEMP VIEW hang_calls AS " if lone else "CREATE OR REPLACE TEMP TABLE hang_calls AS ")
             + duck.sql("hang_calls")
@@ -205,6 +233,11 @@ def diagnose(con: duckdb.DuckDBPyConnection, sources: Sequence[str | os.PathLike
             frontier = cur.execute(duck.sql("hang_frontier")).df()
     finally:
         cur.close()
+    return mism_rows, blocked_rows, frontier
+
+
+def _mismatches(mism_rows: pd.DataFrame) -> list[dict]:
+    """One entry per (communicator, seq, field) where the ranks' calls differ."""
     mismatches = []
     for (g, seq, field), sub in mism_rows.groupby(["group", "seq", "field"], sort=False):
         conv = int if field == "bytes" else (lambda v: v)
@@ -216,24 +249,34 @@ def diagnose(con: duckdb.DuckDBPyConnection, sources: Sequence[str | os.PathLike
                 "values_by_rank": {str(int(r)): conv(_clean(v)) for r, v in zip(sub["rank"], sub["value"])},
             }
         )
-    mism_at = {(m["group"], m["seq"]) for m in mismatches}
+    return mismatches
+
+
+def _missing(sub: pd.DataFrame, procs: dict) -> list[dict]:
+    """The ranks missing from one collective, each with its last call and how its process is."""
+    missing = []
+    for r in sub[sub["role"] == "missing"].itertuples(index=False):
+        state = procs.get(int(r.rank), (None, ""))[0]
+        if state is None:
+            state = "unknown" if pd.isna(r.last_finished) else ("finished" if r.last_finished else "in call")
+        missing.append(
+            {
+                "rank": int(r.rank),
+                "last_op": _clean(r.last_op),
+                "last_seq": _clean(r.last_seq),
+                "caller": _clean(r.caller),
+                "state": state,
+                "note": procs.get(int(r.rank), (None, ""))[1] or None,
+            }
+        )
+    return missing
+
+
+def _blocked(blocked_rows: pd.DataFrame, procs: dict, mism_at: set) -> list[dict]:
+    """The collectives some member never reached (or where the members' calls differ, mism_at)."""
     blocked = []
     for (g, seq), sub in blocked_rows.groupby(["group", "seq"], sort=False):
-        missing = []
-        for r in sub[sub["role"] == "missing"].itertuples(index=False):
-            state = procs.get(int(r.rank), (None, ""))[0]
-            if state is None:
-                state = "unknown" if pd.isna(r.last_finished) else ("finished" if r.last_finished else "in call")
-            missing.append(
-                {
-                    "rank": int(r.rank),
-                    "last_op": _clean(r.last_op),
-                    "last_seq": _clean(r.last_seq),
-                    "caller": _clean(r.caller),
-                    "state": state,
-                    "note": procs.get(int(r.rank), (None, ""))[1] or None,
-                }
-            )
+        missing = _missing(sub, procs)
         if not missing and (g, int(seq)) not in mism_at:
             continue  # everyone is in it and nothing differs: in flight, not stuck
         first = sub.iloc[0]
@@ -247,25 +290,19 @@ def diagnose(con: duckdb.DuckDBPyConnection, sources: Sequence[str | os.PathLike
                 "missing_ranks": missing,
             }
         )
-    dead = {r: s for r, (s, _) in procs.items() if s in _DEAD}
+    return blocked
+
+
+def _status(mismatches: list[dict], blocked: list[dict], procs: dict) -> str:
+    """One of STATUSES: a mismatch first, then a blocked collective (aborted when a missing rank's
+    process died), then a dead process alone."""
     if mismatches:
-        status = "desynced"
-    elif blocked:
-        status = "aborted" if any(m["state"] in _DEAD for b in blocked for m in b["missing_ranks"]) else "hung"
-    elif dead:
-        status = "aborted"
-    else:
-        status = "ok"
-    return {
-        "status": status,
-        "blocked": blocked,
-        "mismatches": mismatches,
-        "processes": [{"rank": r, "state": s, "note": n or None} for r, (s, n) in sorted(procs.items())],
-        "frontier": [
-            {"group": g, "rank": int(r), "last_entered": _clean(e), "last_finished": _clean(f)}
-            for g, r, e, f in frontier.itertuples(index=False)
-        ],
-    }
+        return "desynced"
+    if blocked:
+        return "aborted" if any(m["state"] in _DEAD for b in blocked for m in b["missing_ranks"]) else "hung"
+    if any(s in _DEAD for s, _ in procs.values()):
+        return "aborted"
+    return "ok"
 
 
 def lines(h: dict) -> list[str]:

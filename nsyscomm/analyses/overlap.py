@@ -65,7 +65,9 @@ def _chunks(counts: list[tuple[str, int]]) -> list[list[str] | None]:
     """The reports (with their calls) in groups of at most CHUNK_CALLS calls; [None]: all at once."""
     if sum(n for _, n in counts) <= CHUNK_CALLS:
         return [None]
-    out, group, size = [], [], 0
+    out: list[list[str] | None] = []
+    group: list[str] = []
+    size = 0
     for report, n in counts:
         if group and size + n > CHUNK_CALLS:
             out.append(group)

@@ -112,9 +112,10 @@ class Result:
     def skew(self) -> dict:
         per = self.skew_ranks
         instances = int(
-            self.con.execute(
-                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet"
-            ).fetchone()[0]
+            duck.scalar(
+                self.con,
+                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet",
+            )
         )
         straggler = None
         if instances and len(per) and per["late_count"].max() > 0:
@@ -157,9 +158,9 @@ class Result:
     def setup(self) -> pd.DataFrame:
         """The logical collectives that set up their communicator (sql/setup.sql): op, bytes, group,
         step, caller, participants, how, took_ms, init_ms. Left out of every statistic."""
-        have = self.con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'setup_ids' AND NOT temporary"
-        ).fetchone()[0]
+        have = duck.scalar(
+            self.con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'setup_ids' AND NOT temporary"
+        )
         if not have:
             return pd.DataFrame(
                 columns=["op", "bytes", "group", "step", "caller", "participants", "how", "took_ms", "init_ms"]
@@ -241,10 +242,11 @@ class Result:
     def osrt_traced(self) -> bool:
         """Whether every report with calls had nsys's OS-runtime trace (host causes can be named)."""
         return bool(
-            self.con.execute(
+            duck.scalar(
+                self.con,
                 "SELECT count(*) = 0 FROM (SELECT DISTINCT report FROM collectives) c "
-                "WHERE report NOT IN (SELECT report FROM osrt_reports)"
-            ).fetchone()[0]
+                "WHERE report NOT IN (SELECT report FROM osrt_reports)",
+            )
         )
 
     # --- what-if replay (nsyscomm.analyses.whatif) ---
@@ -273,11 +275,11 @@ class Result:
 
     @property
     def n_logical(self) -> int:
-        return int(self.con.execute("SELECT count(*) FROM logical_collectives").fetchone()[0])
+        return int(duck.scalar(self.con, "SELECT count(*) FROM logical_collectives"))
 
     @property
     def has_steps(self) -> bool:
-        return bool(self.con.execute("SELECT count(*) FROM collectives WHERE step IS NOT NULL").fetchone()[0])
+        return bool(duck.scalar(self.con, "SELECT count(*) FROM collectives WHERE step IS NOT NULL"))
 
     def timeline_calls(self, steps: tuple[int | None, int | None] | None = None) -> pd.DataFrame:
         """The calls with their logical collective's figures, in each rank's time order; only
@@ -289,7 +291,7 @@ class Result:
 
     @property
     def n_calls(self) -> int:
-        return int(self.con.execute("SELECT count(*) FROM collectives").fetchone()[0])
+        return int(duck.scalar(self.con, "SELECT count(*) FROM collectives"))
 
 
 def _query_key(name: str, params: dict) -> tuple:

@@ -9,7 +9,7 @@ Times are in seconds here, as in the trace; the views convert to ms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,7 +44,7 @@ class Trace:
     step_code: np.ndarray  # each op's step as 0..S-1
     steps: np.ndarray  # the step numbers
     step_start: np.ndarray  # each step's first start
-    ideal_dur: np.ndarray = field(default=None)
+    ideal_dur: np.ndarray  # each op at its type's typical duration (ideal_durations)
 
     @property
     def n_steps(self) -> int:
@@ -79,16 +79,14 @@ def prepare(ops: pd.DataFrame, meta: dict) -> Trace:
     dur = replay.transfer_times(g, start, end)
     delay = replay.launch_delays(g, start, end)
     delay[delay <= -NEGATIVE_DELAY_S] = 0.0
-    t = Trace(ops, meta, g, dur, delay, step_code, steps, step_start)
-    t.ideal_dur = ideal_durations(t)
-    return t
+    return Trace(ops, meta, g, dur, delay, step_code, steps, step_start, ideal_durations(ops, dur))
 
 
-def ideal_durations(t: Trace) -> np.ndarray:
+def ideal_durations(ops: pd.DataFrame, dur: np.ndarray) -> np.ndarray:
     """Every op at its type's typical duration over all workers and steps: the mean for computes,
     the median for communication (whose rare long waits the mean would keep)."""
-    ot = t.ops["optype"].astype(str)
-    s = pd.Series(t.dur)
+    ot = ops["optype"].astype(str)
+    s = pd.Series(dur)
     comm = ot.isin(pipeline_deps.COMM_TYPES).to_numpy()
     mean = s.groupby(ot.to_numpy()).transform("mean").to_numpy()
     median = s.groupby(ot.to_numpy()).transform("median").to_numpy()
@@ -117,12 +115,13 @@ def analyse(t: Trace, attribute: bool = True) -> dict:
         "blocking_step_slowdown": dict(zip(steps, (nodelay / ideal).tolist())),
     }
     if attribute:
+        overall = {}
         for by in ("dp_rank", "stage", "optype"):
-            overall, per_step = decompose(t, by, ideal)
-            out[f"blocking_decompose_by_{by}"] = overall
+            overall[by], per_step = decompose(t, by, ideal)
+            out[f"blocking_decompose_by_{by}"] = overall[by]
             out[f"blocking_decompose_by_{by}_per_step"] = per_step
         out["ms"] = m_s(t, nodelay, ideal)
-        out["mw"] = m_w(t, nodelay, ideal, out["blocking_decompose_by_dp_rank"], out["blocking_decompose_by_stage"])
+        out["mw"] = m_w(t, nodelay, ideal, overall["dp_rank"], overall["stage"])
     return out
 
 
@@ -138,7 +137,8 @@ def decompose(t: Trace, by: str, ideal: np.ndarray) -> tuple[dict, dict]:
     durations, over the ideal step time (1.0: the group costs nothing)."""
     lab = labels(t, by)
     zero = np.zeros(t.graph.n)
-    overall, per_step = {}, {}
+    overall: dict = {}
+    per_step: dict[int, dict] = {}
     for key in pd.unique(lab):
         m = lab == key
         dur = np.where(m, t.dur, t.ideal_dur)

@@ -27,6 +27,10 @@ S_PER_LEVEL, S_PER_OP = 3e-5, 2e-8
 # a rank with more calls than this is not replayed at all (its levels would take minutes)
 MAX_CALLS_PER_RANK = 20_000
 
+# a scenario's replay arguments: durations, delays, and how a collective ends ("max": at its last
+# rank's arrival; per group, True: at its first rank's)
+Scenario = tuple[np.ndarray, np.ndarray, "str | np.ndarray"]
+
 NOTES = [
     "Replay model: each rank runs its operations in the order measured; an operation starts when "
     "its predecessors have ended plus the time between them that the trace does not explain "
@@ -129,6 +133,7 @@ def from_ops(ops: pd.DataFrame) -> Model:
     dur = replay.transfer_times(g, start, end)
     delay = replay.launch_delays(g, start, end)
     step = ops["step"]
+    steps: list  # step numbers; [None]: the job as one step
     if step.notna().any():
         steps = sorted(int(s) for s in step.dropna().unique())
         step_of = np.where(step.notna(), np.searchsorted(steps, step.fillna(-1).astype(np.int64)), -1)
@@ -212,7 +217,7 @@ def from_trace(trace: stragglers.Trace) -> Model:
     return m
 
 
-def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict:
+def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict[str, Scenario]:
     """scenario -> (dur, delay, reduce) arrays, for the scenarios this job's data allow; a note
     for each one left out."""
     # a message cannot arrive before it is sent: only collectives stop waiting for their last rank
@@ -227,7 +232,7 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict:
             "no_straggler keeps the waiting at the ranks' first collective: its skew is their start-up, "
             "no straggler's delay"
         )
-    out = {"no_straggler": (m.dur, m.delay, no_wait)}
+    out: dict[str, Scenario] = {"no_straggler": (m.dur, m.delay, no_wait)}
     if "comm" in m.extra:  # a per-op trace times each communication op on its own stream: all exposed
         out["full_overlap"] = (np.where(m.extra["comm"], 0.0, m.dur), m.delay, "max")
         out["no_launch_delay"] = (m.dur, np.zeros_like(m.delay), "max")
@@ -268,7 +273,7 @@ def reference_ms(m: Model, curve: pd.DataFrame | None) -> np.ndarray | None:
     return out if np.isfinite(out).any() else None
 
 
-def _restricted(m: Model, sc: tuple, mask: np.ndarray):
+def _restricted(m: Model, sc: Scenario, mask: np.ndarray) -> Scenario:
     dur, delay, reduce = sc
     d = np.where(mask, dur, m.dur)
     dl = np.where(mask, delay, m.delay)
@@ -317,7 +322,7 @@ def analyse(m: Model, reference: pd.DataFrame | None = None, warmup: set | None 
         if not keep.any():
             withheld[name] = next((r for r in reasons if r), "no step left to count")
             continue
-        per_key = []
+        per_key: list[dict] = []
         for k in keys:
             part = m.run(*_restricted(m, sc, m.key == k))
             saved = float(np.sum((before - part)[keep]))
