@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """When an asynchronous call's work ran, and when its caller waited for it.
 
 A call that returns a Work or a future (``async_op=True``, ``isend``/``irecv``, DDP's reducer

@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """Layer 2 of the wrapper (nsyscomm.capture.wrapper's docstring): a catch-all at the dispatcher.
 
 A Python kernel registered for every ``c10d::*`` op and the ``_c10d_functional::*`` collectives

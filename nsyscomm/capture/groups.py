@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """The process groups the wrapper has seen: each group's name, size, ranks, call counter and
 message templates, cached by ProcessGroup, and the message size of a call's tensors.
 

@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """Training steps of a pipeline-parallel job: each `step()` of a torch.distributed.pipelining schedule
 is a step boundary, for jobs whose pipeline stages have no optimizer step to mark one (an optimizer
 step, where there is one, still marks it and the schedule's adds none).

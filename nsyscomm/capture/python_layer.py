@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """Layer 1 of the wrapper (nsyscomm.capture.wrapper's docstring): Python wrappers in place of the
 public functions of ``torch.distributed`` (the package namespace and ``distributed_c10d``) and of
 ``torch.distributed._functional_collectives``.

@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nsyscomm import settings
@@ -102,7 +102,8 @@ def _user_scope_only() -> Iterator[None]:
         import torch.autograd.profiler as autograd_profiler
         from torch._C._profiler import RecordScope
 
-        enable = autograd_profiler._enable_profiler
+        # torch's stub omits the scopes argument the function takes at run time
+        enable: Callable[..., None] = autograd_profiler._enable_profiler
     except (ImportError, AttributeError):
         yield
         return

@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """NVTX ranges around every torch.distributed collective (``nsyscomm.annotate()``).
 
 Two layers, so that nothing is missed and the common path stays cheap:

@@ -1,4 +1,3 @@
-# mypy: check-untyped-defs
 """What the capture layers read of the wrapper's state, typed, and the one way they close a call.
 
 The state lives in nsyscomm.capture.wrapper's module namespace: the C fast path reads it there by
