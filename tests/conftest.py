@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -54,6 +55,15 @@ def _missing_real(value) -> Path | None:
     if isinstance(value, Path) and not value.exists() and value.is_relative_to(REAL):
         return value
     return None
+
+
+def pytest_configure(config):
+    """Ctrl-C tests send SIGINT to the processes they start. A suite started in the background by
+    a shell without job control (`cmd &`, nohup) inherits SIGINT ignored, and so would every job it
+    starts: the signal would do nothing and those tests would wait for it to their time limit.
+    The suite takes Python's own handler back, so its children start with the default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
