@@ -2,7 +2,7 @@
 run` (tests/data/parallel_job.py), checked against figures nsyscomm does not make: torch's own
 CommDebugMode counts of each phase's collectives, the program's timing of synchronous calls of
 the same sizes (an asynchronous call cannot be faster than the wire) and the period between its
-optimizer steps. One profiled run, about 30 s on 2 loaded cores.
+optimizer steps. The job is profiled once.
 """
 
 from __future__ import annotations
