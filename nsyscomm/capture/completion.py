@@ -60,7 +60,12 @@ def track(result: Any, ident: str) -> None:
     if isinstance(result, tuple) and result:
         work = result[-1]
     if isinstance(work, W._torch.Tensor):
-        t = getattr(work, "elem", work)  # AsyncCollectiveTensor holds the collective's output
+        t = getattr(work, "elem", None)  # AsyncCollectiveTensor holds the collective's output
+        if t is None or getattr(work, "completed", False):
+            # a plain tensor: the call waited for its own work before it returned (all_gather's
+            # chunk and cat along a dim other than 0), nothing is in flight; its storage kept
+            # here would hand a later call's wait, on memory the allocator reused, to this one
+            return
         if len(_tensor_ident) > _MAX_IN_FLIGHT:  # outputs never waited for (torch warns of those)
             _tensor_ident.clear()
         _tensor_ident[_storage(t)] = ident

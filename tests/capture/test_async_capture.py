@@ -108,3 +108,18 @@ def test_identity_fields_round_trip():
     d = fmt.parse(fmt.format_done(ident))
     assert d == {"kind": fmt.DONE_PREFIX, "op": "recv", "pg": "3", "seq": "5", "peer": "1"}
     assert fmt.parse(fmt.format_wait(fmt.format_ident("a|b", 0, 1)))["op"] == "a/b"
+
+
+def test_a_functional_collective_that_waited_inside_leaves_nothing_in_flight(rec):
+    """A functional all_gather along a dim other than 0 waits for its work itself (to chunk and
+    cat) and returns a plain tensor: nothing of it stays in flight, so no later wait on that
+    memory (the allocator reuses it for other calls' outputs) is taken for its own."""
+    import torch.distributed._functional_collectives as fc
+
+    from nsyscomm.capture import completion
+
+    y = fc.all_gather_single(torch.ones(2, 3, 4), 2, dist.group.WORLD)
+    assert not isinstance(y, fc.AsyncCollectiveTensor) and len(rec.of(fmt.COLLECTIVE_PREFIX)) == 1
+    assert not completion._tensor_ident
+    fc.wait_tensor(y)
+    assert not rec.of(fmt.WAIT_PREFIX)
