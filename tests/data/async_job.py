@@ -83,6 +83,7 @@ def main():
     # a send waited for long after it was done: gloo's send Work has no future to mark its end
     t0 = time.perf_counter_ns()
     if rank == 0:
+        out["send_start_wall_ns"] = time.time_ns()  # one clock for both ranks: the send's longest life
         w = dist.isend(buf, dst=1)
         time.sleep(SEND_WAIT_S)
         out["send_sleep_ns"] = time.perf_counter_ns() - t0
@@ -90,6 +91,7 @@ def main():
     else:
         dist.recv(buf, src=0)
         out["recv_ns"] = time.perf_counter_ns() - t0
+        out["recv_end_wall_ns"] = time.time_ns()
     dist.barrier()
 
     import torch.distributed._functional_collectives as fc
