@@ -1,5 +1,5 @@
 -- Per step, across the ranks: its first start and last end, its time (from the previous step's
--- last end to its own; the first step from its first start: as the what-if replay counts a
+-- end to its own; the first step from its first start: as the what-if replay counts a
 -- step) and its setup calls (nsyscomm.analyses.warmup).
 -- Input: collectives.
 WITH s AS (
@@ -11,6 +11,11 @@ WITH s AS (
     WHERE c.step IS NOT NULL
     GROUP BY c.step
 )
+-- A step ends once every step up to it has ended (a call of one step may end after the next
+-- step's last one: an asynchronous call waited for a step later), so no step time is negative.
+, ends AS (
+    SELECT *, max(last_ns) OVER (ORDER BY step ROWS UNBOUNDED PRECEDING) AS end_ns FROM s
+)
 SELECT step, first_ns, last_ns, setup_calls,
-       last_ns - coalesce(lag(last_ns) OVER (ORDER BY step), first_ns) AS step_ns
-FROM s ORDER BY step
+       end_ns - coalesce(lag(end_ns) OVER (ORDER BY step), first_ns) AS step_ns
+FROM ends ORDER BY step

@@ -50,7 +50,7 @@ NOTES = [
     "attribution: S of a rank or op = the ideal replay with only its operations as measured, "
     "over the ideal step time.",
     "A step's time is from the end of the previous step's last operation (on any rank) to the end "
-    "of its own; slowdown = the job's mean step time as measured / under the scenario.",
+    "of its own, or of an earlier step's when that ends later; slowdown = the job's mean step time as measured / under the scenario.",
     "A step counts only where the replay with nothing changed gives back its measured time within "
     "the tolerance under reproduction; a step whose figures would break 0 <= after <= before <= "
     "the capture's length is withheld with its reason.",
@@ -91,8 +91,11 @@ class Model:
             return last - self.step_origin
         first = np.full(n, np.inf)
         np.minimum.at(first, self.step_of[m], start[m])
-        prev = np.concatenate(([first[0]], last[:-1]))
-        return last - prev
+        # a step ends once every step up to it has ended: an operation of one step may end after
+        # the next step's last one (an asynchronous call waited for a step later)
+        end_of = np.maximum.accumulate(last)
+        prev = np.concatenate(([first[0]], end_of[:-1]))
+        return end_of - prev
 
     def kept(self, per_step: np.ndarray) -> np.ndarray:
         """The figures of the steps the job's figures count (warm-up steps left out)."""

@@ -262,3 +262,27 @@ def test_full_overlap_takes_the_exposed_part_off():
     assert [s["step_ms_before"] for s in r["steps"]] == pytest.approx([0.5, 1.5], abs=1e-9)
     assert [s["step_ms_after"] for s in r["steps"]] == pytest.approx([0.2, 1.2], abs=1e-9)
     assert r["saved_ms"] == pytest.approx(0.3, abs=1e-9)
+
+
+def test_no_step_time_is_negative_when_a_call_ends_a_step_late():
+    """Step 0's asynchronous call (0-50 ms) is waited for in step 1, whose calls run 10-30 ms:
+    step 0 ends at 50 ms, so step 1 ends there too (0 ms, never -20), and step 2 (55-70 ms)
+    takes 20 ms from 50. The same in the what-if's measured steps and in the step spans."""
+    import duckdb
+
+    from nsyscomm import duck
+    from nsyscomm.analyses.whatif import Model
+
+    ms = 1_000_000
+    start = np.array([0.0, 10.0, 20.0, 55.0])
+    end = np.array([50.0, 20.0, 30.0, 70.0])
+    step_of = np.array([0, 1, 1, 2])
+    m = Model(None, start, start, step_of, [0, 1, 2], step_of, {}, start, start)  # type: ignore[arg-type]
+    assert m.step_ms(start, end).tolist() == [50.0, 0.0, 20.0]
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE collectives (step BIGINT, exec_start BIGINT, exec_end BIGINT, setup BOOLEAN)")
+    rows = [(int(s), int(a * ms), int(b * ms), False) for s, a, b in zip(step_of, start, end)]
+    con.executemany("INSERT INTO collectives VALUES (?, ?, ?, ?)", rows)
+    got = con.execute(duck.sql("step_spans")).fetchall()
+    assert [(r[0], r[4] / ms) for r in got] == [(0, 50.0), (1, 0.0), (2, 20.0)]
