@@ -9,9 +9,15 @@
 -- exec_start/exec_end: the execution span where this source knows it beyond the call's own range
 -- and kernels (an asynchronous call's completion, docs/architecture.md "Timing model"), else NULL.
 WITH profiler_steps AS (
-    -- torch.profiler's ProfilerStep#N ranges give the step to calls the wrapper did not label
+    -- torch.profiler's ProfilerStep#N ranges: the step of the calls they hold where the wrapper
+    -- saw no step boundary (step_marked), and of those the wrapper did not label
     SELECT globalTid, start, "end", TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)', 1) AS BIGINT) AS step
     FROM src_ranges WHERE name LIKE 'ProfilerStep#%'
+),
+step_marked AS (
+    -- the processes with the wrapper's step markers (an optimizer step, a pipeline schedule's
+    -- step, nsyscomm.step(i)): there the wrapper's label is a step, not "no step seen yet"
+    SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid FROM src_ranges WHERE name LIKE 'nsyscomm.step|%'
 ),
 kernels AS (
     SELECT * FROM nccl_kernels   -- kid, name_id: sql/nccl_kernels.sql
@@ -152,7 +158,12 @@ calls AS (
     FROM (SELECT o.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
           FROM owned o JOIN nccl_kernel_names n ON n.id = o.name_id WHERE o.rid IS NULL)
 )
-SELECT c.* EXCLUDE (gtid, step),
-       coalesce(c.step, (SELECT max(s.step) FROM profiler_steps s
-                         WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end")) AS step
-FROM calls c
+-- the step: the wrapper's where it saw step boundaries in the call's process (its markers, or a
+-- label past step 0), else the ProfilerStep#N range's, else the wrapper's (nsyscomm/ingest/kineto/profiler_steps.py)
+SELECT c.* EXCLUDE (gtid, step, p_step, saw),
+       CASE WHEN c.saw THEN coalesce(c.step, c.p_step) ELSE coalesce(c.p_step, c.step) END AS step
+FROM (SELECT c.*,
+             (SELECT max(s.step) FROM profiler_steps s
+              WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end") AS p_step,
+             c.pid IN (SELECT pid FROM step_marked) OR coalesce(max(c.step) OVER (PARTITION BY c.pid), 0) > 0 AS saw
+      FROM calls c) c

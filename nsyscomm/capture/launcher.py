@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsyscomm.capture import run_folder
+from nsyscomm.capture import program_profile, run_folder
 from nsyscomm.capture.beside_job import BESIDE_NICE, Beside, nice_this_thread  # noqa: F401 - callers import these here
 from nsyscomm.capture.capture_watch import CaptureWatch, advice
 from nsyscomm.capture.exports import DEFAULT_EXPORT
@@ -238,6 +238,14 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
         (f for f in out_dir.glob("rank*.json.gz") if before.get(f) != f.stat().st_mtime_ns),
         key=lambda f: (len(f.name), f.name),
     )
+    stood_down = program_profile.read_notes(str(out_dir))
+    if stood_down:
+        ranks = ", ".join(str(r) for r, _ in stood_down)
+        windows = sum(n for _, n in stood_down)
+        warnings_.append(
+            f"the program ran its own torch.profiler (rank(s) {ranks}): nsyscomm's stood down there, "
+            f"and those traces hold what the program's recorded ({windows} window(s) in all)"
+        )
     if not reports:
         warnings_.append(
             f"no torch.profiler trace was written in {out_dir} (no process initialized a "

@@ -28,9 +28,10 @@ from nsyscomm.errors import InputError
 LOCK_NAME = ".nsyscomm-run.lock"
 COMMAND_NAME = "nsys-command.txt"
 LOG_NAME = "nsyscomm-run.log"
+PROGRAM_PROFILER_NOTE = "program-profiler.txt"  # the ranks whose own torch.profiler made their trace
 RECORDS_DIR = "records"
 # the names of the files a run writes beside its reports (besides records/*.ring)
-RUN_FILES = (LOCK_NAME, COMMAND_NAME, LOG_NAME)
+RUN_FILES = (LOCK_NAME, COMMAND_NAME, LOG_NAME, PROGRAM_PROFILER_NOTE)
 # what a run leaves in its folder: any of these means the folder holds a run
 _RUN_MARKS = (COMMAND_NAME, LOG_NAME, "*.qdstrm", "*.nsys-rep", "report*.sqlite", "report*.arrow", "rank*.json.gz")
 PRIVATE = 0o700

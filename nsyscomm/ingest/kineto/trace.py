@@ -84,6 +84,7 @@ class Kept:
     wrappers: list[Range] = field(default_factory=list)  # nsyscomm's record_function ranges
     rank_marks: list[tuple[int, int, dict[str, str]]] = field(default_factory=list)  # (ts, pid, fields)
     steps: list[profiler_steps.StepRange] = field(default_factory=list)  # ProfilerStep#N
+    step_marked: set[int] = field(default_factory=set)  # pids with the wrapper's step markers
     span: dict[int, list[int]] = field(default_factory=dict)  # pid -> [first, last] CPU event
     device_span: list[int] = field(default_factory=list)  # the first start and last end of the device's kernels
     cpu_pids: dict[int, int] = field(default_factory=dict)  # pid -> number of CPU events
@@ -133,6 +134,8 @@ class Kept:
                 self.wrappers.append(Range(ts, end, pid, tid, name, {}))  # read from its name
             elif name.startswith(nvtx_format.RANK_PREFIX + "|"):
                 self.rank_marks.append((ts, pid, nvtx_format.parse(name)))
+            elif name.startswith(nvtx_format.STEP_PREFIX + "|"):
+                self.step_marked.add(pid)
         elif _is_comm_range(name):
             self.ranges.append(Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
         elif name.startswith(profiler_steps.PREFIX):
@@ -240,7 +243,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     main_pid = max(kept.cpu_pids, key=lambda p: kept.cpu_pids[p]) if kept.cpu_pids else 0
 
     rows = match(kept, main_pid, warnings, report)
-    profiler_steps.assign(rows, kept.steps)
+    profiler_steps.assign(rows, kept.steps, kept.step_marked)
     kineto_checks.check_int64(path, rows)
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
         columns=["report", "rank", "local_rank", "host", "duration_ns"]
