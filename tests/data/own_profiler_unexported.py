@@ -25,4 +25,7 @@ ops = len(prof.key_averages())
 rank = dist.get_rank()
 with open(os.path.join(done, f"done{rank}.json"), "w") as f:
     json.dump({"recorded": recorded, "ops": ops}, f)
+# both ranks done before either tears gloo down: without it a rank sometimes aborts in its
+# teardown (docs/capture.md, "A job that fails in its teardown")
+dist.barrier()
 dist.destroy_process_group()

@@ -32,4 +32,7 @@ with profile(activities=[ProfilerActivity.CPU], schedule=plan, on_trace_ready=re
         prof.step()
 with open(os.path.join(done, f"done{rank}.json"), "w") as f:
     json.dump({"recorded": recorded}, f)
+# both ranks done before either tears gloo down: without it a rank sometimes aborts in its
+# teardown (docs/capture.md, "A job that fails in its teardown")
+dist.barrier()
 dist.destroy_process_group()
