@@ -34,8 +34,8 @@ def _ranks(calls: list[tuple[int, int, int, int]], latency: dict[int, int], span
         con.executemany(
             "INSERT INTO collectives VALUES (?, ?, 8, ?, ?, ?, false)", [(r, i, s, e, e - s) for r, i, s, e in calls]
         )
-        con.execute("CREATE TABLE logical_collectives (logical_id BIGINT, latency_ns BIGINT)")
-        con.executemany("INSERT INTO logical_collectives VALUES (?, ?)", list(latency.items()))
+        con.execute("CREATE TABLE logical_collectives (logical_id BIGINT, latency_ns BIGINT, whole_setup BOOLEAN)")
+        con.executemany("INSERT INTO logical_collectives VALUES (?, ?, false)", list(latency.items()))
         con.execute("CREATE TABLE rank_spans (rank INTEGER, host VARCHAR, first_ns BIGINT, last_ns BIGINT)")
         con.executemany("INSERT INTO rank_spans VALUES (?, 'h', ?, ?)", [(r, a, b) for r, (a, b) in spans.items()])
         return {row[0]: row for row in con.execute(duck.sql("ranks")).fetchall()}

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsyscomm.cli import main
-from tests.conftest import run_job, run_job_cmd
+from tests.conftest import run_job, run_job_cmd, run_profiled
 
 needs_nsys = pytest.mark.skipif(
     shutil.which("nsys") is None,
@@ -267,7 +267,8 @@ def test_output_folder_full_real_tmpfs(tmp_path):
         f"mount -t tmpfs -o size=200k tmpfs {mnt} && "
         f"{sys.executable} -m nsyscomm.cli run -o {mnt}/out -- {sys.executable} -c 'import sys; sys.exit(4)'"
     )
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=180)
+    # each attempt mounts a tmpfs of its own; run once more only when nsys itself failed
+    r = run_profiled(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=180)
     assert r.returncode == 4, r.stderr[-3000:]
     assert "the command exited with status 4" in r.stderr
     left = [w for w in r.stderr.splitlines() if "left the report at" in w]
