@@ -269,8 +269,10 @@ def overlap(result: Result) -> Table:
 
 
 STEP_NOTES = [
-    "step N begins at the N-th optimizer.step() (or nsyscomm.step(N)); step 0 precedes the first",
+    "step N begins at the N-th optimizer.step() (or a pipeline schedule's step(), or nsyscomm.step(N)); "
+    "step 0 precedes the first",
     "(in a loop ending in optimizer.step(), step i is iteration i, and calls after the loop make one more step)",
+    "where a process made none, a PyTorch profiler trace's ProfilerStep#N ranges number its steps",
     "comm and exposed are summed over ranks; comm counts the time spent waiting for late ranks",
 ]
 
