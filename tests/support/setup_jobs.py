@@ -38,6 +38,21 @@ CALLER = "train.py:30 step"
 NCCL_API = {"all_reduce": "ncclAllReduce", "all_gather": "ncclAllGather", "broadcast": "ncclBroadcast"}
 
 
+def _compute(rep, procs, t: int) -> None:
+    """A compute kernel on every rank's device, launched at t."""
+    for r, p in enumerate(procs):
+        api = rep.api_call(p, p.pid, t, t + 5 * US, synth.LAUNCH_RUNTIME)
+        rep.kernel(
+            p,
+            api["correlationId"],
+            device=r,
+            stream=COMPUTE_STREAM,
+            start=t + 10 * US,
+            end=t + 10 * US + COMPUTE_NS,
+            name="sm90_gemm",
+        )
+
+
 def write_job(
     path: Path,
     n_ranks: int,
@@ -68,17 +83,7 @@ def write_job(
     calls, setup, step_ends, exec_starts = [], [], [], []
     for step, events in enumerate(steps):
         t += (slow_steps or {}).get(step, 0)
-        for r, p in enumerate(procs):  # a compute kernel on every rank's device
-            api = rep.api_call(p, p.pid, t, t + 5 * US, synth.LAUNCH_RUNTIME)
-            rep.kernel(
-                p,
-                api["correlationId"],
-                device=r,
-                stream=COMPUTE_STREAM,
-                start=t + 10 * US,
-                end=t + 10 * US + COMPUTE_NS,
-                name="sm90_gemm",
-            )
+        _compute(rep, procs, t)  # a compute kernel on every rank's device
         t += 10 * US + COMPUTE_NS + GAP_NS
         for op, nbytes, in_place in events:
             first = seq == 0
@@ -167,17 +172,7 @@ def write_job(
             t = max(max(c[5] for c in calls[-n_ranks:]), gpu[1] if gpu else 0) + GAP_NS
         # a call's end as the statistics read it: its device's, else its host's
         step_ends.append(max(c[7] if c[7] is not None else c[5] for c in calls if c[1] == step))
-    for r, p in enumerate(procs):  # the job goes on after its last step: the capture did not end there
-        api = rep.api_call(p, p.pid, t, t + 5 * US, synth.LAUNCH_RUNTIME)
-        rep.kernel(
-            p,
-            api["correlationId"],
-            device=r,
-            stream=COMPUTE_STREAM,
-            start=t + 10 * US,
-            end=t + 10 * US + COMPUTE_NS,
-            name="sm90_gemm",
-        )
+    _compute(rep, procs, t)  # the job goes on after its last step: the capture did not end there
     synth.write_sqlite(rep, Path(path), seed=5)
     first_start = min(x for step, x in exec_starts if step == 0)
     step_ns = [step_ends[0] - first_start] + [b - a for a, b in zip(step_ends, step_ends[1:])]
