@@ -90,11 +90,16 @@ def track(result: Any, ident: str) -> None:
 _backward_buckets: list = []  # idents of the DDP buckets launched in the running backward
 
 
+def _queue_final(callback: Any) -> None:
+    """Run callback at the end of the running backward, after the final callbacks queued before it."""
+    W._torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
 def backward_wait(ident: str) -> None:
     """Time the wait for DDP bucket ident: the reducer's finalize at the end of this backward."""
     if not _backward_buckets:
         try:
-            W._torch.autograd.Variable._execution_engine.queue_callback(_open_bucket_waits)
+            _queue_final(_open_bucket_waits)
         except Exception:  # not in a backward (a reducer driven by hand): its wait stays unseen
             return
     _backward_buckets.append(ident)
@@ -112,7 +117,10 @@ def _open_bucket_waits() -> None:
         except Exception:
             pass
     if opened:
-        W._torch.autograd.Variable._execution_engine.queue_callback(lambda: _close_bucket_waits(opened))
+        try:
+            _queue_final(lambda: _close_bucket_waits(opened))
+        except Exception:  # never leave the ranges open: the wait then reads as zero length
+            _close_bucket_waits(opened)
 
 
 def _close_bucket_waits(opened: int) -> None:
