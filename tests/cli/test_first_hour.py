@@ -40,6 +40,19 @@ def test_the_filter_does_not_depend_on_how_the_bytes_arrive(size):
     assert _through(chunks) == b"a progress bar\r 10%\r 20%\nImporter error status: something else\nlast"
 
 
+# what nsys 2022.4 prints on stdout about the .qdstrm that nsyscomm imports and removes
+NSYS_GENERATED = b"Generating '/tmp/nsys-report-8e13.qdstrm'\nGenerated:\n    /tmp/fh/run1/report.qdstrm\n"
+
+
+@pytest.mark.parametrize("size", [1, 5, 64])
+def test_the_qdstrm_lines_are_dropped(size):
+    data = b"step 1\n" + NSYS_GENERATED + b"Generated:\n    /tmp/run/report.nsys-rep\nGenerated: 3 files\nend"
+    chunks = [data[i : i + size] for i in range(0, len(data), size)]
+    # a report that exists afterwards, and a job's own "Generated:" line, are kept
+    assert _through(chunks) == b"step 1\nGenerated:\n    /tmp/run/report.nsys-rep\nGenerated: 3 files\nend"
+    assert _through([b"Generated:\n"]) == b"Generated:\n"  # the stream ended: shown after all
+
+
 def test_a_partial_line_is_shown_at_once_unless_it_may_be_dropped():
     f = LineFilter()
     assert f.feed(b"Epoch 1 [=====") == b"Epoch 1 [====="  # a progress bar is not held back
@@ -118,6 +131,27 @@ def test_export_needs_no_format(tmp_path):
     res = CliRunner().invoke(main, ["export", str(tmp_path / "out"), str(sample("synthetic_ddp_4rank.sqlite"))])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["meta-nsyscomm.yaml", "trace-nsyscomm.parquet"]
+
+
+def test_export_alone_writes_the_samples_job_to_a_default_folder(tmp_path, monkeypatch):
+    """`nsyscomm export` with no argument, as the README says of commands without inputs: the first
+    bundled sample's job, into whatif-trace/, the same trace as naming both."""
+    import pandas as pd
+
+    from nsyscomm.discover import sample_jobs
+
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["export"])
+    assert res.exit_code == 0, res.output
+    got = tmp_path / "whatif-trace"
+    assert sorted(p.name for p in got.iterdir()) == ["meta-nsyscomm.yaml", "trace-nsyscomm.parquet"]
+    res = CliRunner().invoke(main, ["export", "named", str(sample_jobs()[0])])
+    assert res.exit_code == 0, res.output
+    named = tmp_path / "named"
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(got / "trace-nsyscomm.parquet"), pd.read_parquet(named / "trace-nsyscomm.parquet")
+    )
+    assert (got / "meta-nsyscomm.yaml").read_text() == (named / "meta-nsyscomm.yaml").read_text()
 
 
 def test_baseline_makes_the_folder_of_its_output(tmp_path, monkeypatch):
