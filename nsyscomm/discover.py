@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nsyscomm.capture import run_folder
 from nsyscomm.errors import InputError
+from nsyscomm.extract import nsys_rep
 from nsyscomm.ingest import formats
 
 
@@ -118,9 +119,10 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         if k.order is not None:
             by_kind[k.name].sort(key=k.order)
     hits = [f for k in kinds for f in by_kind[k.name]]
-    if not hits and refused:  # a folder of reports, all refused: the first one's reason
+    reps = [f for f in others if nsys_rep.readable(f)]  # nsys reports nsys here can export
+    if not hits and not reps and refused:  # a folder of reports, all refused: the first one's reason
         raise refused[0][2]
-    if not hits:
+    if not hits and not reps:
         raise InputError(formats.no_report_message(folder))
     skipped: list[tuple[Path, str]] = [(f, f"a {name}, refused: {e}") for f, name, e in refused]
     skipped += [(f, run_folder.OWN_OUTPUT) for f in own]
@@ -134,7 +136,10 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
                 hits.remove(f)
                 skipped.append((f, f"the same report as {kept[(f.parent, f.stem)].name}, which is read"))
     read_stems = {(f.parent, f.stem) for f in hits}
-    skipped += [(f, formats.unread_reason(f, read_stems)) for f in others if f not in companions]
+    # an nsys report is read through its export, unless the folder holds that export already
+    reps = [f for f in reps if (f.parent, f.stem) not in read_stems]
+    hits += reps
+    skipped += [(f, formats.unread_reason(f, read_stems)) for f in others if f not in companions and f not in reps]
     return hits, skipped
 
 
