@@ -154,6 +154,46 @@ def test_export_alone_writes_the_samples_job_to_a_default_folder(tmp_path, monke
     assert (got / "meta-nsyscomm.yaml").read_text() == (named / "meta-nsyscomm.yaml").read_text()
 
 
+def test_the_readme_installs_the_torch_ci_tests():
+    """The Quick start's torch line names the version CI pins, from pip's own index (no index a
+    machine may not reach); pyproject's [torch] extra says what it asks for."""
+    import re
+
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "pyproject.toml").read_text()
+    dev = text.split("\ndev = [", 1)[1].split("]", 1)[0]
+    ci = re.search(r'"(torch==[0-9.]+)"', dev).group(1)  # type: ignore[union-attr]
+    lines = [ln.strip() for ln in quick.splitlines() if ln.strip().startswith("pip install torch")]
+    assert lines == [f"pip install {ci}"], lines
+    assert "--index-url" not in quick
+    comment = text.split("torch = [", 1)[0].rsplit("[project.optional-dependencies]", 1)[1]
+    assert re.search(r'torch = \["torch>=2\.4"', text)
+    assert "pinned to the CPU build" not in comment and "2.4" in comment and ci.split("==")[1] in comment
+
+
+def test_the_quick_start_and_ci_example_run_the_bundled_example():
+    """Every nsyscomm run of the README that is run as written profiles examples/train.py, a file
+    of this checkout (tests/cli/test_readme.py runs them under the real nsys)."""
+    from tests.conftest import ROOT
+
+    rb = sys.modules.get("readme_blocks")
+    if rb is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("readme_blocks", ROOT / "scripts" / "readme_blocks.py")
+        assert spec is not None and spec.loader is not None
+        rb = importlib.util.module_from_spec(spec)
+        sys.modules["readme_blocks"] = rb
+        spec.loader.exec_module(rb)
+    runs = [c for c in rb.scan()[0] if c.doc == "README.md" and c.text.startswith("nsyscomm run ") and not c.skip]
+    assert len(runs) == 2  # the Quick start's and the CI example's
+    assert all("torchrun --standalone --nproc-per-node=2 examples/train.py --steps 20 --seed 0" in c.text for c in runs)
+    assert (ROOT / "examples" / "train.py").is_file()
+
+
 def test_baseline_makes_the_folder_of_its_output(tmp_path, monkeypatch):
     """`nsyscomm baseline --output ci/comm-baseline.json RUN` in a fresh checkout, as the README says."""
     from nsyscomm.commands.gate import baseline
