@@ -80,7 +80,11 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
         if f.resolve() not in seen:
             seen.add(f.resolve())
             out.append(f)
-    found.files = out
+    # an .nsys-rep given beside its export (a glob over a run folder): the same report, read once
+    exports = {(f.parent, f.stem) for f in out if f.suffix != nsys_rep.SUFFIX}
+    twins = [f for f in out if f.suffix == nsys_rep.SUFFIX and (f.parent, f.stem) in exports]
+    found.files = [f for f in out if f not in twins]
+    found.skipped += [(f, formats.unread_reason(f, exports)) for f in twins]
     return found
 
 

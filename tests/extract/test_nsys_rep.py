@@ -134,6 +134,14 @@ def test_a_folder_with_the_export_reads_it_and_warns_of_nothing(nsys, tmp_path):
     assert "not read (its export is read): " in html
 
 
+def test_a_glob_over_a_report_and_its_export_reads_the_export(nsys, tmp_path):
+    rep = _report(tmp_path)
+    shutil.copy(SAMPLE, rep.with_suffix(".sqlite"))
+    got = _summary(str(rep.parent / "*"))
+    assert got["reports"] == ["report.sqlite"] and _exports(nsys) == 0
+    assert got["skipped"] == [{"file": str(rep), "reason": "its export is read"}]
+
+
 def test_a_report_nsys_cannot_export_is_one_line(nsys, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NSYS_EXPORT_RC", "1")
     rep = _report(tmp_path)
