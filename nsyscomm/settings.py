@@ -30,7 +30,7 @@ class Variable:
 
 VARIABLES: tuple[Variable, ...] = (
     # where and how the analysis runs
-    Variable("NSYSCOMM_CACHE_DIR", USER, "$XDG_CACHE_HOME/nsyscomm, else ~/.cache/nsyscomm", "extract cache folder"),
+    Variable("NSYSCOMM_CACHE_DIR", USER, "$XDG_CACHE_HOME/nsyscomm, else ~/.cache/nsyscomm", "extract cache folder (and the exports of .nsys-rep reads)"),
     Variable("NSYSCOMM_MEMORY_LIMIT", USER, "DuckDB's default (80% of RAM)", "DuckDB memory per process"),
     Variable("NSYSCOMM_TEMP_DIR", USER, "the system's temporary folder", "where DuckDB spills past the limit"),
     Variable("NSYSCOMM_STALL_TIMEOUT", USER, "600 (seconds)", "an extraction worker finishing nothing this long"),
@@ -45,7 +45,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("NSYSCOMM_FR_MAX_OBJECTS", USER, "5000000", "pickle objects in a Flight Recorder dump"),
     Variable("NSYSCOMM_FR_MAX_GROUP", USER, "65536", "ranks one Flight Recorder group may list"),
     # capture
-    Variable("NSYSCOMM_NSYS", USER, "nsys on PATH", "the nsys executable"),
+    Variable("NSYSCOMM_NSYS", USER, "nsys on PATH", "the nsys executable (`run`, and the export of an .nsys-rep read)"),
     Variable("NSYSCOMM_QDSTRM_IMPORTER", USER, "searched beside nsys, then on PATH", "QdstrmImporter executable"),
     Variable("NSYSCOMM_HANG_TIMEOUT", USER, "unset: no hang watch", "same as `run --hang-timeout`"),
     Variable("NSYSCOMM_CAPTURE_WARN_MB", USER, "1000 (MB)", "capture size that prints a warning"),
