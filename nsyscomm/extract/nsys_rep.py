@@ -4,13 +4,13 @@
 is read as any other.
 
 The export goes into the extract cache's folder (nsyscomm.extract.cache), under ``exports/``
-(the folder the reader is given), never beside the report, which is only read. Its name is a hash of the report's identity (path,
-size, modification time) and of the nsys that made it, so that a second read of the same report
-finds it; the export of an older version of the same file is removed when a new one is written.
-It is written under a temporary name and renamed into place, so that a reader never meets half
-an export. Without the cache (``--no-cache``) the export is made in a temporary folder and
-removed once read. Without nsys the report is refused as before, with the command that exports
-it (nsyscomm.ingest.formats)."""
+(the folder the reader is given), never beside the report, which is only read. Its name is a
+hash of the report's identity (path, size, modification time) and of the nsys that made it, so
+that a second read of the same report finds it; the export of an older version of the same file
+is removed when a new one is written. It is written under a temporary name and renamed into
+place, so that a reader never meets half an export. Without the cache (``--no-cache``) the
+export is made in a temporary folder and removed once read. Without nsys the report is refused
+as before, with the command that exports it (nsyscomm.ingest.formats)."""
 
 from __future__ import annotations
 
