@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nsyscomm.capture import run_folder
 from nsyscomm.errors import InputError
+from nsyscomm.extract import nsys_rep
 from nsyscomm.ingest import formats
 
 
@@ -79,7 +80,11 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
         if f.resolve() not in seen:
             seen.add(f.resolve())
             out.append(f)
-    found.files = out
+    # an .nsys-rep given beside its export (a glob over a run folder): the same report, read once
+    exports = {(f.parent, f.stem) for f in out if f.suffix != nsys_rep.SUFFIX}
+    twins = [f for f in out if f.suffix == nsys_rep.SUFFIX and (f.parent, f.stem) in exports]
+    found.files = [f for f in out if f not in twins]
+    found.skipped += [(f, formats.unread_reason(f, exports)) for f in twins]
     return found
 
 
@@ -118,9 +123,10 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         if k.order is not None:
             by_kind[k.name].sort(key=k.order)
     hits = [f for k in kinds for f in by_kind[k.name]]
-    if not hits and refused:  # a folder of reports, all refused: the first one's reason
+    reps = [f for f in others if nsys_rep.readable(f)]  # nsys reports nsys here can export
+    if not hits and not reps and refused:  # a folder of reports, all refused: the first one's reason
         raise refused[0][2]
-    if not hits:
+    if not hits and not reps:
         raise InputError(formats.no_report_message(folder))
     skipped: list[tuple[Path, str]] = [(f, f"a {name}, refused: {e}") for f, name, e in refused]
     skipped += [(f, run_folder.OWN_OUTPUT) for f in own]
@@ -134,7 +140,10 @@ def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
                 hits.remove(f)
                 skipped.append((f, f"the same report as {kept[(f.parent, f.stem)].name}, which is read"))
     read_stems = {(f.parent, f.stem) for f in hits}
-    skipped += [(f, formats.unread_reason(f, read_stems)) for f in others if f not in companions]
+    # an nsys report is read through its export, unless the folder holds that export already
+    reps = [f for f in reps if (f.parent, f.stem) not in read_stems]
+    hits += reps
+    skipped += [(f, formats.unread_reason(f, read_stems)) for f in others if f not in companions and f not in reps]
     return hits, skipped
 
 

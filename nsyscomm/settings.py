@@ -45,7 +45,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("NSYSCOMM_FR_MAX_OBJECTS", USER, "5000000", "pickle objects in a Flight Recorder dump"),
     Variable("NSYSCOMM_FR_MAX_GROUP", USER, "65536", "ranks one Flight Recorder group may list"),
     # capture
-    Variable("NSYSCOMM_NSYS", USER, "nsys on PATH", "the nsys executable"),
+    Variable("NSYSCOMM_NSYS", USER, "nsys on PATH", "the nsys executable (`run`, and the export of an .nsys-rep read)"),
     Variable("NSYSCOMM_QDSTRM_IMPORTER", USER, "searched beside nsys, then on PATH", "QdstrmImporter executable"),
     Variable("NSYSCOMM_HANG_TIMEOUT", USER, "unset: no hang watch", "same as `run --hang-timeout`"),
     Variable("NSYSCOMM_CAPTURE_WARN_MB", USER, "1000 (MB)", "capture size that prints a warning"),

@@ -15,7 +15,7 @@ blocks. What the markdown says to this script, in HTML comments (invisible when 
 
 Every other command line of a code block (fenced or indented; in YAML, a `run:` or `- ` item)
 that calls an nsyscomm command is run, in a folder laid out by `sandbox()`: the bundled samples,
-../shared (when present), and a `train.py`, the 2-rank CPU job of tests/data/ci_train.py.
+../shared (when present), and examples/ (the example job the Quick start and CI examples run).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def scan(root: Path = ROOT) -> tuple[list[Command], list[OutputBlock]]:
 
 def sandbox(base: Path, root: Path = ROOT) -> Path:
     """A folder to run the documents' commands in (returned: the working directory): the bundled
-    samples, ../shared as this checkout sees it, train.py, an `nsyscomm` that runs this checkout
+    samples, ../shared as this checkout sees it, examples/, an `nsyscomm` that runs this checkout
     first on PATH (bin/), and a git repository with one commit (for `git rev-parse HEAD`) where
     git is installed."""
     work = base / "work"
@@ -164,7 +164,7 @@ def sandbox(base: Path, root: Path = ROOT) -> Path:
     (work / "sample_reports").symlink_to(root / "sample_reports")
     if (root.parent / "shared").exists():
         (base / "shared").symlink_to(root.parent / "shared")
-    shutil.copy(root / "tests" / "data" / "ci_train.py", work / "train.py")
+    (work / "examples").symlink_to(root / "examples")
     shim = base / "bin" / "nsyscomm"
     shim.write_text(
         f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(root)!r})\nfrom nsyscomm.cli import entry\nentry()\n"

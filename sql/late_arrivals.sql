@@ -21,7 +21,7 @@
 -- start, or the capture window's opening), so that what it did before it first met the others (a
 -- checkpoint load, a first batch) is named like any other gap.
 WITH timeline AS (
-    SELECT c.rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start,
+    SELECT c.rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start, source,
            exec_start                                   AS arrive,
            coalesce(lag(exec_end) OVER w, s.first_ns)                       AS prev_done,
            coalesce(lag(cpu_end) OVER w, s.first_ns)                        AS prev_cpu_end,
@@ -56,6 +56,8 @@ late_rank AS (
            t.arrive - t.prev_done AS gap, t.host_gap, t.on_device, t.busy_gap,
            o.gap AS others_gap, o.host_gap AS others_host_gap, o.busy_gap AS others_busy_gap,
            t.report IN (SELECT report FROM osrt_reports) AS has_osrt,
+           -- annotated by nsyscomm's wrapper: profiled by nsyscomm run, whose presets say what nsys traced
+           t.source = 'wrapper'                        AS by_wrapper,
            t.report IN (SELECT report FROM gap_kernel_reports) AS has_gap_kernels
     FROM late l
     JOIN timeline t ON t.logical_id = l.logical_id AND t.rank = l.last_rank

@@ -103,7 +103,10 @@ def _cause(r) -> tuple[str, str]:
             f"NVTX ranges on the calling thread: {r.nvtx_ranges} "
             f"(no OS-runtime trace in the report to say what they waited on)"
         )
-    reason = "no OS-runtime trace in the report (profile with nsys -t osrt, as nsyscomm run does)"
+    if r.by_wrapper:  # nsyscomm run's light preset (or --nsys-args) left the trace out
+        reason = "no OS-runtime trace in the report (nsyscomm run's default preset records it; --preset light does not)"
+    else:
+        reason = "no OS-runtime trace in the report (profile with nsys -t osrt, or with nsyscomm run's default preset)"
     return "unknown", f"the CPU came {ms:.3f} ms later than the other ranks to launch it; {reason}"
 
 

@@ -41,7 +41,7 @@ from nsyscomm.capture.nsys_command import (
     torchrun_split,
     trace_for,
 )
-from nsyscomm.capture.nsys_output import FilteredStderr
+from nsyscomm.capture.nsys_output import FilteredOutput
 from nsyscomm.capture.post import (  # noqa: F401 - callers import these here
     EXPORTS,
     StageLog,
@@ -110,6 +110,13 @@ def _stderr_fd():
         return sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # a captured stderr (tests): the real one
         return 2
+
+
+def _stdout_fd():
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): the real one
+        return 1
 
 
 def _raise_interrupt(signum, frame):
@@ -373,22 +380,21 @@ def _write_command(out_dir: Path, full: list[str]) -> None:
         ) from None
 
 
-def _start_under_nsys(full: list[str], env: dict, stdout_to_stderr: bool) -> tuple[subprocess.Popen, FilteredStderr]:
-    """Start the command line, its stderr through a filter that drops nsys's importer lines (they
-    ask nothing of the user)."""
-    err = FilteredStderr(_stderr_fd())
+def _start_under_nsys(full: list[str], env: dict, stdout_to_stderr: bool) -> tuple[subprocess.Popen, FilteredOutput]:
+    """Start the command line, its stdout and stderr through filters that drop nsys's lines that
+    ask nothing of the user (its importer's, the .qdstrm it names)."""
+    err = FilteredOutput(_stderr_fd() if stdout_to_stderr else _stdout_fd(), _stderr_fd())
     try:
         # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
         proc = subprocess.Popen(
             full,
             env=env,
             start_new_session=True,
-            stdout=_stderr_fd() if stdout_to_stderr else None,
+            stdout=err.child_out,
             stderr=err.child_fd,
         )
     except OSError as e:
-        os.close(err.child_fd)
-        err.close(0)
+        err.abandon()
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
     err.start()
     return proc, err
@@ -396,7 +402,7 @@ def _start_under_nsys(full: list[str], env: dict, stdout_to_stderr: bool) -> tup
 
 def _watch_job(
     proc: subprocess.Popen,
-    err: FilteredStderr,
+    err: FilteredOutput,
     records: Path,
     hang_s: float | None,
     capture_files: Callable[[], list[Path]],

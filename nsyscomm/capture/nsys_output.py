@@ -1,19 +1,25 @@
-"""nsys's stderr, as `nsyscomm run` shows it: everything but the lines that ask nothing of the user.
+"""nsys's stdout and stderr, as `nsyscomm run` shows them: everything but the lines that ask
+nothing of the user.
 
 nsys 2022.4 (Debian's) cannot find its importer and says so after every run ("Importer error
 status: ... skipping importation of the QDSTRM file"), although nsyscomm imports the .qdstrm
-itself right after (capture/post.py): the run succeeds, and the two lines only alarm.
+itself right after (capture/post.py): the run succeeds, and the two lines only alarm. On stdout
+it names the .qdstrm it writes ("Generating '/tmp/nsys-report-1a2b.qdstrm'", then "Generated:"
+over the indented path): that file is gone once nsyscomm has imported it into the .nsys-rep,
+which nsyscomm names itself ("report(s) in ...").
 
-The profiled job inherits nsys's stderr, so the job's own stderr passes through here too: it is
-forwarded as it comes, byte for byte, a partial line (a progress bar) at once, unless it could
-still become one of the dropped lines. When nsyscomm's stderr is a terminal, the job writes into
-a pseudo-terminal of the same size, so that it still sees a terminal (colours, progress bars).
+The profiled job inherits nsys's stdout and stderr, so the job's own output passes through here
+too: it is forwarded as it comes, byte for byte, a partial line (a progress bar) at once, unless
+it could still become one of the dropped lines. When nsyscomm's output is a terminal, the job
+writes into a pseudo-terminal of the same size, so that it still sees a terminal (colours,
+progress bars).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 
 # whole lines, compared without their line end
@@ -21,15 +27,21 @@ DROPPED = (
     b"Importer error status: The importer binary and its dependencies were not found.",
     b"Unable to retrieve the importer version: skipping importation of the QDSTRM file.",
 )
+# nsys's lines about the .qdstrm it writes: one line, and "Generated:" over the path
+_GENERATING = re.compile(rb"Generating '[^']*\.qdstrm'")
+_GENERATED = b"Generated:"
+_QDSTRM_PATH = re.compile(rb"[ \t]+\S.*\.qdstrm")
 
 
 class LineFilter:
-    """Bytes in, the same bytes out less the DROPPED lines; a partial line is held back only
-    while it is the beginning of a dropped line."""
+    """Bytes in, the same bytes out less the dropped lines; a partial line is held back only
+    while it may still become one, and a "Generated:" line until the next line says whether it
+    names a .qdstrm."""
 
     def __init__(self) -> None:
         self._buf = b""
         self._at_start = True
+        self._held = b""  # a "Generated:" line, waiting for the line after it
 
     def feed(self, data: bytes) -> bytes:
         self._buf += data
@@ -45,21 +57,40 @@ class LineFilter:
                 self._buf = self._buf[end + 1 :]
                 self._at_start = True
             elif end < 0:
-                if not any(d.startswith(self._buf.rstrip(b"\r")) for d in DROPPED):
-                    out.append(self._buf)
-                    self._buf = b""
+                if not self._may_drop(self._buf.rstrip(b"\r")):
+                    out += [self._held, self._buf]
+                    self._held = self._buf = b""
                     self._at_start = False
                 break
             else:
                 line = self._buf[: end + 1]
                 self._buf = self._buf[end + 1 :]
-                if line.rstrip(b"\r\n") not in DROPPED:
-                    out.append(line)
+                out.append(self._line(line))
         return b"".join(out)
+
+    def _may_drop(self, partial: bytes) -> bool:
+        """Whether a partial line may still become a dropped one."""
+        if self._held:
+            return partial[:1] in (b"", b" ", b"\t")
+        starts = (*DROPPED, _GENERATED, b"Generating '")
+        return partial.startswith(b"Generating '") or any(d.startswith(partial) for d in starts)
+
+    def _line(self, line: bytes) -> bytes:
+        """A whole line (its line end included) -> what is shown of it and of a held line."""
+        text = line.rstrip(b"\r\n")
+        if self._held:
+            held, self._held = self._held, b""
+            return b"" if _QDSTRM_PATH.fullmatch(text) else held + self._line(line)
+        if text == _GENERATED:
+            self._held = line
+            return b""
+        return b"" if text in DROPPED or _GENERATING.fullmatch(text) else line
 
     def flush(self) -> bytes:
         rest, self._buf = self._buf, b""
-        return b"" if rest.rstrip(b"\r\n") in DROPPED else rest
+        out = self._line(rest) if rest else b""
+        held, self._held = self._held, b""
+        return out + held
 
 
 class FilteredStderr:
@@ -105,6 +136,37 @@ class FilteredStderr:
             self._thread.join(timeout)
         with contextlib.suppress(OSError):
             os.close(self._read)
+
+
+class FilteredOutput:
+    """nsys's stdout and stderr, each through its own filter (FilteredStderr): child_out and
+    child_fd for the child, out_fd and err_fd where they are shown (out_fd may be err_fd)."""
+
+    def __init__(self, out_fd: int, err_fd: int) -> None:
+        self.err = FilteredStderr(err_fd)
+        try:
+            self.out = FilteredStderr(out_fd)
+        except OSError:
+            os.close(self.err.child_fd)
+            self.err.close(0)
+            raise
+        self.child_fd, self.child_out = self.err.child_fd, self.out.child_fd
+
+    def start(self) -> FilteredOutput:
+        self.out.start()
+        self.err.start()
+        return self
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.out.close(timeout)
+        self.err.close(timeout)
+
+    def abandon(self) -> None:
+        """The child never started: close both ends."""
+        for f in (self.out, self.err):
+            with contextlib.suppress(OSError):
+                os.close(f.child_fd)
+            f.close(0)
 
 
 def _isatty(fd: int) -> bool:

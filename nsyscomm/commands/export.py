@@ -8,6 +8,9 @@ from nsyscomm.commands import collector_paused
 from nsyscomm.commands import guard as _guard
 from nsyscomm.commands.options import debug_option, inputs_argument, merge_option
 
+# where `nsyscomm export` alone writes (the bundled samples' job), the folder the README names
+DEFAULT_OUT_DIR = "whatif-trace"
+
 
 @click.command("export")
 @click.option(
@@ -22,11 +25,13 @@ from nsyscomm.commands.options import debug_option, inputs_argument, merge_optio
 @click.option("--name", default="nsyscomm", show_default=True, help="The trace's name (trial_name).")
 @merge_option
 @debug_option
-@click.argument("out_dir", type=click.Path(file_okay=False, path_type=str))
+@click.argument("out_dir", required=False, type=click.Path(file_okay=False, path_type=str))
 @inputs_argument
-def export(fmt: str, name: str, merge: bool, debug: bool, out_dir: str, inputs: tuple[str, ...]) -> None:
+def export(fmt: str, name: str, merge: bool, debug: bool, out_dir: str | None, inputs: tuple[str, ...]) -> None:
     """Write the job of INPUTS (reports, folders) into OUT_DIR in another tool's format.
-    With no INPUTS, the bundled sample reports are used."""
+    With no INPUTS, the bundled sample reports are used; with no OUT_DIR either, it is
+    whatif-trace/."""
+    out_dir = out_dir or DEFAULT_OUT_DIR
     with collector_paused():
         from nsyscomm.analyses import trace_export
         from nsyscomm.api import load

@@ -2,7 +2,8 @@
 
 One entry per (report file, its size and mtime, the name it has in the job, the ingest code):
 a folder with each per-report table (nsyscomm.ingest.extract_type.TABLES) as Parquet and
-meta.json (report, session start, version, warnings). Entries live outside the input's
+meta.json (report, session start, version, warnings); the exports of nsys reports
+(nsyscomm.extract.nsys_rep) are kept in its exports/ folder. Entries live outside the input's
 folder: ``$NSYSCOMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/nsyscomm``, else ``~/.cache/nsyscomm``.
 Writes go to a temporary folder renamed into place (atomic); an unreadable entry is ignored,
 removed and rebuilt.
@@ -188,7 +189,7 @@ def cached_extract(path: Path, report: str, cache: bool = True, threads: int | N
         hit = load(path, report)
         if hit is not None:
             return hit
-    e = extract_one(path, report, threads)
+    e = extract_one(path, report, threads, exports=cache_dir() / "exports" if cache else None)
     if cache:
         store(e, path)
     return e

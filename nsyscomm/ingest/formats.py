@@ -94,8 +94,8 @@ def _nsys_rep_refused(path: Path) -> str | None:
     if path.suffix != ".nsys-rep":
         return None
     return (
-        "an .nsys-rep is not read directly; "
-        f"export it first: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}"
+        "an .nsys-rep is read through nsys, which is not on PATH (nor named by NSYSCOMM_NSYS); "
+        f"export it where nsys is: nsys export --type sqlite --output {path.with_suffix('.sqlite')} {path}"
     )
 
 
@@ -104,13 +104,13 @@ def _nsys_rep_unread(path: Path, read_stems: set[tuple[Path, str]]) -> str | Non
         return None
     if (path.parent, path.stem) in read_stems:
         return "its export is read"
-    return f"not exported; read it with: nsys export --type sqlite {path}"
+    return f"not exported, and nsys is not on PATH; export it with: nsys export --type sqlite {path}"
 
 
 def _nsys_help(folder: Path) -> str:
     reps = sorted(folder.rglob("*.nsys-rep"))
     if reps:
-        return f"export them first: nsys export --type sqlite {reps[0]}"
+        return f"its .nsys-rep files need nsys, which is not on PATH: export them first: nsys export --type sqlite {reps[0]}"
     return "point to a folder of nsys SQLite exports (*.sqlite)"
 
 

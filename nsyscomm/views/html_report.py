@@ -47,7 +47,7 @@ def _asset(name: str) -> str:
 def render(result: Result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
     from nsyscomm.views.findings import skipped_lines  # the files of input folders not read
 
-    warnings = list(result.warnings) + skipped_lines(result)
+    warnings = list(result.warnings)
     overlap_html = None
     try:
         overlap_html = exposed_section(result.overlap, set(result.warmup["steps"]))
@@ -57,7 +57,9 @@ def render(result: Result, *, peak_busbw: float | None = None, title: str | None
     title = title or ("nsyscomm report: " + (", ".join(reports) if len(reports) <= 3 else f"{len(reports)} reports"))
     data = json_out.document(result)  # the JSON output contract, embedded for scripts
     data["peak_busbw_GBps"] = peak_busbw
-    sections = [_warnings_box(warnings), _set_aside(result)]
+    # the files of the input folders not read are notes, as in the text view: a run folder's
+    # .nsys-rep beside its export is the usual case, nothing to warn of
+    sections = [_warnings_box(warnings), _not_read(skipped_lines(result)), _set_aside(result)]
     sections += _measured_sections(result, peak_busbw, overlap_html)
     sections += _finding_sections(result)
     return _page(title, reports, _cards(result), sections, data)
@@ -83,6 +85,12 @@ def _warnings_box(warnings: list[str]) -> str:
     if not warnings:
         return ""
     return '<div class="warn"><b>Warnings</b><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul></div>"
+
+
+def _not_read(lines: list[str]) -> str:
+    if not lines:
+        return ""
+    return '<div class="note"><b>Files not read</b><ul>' + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul></div>"
 
 
 def _measured_sections(result: Result, peak_busbw: float | None, overlap_html: str | None) -> list[str]:

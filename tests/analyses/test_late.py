@@ -34,6 +34,8 @@ def test_host_delay_without_os_runtime_trace_is_unknown_with_the_reason():
     host_side = rank2[rank2["cause"] == "unknown"]
     assert len(host_side) >= len(rank2) // 2
     assert host_side["detail"].str.contains("no OS-runtime trace").all()
+    # the wrapper's report: made by nsyscomm run, whose preset decides; the advice names the preset
+    assert host_side["detail"].str.contains("nsyscomm run's default preset records it; --preset light does not").all()
     assert not (late["cause"] == "host").any()  # nothing may claim a host cause it cannot see
     assert not res.osrt_traced
 
@@ -330,7 +332,7 @@ def test_host_events_in_a_gap_match_the_rules(seed):
             "CREATE TABLE collectives (rank INTEGER, report VARCHAR, pid BIGINT, tid BIGINT, device INTEGER, "
             "gpu_start BIGINT, gpu_end BIGINT, logical_id BIGINT, caller VARCHAR, cpu_start BIGINT, "
             "cpu_end BIGINT, busy_at_start BIGINT, busy_at_end BIGINT, wait_start BIGINT, wait_end BIGINT, "
-            "exec_start BIGINT GENERATED ALWAYS AS (coalesce(gpu_start, cpu_start)), "
+            "source VARCHAR, exec_start BIGINT GENERATED ALWAYS AS (coalesce(gpu_start, cpu_start)), "
             "exec_end BIGINT GENERATED ALWAYS AS (coalesce(gpu_end, cpu_end)))"
         )
         con.execute(
@@ -366,7 +368,8 @@ def test_host_events_in_a_gap_match_the_rules(seed):
             end1 = start1 + (3_000_000 if overlapping else rnd.randint(1_000, 80_000))
             con.execute(
                 "INSERT INTO collectives VALUES (0, 'a.sqlite', 10, 10, NULL, NULL, NULL, ?, 'x.py:1', ?, ?, NULL, NULL, "
-                "NULL, NULL), (1, 'a.sqlite', 11, ?, NULL, NULL, NULL, ?, 'x.py:2', ?, ?, NULL, NULL, NULL, NULL)",
+                "NULL, NULL, 'wrapper'), (1, 'a.sqlite', 11, ?, NULL, NULL, NULL, ?, 'x.py:2', ?, ?, NULL, NULL, NULL, "
+                "NULL, 'wrapper')",
                 [k, start0, start0 + 10_000, tid1, k, start1, end1],
             )
             con.execute(
@@ -430,6 +433,26 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         _assert_listed(row["nvtx_ranges"], sorted(nvtx.items(), key=lambda kv: (-kv[1], kv[0]))[:3], lid)
         hits += bool(osrt) + bool(nvtx)
     assert hits >= n // 2  # the events do fall in gaps: the comparison is not of two empty sets
+
+
+def test_the_advice_without_an_os_runtime_trace_names_how_to_record_it():
+    """A report of nsyscomm run's wrapper lacks the trace because of its preset: the advice names
+    the preset, not nsys's flag the user never typed; any other report is told both ways."""
+    from types import SimpleNamespace
+
+    from nsyscomm.analyses.late import _cause
+
+    def row(by_wrapper: bool) -> SimpleNamespace:
+        return SimpleNamespace(
+            delay=2e6, gap=3e6, others_gap=1e6, on_device=False, host_gap=None, has_osrt=False, nvtx_ns=None,
+            by_wrapper=by_wrapper,
+        )  # fmt: skip
+
+    cause, detail = _cause(row(True))
+    assert cause == "unknown" and "nsyscomm run's default preset records it; --preset light does not" in detail
+    assert "nsys -t osrt" not in detail
+    cause, detail = _cause(row(False))
+    assert cause == "unknown" and "profile with nsys -t osrt, or with nsyscomm run's default preset" in detail
 
 
 def test_host_events_of_several_reports_reach_the_job_whatever_their_dtypes():

@@ -2,10 +2,10 @@
 blocks is run, and every output block shows what its command prints.
 
 Lines found and run by scripts/readme_blocks.py (its docstring: the markers). The commands run
-in one folder, in document order (README first), once per test session: the CI example's
-`nsyscomm run` of a 2-rank gloo job (tests/data/ci_train.py as train.py) under the real nsys,
-twice (the baseline's run, then CI's), and everything else after them. The folders the docs
-name for "a run" (run/, new_run/, run1/ ...) are those two runs. A command marked
+in one folder, in document order (README first), once per test session: the `nsyscomm run` of
+the example job (examples/train.py, 2 gloo ranks) under the real nsys, twice (the Quick start's
+run/, which is also the CI example's baseline, then CI's comm/), and everything else after them.
+The folders the docs name for "a run" (run/, new_run/, run1/ ...) are those two runs. A command marked
 `<!-- not run: REASON -->` is not run; any other that fails fails its test. When outputs
 change on purpose: python scripts/readme_blocks.py --update.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -35,19 +36,21 @@ COMMANDS, OUTPUTS = rb.scan()
 RUNS = [c for c in COMMANDS if not c.skip]
 # the docs' names for a run's folder and for reports, in the folder the commands run in
 ALIASES = {
-    "run": "baseline-run",
     "new_run": "comm",
-    "run1": "baseline-run",
+    "run1": "run",
     "run2": "comm",
-    "run3": "baseline-run",
+    "run3": "run",
     "run4": "comm",
 }
 FILES = {"report.sqlite": "synthetic_ddp_4rank.sqlite", "big.sqlite": "synthetic_fsdp_8rank.sqlite"}
-_NEEDS_RUN = re.compile(r"(?:^|\s)(?:run\d?|new_run|comm|baseline-run)/|ci/comm-baseline\.json")
+_NEEDS_RUN = re.compile(r"(?:^|\s)(?:run\d?|new_run|comm)/|ci/comm-baseline\.json")
 # a regression the gate must catch on a one-run baseline: rank 1 sleeps 250 ms before every step's
-# all_reduce (the CI example's job otherwise), 5 s in all: more than the single-run margin's 25%
+# backward (its all_reduce) (the CI example's job otherwise), 5 s in all: more than the single-run margin's 25%
 # of the baseline run's time even when a loaded machine stretches that run several times
-SLOW_RUN = "nsyscomm run --output slow --no-summary -- torchrun --standalone --nproc-per-node=2 train.py --steps 20 --seed 0 --sleep-ms 250"
+SLOW_RUN = (
+    "nsyscomm run --output slow --no-summary -- torchrun --standalone --nproc-per-node=2 "
+    "examples/train.py --steps 20 --seed 0 --sleep-ms 250"
+)
 
 
 def _capture_missing() -> str:
@@ -182,8 +185,9 @@ def test_the_ci_gate_passes_identical_code_with_a_note(executed):
 
 def test_the_gate_fails_a_real_straggler(executed):
     """...and the same job with rank 1 sleeping 250 ms before each step's all_reduce fails."""
-    _result(executed, "slow")
-    r = rb.run("nsyscomm gate --baseline baseline-run/ slow/", executed.work)
+    slow = _result(executed, "slow")
+    assert slow.returncode == 0, slow.stderr[-3000:]
+    r = rb.run("nsyscomm gate --baseline run/ slow/", executed.work)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.startswith("FAIL") and "wait time" in r.stdout and "none (1 run)" in r.stdout
 
@@ -193,6 +197,8 @@ def test_a_run_shows_no_noise(executed):
     has no warning about GPU kernels, no line broken in two and none ending in spaces."""
     run = _ci(executed, "nsyscomm run --output comm ")
     assert "Importer error status" not in run.stderr and "skipping importation" not in run.stderr
+    # nor nsys's lines naming the .qdstrm it wrote, gone once imported into the .nsys-rep
+    assert ".qdstrm" not in run.stdout + run.stderr and "Generated:" not in run.stdout + run.stderr
     assert "nsyscomm: report(s) in" in run.stderr
     r = rb.run("nsyscomm summarize comm/ | cat", executed.work)
     assert r.returncode == 0
@@ -201,3 +207,38 @@ def test_a_run_shows_no_noise(executed):
     assert lines and [ln for ln in lines if ln != ln.rstrip()] == []
     what_if = [ln for ln in lines if ln.lstrip().startswith("no_straggler ")]
     assert what_if and all("top:" in ln for ln in what_if)  # its list of keys is not cut into a second line
+
+
+# ------------------------------------------------------ the example job and its .nsys-rep
+
+
+def test_the_example_job_is_what_the_summary_counts(executed):
+    """The Quick start's run of examples/train.py: DDP's one gradient bucket is one all_reduce per
+    step and rank, of the model's parameters in float32 (the program's own shapes)."""
+    run = _ci(executed, "nsyscomm run --output run ")
+    assert "step 20/20 loss" in run.stdout
+    r = rb.run("nsyscomm summarize run/ --format json", executed.work)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    params = (256 * 512 + 512) + (512 * 256 + 256)  # the two Linear layers of examples/train.py
+    rows = [x for x in doc["summary"] if x["op"] == "all_reduce"]
+    assert [(x["bytes"], x["calls"]) for x in rows] == [(4 * params, 2 * 20)]
+
+
+def test_a_run_s_nsys_rep_reads_as_its_export(executed):
+    """`summarize run/report.nsys-rep` (the README's line): nsys exports it into the cache, and the
+    result is that of the run's own export of the same report; nothing is written beside it. The
+    run folder's HTML report has no warning: its .nsys-rep beside the export read is no news."""
+    _ci(executed, "nsyscomm run --output run ")
+    run = executed.work / "run"
+    before = sorted(p.name for p in run.iterdir())
+    got = rb.run("nsyscomm summarize run/report.nsys-rep --format json", executed.work)
+    want = rb.run("nsyscomm summarize run/report.arrow --format json", executed.work)
+    assert got.returncode == 0 and want.returncode == 0, got.stderr + want.stderr
+    assert got.stdout.replace("report.nsys-rep", "REPORT") == want.stdout.replace("report.arrow", "REPORT")
+    assert json.loads(got.stdout)["reports"] == ["report.nsys-rep"]
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert list((executed.work.parent / "cache" / "exports").glob("*.arrow"))
+    _result(executed, next(c.id for c in RUNS if c.text.startswith("nsyscomm report run/ -o report.html")))
+    html = (executed.work / "report.html").read_text()
+    assert "its export is read" in html and "<b>Warnings</b>" not in html
