@@ -135,7 +135,19 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "size_histogram": records(result.size_histogram, ("op", "bin_lo", "bin_hi", "calls", "avg_bytes", "total_ms")),
         "top_skew": records(
             result.top_skew(10),
-            ("op", "group", "seq", "bytes", "step", "caller", "participants", "last_rank", "skew_ms", "latency_ms"),
+            (
+                "op",
+                "group",
+                "seq",
+                "bytes",
+                "step",
+                "caller",
+                "participants",
+                "last_rank",
+                "skew_ms",
+                "latency_ms",
+                "late_ms",
+            ),
         ),
         "unmatched": records(
             result.unmatched.head(100),
