@@ -62,7 +62,7 @@ def load(
         extracts = pool.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         if not merge:
             one_job.check(extracts, calls.pids)
-        result = combine(extracts, by_caller=by_caller, calls=calls)
+        result = combine(extracts, by_caller=by_caller, calls=calls, sources=files)
         result.op_trace = formats.op_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     result.skipped = [(str(p), why) for p, why in found.skipped]

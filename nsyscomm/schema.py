@@ -36,6 +36,10 @@ COLLECTIVES = (
     ("exec_start", "BIGINT"),
     ("exec_end", "BIGINT"),
     ("duration_ns", "BIGINT"),  # exec_end - exec_start
+    # the time from the call's enqueue (cpu_start) until its queue let it run: the part it waited
+    # behind the calls issued before it on the same queue (a gloo process group's worker threads,
+    # an NCCL stream; docs/architecture.md, "Timing model"), never part of duration_ns
+    ("queued_ns", "BIGINT"),
     ("source", "VARCHAR"),  # wrapper | nccl_payload | torch_range | kernel_name
     # extras beyond the first list (docs/architecture.md, "The collectives table": extra columns are fine)
     ("kernel", "VARCHAR"),  # NCCL kernel short name, first one when several
@@ -54,6 +58,11 @@ COLLECTIVES = (
     # of nvtx_format.py), NULL where it made none that nsyscomm saw
     ("wait_start", "BIGINT"),
     ("wait_end", "BIGINT"),
+    # false for a call that never completed (a hang, a killed job): no end seen, a Flight Recorder
+    # entry not completed, or a flight record of nsyscomm run's left unfinished. Such a call has no
+    # latency: the statistics leave it to the hang diagnosis. A source may give it (NULL: completed
+    # where an end was seen)
+    ("completed", "BOOLEAN"),
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

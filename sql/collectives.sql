@@ -51,31 +51,68 @@ p2p AS (
     UNION ALL BY NAME
     SELECT * FROM numbered WHERE pair IS NULL
 ),
--- the execution span (docs/architecture.md, "Timing model"): the source's own where it knows when
--- the work ran, else the kernels', else the host range. A call holding NCCL's communicator
--- initialization (init_ns) starts its execution where its kernel would have started without the
--- init (never before the call): the init is setup, but a rank that came late to the call stays
--- late, and the init's own length, which differs between ranks, names nobody. A send without
--- kernels ends no later than its receive did (p2p above); a receive that ended before its send
--- began says the two ranks' clocks disagree, and bounds nothing.
-spans AS (
+-- each call's own span: the source's where it knows when the work ran, else the kernels', else
+-- the host range. A call holding NCCL's communicator initialization (init_ns) starts its execution
+-- where its kernel would have started without the init (never before the call): the init is
+-- setup, but a rank that came late to the call stays late, and the init's own length, which
+-- differs between ranks, names nobody. A send without kernels ends no later than its receive did
+-- (p2p above); a receive that ended before its send began says the two ranks' clocks disagree,
+-- and bounds nothing.
+own AS (
     SELECT *,
            CASE WHEN coalesce(init_ns, 0) > 0
                 THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
-                ELSE coalesce(exec_start, gpu_start, cpu_start) END AS x_start,
+                ELSE coalesce(exec_start, gpu_start, cpu_start) END AS own_start,
            CASE WHEN op = 'send' AND gpu_end IS NULL AND recv_done >= coalesce(exec_start, cpu_start)
                 THEN least(coalesce(exec_end, cpu_end), recv_done)
-                ELSE coalesce(exec_end, gpu_end, cpu_end) END AS x_end
+                ELSE coalesce(exec_end, gpu_end, cpu_end) END AS x_end,
+           CASE WHEN gpu_start IS NOT NULL THEN 'stream'
+                WHEN source = 'wrapper' AND "group" IS NOT NULL AND op NOT IN ('send', 'recv') THEN 'group'
+           END AS queue
     FROM p2p
+),
+-- the queue each call waits in (docs/architecture.md, "Timing model": work issued to one queue
+-- runs in order) and when it had a place free there: a call's execution cannot start before.
+-- NCCL: its CUDA stream, one kernel at a time (the kernels' start already waits; the queue
+-- tells how long the call waited behind the calls ahead). gloo: its process group, whose two
+-- worker threads take the calls from one queue in the order enqueued, so a call starts once all
+-- but one of the calls enqueued before it on the group have ended (the second latest end among
+-- them). Point-to-point calls bypass gloo's queue (the caller's thread hands them to the
+-- transport), so they wait in none.
+queues AS (
+    SELECT *,
+           CASE queue
+                WHEN 'stream' THEN max(x_end) OVER (PARTITION BY report, pid, queue, device, stream
+                                                    ORDER BY cpu_start, gpu_start, seq
+                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                WHEN 'group' THEN (max(x_end, 2) OVER (PARTITION BY report, pid, queue, "group"
+                                                       ORDER BY cpu_start, seq
+                                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2]
+           END AS queue_free
+    FROM own
+),
+-- the execution span every analysis reads: the call's own, started no earlier than its queue let
+-- it (never past its end); queued_ns: the part of the time from its enqueue (cpu_start) to its
+-- execution that it waited behind the calls ahead of it on its queue
+spans AS (
+    SELECT *,
+           CASE WHEN queue = 'group' AND queue_free > own_start
+                THEN least(queue_free, coalesce(x_end, queue_free)) ELSE own_start END AS x_start
+    FROM queues
 )
 SELECT
     report, rank, local_rank, host, pid, tid, op, api, bytes, dtype, numel, "group",
     group_size::INTEGER AS group_size, group_ranks, seq,
     caller, step, cpu_start, cpu_end, gpu_start, gpu_end, stream, device,
     x_start AS exec_start, x_end AS exec_end, x_end - x_start AS duration_ns,
+    -- (least() skips a NULL: a call with nothing ahead of it waited in no queue)
+    CASE WHEN queue_free IS NULL THEN 0 ELSE greatest(0, least(x_start, queue_free) - cpu_start) END::BIGINT
+        AS queued_ns,
     source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
     wait_start, wait_end,
+    -- no end seen, or the source says it never completed (more from the flight records: combine)
+    x_end IS NOT NULL AND coalesce(completed, true) AS completed,
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     CASE WHEN pair IS NULL THEN (hash("group", pair, op, seq) >> 1)::BIGINT
          ELSE (hash("group", 'p2p', sender, receiver, msg) >> 1)::BIGINT END AS logical_id

@@ -1,5 +1,8 @@
 -- Late arrivals at logical collectives, with what the late rank did before it (nsyscomm.analyses.late).
--- A collective is late when its last rank arrives more than $noise_ns after its first. For the
+-- A collective is late when its last rank arrives more than $noise_ns after its first, counted
+-- once (logical_collectives.late_ns: a rank late to the first of several calls queued on one
+-- communicator is late at the first, not again at each call queued behind it), and it completed
+-- (one that never did belongs to the hang diagnosis). For the
 -- late rank and for every other participant: the gap since its previous call on the same rank
 -- (arrival minus the previous call's end), the host gap (cpu_start minus the previous call's
 -- cpu_end: when the CPU came to launch it), the compute-kernel busy time in the device gap (B(t) of
@@ -38,7 +41,7 @@ late AS (
     SELECT * FROM logical_collectives
     -- calls set aside whole as setup and start-up collectives (whose whole skew is the processes'
     -- start-up) name no late rank; a call holding NCCL's init does (its arrivals leave the init out)
-    WHERE participants >= 2 AND last_arrival - first_arrival > $noise_ns AND NOT whole_setup AND NOT startup
+    WHERE participants >= 2 AND late_ns > $noise_ns AND completed AND NOT whole_setup AND NOT startup
 ),
 members AS (
     SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late, t.report, t.pid, t.device, t.gpu_start,
@@ -50,7 +53,7 @@ others AS (
     FROM members WHERE NOT is_late GROUP BY logical_id
 ),
 late_rank AS (
-    SELECT l.logical_id, l."group", l.seq, l.op, l.step, l.last_arrival - l.first_arrival AS delay,
+    SELECT l.logical_id, l."group", l.seq, l.op, l.step, l.late_ns AS delay,
            l.first_arrival, l.last_arrival,
            t.rank, t.report, t.pid, t.tid, t.caller, t.cpu_start, t.prev_cpu_end, t.prev_logical,
            t.arrive - t.prev_done AS gap, t.host_gap, t.on_device, t.busy_gap,

@@ -5,7 +5,20 @@
 -- set aside with it; first_meet: it is every
 -- participant's first call; startup: a first meeting whose whole arrival skew is the ranks'
 -- start-up (all three set after, by nsyscomm.combine.setup).
+-- late_ns: the lateness counted at this collective, the part of its arrival skew (first to last
+-- arrival) that its last rank had not already caused at an earlier collective on the same
+-- communicator: a rank late to the first of several calls queued on a communicator delays each
+-- of them, and is counted once, at the first (docs/architecture.md, "Timing model").
+-- completed: every call of it completed (collectives.completed); one that did not has no latency.
 -- Input: collectives.
+WITH arrivals AS (
+    -- each call's arrival, and its rank's arrival before it on the same communicator (by time:
+    -- a source's seq need not follow the clock)
+    SELECT *,
+           lag(exec_start) OVER (PARTITION BY "group", pair, rank ORDER BY exec_start, seq) AS prev_arrival
+    FROM collectives
+),
+logical AS (
 SELECT
     logical_id,
     any_value("group")                          AS "group",
@@ -26,6 +39,11 @@ SELECT
          THEN arg_max(rank, exec_start) FILTER (WHERE op = 'send' AND pair IS NOT NULL)
          -- tie on arrival: the smallest rank is named
          ELSE arg_max(rank, (exec_start, -rank)) END AS last_rank,
+    -- the last rank's arrival at the collective before this one (the same choice of call)
+    CASE WHEN count(*) FILTER (WHERE op = 'send' AND pair IS NOT NULL) > 0
+         THEN arg_max_null(prev_arrival, exec_start) FILTER (WHERE op = 'send' AND pair IS NOT NULL)
+         ELSE arg_max_null(prev_arrival, (exec_start, -rank)) END AS last_prev_arrival,
+    bool_and(completed)                         AS completed,
     -- for sql/setup_calls.sql: the call's time on its fastest rank, host or device, the longer
     -- (NCCL initializes a communicator on the host, before the kernel; the execution span of a
     -- call holding the init counts it, sql/collectives.sql: taken back out here), and NCCL's init
@@ -38,5 +56,9 @@ SELECT
     false                                       AS whole_setup,
     false                                       AS startup,
     false                                       AS first_meet  -- every participant's first call
-FROM collectives
+FROM arrivals
 GROUP BY logical_id
+)
+SELECT * EXCLUDE (last_prev_arrival),
+       greatest(0, last_arrival - greatest(first_arrival, coalesce(last_prev_arrival, first_arrival))) AS late_ns
+FROM logical

@@ -5,7 +5,8 @@
 -- the union of each call's first (duration - its logical collective's latency), the time before
 -- the last rank arrived. Calls that set up their communicator are left out, but for a call holding
 -- NCCL's init its wait for late ranks (its exec_start leaves the init out, sql/collectives.sql):
--- that wait is communication, the init and the call's own transfer are setup.
+-- that wait is communication, the init and the call's own transfer are setup. Calls that never
+-- completed (collectives.completed) belong to the hang diagnosis.
 -- Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
 WITH rows AS (
     SELECT c.rank, coalesce(c.bytes, 0) AS bytes, c.exec_start AS s, c.exec_end AS e, c.setup,
@@ -13,7 +14,7 @@ WITH rows AS (
     FROM collectives c
     JOIN logical_collectives l
       ON l.logical_id = c.logical_id
-    WHERE NOT l.whole_setup AND c.exec_start IS NOT NULL AND c.exec_end IS NOT NULL
+    WHERE NOT l.whole_setup AND c.exec_start IS NOT NULL AND c.exec_end IS NOT NULL AND c.completed
 ),
 per_row AS (
     SELECT rank, bytes, s, e, we, true AS counted FROM rows WHERE NOT setup

@@ -1,7 +1,7 @@
 -- Per rank, the steady figures the gate compares (docs/gate.md, "Start-up and warm-up stay out"):
 -- over the calls outside the warm-up steps ($warmup: their numbers, comma-separated, from
 -- nsyscomm.analyses.warmup), the setup calls
--- and the job's first meetings left out: what the processes did before their steady state (lazy
+-- the job's first meetings and the calls that never completed left out: what the processes did before their steady state (lazy
 -- loading in a first backward pass, a checkpoint load) is no communication. comm_ms: the calls'
 -- time; wait_ms: beyond their collective's latency; avg_arrival_delay_ms: arrival after the first
 -- rank, over collectives of two ranks or more. The job's last step is left out too when it holds
@@ -20,7 +20,7 @@ c AS (
            c.exec_start + greatest(0, c.duration_ns - l.latency_ns) AS we,
            CASE WHEN l.participants >= 2 THEN c.exec_start - l.first_arrival END AS delay_ns
     FROM collectives c JOIN logical_collectives l USING (logical_id)
-    WHERE NOT c.setup AND c.exec_start IS NOT NULL AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), x -> TRY_CAST(x AS BIGINT)), coalesce(c.step, -1))
+    WHERE NOT c.setup AND c.exec_start IS NOT NULL AND c.completed AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), x -> TRY_CAST(x AS BIGINT)), coalesce(c.step, -1))
 ),
 -- comm and wait as sql/ranks.sql counts them: calls in flight together count once
 parts AS (

@@ -5,10 +5,12 @@
 -- waiting longest (the last to arrive, weighted by how late), and the step's mean and worst
 -- arrival skew. Input: collectives, logical_collectives. Calls that set up their communicator are
 -- left out of the time, and of the skew those set aside whole (not a call holding NCCL's init:
--- its arrivals leave the init out), as is the skew start-up explains (startup).
+-- its arrivals leave the init out), as is the skew start-up explains (startup), and calls that never
+-- completed (the hang diagnosis's). A rank's lateness is counted once (logical_collectives.late_ns):
+-- at the first of the calls queued on a communicator that it delayed.
 WITH in_step AS (
     SELECT step, rank, exec_start AS s, exec_end AS e
-    FROM collectives WHERE step IS NOT NULL AND NOT setup AND exec_start IS NOT NULL
+    FROM collectives WHERE step IS NOT NULL AND NOT setup AND exec_start IS NOT NULL AND completed
 ),
 -- a rank's time in flight in the step, calls in flight together counted once (as sql/ranks.sql):
 -- each span's part not covered by the spans that began before it
@@ -22,12 +24,13 @@ per_rank AS (
 ),
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
-    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup GROUP BY step
+    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup AND completed
+    GROUP BY step
 ),
 late_by AS (
-    SELECT step, last_rank, sum(last_arrival - first_arrival) AS late_ns
+    SELECT step, last_rank, sum(late_ns) AS late_ns
     FROM logical_collectives
-    WHERE step IS NOT NULL AND participants >= 2 AND last_arrival > first_arrival AND NOT whole_setup AND NOT startup
+    WHERE step IS NOT NULL AND participants >= 2 AND late_ns > 0 AND NOT whole_setup AND NOT startup AND completed
     GROUP BY step, last_rank
 ),
 late AS (

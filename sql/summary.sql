@@ -4,17 +4,21 @@
 -- out (sql/setup_calls.sql). A point-to-point message is one logical collective (its send and
 -- its receive); it is listed under send and under recv, each with its own calls and the
 -- message's latency (the receive's wait for its send left out, as a late rank's is).
+-- A latency is the execution span's, never the time a call waited in its queue behind the calls
+-- issued before it (collectives.queued_ns): queued_ms, beside it, is that wait, averaged over the
+-- key's calls. A logical collective that never completed has no latency: it is the hang
+-- diagnosis's, not a row here.
 -- Inputs: collectives, logical_collectives, busbw_factors.
 WITH sides AS (
     SELECT logical_id, op, count(*) AS n FROM collectives WHERE pair IS NOT NULL GROUP BY ALL
 ),
 lc AS (
     SELECT *, CASE WHEN $by_caller THEN caller END AS key_caller FROM logical_collectives
-    WHERE NOT setup AND pair IS NULL
+    WHERE NOT setup AND completed AND pair IS NULL
     UNION ALL BY NAME
     SELECT l.* REPLACE (s.op AS op, s.n AS participants), CASE WHEN $by_caller THEN l.caller END AS key_caller
     FROM logical_collectives l JOIN sides s ON s.logical_id = l.logical_id
-    WHERE NOT l.setup AND l.pair IS NOT NULL
+    WHERE NOT l.setup AND l.completed AND l.pair IS NOT NULL
 ),
 per_key AS (
     SELECT op, bytes, group_size, key_caller,
@@ -29,11 +33,12 @@ per_key AS (
 row_keys AS (
     SELECT c.op, c.bytes, l.group_size, CASE WHEN $by_caller THEN l.caller END AS key_caller,
            count(DISTINCT c.rank) AS ranks,
+           avg(c.queued_ns) AS queued_ns,
            string_agg(DISTINCT c.dtype, ',' ORDER BY c.dtype) AS dtype
     FROM collectives c
     JOIN logical_collectives l
       ON l.logical_id = c.logical_id
-    WHERE NOT l.setup
+    WHERE NOT l.setup AND l.completed
     GROUP BY ALL
 )
 SELECT
@@ -48,7 +53,8 @@ SELECT
     -- bytes per ns is GB/s (1 GB = 1e9 bytes)
     CASE WHEN p.total_ns > 0 THEN p.bytes / (p.total_ns / p.count) END                                  AS algbw_GBps,
     CASE WHEN p.total_ns > 0 THEN p.bytes / (p.total_ns / p.count) * f.factor END                       AS busbw_GBps,
-    p.group_size, r.dtype, p.key_caller AS caller
+    p.group_size, r.dtype, p.key_caller AS caller,
+    r.queued_ns / 1e6                                AS queued_ms
 FROM per_key p
 JOIN row_keys r
   ON r.op = p.op AND r.bytes IS NOT DISTINCT FROM p.bytes AND r.group_size IS NOT DISTINCT FROM p.group_size

@@ -1,4 +1,4 @@
-"""The JSON output contract ("schema": 2; docs/architecture.md, "JSON contract"): the document a
+"""The JSON output contract ("schema": 3; docs/architecture.md, "JSON contract"): the document a
 Result makes, which `summarize --format json` prints, baselines hold and the gate compares. It
 lives with the analyses, below the views and the gate, so both read it from the Result and
 neither reads the other: views/json_out serializes it, nsyscomm.gate compares it."""
@@ -49,6 +49,7 @@ SUMMARY_KEYS = (
     "group_size",
     "dtype",
     "caller",
+    "queued_ms",
 )
 RANK_KEYS = ("rank", "host", "calls", "bytes", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct")
 _INT_KEYS = {
@@ -126,7 +127,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "summary": records(result.summarize(by_caller=by_caller), SUMMARY_KEYS),
         "ranks": records(result.ranks, RANK_KEYS),
         "skew": result.skew,
-        # beyond the schema-2 keys (extra keys are allowed): cross-rank detail
+        # beyond the schema-3 keys (extra keys are allowed): cross-rank detail
         "overlap": None,  # filled last, below
         "steps": records(
             result.steps, ("step", "calls", "comm_ms", "max_rank_comm_ms", "max_rank", "avg_skew_ms", "max_skew_ms")
@@ -134,7 +135,19 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "size_histogram": records(result.size_histogram, ("op", "bin_lo", "bin_hi", "calls", "avg_bytes", "total_ms")),
         "top_skew": records(
             result.top_skew(10),
-            ("op", "group", "seq", "bytes", "step", "caller", "participants", "last_rank", "skew_ms", "latency_ms"),
+            (
+                "op",
+                "group",
+                "seq",
+                "bytes",
+                "step",
+                "caller",
+                "participants",
+                "last_rank",
+                "skew_ms",
+                "latency_ms",
+                "late_ms",
+            ),
         ),
         "unmatched": records(
             result.unmatched.head(100),

@@ -13,7 +13,7 @@ import pandas as pd
 from nsyscomm import duck
 from nsyscomm.analyses.overlap import begin_overlap
 
-SCHEMA_VERSION = 2  # of the JSON output contract (docs/architecture.md, "JSON contract")
+SCHEMA_VERSION = 3  # of the JSON output contract (docs/architecture.md, "JSON contract")
 
 
 # the collectives table in each rank's time order (it is stored unsorted); calls that tie on all

@@ -21,7 +21,7 @@ from nsyscomm.ingest.names import canonical_op
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
 # collectives columns computed for the whole job in sql/collectives.sql
-_DERIVED = ("rank", "local_rank", "host", "duration_ns", "pair", "logical_id", "setup")
+_DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "logical_id", "setup")
 
 
 # The most calls a job holds in Arrow: past that, JobCalls moves them into the job's database a

@@ -4,6 +4,8 @@ analyses read (logical collectives, rank spans, bus-bandwidth factors) and the j
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pandas as pd
 
 from nsyscomm import busbw, duck
@@ -21,9 +23,12 @@ from nsyscomm.combine.ranks import assign_ranks
 from nsyscomm.ingest.extract_type import Extract
 
 
-def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | None = None) -> Result:
+def combine(
+    extracts: list[Extract], by_caller: bool = False, calls: JobCalls | None = None, sources: Iterable = ()
+) -> Result:
     """The extracts of a job's reports -> its Result. calls: their calls, gathered as they
-    arrived (load() does that); by default taken from the extracts."""
+    arrived (load() does that); by default taken from the extracts. sources: the input paths,
+    whose flight records (beside the reports) tell the calls that never completed."""
     if calls is None:
         calls = JobCalls()
         for i, e in enumerate(extracts):
@@ -73,6 +78,7 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     create_collectives(con)
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
+    setup.mark_unfinished(con, sources)
     # each call's part of exposed communication (numpy, one core) is made meanwhile: the steps
     # below and the first views are DuckDB queries on one core too
     parts = begin_overlap(con)

@@ -1,13 +1,18 @@
 """What a job's statistics set aside (docs/architecture.md, "Setup calls and warm-up steps"):
-the calls that set up their communicator (``collectives.setup``, sql/setup_calls.sql) and the
+the calls that set up their communicator (``collectives.setup``, sql/setup_calls.sql), the
 collectives that are their ranks' first (``logical_collectives.startup``: their arrival skew is
-the processes' start-up, not a late rank)."""
+the processes' start-up, not a late rank), and the calls that never completed
+(``collectives.completed``: they belong to the hang diagnosis)."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Iterable
 
 import duckdb
 
 from nsyscomm import duck
+from nsyscomm.analyses import hang
 from nsyscomm.analyses.warmup import STARTUP_SLACK_NS
 
 # sql/setup_calls.sql's rule b: a first call on a device is setup when it takes SETUP_FACTOR times
@@ -55,3 +60,26 @@ def mark_startup(con: duckdb.DuckDBPyConnection) -> None:
         "FROM first_meetings m WHERE m.logical_id = logical_collectives.logical_id",
         {"slack": STARTUP_SLACK_NS},
     )
+
+
+def mark_unfinished(con: duckdb.DuckDBPyConnection, sources: Iterable[str | os.PathLike]) -> int:
+    """Set collectives.completed false on the calls the flight records beside the reports
+    (``nsyscomm run``'s records/, nsyscomm.analyses.hang) saw entered and never finished: nsys
+    closes a range left open at the process's end, so a call stuck until the job was ended looks
+    like one that lasted that long. Returns how many calls."""
+    records, _ = hang.read_records(hang.record_dirs(sources))
+    if records.empty:
+        return 0
+    left = records.loc[~records["finished"].astype(bool), ["rank", "group", "seq"]]
+    if left.empty:
+        return 0
+    con.register("unfinished_records", left)
+    try:
+        con.execute(
+            "UPDATE collectives SET completed = false FROM unfinished_records u "
+            'WHERE collectives.rank = u.rank AND collectives."group" = u."group" AND collectives.seq = u.seq '
+            "AND collectives.op NOT IN ('send', 'recv')"
+        )
+    finally:
+        con.unregister("unfinished_records")
+    return _count(con, "SELECT count(*) FROM collectives WHERE NOT completed")

@@ -13,10 +13,10 @@ this package is their front door.
     verdict.exit_code                                              # 0 pass, 1 regression
     api.run_gate(["baseline.json"], ["new_run.sqlite"])            # the same, report paths loaded
 
-The gate reads Results and schema-2 documents, never reports: nsyscomm.api loads them.
+The gate reads Results and schema-3 documents, never reports: nsyscomm.api loads them.
 
 Everything compared is a *metric*: an entry of ``METRICS`` that reads one number per item from a
-schema-2 JSON document (docs/architecture.md, "JSON contract"). Items are summary keys (op, bytes, group size[, caller]),
+schema-3 JSON document (docs/architecture.md, "JSON contract"). Items are summary keys (op, bytes, group size[, caller]),
 ranks, or the whole job. A metric is compared only when both sides carry it, so a new section
 of the JSON (e.g. ``overlap`` with ``exposed_ms`` per rank) is one ``METRICS`` entry away.
 

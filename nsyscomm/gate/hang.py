@@ -1,5 +1,5 @@
 """A run that hung or desynced fails the gate, whatever its numbers: the current
-run's hang diagnosis, the ``hang`` key of its schema-2 document (a JSON summary's, or the one
+run's hang diagnosis, the ``hang`` key of its schema-3 document (a JSON summary's, or the one
 made from a Result)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The gate's vocabulary: what a change is reported against (Key) and the numbers compared
-(METRICS), each read from a schema-2 JSON document (docs/architecture.md, "JSON contract")."""
+(METRICS), each read from a schema-3 JSON document (docs/architecture.md, "JSON contract")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BASELINE_KIND = "baseline"
 POLICIES = ("fail", "warn", "ignore")
 LEVELS = ("auto", "op", "caller")

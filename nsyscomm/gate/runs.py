@@ -1,4 +1,4 @@
-"""Runs to compare: schema-2 JSON documents, baselines (several runs: a noise band), or reports
+"""Runs to compare: schema-3 JSON documents, baselines (several runs: a noise band), or reports
 loaded into a Result, each made comparable rows keyed by Key."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from nsyscomm.gate.metrics import BASELINE_KIND, FIX_BASELINE, SCHEMA_VERSION, K
 
 @dataclass
 class Run:
-    """One profiled run of the job, as comparable rows: a schema-2 document plus its keyed summary."""
+    """One profiled run of the job, as comparable rows: a schema-3 document plus its keyed summary."""
 
     source: str
     doc: dict
@@ -93,7 +93,7 @@ def _validate_rows(rows, where: str, what: str) -> list[dict]:
 
 
 def run_from_doc(doc: dict, where: str) -> Run:
-    """A schema-2 summary document (summarize --format json, or a baseline's run) -> Run."""
+    """A schema-3 summary document (summarize --format json, or a baseline's run) -> Run."""
     if not isinstance(doc, dict):
         raise InputError(f"{where}: a run must be a JSON object; {FIX_BASELINE}")
     if "summary" not in doc:
@@ -262,7 +262,7 @@ def load_run(sources: Iterable) -> Run:
 
 
 def baseline_document(runs: list[Run], keep: int | None = None) -> dict:
-    """Runs -> a baseline JSON document (schema 2, several runs; the newest last)."""
+    """Runs -> a baseline JSON document (schema 3, several runs; the newest last)."""
     docs = [r.doc for r in runs]
     if keep:
         docs = docs[-keep:]

@@ -160,12 +160,14 @@ def _startup(logical: dict[LogicalKey, list[Row]]) -> list[LogicalKey]:
 
 
 def _skew(logical: dict[LogicalKey, list[Row]], ranks: list[int], startup: list[LogicalKey]) -> dict[str, Any]:
-    """Per rank: how often it came last, its arrival delays and waits; the straggler is the rank
-    last most often (ties: the smallest rank)."""
+    """Per rank: how often it came last, its arrival delays and waits (the time it was blocked, each
+    interval once: calls waiting together count once); the straggler is the rank last most often
+    (ties: the smallest rank)."""
     per: dict[int, dict[str, Any]] = {
         rank: {"rank": rank, "late_count": 0, "arrival_delay_ns_sum": 0, "wait_ns": 0, "instances": 0} for rank in ranks
     }
     instances = 0
+    waits: dict[int, list[tuple[int, int]]] = {rank: [] for rank in ranks}
     for key, lst in logical.items():
         if len(lst) < 2 or key in startup:
             continue
@@ -178,9 +180,10 @@ def _skew(logical: dict[LogicalKey, list[Row]], ranks: list[int], startup: list[
         for r in lst:
             p = per[r["rank"]]
             p["arrival_delay_ns_sum"] += arr[r["rank"]] - first
-            p["wait_ns"] += r["wait_ns"]
+            waits[r["rank"]].append((_span(r)[0], _span(r)[0] + r["wait_ns"]))
             p["instances"] += 1
     for p in per.values():
+        p["wait_ns"] = _union(waits[p["rank"]])
         p["avg_arrival_delay_ns"] = (p["arrival_delay_ns_sum"] / p["instances"]) if p["instances"] else None
     straggler = None
     if instances:

@@ -178,6 +178,9 @@ def summary(result: Result, by_caller: bool = False) -> Table:
         Col("ranks", "ranks", "int", shown=False),
         Col("total_ms", "Total Latency(ms)", "ms"),
         Col("avg_ms", "Avg Latency(ms)", "ms"),
+        # beside the latency, never inside it: the time the calls waited behind earlier calls on
+        # their queue (a gloo process group's worker threads, an NCCL stream)
+        Col("queued_ms", "Avg Queued(ms)", "ms"),
         Col("p50_ms", "p50 Latency(ms)", "ms", shown=False),
         Col("max_ms", "max Latency(ms)", "ms", shown=False),
         Col("algbw_GBps", "tput_avg ({unit})", "bw"),

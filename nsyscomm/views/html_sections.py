@@ -28,6 +28,7 @@ def summary_section(summary: pd.DataFrame) -> str:
         "ranks",
         "total (ms)",
         "avg (ms)",
+        "queued (ms)",
         "p50 (ms)",
         "max (ms)",
         "algbw (GB/s)",
@@ -44,6 +45,7 @@ def summary_section(summary: pd.DataFrame) -> str:
             _i(r.ranks),
             _n(r.total_ms),
             _n(r.avg_ms),
+            _n(getattr(r, "queued_ms", None)),
             _n(r.p50_ms),
             _n(r.max_ms),
             _n(r.algbw_GBps, 2),
@@ -55,10 +57,11 @@ def summary_section(summary: pd.DataFrame) -> str:
     if not rows:
         return '<p class="note">No collective calls.</p>'
     return (
-        _table(header, rows, numeric=set(range(1, 12)))
+        _table(header, rows, numeric=set(range(1, 13)))
         + '<p class="note">One row per (op, message size). count: logical collectives (a call matched across '
         "ranks by group and sequence number counts once); calls: summed over ranks. Latency of a logical "
-        "collective: its fastest rank's duration. busbw follows nccl-tests (factor of the communicator "
+        "collective: its fastest rank's duration, never the time its calls waited in their queue behind earlier "
+        "calls (queued: their mean, beside it). busbw follows nccl-tests (factor of the communicator "
         "size n).</p>"
     )
 

@@ -1,4 +1,4 @@
-"""The JSON output contract ("schema": 2; docs/architecture.md, "JSON contract") that scripts and
+"""The JSON output contract ("schema": 3; docs/architecture.md, "JSON contract") that scripts and
 CI gates read, serialized: the document itself is made by nsyscomm.analyses.contract."""
 
 from __future__ import annotations

@@ -56,6 +56,22 @@ def test_hung_job_names_missing_rank_and_its_last_call(hung_job):
     assert front == {0: (3, 2), 1: (2, 2), 2: (3, 2), 3: (3, 2)}
 
 
+def test_a_call_that_never_completed_has_no_latency(hung_job):
+    """Ranks 0, 2 and 3 entered seq 3 and never finished it (nsys closed its ranges at the
+    process's end, 20 steps later; the flight records say unfinished): it is the hang section's,
+    not a latency. The summary holds seqs 0-2 alone, each STEP/2 on every rank; nothing counts the
+    stuck call's 20 steps as communication, waiting or lateness."""
+    res = load([hung_job / "report.sqlite"], cache=False)
+    c = res.collectives.set_index(["rank", "seq"])
+    assert not c.loc[[(0, 3), (2, 3), (3, 3)], "completed"].any() and c.drop(index=3, level="seq")["completed"].all()
+    (row,) = res.summary.to_dict("records")
+    assert (row["op"], row["count"], row["calls"]) == ("all_reduce", 3, 12)
+    assert row["total_ms"] == pytest.approx(3 * hs.STEP / 2 / 1e6) and row["max_ms"] == pytest.approx(hs.STEP / 2 / 1e6)
+    assert res.ranks["comm_ms"].max() < 3 * hs.STEP / 1e6
+    assert res.late.empty or (res.late["seq"] != 3).all()
+    assert res.hang["blocked"][0]["seq"] == 3  # still the hang diagnosis's
+
+
 def test_text_and_json_show_the_diagnosis_first(hung_job):
     r = _nsyscomm("summarize", str(hung_job / "report.sqlite"))
     assert r.returncode == 0, r.stderr
@@ -67,7 +83,7 @@ def test_text_and_json_show_the_diagnosis_first(hung_job):
     # the headline, then the diagnosis before any table
     assert md.stdout.startswith("# nsyscomm") and md.stdout.split("\n## ")[1].startswith("Hang diagnosis")
     js = json.loads(_nsyscomm("summarize", "--format", "json", str(hung_job / "report.sqlite")).stdout)
-    assert js["schema"] == 2
+    assert js["schema"] == 3
     assert js["hang"] == {
         "status": "hung",
         "blocked": [

@@ -272,6 +272,9 @@ def test_dimension_patterns_read_ranks_in_numeric_order():
         )
         con.execute('CREATE TABLE group_descs ("group" VARCHAR, "desc" VARCHAR)')
         con.execute("ALTER TABLE collectives ADD COLUMN setup BOOLEAN DEFAULT false")
+        con.execute("ALTER TABLE collectives ADD COLUMN completed BOOLEAN DEFAULT true")
+        con.execute("ALTER TABLE collectives ADD COLUMN exec_start BIGINT DEFAULT 0")
+        con.execute("ALTER TABLE collectives ADD COLUMN exec_end BIGINT DEFAULT 1000")
         got = dimensions.dimensions(con).set_index("group")
     finally:
         con.close()
@@ -417,6 +420,9 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         con.execute("ALTER TABLE logical_collectives ADD COLUMN setup BOOLEAN DEFAULT false")
         con.execute("ALTER TABLE logical_collectives ADD COLUMN startup BOOLEAN DEFAULT false")
         con.execute("ALTER TABLE logical_collectives ADD COLUMN whole_setup BOOLEAN DEFAULT false")
+        con.execute("ALTER TABLE logical_collectives ADD COLUMN completed BOOLEAN DEFAULT true")
+        con.execute("ALTER TABLE logical_collectives ADD COLUMN late_ns BIGINT")
+        con.execute("UPDATE logical_collectives SET late_ns = last_arrival - first_arrival")
         rows = con.execute(duck.sql("late_arrivals"), {"noise_ns": 100_000}).fetchall()
         cols = [d[0] for d in con.description]
     finally:

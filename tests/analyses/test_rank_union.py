@@ -29,10 +29,11 @@ def _ranks(calls: list[tuple[int, int, int, int]], latency: dict[int, int], span
     try:
         con.execute(
             "CREATE TABLE collectives (rank INTEGER, logical_id BIGINT, bytes BIGINT, exec_start BIGINT, "
-            "exec_end BIGINT, duration_ns BIGINT, setup BOOLEAN)"
+            "exec_end BIGINT, duration_ns BIGINT, setup BOOLEAN, completed BOOLEAN)"
         )
         con.executemany(
-            "INSERT INTO collectives VALUES (?, ?, 8, ?, ?, ?, false)", [(r, i, s, e, e - s) for r, i, s, e in calls]
+            "INSERT INTO collectives VALUES (?, ?, 8, ?, ?, ?, false, true)",
+            [(r, i, s, e, e - s) for r, i, s, e in calls],
         )
         con.execute("CREATE TABLE logical_collectives (logical_id BIGINT, latency_ns BIGINT, whole_setup BOOLEAN)")
         con.executemany("INSERT INTO logical_collectives VALUES (?, ?, false)", list(latency.items()))

@@ -131,7 +131,7 @@ def test_json_contract(propagation_job):
     from nsyscomm.views import json_out
 
     doc = json.loads(json_out.dumps(propagation_job))
-    assert doc["schema"] == 2
+    assert doc["schema"] == 3
     rows = doc["diagnosis"]["what_if"]
     assert rows and all({"scenario", "saved_ms", "step_ms_before", "step_ms_after", "slowdown"} <= set(r) for r in rows)
     assert [r["saved_ms"] for r in rows] == sorted((r["saved_ms"] for r in rows), reverse=True)

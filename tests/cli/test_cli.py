@@ -70,7 +70,7 @@ def test_units():
 
 def test_json_contract():
     doc = json.loads(run("summarize", DDP, "--format", "json").output)
-    assert doc["schema"] == 2
+    assert doc["schema"] == 3
     for row in doc["summary"]:
         assert set(row) == {
             "op",
@@ -88,6 +88,7 @@ def test_json_contract():
             "group_size",
             "dtype",
             "caller",
+            "queued_ms",
         }
     for row in doc["ranks"]:
         assert set(row) >= {"rank", "host", "calls", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct"}

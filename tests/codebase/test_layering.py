@@ -150,7 +150,7 @@ def test_pipeline_does_not_import_synth():
 
 
 def test_gate_reads_the_contract_not_a_view():
-    """The gate compares schema-2 documents made from a Result by nsyscomm.analyses.contract; a
+    """The gate compares schema-3 documents made from a Result by nsyscomm.analyses.contract; a
     view (json_out, text, ...) is what a user reads, not what the gate computes from."""
 
     def views(module: str) -> str | None:

@@ -133,10 +133,10 @@ def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
     try:
         con.execute(
             "CREATE TABLE logical_collectives AS SELECT * FROM (VALUES (2, 'g9', NULL, 'all_reduce', 1, 8, 2, "
-            "'x.py:1', 0, 2, 10, 100, 300, 1, false, false), "
-            "(1, 'g1', NULL, 'all_reduce', 1, 8, 2, 'x.py:1', 0, 2, 10, 100, 300, 0, false, false)) "
+            "'x.py:1', 0, 2, 10, 100, 300, 1, false, false, true, 200), "
+            "(1, 'g1', NULL, 'all_reduce', 1, 8, 2, 'x.py:1', 0, 2, 10, 100, 300, 0, false, false, true, 200)) "
             'v(logical_id, "group", pair, op, seq, bytes, group_size, caller, step, participants, latency_ns, '
-            "first_arrival, last_arrival, last_rank, setup, startup)"
+            "first_arrival, last_arrival, last_rank, setup, startup, completed, late_ns)"
         )
         top = con.execute(duck.sql("top_skew"), {"limit": 2}).fetchall()
         assert [r[1] for r in top] == ["g1", "g9"]

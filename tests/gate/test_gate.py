@@ -80,7 +80,7 @@ def row(op="all_reduce", nbytes=25 * 2**20, n=4, calls=40, avg=0.45, p50=None, b
 
 def doc(rows, comm=(10.0, 10.0), wait=(1.0, 1.0), delay=(0.01, 0.01), **extra) -> dict:
     d = {
-        "schema": 2,
+        "schema": 3,
         "tool": "nsyscomm",
         "reports": ["x.sqlite"],
         "summary": rows,
@@ -166,7 +166,7 @@ def test_baseline_command_and_multi_run_baseline(tmp_path):
     r = CliRunner().invoke(baseline_cmd, [str(DDP), "-o", str(out), "--label", "abc123"])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
-    assert d["schema"] == 2 and d["kind"] == "baseline" and len(d["runs"]) == 1
+    assert d["schema"] == 3 and d["kind"] == "baseline" and len(d["runs"]) == 1
     assert d["runs"][0]["label"] == "abc123" and d["runs"][0]["summary_by_caller"]
     summ = write(tmp_path, "s.json", doc_of(DDP))
     for _ in range(3):
@@ -187,7 +187,7 @@ def _runs(*avgs, calls=40):
 
 
 def test_noise_inside_band_passes_and_outside_fails(tmp_path):
-    base = write(tmp_path, "b.json", {"schema": 2, "runs": _runs(0.40, 0.45, 0.52)})
+    base = write(tmp_path, "b.json", {"schema": 3, "runs": _runs(0.40, 0.45, 0.52)})
     inside = write(tmp_path, "c1.json", doc([row(avg=0.51)]))  # +13% vs median, inside [0.40, 0.52]
     outside = write(tmp_path, "c2.json", doc([row(avg=0.60)]))  # +33%, beyond the band
     r = run_gate("-b", base, inside, "--format", "json")
@@ -355,10 +355,11 @@ BROKEN = {
     "noschema.json": json.dumps({"summary": []}),
     "schema9.json": json.dumps({"schema": 9, "summary": []}),
     "schemastr.json": json.dumps({"schema": "1", "summary": []}),
-    "nosummary.json": json.dumps({"schema": 2}),
-    "badrows.json": json.dumps({"schema": 2, "summary": [{"bytes": 3}]}),
-    "badruns.json": json.dumps({"schema": 2, "runs": []}),
-    "badrun.json": json.dumps({"schema": 2, "runs": [{"schema": 7, "summary": []}]}),
+    "schema2.json": json.dumps({"schema": 2, "summary": []}),
+    "nosummary.json": json.dumps({"schema": 3}),
+    "badrows.json": json.dumps({"schema": 3, "summary": [{"bytes": 3}]}),
+    "badruns.json": json.dumps({"schema": 3, "runs": []}),
+    "badrun.json": json.dumps({"schema": 3, "runs": [{"schema": 7, "summary": []}]}),
 }
 
 
@@ -373,6 +374,15 @@ def test_broken_baseline_exits_2_naming_file(tmp_path, name):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and name in lines[0] and lines[0].startswith("nsyscomm: error:")
     assert "Traceback" not in r.output
+
+
+def test_schema_2_baseline_is_refused_with_the_command_that_records_it_again(tmp_path):
+    """Schema 3 changed what latency, lateness and wait mean (queue time out of latency, a delay
+    counted once): a schema-2 baseline holds figures of another kind, so it is refused."""
+    old = write(tmp_path, "old.json", {**doc([row()]), "schema": 2})
+    r = run_gate("-b", old, write(tmp_path, "cur.json", doc([row()])))
+    assert r.exit_code == 2
+    assert '"schema": 2' in r.stderr and "nsyscomm baseline --output" in r.stderr
 
 
 def test_unreadable_current_exits_2(tmp_path):
@@ -416,7 +426,7 @@ def test_junit_markdown_json_and_step_summary(tmp_path):
     r = run_gate("-b", base, cur, "--junit", junit, "--format", "json", env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert r.exit_code == 1
     out = json.loads(r.stdout)
-    assert out["schema"] == 2 and out["kind"] == "gate" and out["status"] == "fail"
+    assert out["schema"] == 3 and out["kind"] == "gate" and out["status"] == "fail"
     cases = ET.parse(junit).getroot().findall(".//testcase")
     keys = [c for c in cases if c.get("classname").startswith("nsyscomm.gate.all")]
     assert len(keys) == 2

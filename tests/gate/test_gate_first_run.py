@@ -24,7 +24,7 @@ def _doc(avg: float, p50: float, comm: tuple[float, float], wait: tuple[float, f
     """A 2-rank job of one 256 KB all_reduce per step (2 ranks: 40 calls, 20 collectives)."""
     calls = 2 * STEPS
     return {
-        "schema": 2,
+        "schema": 3,
         "tool": "nsyscomm",
         "reports": ["report.arrow"],
         "summary": [

@@ -1,6 +1,6 @@
 """The gate tells unchanged from regressed: which way is worse for each metric, keys that survive
 edits to unrelated lines, set-aside calls that never make a key missing, and start-up skew kept
-out of the wait keys (generated schema-2 documents; tests/gate/test_gate.py's helpers)."""
+out of the wait keys (generated schema-3 documents; tests/gate/test_gate.py's helpers)."""
 
 from __future__ import annotations
 

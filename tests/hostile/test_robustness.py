@@ -279,7 +279,7 @@ def test_partial_json_carries_warnings(corpus):
     for case in ("no_needed_tables", "missing_rank"):
         r = CliRunner().invoke(main, ["summarize", str(cases[case][0]), "--format", "json"])
         doc = json.loads(r.stdout)
-        assert doc["schema"] == 2 and doc["warnings"], case
+        assert doc["schema"] == 3 and doc["warnings"], case
 
 
 def test_absurd_values_do_not_produce_negative_or_nan_figures(corpus):

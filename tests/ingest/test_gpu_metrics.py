@@ -98,7 +98,7 @@ def test_link_metrics_in_text_and_json(tmp_path):
     assert "Link throughput during collectives" in res.output and "NVLink RX Responses User Data" in res.output
     res = CliRunner().invoke(main, ["summarize", str(path), "--no-cache", "--format", "json"])
     doc = json.loads(res.output)
-    assert doc["schema"] == 2
+    assert doc["schema"] == 3
     rows = doc["link_metrics"]
     assert rows and set(rows[0]) == {
         "op",

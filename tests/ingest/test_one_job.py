@@ -58,7 +58,7 @@ def test_every_file_of_a_folder_is_read_or_named(tmp_path):
     only)."""
     shutil.copy(DDP, tmp_path)
     convert(GLOO, tmp_path / "report.arrow")
-    (tmp_path / "summary.json").write_text(json.dumps({"schema": 2, "tool": "nsyscomm", "summary": []}))
+    (tmp_path / "summary.json").write_text(json.dumps({"schema": 3, "tool": "nsyscomm", "summary": []}))
     (tmp_path / "config.json").write_text(json.dumps({"lr": 0.1}))
     (tmp_path / "notes.txt").write_text("what I ran\n")
     code, _, err = _run("summarize", tmp_path)

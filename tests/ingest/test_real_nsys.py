@@ -22,7 +22,7 @@ def test_every_real_export_summarizes(path, fmt):
     assert "Traceback" not in r.output
     if fmt == "json":
         doc = json.loads(r.output)
-        assert doc["schema"] == 2
+        assert doc["schema"] == 3
         assert set(doc) >= {"summary", "ranks", "skew", "warnings"}
 
 

@@ -62,7 +62,7 @@ def test_summarize_reads_the_trace_folder():
     r = CliRunner().invoke(main, ["summarize", str(folder), "--format", "json", "--no-cache"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert doc["schema"] == 2 and len(doc["ranks"]) == 8
+    assert doc["schema"] == 3 and len(doc["ranks"]) == 8
     ops = {row["op"] for row in doc["summary"]}
     assert {"reduce_scatter", "all_gather", "all_reduce", "send", "recv"} <= ops
     d = doc["diagnosis"]

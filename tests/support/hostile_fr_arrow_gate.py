@@ -260,7 +260,7 @@ ARROW_CASES: list[tuple[str, str, Callable[[Path], list[str]]]] = [
 
 
 def summary_doc() -> dict:
-    """A schema-2 summary document of two keys over two ranks, as nsyscomm summarize writes it."""
+    """A schema-3 summary document of two keys over two ranks, as nsyscomm summarize writes it."""
 
     def row(op: str, nbytes: int) -> dict:
         return {
@@ -281,7 +281,7 @@ def summary_doc() -> dict:
         }
 
     return {
-        "schema": 2,
+        "schema": 3,
         "tool": "nsyscomm",
         "reports": ["x.sqlite"],
         "summary": [row("all_reduce", 25 << 20), row("broadcast", 1 << 20)],
@@ -328,7 +328,7 @@ def _big_count(d: dict) -> str:
 def _mixed(d: dict) -> dict:
     other = copy.deepcopy(d)
     other["summary"] = [{"op": "all_reduce", "calls": "many", "avg_ms": "fast"}]
-    return {"schema": 2, "kind": "baseline", "runs": [d, other]}
+    return {"schema": 3, "kind": "baseline", "runs": [d, other]}
 
 
 def _rank(section: str, field: str, value: object) -> Callable[[dict], None]:
@@ -368,7 +368,7 @@ GATE_CASES: list[tuple[str, str, Callable[[Path], list[str]]]] = [
     ("gate", "gate_straggler_list", _gate(lambda d: d["skew"].update(straggler_rank=[1]))),
     ("gate", "gate_overlap_str", _gate(_set_key("overlap", "junk"))),
     ("gate", "gate_text_current", _gate(side="current", raw="all_reduce 25 MB 0.45 ms\n")),
-    ("gate", "gate_verdict_current", _gate(lambda d: {"schema": 2, "kind": "gate", "status": "pass"}, "current")),
+    ("gate", "gate_verdict_current", _gate(lambda d: {"schema": 3, "kind": "gate", "status": "pass"}, "current")),
     ("gate", "gate_trace_current", _gate(lambda d: {"traceEvents": []}, side="current")),
 ]
 

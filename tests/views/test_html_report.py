@@ -59,7 +59,7 @@ def test_report_sections(path):
     # the embedded data is the JSON output contract, parseable back
     m = re.search(r'<script type="application/json" id="nsyscomm-data">(.*?)</script>', page, re.S)
     data = json.loads(m.group(1))
-    assert data["schema"] == 2 and len(data["ranks"]) == len(res.ranks) and data["peak_busbw_GBps"] == 400.0
+    assert data["schema"] == 3 and len(data["ranks"]) == len(res.ranks) and data["peak_busbw_GBps"] == 400.0
     has_bw = res.summarize()["busbw_GBps"].notna().any()
     assert ('class="peak"' in page) == bool(has_bw)
     if not has_bw:

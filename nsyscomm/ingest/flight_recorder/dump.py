@@ -216,6 +216,7 @@ def rows(path: Path, d: dict | None = None) -> list[dict]:
                 "source": "flight_recorder",
                 "state": state,
                 "finished": finished,
+                "completed": finished,  # the collectives column: an unfinished call has no latency
                 "sizes": "x".join(map(str, (e.get("input_sizes") or [[]])[0])),
             }
         )
