@@ -163,9 +163,11 @@ def _own_output(path: Path) -> bool:
 
 
 def report_names(paths: list[Path]) -> list[str]:
-    """Short, unique names for reports: the file name, or the path below the common folder."""
+    """Short, unique names for reports: the file name, or the path below the common folder. Bytes
+    of a name that are not UTF-8 are written as escapes (``\\xff``): a name is text every view,
+    table and DuckDB string holds."""
     names = [p.name for p in paths]
-    if len(set(names)) == len(names):
-        return names
-    common = Path(os.path.commonpath([str(p.resolve()) for p in paths]))
-    return [str(p.resolve().relative_to(common)) for p in paths]
+    if len(set(names)) != len(names):
+        common = Path(os.path.commonpath([str(p.resolve()) for p in paths]))
+        names = [str(p.resolve().relative_to(common)) for p in paths]
+    return [os.fsencode(n).decode("utf-8", "backslashreplace") for n in names]

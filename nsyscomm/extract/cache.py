@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nsyscomm import settings
+from nsyscomm.ingest import paths
 
 if TYPE_CHECKING:
     from nsyscomm.ingest.extract_type import Extract
@@ -55,7 +56,7 @@ def extraction_code() -> list[Path]:
     names: set[str] = set()
     for f in code:
         try:
-            names.update(_SQL_READ.findall(f.read_text()))
+            names.update(_SQL_READ.findall(f.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError):
             pass
     return code + [duck.sql_dir() / f"{n}.sql" for n in sorted(names)]
@@ -106,7 +107,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
     if not entry.is_dir():
         return None
     try:
-        meta = json.loads((entry / "meta.json").read_text())
+        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
         if meta.get("format") != CACHE_FORMAT or meta.get("report") != report:
             raise ValueError("format")
         # each table as TABLES declares it: Arrow or pandas, None when the report had none
@@ -116,9 +117,9 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             if t.name not in meta["frames"]:
                 frames[t.name] = None
             elif t.arrow:  # as the extract holds them
-                frames[t.name] = pq.read_table(f).replace_schema_metadata(None)
+                frames[t.name] = pq.read_table(paths.arrow_source(f)).replace_schema_metadata(None)
             else:
-                frames[t.name] = pd.read_parquet(f)
+                frames[t.name] = pd.read_parquet(paths.arrow_source(f))
         return Extract(
             report=report,
             path=Path(path),
@@ -153,10 +154,11 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             df = getattr(extract, name)
             if df is None:
                 continue
-            if isinstance(df, pa.Table):
-                pq.write_table(df, tmp / f"{name}.parquet")
-            else:
-                df.to_parquet(tmp / f"{name}.parquet", index=False)
+            with open(tmp / f"{name}.parquet", "wb") as f:  # a file: pyarrow takes only UTF-8 names
+                if isinstance(df, pa.Table):
+                    pq.write_table(df, f)
+                else:
+                    df.to_parquet(f, index=False)
             present.append(name)
         meta = {
             "format": CACHE_FORMAT,
@@ -167,7 +169,7 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             "nsys_version": extract.nsys_version,
             "warnings": list(extract.warnings),
         }
-        (tmp / "meta.json").write_text(json.dumps(meta))
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         try:
             os.rename(tmp, entry)
         except OSError:  # another process wrote the same entry first: keep theirs

@@ -17,13 +17,17 @@ from rich.console import Console
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
 
-# C0 controls but newline and tab, DEL, C1 controls, and the bidirectional overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069) that reorder what the terminal shows
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but newline and tab, DEL, C1 controls, the bidirectional overrides and isolates
+# (U+202A-U+202E, U+2066-U+2069) that reorder what the terminal shows, and lone surrogates: a
+# file name's bytes that are not UTF-8, as Python holds them (U+DC80-U+DCFF), which no
+# terminal, file or DuckDB string can take
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(m: re.Match) -> str:
     c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # the byte it stands for, as Python's own repr of such bytes shows it
+        return f"\\x{c - 0xDC00:02x}"
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 

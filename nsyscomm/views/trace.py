@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -264,6 +265,11 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
+def _write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def write(
     result: Result,
     path: str | os.PathLike | None = None,
@@ -271,16 +277,16 @@ def write(
     steps: tuple[int | None, int | None] | None = None,
     per_rank_dir: str | os.PathLike | None = None,
     what_if: str | None = None,
+    write_file: Callable[[Path, str], object] = _write_file,
 ) -> list[Path]:
     """Write the job's trace to ``path`` and/or one trace per rank to ``per_rank_dir/<rank>/comm.json``
-    (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build()."""
+    (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build().
+    ``write_file(path, text)`` writes each file (the CLI's writes each whole or not at all)."""
     written: list[Path] = []
     if path is not None:
         doc = build(result, steps, what_if=what_if)
         p = Path(path)
-        if p.parent and not p.parent.exists():
-            p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(dumps(doc))
+        write_file(p, dumps(doc))
         written.append(p)
     if per_rank_dir is not None:
         base = Path(per_rank_dir)
@@ -291,9 +297,7 @@ def write(
             by_rank[int(r["rank"])].append(r)
         for rank in sorted(by_rank):
             doc = build_from_rows(by_rank[rank], result, steps, flows=False, origin=origin)
-            d = base / str(rank)
-            d.mkdir(parents=True, exist_ok=True)
-            f = d / "comm.json"
-            f.write_text(dumps(doc))
+            f = base / str(rank) / "comm.json"
+            write_file(f, dumps(doc))
             written.append(f)
     return written
