@@ -110,7 +110,7 @@ def _gate(o: GateOptions) -> int:
                 err=True,
             )
     if verdict.hang:
-        click.echo(f"nsyscomm: gate FAILED: {verdict.hang}", err=True)
+        click.echo(f"nsyscomm: gate FAILED: {visible_line(verdict.hang)}", err=True)
     return verdict.exit_code
 
 

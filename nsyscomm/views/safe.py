@@ -9,6 +9,7 @@ formula; in JUnit XML a control character makes the file unreadable. The data st
 
 from __future__ import annotations
 
+import html
 import re
 from typing import TYPE_CHECKING, overload
 
@@ -41,6 +42,30 @@ def visible_line(text: str) -> str:
     """visible(), and a newline or tab shown too: for one-line messages (errors, warnings)."""
     text = visible(text)
     return text.replace("\n", "\\n").replace("\t", "\\t") if ("\n" in text or "\t" in text) else text
+
+
+def markup_text(text: object) -> str:
+    """Report text for a rich console line or table cell: on one line (visible_line: a name never
+    adds a line or a heading) and its rich markup ([bold]) escaped, so that it is shown as is."""
+    from rich.markup import escape
+
+    return escape(visible_line(str(text)))
+
+
+# What CommonMark and GitHub's Markdown would read in report text as something other than text:
+# a backslash (an escape), links and images ([ ]), emphasis and strikethrough (* ~, and an
+# underscore at a word's edge: inside a word, as in train_step, it is never emphasis), code spans
+# (`), table cells (|), and bare URLs GitHub turns into links (https://, www.)
+_MARKDOWN = re.compile(r"[\\`*~\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<=:)//|(?<=www)\.")
+
+
+def markdown_text(text: object) -> str:
+    """Report text as inert Markdown: on one line (visible_line: a name never adds a line or a
+    heading), its HTML escaped (&, <, >) and every character that would make it a link, an image,
+    emphasis, a code span or a table break backslash-escaped, so that a rendered page (GitHub's
+    step summary) shows exactly the text the report holds."""
+    text = html.escape(visible_line(str(text)), quote=False)
+    return _MARKDOWN.sub(lambda m: "".join("\\" + c for c in m.group()), text)
 
 
 # spaces at the end of a line, before the style codes that may close it: rich pads every table

@@ -31,6 +31,7 @@ from nsyscomm import __version__
 from nsyscomm.analyses.contract import json_value
 from nsyscomm.errors import InputError
 from nsyscomm.views import trace_links
+from nsyscomm.views.safe import visible_line
 from nsyscomm.views.trace_links import Drawn
 from nsyscomm.views.trace_tracks import Call, Slice, Tracks, ordered
 from nsyscomm.views.trace_tracks import us as _us
@@ -153,7 +154,21 @@ def build(
         from nsyscomm.views import whatif_trace
 
         doc["traceEvents"] += whatif_trace.events(result, what_if, origin, steps)
+    _names_on_one_line(doc["traceEvents"])
     return doc
+
+
+def _names_on_one_line(events: list[dict]) -> None:
+    """Every name a trace viewer shows as a label (an event's, a process's or a track's) on one
+    line with its control characters escaped: a name from the report never adds a line."""
+    for e in events:
+        if isinstance(e.get("name"), str):
+            e["name"] = visible_line(e["name"])
+        args = e.get("args")
+        if e.get("ph") == "M" and isinstance(args, dict):
+            for k in ("name", "labels"):
+                if isinstance(args.get(k), str):
+                    args[k] = visible_line(args[k])
 
 
 def build_from_rows(
@@ -189,6 +204,7 @@ def build_from_rows(
     n_launch = trace_links.launch_arrows(
         [(launch[i], execution[i]) for i in sorted(launch) if i in execution], origin, events, n_flows + 1
     )
+    _names_on_one_line(events)
     for e in events:  # every event carries a float ts (metadata too: some readers expect it)
         e["ts"] = float(e["ts"])
         if "dur" in e:
