@@ -70,8 +70,12 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
             if not hits:
                 raise InputError(f"{p}: the pattern matches no file; check the path")
             own = [h for h in hits if _own_output(h)]
-            found.files.extend(h for h in hits if h not in own)
+            refused = [(h, e) for h in hits if h not in own and (e := _refused(h)) is not None]
+            if refused and len(refused) == len(hits) - len(own):  # nothing left to read: the first one's reason
+                raise refused[0][1]
+            found.files.extend(h for h in hits if h not in own and h not in dict(refused))
             found.skipped.extend((h, run_folder.OWN_OUTPUT) for h in own)
+            found.skipped.extend((h, f"refused: {e}") for h, e in refused)
         else:
             raise InputError(f"{p}: no such file or folder; check the path")
     out, seen = [], set()
@@ -81,6 +85,19 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
             out.append(f)
     found.files = out
     return found
+
+
+def _refused(f: Path) -> InputError | None:
+    """Why a file a pattern matched fails its format's checks (a truncated Flight Recorder dump),
+    or None: set aside like a folder's, so that the other files of the pattern still read."""
+    kind = next((k for k in formats.FORMATS if k.claims(f)), None)
+    if kind is None or kind.check is None:
+        return None
+    try:
+        kind.check(f)
+    except InputError as e:
+        return e
+    return None
 
 
 def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
