@@ -58,12 +58,14 @@ def check(
     named: bool = True,
     flag: str = "-o",
     folder: bool = False,
+    read_back: bool | None = None,
 ) -> Path:
     """Refuse (InputError, exit 2) an output that would destroy or pollute an input: one of the
     inputs itself (compared by device and inode, so symlinks and hard links count), an input
-    folder itself, or a file inside an input folder that would be read back as a report (for a
-    ``folder`` output: anything inside it). ``named``: whether the user gave this name; a default
-    name that exists is never replaced. Returns the output as a Path."""
+    folder itself, or a file inside an input folder that would be read back as a report.
+    ``read_back``: whether it would be; by default a ``folder`` output would, and a file would
+    unless it is named as nsyscomm's own outputs are. ``named``: whether the user gave this name;
+    a default name that exists is never replaced. Returns the output as a Path."""
     out = Path(output)
     try:
         out_stat: os.stat_result | None = out.stat()
@@ -74,20 +76,20 @@ def check(
             f"{shown(out)} exists and was not named: give {flag} {shown(out)} to replace it, or {flag} another name"
         )
     parent = (out if folder else out.parent).resolve()
+    if read_back is None:
+        read_back = folder or out.suffix.lower() not in _NOT_READ_BACK
     for inp in _input_paths(inputs):
         try:
             in_stat = inp.stat()
         except OSError:
             continue  # discovery names it; here only what exists can be overwritten
         if out_stat is not None and _same_file(out_stat, in_stat):
-            raise InputError(
-                f"{shown(out)} is the input {shown(inp)}: writing it would destroy it; choose another {flag}"
-            )
+            harm = "writing into it would change the input" if folder else "writing it would destroy it"
+            raise InputError(f"{shown(out)} is the input {shown(inp)}: {harm}; choose another {flag}")
         if not inp.is_dir():
             continue
         root = inp.resolve()
-        inside = parent == root or root in parent.parents
-        if inside and (folder or out.suffix.lower() not in _NOT_READ_BACK):
+        if read_back and (parent == root or root in parent.parents):
             raise InputError(
                 f"{shown(out)} lies in the input folder {shown(inp)}, where it would be read back as a report; "
                 f"choose another {flag} outside it"

@@ -84,7 +84,8 @@ def trace(
     if output is not None and output != "-":
         _guard(lambda: outputs.check(output, inputs, named=named), debug)
     if per_rank is not None:
-        _guard(lambda: outputs.check(per_rank, inputs, flag="--per-rank", folder=True), debug)
+        # its comm.json files are traces, which carry nsyscomm's mark: never read back as reports
+        _guard(lambda: outputs.check(per_rank, inputs, flag="--per-rank", folder=True, read_back=False), debug)
     result = _load(inputs, debug, merge)
     if output == "-":
         doc = _guard(lambda: tr.build(result, steps, what_if=what_if), debug)

@@ -84,8 +84,10 @@ def test_an_output_inside_an_input_folder_that_would_be_read_back_is_refused(tmp
     shutil.copy(GLOO, d / "r0.sqlite")
     _refused(_cli("report", d, "-o", d / "r.sqlite"), "r.sqlite", "input folder")
     assert _tree(d) == {"r0.sqlite": _digest(GLOO)}
-    # nsyscomm's own HTML is marked and never read back: writing it there is fine
+    # nsyscomm's own HTML and traces are marked and never read back: writing them there is fine
     assert _cli("report", d, "-o", d / "r.html").exit_code == 0
+    assert _cli("trace", d, "-o", d / "t.json", "--per-rank", d / "ranks").exit_code == 0
+    assert _cli("summarize", d).exit_code == 0
 
 
 def test_export_into_its_input_folder_is_refused(tmp_path):
