@@ -96,7 +96,7 @@ def _check_output(output: str | None) -> Path:
     try:
         run_folder.private_dir(out)
         probe = out / ".nsyscomm-write-test"
-        probe.write_bytes(b"")
+        probe.write_text("", encoding="utf-8")
         probe.unlink()
     except OSError as e:
         raise InputError(
