@@ -102,6 +102,15 @@ main.add_command(summarize)
 main.add_command(run)
 
 
+def _speak_its_encoding(stream: object) -> None:
+    """A character the terminal's encoding lacks ("—" under PYTHONIOENCODING=ascii or the C
+    locale) written as its escape (``\\u2014``) instead of ending the command: output is
+    encoded for the terminal it gets."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
+        reconfigure(errors="backslashreplace")
+
+
 def entry(args: Sequence[str] | None = None) -> None:
     """The `nsyscomm` command: main(), then a quick exit. Python's last garbage collection, at
     exit, walks every object pandas and pyarrow made, a cost every run would pay for nothing;
@@ -112,6 +121,8 @@ def entry(args: Sequence[str] | None = None) -> None:
     Click's own handling of errors, but for Ctrl-C: before a command has taken over (while click
     dispatches, on a loaded machine), click would end with "Aborted!" and status 1; it is one
     line and status 130 there too, as everywhere else."""
+    for stream in (sys.stdout, sys.stderr):
+        _speak_its_encoding(stream)
     try:
         rc = main(args, standalone_mode=False)
     except click.ClickException as e:

@@ -71,8 +71,12 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
             if not hits:
                 raise InputError(f"{p}: the pattern matches no file; check the path")
             own = [h for h in hits if _own_output(h)]
-            found.files.extend(h for h in hits if h not in own)
+            refused = [(h, e) for h in hits if h not in own and (e := _refused(h)) is not None]
+            if refused and len(refused) == len(hits) - len(own):  # nothing left to read: the first one's reason
+                raise refused[0][1]
+            found.files.extend(h for h in hits if h not in own and h not in dict(refused))
             found.skipped.extend((h, run_folder.OWN_OUTPUT) for h in own)
+            found.skipped.extend((h, f"refused: {e}") for h, e in refused)
         else:
             raise InputError(f"{p}: no such file or folder; check the path")
     out, seen = [], set()
@@ -86,6 +90,19 @@ def survey(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) -> Fou
     found.files = [f for f in out if f not in twins]
     found.skipped += [(f, formats.unread_reason(f, exports)) for f in twins]
     return found
+
+
+def _refused(f: Path) -> InputError | None:
+    """Why a file a pattern matched fails its format's checks (a truncated Flight Recorder dump),
+    or None: set aside like a folder's, so that the other files of the pattern still read."""
+    kind = next((k for k in formats.FORMATS if k.claims(f)), None)
+    if kind is None or kind.check is None:
+        return None
+    try:
+        kind.check(f)
+    except InputError as e:
+        return e
+    return None
 
 
 def _folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
@@ -172,9 +189,11 @@ def _own_output(path: Path) -> bool:
 
 
 def report_names(paths: list[Path]) -> list[str]:
-    """Short, unique names for reports: the file name, or the path below the common folder."""
+    """Short, unique names for reports: the file name, or the path below the common folder. Bytes
+    of a name that are not UTF-8 are written as escapes (``\\xff``): a name is text every view,
+    table and DuckDB string holds."""
     names = [p.name for p in paths]
-    if len(set(names)) == len(names):
-        return names
-    common = Path(os.path.commonpath([str(p.resolve()) for p in paths]))
-    return [str(p.resolve().relative_to(common)) for p in paths]
+    if len(set(names)) != len(names):
+        common = Path(os.path.commonpath([str(p.resolve()) for p in paths]))
+        names = [str(p.resolve().relative_to(common)) for p in paths]
+    return [os.fsencode(n).decode("utf-8", "backslashreplace") for n in names]

@@ -134,7 +134,7 @@ def _lifts_task_limit() -> bool:
     """Whether this process holds CAP_SYS_RESOURCE or CAP_SYS_ADMIN (the kernel then lets it
     past RLIMIT_NPROC)."""
     try:
-        with open("/proc/self/status") as f:
+        with open("/proc/self/status", encoding="utf-8", errors="replace") as f:
             caps = next((int(line.split()[1], 16) for line in f if line.startswith("CapEff:")), 0)
     except OSError:
         return False
@@ -151,7 +151,7 @@ def _tasks_of(uid: int) -> int:
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/status") as f:
+            with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
                 fields = dict(line.split(":", 1) for line in f if line.startswith(("Uid:", "Threads:")))
             if int(fields["Uid"].split()[0]) == uid:
                 total += int(fields["Threads"])
@@ -351,7 +351,7 @@ def sql_dir() -> Path:
 @functools.cache
 def sql(name: str) -> str:
     """Text of sql/<name>.sql."""
-    return (sql_dir() / f"{name}.sql").read_text()
+    return (sql_dir() / f"{name}.sql").read_text(encoding="utf-8")
 
 
 @functools.cache

@@ -170,6 +170,7 @@ def write(result: Result, out_dir: str | Path, name: str = "nsyscomm") -> list[P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trace, mpath = out / f"trace-{name}.parquet", out / f"meta-{name}.yaml"
-    df.to_parquet(trace, index=False)
-    mpath.write_text(yaml.safe_dump(meta, sort_keys=False))
+    with open(trace, "wb") as f:  # a file, not a name: pyarrow takes only UTF-8 names
+        df.to_parquet(f, index=False)
+    mpath.write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
     return [trace, mpath]

@@ -263,7 +263,7 @@ def _alive(pid: int) -> bool:
         return True
     # a zombie (exited, not yet reaped) is not running
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True

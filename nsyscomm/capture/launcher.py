@@ -96,7 +96,7 @@ def _check_output(output: str | None) -> Path:
     try:
         run_folder.private_dir(out)
         probe = out / ".nsyscomm-write-test"
-        probe.write_text("")
+        probe.write_text("", encoding="utf-8")
         probe.unlink()
     except OSError as e:
         raise InputError(
@@ -372,7 +372,9 @@ def _run_nsys(
 def _write_command(out_dir: Path, full: list[str]) -> None:
     """The command line that runs, kept in the run folder (the first write into it)."""
     try:
-        (out_dir / run_folder.COMMAND_NAME).write_text(" ".join(shlex.quote(c) for c in full) + "\n")
+        (out_dir / run_folder.COMMAND_NAME).write_text(
+            " ".join(shlex.quote(c) for c in full) + "\n", encoding="utf-8", errors="surrogateescape"
+        )
     except OSError as e:
         raise InputError(
             f"cannot write into the output folder {out_dir} ({e.strerror}): "

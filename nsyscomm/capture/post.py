@@ -87,7 +87,7 @@ class StageLog:
         stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         with self._lock:
             try:
-                with open(self.path, "a") as f:
+                with open(self.path, "a", encoding="utf-8", errors="backslashreplace") as f:
                     f.write(f"{stamp} {text}\n")
             except OSError:
                 pass  # the log is a convenience: a full disk is reported by the stage itself

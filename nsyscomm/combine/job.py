@@ -34,7 +34,7 @@ def combine(
         for i, e in enumerate(extracts):
             calls.add(i, e)
     con = calls.con
-    warnings = [w for e in extracts for w in e.warnings]
+    warnings = list(dict.fromkeys(w for e in extracts for w in e.warnings))  # a note each extract made once
     offsets = clocks.session_offsets(extracts)
     shifted = any(offsets.values())
     proc_ranks, rank_warnings = assign_ranks(extracts, calls.pids)

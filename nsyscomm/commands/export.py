@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from nsyscomm.commands import collector_paused
@@ -36,7 +38,15 @@ def export(fmt: str, name: str, merge: bool, debug: bool, out_dir: str | None, i
         from nsyscomm.analyses import trace_export
         from nsyscomm.api import load
 
+    from nsyscomm.commands import outputs
+
+    _guard(lambda: outputs.check(out_dir, inputs, flag="OUT_DIR", folder=True), debug)
     result = _guard(lambda: load(list(inputs) or None, merge=merge), debug)
-    files = _guard(lambda: trace_export.write(result, out_dir, name), debug)
-    for f in files:
-        click.echo(f"wrote {f}", err=True)
+
+    def _write() -> list[str]:
+        with outputs.folder(out_dir) as tmp:
+            files = trace_export.write(result, tmp, name)
+        return [os.path.join(out_dir, f.name) for f in files]
+
+    for f in _guard(_write, debug):
+        click.echo(f"wrote {outputs.shown(f)}", err=True)

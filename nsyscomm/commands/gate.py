@@ -19,9 +19,10 @@ import click
 
 from nsyscomm.commands import console as _console
 from nsyscomm.commands import guard as _guard
+from nsyscomm.commands import outputs
 from nsyscomm.commands.options import debug_option, format_option
 from nsyscomm.errors import InputError
-from nsyscomm.views.safe import visible
+from nsyscomm.views.safe import visible, visible_line
 
 EXIT_PASS, EXIT_REGRESSION = 0, 1  # with EXIT_INPUT and EXIT_INTERNAL (nsyscomm.commands)
 
@@ -55,6 +56,10 @@ def _gate(o: GateOptions) -> int:
     from nsyscomm import gate as g
     from nsyscomm.views import gate_out
 
+    sources = o.inputs + o.baselines + ((o.config,) if o.config else ())
+    for out, flag in ((o.output, "--output"), (o.junit, "--junit")):
+        if out:
+            outputs.check(out, sources, flag=flag)
     settings = g.settings_from(o.config, pyproject=not o.no_pyproject)
     settings = g.override(
         settings,
@@ -83,28 +88,29 @@ def _gate(o: GateOptions) -> int:
         if text is None:
             from nsyscomm.views.safe import SafeConsole as Console
 
-            with open(o.output, "w", encoding="utf-8") as f:
+            with outputs.replacing(o.output) as f:
                 gate_out.render_text(verdict, Console(file=f, width=200, no_color=True, highlight=False), o.show)
         else:
-            Path(o.output).write_text(text, encoding="utf-8")
+            outputs.write_text(o.output, text)
     elif text is not None:
         click.echo(text, nl=False)
     else:
         gate_out.render_text(verdict, _console(), o.show)
     if o.junit:
-        Path(o.junit).write_text(gate_out.render_junit(verdict), encoding="utf-8")
+        outputs.write_text(o.junit, gate_out.render_junit(verdict))
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if o.step_summary and summary_file:
         try:
-            with open(summary_file, "a", encoding="utf-8") as f:
-                f.write(gate_out.render_markdown(verdict, o.show) + "\n")
-        except OSError as e:  # the verdict stands; a job summary we cannot write must not change it
+            outputs.check(summary_file, o.inputs + o.baselines, flag="$GITHUB_STEP_SUMMARY")
+            outputs.append_text(summary_file, gate_out.render_markdown(verdict, o.show) + "\n")
+        except (OSError, InputError) as e:  # the verdict stands; a job summary we cannot write must not change it
             click.echo(
-                f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {e.strerror or e}",
+                f"nsyscomm: warning: cannot append to $GITHUB_STEP_SUMMARY ({outputs.shown(summary_file)}): "
+                f"{visible_line(str(e.strerror if isinstance(e, OSError) and e.strerror else e))}",
                 err=True,
             )
     if verdict.hang:
-        click.echo(f"nsyscomm: gate FAILED: {verdict.hang}", err=True)
+        click.echo(f"nsyscomm: gate FAILED: {visible_line(verdict.hang)}", err=True)
     return verdict.exit_code
 
 
@@ -208,6 +214,8 @@ def _baseline(inputs, output, append, keep, each, label):
     from nsyscomm import api
     from nsyscomm import gate as g
 
+    if output:
+        outputs.check(output, inputs, flag="--output")
     json_in = [s for s in inputs if g.looks_json(Path(s))]
     reports = [s for s in inputs if s not in json_in]
     runs = []
@@ -229,10 +237,9 @@ def _baseline(inputs, output, append, keep, each, label):
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if output:
         # `--output ci/comm-baseline.json` in a fresh checkout: its folder is made
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(text, encoding="utf-8")
+        outputs.write_text(output, text)
         keys = len({k for r in doc["runs"] for k in g.run_from_doc(r, output).op_rows})
-        click.echo(f"nsyscomm: wrote {output}: {len(doc['runs'])} run(s), {keys} key(s)", err=True)
+        click.echo(f"nsyscomm: wrote {outputs.shown(output)}: {len(doc['runs'])} run(s), {keys} key(s)", err=True)
     else:
         click.echo(text, nl=False)
     return 0

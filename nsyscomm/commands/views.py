@@ -35,7 +35,8 @@ def _load(inputs, debug, merge: bool = False):
     "--output",
     type=click.Path(dir_okay=False, path_type=str),
     default=None,
-    help="Trace file to write ('-' for stdout). Default: trace.json, unless --per-rank is given.",
+    help="Trace file to write ('-' for stdout). Default: trace.json, unless --per-rank is given; "
+    "an existing trace.json is replaced only when named.",
 )
 @click.option(
     "--steps",
@@ -74,22 +75,36 @@ def trace(
     One track per rank and GPU stream, one event per collective call, arrows linking the calls
     of one logical collective across ranks, and a bytes-in-flight counter per rank.
     With no INPUTS, the bundled sample reports are used."""
+    from nsyscomm.commands import outputs
     from nsyscomm.views import trace as tr
 
-    result = _load(inputs, debug, merge)
+    named = output is not None
     if output is None and per_rank is None:
         output = "trace.json"
+    if output is not None and output != "-":
+        _guard(lambda: outputs.check(output, inputs, named=named), debug)
+    if per_rank is not None:
+        # its comm.json files are traces, which carry nsyscomm's mark: never read back as reports
+        _guard(lambda: outputs.check(per_rank, inputs, flag="--per-rank", folder=True, read_back=False), debug)
+    result = _load(inputs, debug, merge)
     if output == "-":
         doc = _guard(lambda: tr.build(result, steps, what_if=what_if), debug)
         click.echo(tr.dumps(doc))
-        _guard(lambda: tr.write(result, None, steps=steps, per_rank_dir=per_rank), debug)
+        _guard(lambda: tr.write(result, None, steps=steps, per_rank_dir=per_rank, write_file=outputs.write_text), debug)
         return
-    files = _guard(lambda: tr.write(result, output, steps=steps, per_rank_dir=per_rank, what_if=what_if), debug)
+    files = _guard(
+        lambda: tr.write(
+            result, output, steps=steps, per_rank_dir=per_rank, what_if=what_if, write_file=outputs.write_text
+        ),
+        debug,
+    )
     if output is not None:
-        click.echo(f"wrote {output} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
+        click.echo(f"wrote {outputs.shown(output)} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
     if per_rank is not None:
         click.echo(
-            f"wrote {len([f for f in files if f.name == 'comm.json'])} per-rank trace(s) under {per_rank}/", err=True
+            f"wrote {len([f for f in files if f.name == 'comm.json'])} per-rank trace(s) under "
+            f"{outputs.shown(per_rank)}/",
+            err=True,
         )
 
 
@@ -99,9 +114,8 @@ def trace(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=str),
-    default="report.html",
-    show_default=True,
-    help="HTML file to write ('-' for stdout).",
+    default=None,
+    help="HTML file to write ('-' for stdout). Default: report.html, which is never replaced unless named.",
 )
 @click.option(
     "--peak-busbw",
@@ -115,27 +129,24 @@ def trace(
 @merge_option
 @debug_option
 def report(
-    inputs: tuple[str, ...], output: str, peak_busbw: float | None, title: str | None, merge: bool, debug: bool
+    inputs: tuple[str, ...], output: str | None, peak_busbw: float | None, title: str | None, merge: bool, debug: bool
 ) -> None:
     """Write a self-contained HTML report (works offline: no CDN, no network).
 
     Summary tables, bus bandwidth against message size, per-rank communication and wait,
     a rank x collective arrival-skew heatmap, exposed communication per step (when the
     overlap analysis is available) and top callers. With no INPUTS, the bundled samples are used."""
+    from nsyscomm.commands import outputs
     from nsyscomm.views import html_report
 
+    named = output is not None
+    output = output or "report.html"
+    if output != "-":
+        _guard(lambda: outputs.check(output, inputs, named=named), debug)
     result = _load(inputs, debug, merge)
     page = _guard(lambda: html_report.render(result, peak_busbw=peak_busbw, title=title), debug)
     if output == "-":
         click.echo(page, nl=False)
         return
-
-    def _write():
-        from pathlib import Path
-
-        p = Path(output)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(page, encoding="utf-8")
-
-    _guard(_write, debug)
-    click.echo(f"wrote {output}", err=True)
+    _guard(lambda: outputs.write_text(output, page), debug)
+    click.echo(f"wrote {outputs.shown(output)}", err=True)

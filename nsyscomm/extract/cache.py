@@ -5,8 +5,13 @@ a folder with each per-report table (nsyscomm.ingest.extract_type.TABLES) as Par
 meta.json (report, session start, version, warnings); the exports of nsys reports
 (nsyscomm.extract.nsys_rep) are kept in its exports/ folder. Entries live outside the input's
 folder: ``$NSYSCOMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/nsyscomm``, else ``~/.cache/nsyscomm``.
-Writes go to a temporary folder renamed into place (atomic); an unreadable entry is ignored,
-removed and rebuilt.
+Writes go to a temporary folder renamed into place (atomic), readable by its owner only.
+
+An entry is checked, not trusted: one owned by another user, writable by anyone else or holding
+a symbolic link is ignored (a shared cache folder lets others plant entries: said once, and the
+report extracted afresh); one whose key, tables, column types or values (the range checks a
+fresh extract passes, nsyscomm.ingest.limits.checked) are not what this code writes is removed
+and rebuilt.
 
 Like the report itself, an entry holds only what the ingest kept (no environment strings from
 StringIds or the metadata tables).
@@ -20,18 +25,20 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nsyscomm import settings
+from nsyscomm.ingest import paths
 
 if TYPE_CHECKING:
     from nsyscomm.ingest.extract_type import Extract
 
 # the layout of an entry (meta.json and one Parquet file per table): the tables themselves are
 # those of nsyscomm.ingest.extract_type.TABLES, whose module is part of the code fingerprint
-CACHE_FORMAT = 7
+CACHE_FORMAT = 8
 # SQL files the extraction reads, named in its code as duck.sql("name")
 _SQL_READ = re.compile(r"""duck\.sql\(\s*["']([A-Za-z0-9_]+)["']\s*\)""")
 
@@ -56,7 +63,7 @@ def extraction_code() -> list[Path]:
     names: set[str] = set()
     for f in code:
         try:
-            names.update(_SQL_READ.findall(f.read_text()))
+            names.update(_SQL_READ.findall(f.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError):
             pass
     return code + [duck.sql_dir() / f"{n}.sql" for n in sorted(names)]
@@ -85,11 +92,61 @@ def key(path: Path, report: str) -> str:
 
 
 def has(path: Path, report: str) -> bool:
-    """Whether ``path`` named ``report`` has an entry (without reading it, nor importing pandas)."""
+    """Whether ``path`` named ``report`` has an entry of this user's (without reading it, nor
+    importing pandas)."""
     try:
-        return (cache_dir() / key(path, report) / "meta.json").is_file()
+        entry = cache_dir() / key(path, report)
+        return (entry / "meta.json").is_file() and _owned(entry)
     except OSError:
         return False
+
+
+UNTRUSTED_NOTE = (
+    "the extract cache holds entries of another user's, or writable by others: ignored, the reports "
+    "extracted afresh; point NSYSCOMM_CACHE_DIR at a folder of your own"
+)
+_untrusted: list[Path] = []  # entries ignored as not this user's alone, in this process
+
+
+def _owned(entry: Path) -> bool:
+    """Whether the entry and every file in it belong to this user and no one else can write them
+    (a symbolic link, which could point anywhere, counts against it)."""
+    uid = os.getuid()
+    for p in [entry, *entry.iterdir()]:
+        st = os.lstat(p)
+        if st.st_uid != uid or st.st_mode & 0o022 or stat.S_ISLNK(st.st_mode):
+            return False
+    return True
+
+
+def _validated(extract: Extract, entry: Path, meta: dict, expected_key: str) -> Extract:
+    """The extract of an entry, once its key, tables and values are what this code writes
+    (ValueError or InputError when not)."""
+    import pyarrow as pa
+
+    from nsyscomm.ingest import limits
+    from nsyscomm.ingest.extract_type import TABLES
+
+    if meta.get("key") != expected_key or entry.name != expected_key:
+        raise ValueError("key")
+    kinds = {"BIGINT": pa.types.is_integer, "INTEGER": pa.types.is_integer, "BOOLEAN": pa.types.is_boolean}
+    for t in TABLES:
+        frame = getattr(extract, t.name)
+        if frame is None:
+            continue
+        declared = {n: sql for n, sql, _ in t.columns}
+        names = frame.column_names if t.arrow else list(frame.columns)
+        if not set(names) <= declared.keys() or (not t.arrow and set(names) != declared.keys()):
+            raise ValueError(f"{t.name}: columns")
+        if t.arrow:
+            for f in frame.schema:
+                is_kind = kinds.get(declared[f.name], lambda ty: pa.types.is_string(ty) or pa.types.is_large_string(ty))
+                if not (is_kind(f.type) or pa.types.is_null(f.type)):
+                    raise ValueError(f"{t.name}.{f.name}: type")
+    kept = list(extract.warnings)  # its names were cut when it was made: no second warning of it
+    extract = limits.checked(extract, extract.path)
+    extract.warnings = kept
+    return extract
 
 
 def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
@@ -101,13 +158,16 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
 
     root = root or cache_dir()
     try:
-        entry = root / key(path, report)
+        entry = root / (expected := key(path, report))
+        if not entry.is_dir():
+            return None
+        if not _owned(entry):
+            _untrusted.append(entry)
+            return None
     except OSError:
         return None
-    if not entry.is_dir():
-        return None
     try:
-        meta = json.loads((entry / "meta.json").read_text())
+        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
         if meta.get("format") != CACHE_FORMAT or meta.get("report") != report:
             raise ValueError("format")
         # each table as TABLES declares it: Arrow or pandas, None when the report had none
@@ -117,10 +177,10 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             if t.name not in meta["frames"]:
                 frames[t.name] = None
             elif t.arrow:  # as the extract holds them
-                frames[t.name] = pq.read_table(f).replace_schema_metadata(None)
+                frames[t.name] = pq.read_table(paths.arrow_source(f)).replace_schema_metadata(None)
             else:
-                frames[t.name] = pd.read_parquet(f)
-        return Extract(
+                frames[t.name] = pd.read_parquet(paths.arrow_source(f))
+        extract = Extract(
             report=report,
             path=Path(path),
             session_start_utc_ns=meta["session_start_utc_ns"],
@@ -128,6 +188,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             warnings=list(meta["warnings"]),
             **frames,
         )
+        return _validated(extract, entry, meta, expected)
     except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error
         shutil.rmtree(entry, ignore_errors=True)
         return None
@@ -154,13 +215,15 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             df = getattr(extract, name)
             if df is None:
                 continue
-            if isinstance(df, pa.Table):
-                pq.write_table(df, tmp / f"{name}.parquet")
-            else:
-                df.to_parquet(tmp / f"{name}.parquet", index=False)
+            with open(tmp / f"{name}.parquet", "wb") as f:  # a file: pyarrow takes only UTF-8 names
+                if isinstance(df, pa.Table):
+                    pq.write_table(df, f)
+                else:
+                    df.to_parquet(f, index=False)
             present.append(name)
         meta = {
             "format": CACHE_FORMAT,
+            "key": entry.name,
             "report": extract.report,
             "source": str(Path(path).resolve()),
             "frames": present,
@@ -168,7 +231,9 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             "nsys_version": extract.nsys_version,
             "warnings": list(extract.warnings),
         }
-        (tmp / "meta.json").write_text(json.dumps(meta))
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        for written in tmp.iterdir():  # this user's alone: an entry others can write is never read (_owned)
+            os.chmod(written, 0o600)
         try:
             os.rename(tmp, entry)
         except OSError:  # another process wrote the same entry first: keep theirs
@@ -192,4 +257,10 @@ def cached_extract(path: Path, report: str, cache: bool = True, threads: int | N
     e = extract_one(path, report, threads, exports=cache_dir() / "exports" if cache else None)
     if cache:
         store(e, path)
+        if _untrusted and UNTRUSTED_NOTE not in _said:  # once in a process
+            _said.add(UNTRUSTED_NOTE)
+            e.warnings.append(UNTRUSTED_NOTE)
     return e
+
+
+_said: set[str] = set()

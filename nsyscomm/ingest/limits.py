@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 MAX_NAME = 4096  # characters kept of a name; a templated C++ kernel name fits
 CUT_MARK = "…[cut]"  # what replaces the rest
 MAX_BYTES = 1 << 50  # 1 PiB: no single message of a training job comes near it
+MAX_TIME_NS = 1 << 62  # ns from any clock's zero: 146 years
 MAX_GROUP = 1 << 24  # ranks in a group (globalTid holds 24-bit pids; no job has more ranks)
 # Kineto timestamps are µs since the epoch (about 1.8e15 today), or since process start: a
 # value past 2**53 µs is no time (and its ns would not fit in 64 bits)
@@ -53,6 +54,23 @@ _CHECKED_VALUES = (
     ("bytes", 0, MAX_BYTES, "message size (bytes=)"),
     ("numel", 0, 1 << 52, "element count (numel=)"),
     ("group_size", 1, MAX_GROUP, "group size (gsize=)"),
+) + tuple(
+    # a clock reading past 146 years either way is no clock's (2**63 - 1 is an unset end): no
+    # difference of two such times overflows
+    (col, -MAX_TIME_NS, MAX_TIME_NS, f"time ({col})")
+    for col in (
+        "cpu_start",
+        "cpu_end",
+        "gpu_start",
+        "gpu_end",
+        "exec_start",
+        "exec_end",
+        "wait_start",
+        "wait_end",
+        "duration_ns",
+        "kernel_ns",
+        "init_ns",
+    )
 )
 
 

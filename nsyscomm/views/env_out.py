@@ -44,9 +44,9 @@ def emit_with_env(
             lines.append(f"  process {p['pid']}: {p['name']}")
         for v in e.get("variables", []):
             lines.append(f"  {v}")
-    if fmt == "markdown":
-        import html
+    from nsyscomm.views.safe import markdown_text, visible_line
 
-        lines = [html.escape(x, quote=False) if x.startswith("  ") else x for x in lines]
-        lines = [f"    {x}" if x.startswith("  ") else x for x in lines]
+    lines = [visible_line(x) for x in lines]  # a value never adds a line
+    if fmt == "markdown":  # each value in an indented code block: shown as is, never rendered
+        lines = [f"    {x}" if x.startswith("  ") else (x if x.startswith("## ") else markdown_text(x)) for x in lines]
     click.echo("\n".join(lines))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import xml.etree.ElementTree as ET
 
 from rich import box
 from rich.console import Console, JustifyMethod
-from rich.markup import escape
 from rich.table import Table
 
 from nsyscomm.gate import (
@@ -26,6 +24,8 @@ from nsyscomm.gate import (
     Item,
     Verdict,
 )
+from nsyscomm.views.safe import markdown_text, visible_line
+from nsyscomm.views.safe import markup_text as escape
 from nsyscomm.views.units import signed_pct
 
 _STYLE = {
@@ -186,13 +186,13 @@ def render_text(verdict: Verdict, console: Console, show: str = "changed") -> No
 
 
 def _md_escape(s: str) -> str:
-    # report text is untrusted: no raw HTML, no table breaks
-    return html.escape(str(s), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    # report text is untrusted: inert Markdown, headings and lines included
+    return markdown_text(s)
 
 
 def _md_code(s: str) -> str:
     # a code span shows HTML literally; only a backtick (or a newline) could end it early
-    return str(s).replace("`", "'").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return visible_line(str(s)).replace("`", "'").replace("|", "\\|")
 
 
 def render_markdown(verdict: Verdict, show: str = "changed") -> str:

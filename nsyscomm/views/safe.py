@@ -9,6 +9,7 @@ formula; in JUnit XML a control character makes the file unreadable. The data st
 
 from __future__ import annotations
 
+import html
 import re
 from typing import TYPE_CHECKING, overload
 
@@ -17,13 +18,17 @@ from rich.console import Console
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
 
-# C0 controls but newline and tab, DEL, C1 controls, and the bidirectional overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069) that reorder what the terminal shows
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but newline and tab, DEL, C1 controls, the bidirectional overrides and isolates
+# (U+202A-U+202E, U+2066-U+2069) that reorder what the terminal shows, and lone surrogates: a
+# file name's bytes that are not UTF-8, as Python holds them (U+DC80-U+DCFF), which no
+# terminal, file or DuckDB string can take
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(m: re.Match) -> str:
     c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # the byte it stands for, as Python's own repr of such bytes shows it
+        return f"\\x{c - 0xDC00:02x}"
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
@@ -37,6 +42,30 @@ def visible_line(text: str) -> str:
     """visible(), and a newline or tab shown too: for one-line messages (errors, warnings)."""
     text = visible(text)
     return text.replace("\n", "\\n").replace("\t", "\\t") if ("\n" in text or "\t" in text) else text
+
+
+def markup_text(text: object) -> str:
+    """Report text for a rich console line or table cell: on one line (visible_line: a name never
+    adds a line or a heading) and its rich markup ([bold]) escaped, so that it is shown as is."""
+    from rich.markup import escape
+
+    return escape(visible_line(str(text)))
+
+
+# What CommonMark and GitHub's Markdown would read in report text as something other than text:
+# a backslash (an escape), links and images ([ ]), emphasis and strikethrough (* ~, and an
+# underscore at a word's edge: inside a word, as in train_step, it is never emphasis), code spans
+# (`), table cells (|), and bare URLs GitHub turns into links (https://, www.)
+_MARKDOWN = re.compile(r"[\\`*~\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<=:)//|(?<=www)\.")
+
+
+def markdown_text(text: object) -> str:
+    """Report text as inert Markdown: on one line (visible_line: a name never adds a line or a
+    heading), its HTML escaped (&, <, >) and every character that would make it a link, an image,
+    emphasis, a code span or a table break backslash-escaped, so that a rendered page (GitHub's
+    step summary) shows exactly the text the report holds."""
+    text = html.escape(visible_line(str(text)), quote=False)
+    return _MARKDOWN.sub(lambda m: "".join("\\" + c for c in m.group()), text)
 
 
 # spaces at the end of a line, before the style codes that may close it: rich pads every table

@@ -4,13 +4,13 @@ whose first column names the table each row belongs to (docs/views.md, "CSV").""
 
 from __future__ import annotations
 
-import html
 import io
 
 import pandas as pd
 
 from nsyscomm.analyses.result import Result
 from nsyscomm.views import findings as F
+from nsyscomm.views.safe import markdown_text
 from nsyscomm.views.units import DEFAULT_UNITS
 
 _MD_TITLES = {
@@ -23,8 +23,8 @@ _MD_TITLES = {
 
 
 def _md_cell(v) -> str:
-    # report text is untrusted: no raw HTML, no table breaks
-    return html.escape(str(v), quote=False).replace("|", "\\|").replace("\n", " ")
+    # report text is untrusted: inert Markdown, headings and lines included
+    return markdown_text(v)
 
 
 def _md_table(header: list[str], rows: list[list]) -> str:

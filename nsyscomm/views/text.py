@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from nsyscomm.analyses.result import Result
 from nsyscomm.views import findings as F
+from nsyscomm.views.safe import markup_text as escape
 from nsyscomm.views.units import DEFAULT_UNITS
 
 # how each block of lines is written: its title in bold, each line's prefix and markup
@@ -25,7 +25,7 @@ _LINE_STYLE = {
 
 def summary_table(table: F.Table, units: str = DEFAULT_UNITS, by_caller: bool = False) -> Table:
     """DeepSpeed's layout: one heading row per op (and caller), then a row per message size."""
-    t = Table(box=box.SIMPLE_HEAD, title=table.title, title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, title=escape(table.title) if table.title else None, title_justify="left")
     cols = [c for c in table.cols if c.shown and c.key != "caller"]
     for c in cols:
         t.add_column(F.header(c, units), justify="left" if c.key == "op" else "right")
@@ -43,7 +43,7 @@ def summary_table(table: F.Table, units: str = DEFAULT_UNITS, by_caller: bool = 
 
 
 def table(block: F.Table, units: str = DEFAULT_UNITS) -> Table:
-    t = Table(box=box.SIMPLE_HEAD, title=block.title, title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, title=escape(block.title) if block.title else None, title_justify="left")
     cols = [(i, c) for i, c in enumerate(block.cols) if c.shown]
     for n, (_, c) in enumerate(cols):
         t.add_column(F.header(c, units), justify="left" if n == 0 and c.kind == "text" else "right")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +31,7 @@ from nsyscomm import __version__
 from nsyscomm.analyses.contract import json_value
 from nsyscomm.errors import InputError
 from nsyscomm.views import trace_links
+from nsyscomm.views.safe import visible_line
 from nsyscomm.views.trace_links import Drawn
 from nsyscomm.views.trace_tracks import Call, Slice, Tracks, ordered
 from nsyscomm.views.trace_tracks import us as _us
@@ -152,7 +154,21 @@ def build(
         from nsyscomm.views import whatif_trace
 
         doc["traceEvents"] += whatif_trace.events(result, what_if, origin, steps)
+    _names_on_one_line(doc["traceEvents"])
     return doc
+
+
+def _names_on_one_line(events: list[dict]) -> None:
+    """Every name a trace viewer shows as a label (an event's, a process's or a track's) on one
+    line with its control characters escaped: a name from the report never adds a line."""
+    for e in events:
+        if isinstance(e.get("name"), str):
+            e["name"] = visible_line(e["name"])
+        args = e.get("args")
+        if e.get("ph") == "M" and isinstance(args, dict):
+            for k in ("name", "labels"):
+                if isinstance(args.get(k), str):
+                    args[k] = visible_line(args[k])
 
 
 def build_from_rows(
@@ -188,6 +204,7 @@ def build_from_rows(
     n_launch = trace_links.launch_arrows(
         [(launch[i], execution[i]) for i in sorted(launch) if i in execution], origin, events, n_flows + 1
     )
+    _names_on_one_line(events)
     for e in events:  # every event carries a float ts (metadata too: some readers expect it)
         e["ts"] = float(e["ts"])
         if "dur" in e:
@@ -264,6 +281,11 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
+def _write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def write(
     result: Result,
     path: str | os.PathLike | None = None,
@@ -271,16 +293,16 @@ def write(
     steps: tuple[int | None, int | None] | None = None,
     per_rank_dir: str | os.PathLike | None = None,
     what_if: str | None = None,
+    write_file: Callable[[Path, str], object] = _write_file,
 ) -> list[Path]:
     """Write the job's trace to ``path`` and/or one trace per rank to ``per_rank_dir/<rank>/comm.json``
-    (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build()."""
+    (BytePS's layout; no cross-rank flows there). Returns the files written. what_if: see build().
+    ``write_file(path, text)`` writes each file (the CLI's writes each whole or not at all)."""
     written: list[Path] = []
     if path is not None:
         doc = build(result, steps, what_if=what_if)
         p = Path(path)
-        if p.parent and not p.parent.exists():
-            p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(dumps(doc))
+        write_file(p, dumps(doc))
         written.append(p)
     if per_rank_dir is not None:
         base = Path(per_rank_dir)
@@ -291,9 +313,7 @@ def write(
             by_rank[int(r["rank"])].append(r)
         for rank in sorted(by_rank):
             doc = build_from_rows(by_rank[rank], result, steps, flows=False, origin=origin)
-            d = base / str(rank)
-            d.mkdir(parents=True, exist_ok=True)
-            f = d / "comm.json"
-            f.write_text(dumps(doc))
+            f = base / str(rank) / "comm.json"
+            write_file(f, dumps(doc))
             written.append(f)
     return written

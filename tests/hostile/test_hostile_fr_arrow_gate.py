@@ -197,3 +197,30 @@ if __name__ == "__main__":  # python -m tests.hostile.test_hostile_fr_arrow_gate
     for c in per:
         print(c["case"], c["code"], c["problems"] or "")
     print(", ".join(f"{k}: {v}" for k, v in totals.items()) + f" ({time.monotonic() - t0:.0f} s)")
+
+
+class _Code:
+    """What a pickle that runs code holds: a call of os.system when it is loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_refused_dump_given_by_name_is_refused_whatever_sits_beside_it(tmp_path):
+    """A dump that carries code, named alone while a good dump sits beside it: exit 2 naming it
+    (no code run), not a summary of nothing; in a pattern or a folder it is set aside and named."""
+    import pickle
+
+    good = H._write_dump(tmp_path, H.fr_dump(), 0)
+    marker = tmp_path.parent / f"{tmp_path.name}-ran"
+    bad = H._write_dump(tmp_path, pickle.dumps({**H.fr_dump(), "entries": [_Code(marker)]}, protocol=2), 1)
+    code, out, err = _in_process(["summarize", str(bad)])
+    assert (code, err.count("\n")) == (2, 1), (code, out, err)
+    assert bad.name in err and "posix.system" in err
+    for args in (["summarize", str(tmp_path / "nccl_trace_rank_*")], ["summarize", str(tmp_path)]):
+        code, out, err = _in_process(args)
+        assert code == 0 and good.name in out, (args, code, err)
+    assert not marker.exists()

@@ -246,20 +246,15 @@ def _frame(e: dict) -> str | None:
 
 
 def extract(path: Path, report: str | None = None) -> Extract:
-    """One dump -> an Extract (one rank) for nsyscomm.api.combine. A refused dump beside others
-    (a rank killed while torch wrote its dump leaves it truncated) is skipped with a warning
-    naming it and why, so the other ranks' dumps still say who hung; alone, it is an InputError."""
+    """One dump -> an Extract (one rank) for nsyscomm.api.combine. A dump that fails its checks
+    is an InputError, whatever sits beside it: discovery has already set aside the refused dumps
+    of a folder or a pattern (each named with its reason), so one that reaches here was named."""
     from nsyscomm.ingest.extract_type import Extract
 
     path = Path(path)
     rank = rank_of(path)
     warnings: list[str] = []
-    try:
-        rs = rows(path)
-    except InputError as e:
-        if not any(p != path and looks_like(p) for p in path.parent.iterdir()):
-            raise
-        rs, warnings = [], [f"{e} -- skipped, the other dumps read"]
+    rs = rows(path)
     cols = [c for c in schema.COLUMN_NAMES if c not in ("report", "rank", "local_rank", "host")]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rs], columns=cols)
     types = schema.arrow_types()

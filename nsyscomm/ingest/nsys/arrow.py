@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsyscomm.errors import InputError
+from nsyscomm.ingest import paths
 from nsyscomm.ingest.nsys import arrow_check
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _first_table_name(path: Path) -> str | None:
     import pyarrow.ipc as ipc
 
     try:
-        with pa.memory_map(str(path)) as src:
+        with paths.memory_map(path) as src:
             meta = ipc.open_stream(src).schema.metadata or {}
     except (pa.ArrowInvalid, OSError):
         return None
@@ -96,7 +97,7 @@ def _read_streams(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dic
 
     out: dict = {}
     columns: dict[str, set[str]] = {}
-    src = pa.memory_map(str(path))  # kept open by the tables' buffers, which point into it
+    src = paths.memory_map(path)  # kept open by the tables' buffers, which point into it
     size = src.size()
     try:
         while src.tell() < size:
@@ -135,7 +136,7 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
         name = f.stem
         try:
             if f.suffix == ".parquet":
-                pf = pq.ParquetFile(f)
+                pf = pq.ParquetFile(paths.arrow_source(f))
                 schema = pf.schema_arrow
                 columns[name] = set(schema.names)
                 if wanted is None or name in wanted:
@@ -143,7 +144,7 @@ def _read_dir(path: Path, wanted: tuple[str, ...] | None) -> tuple[dict, dict[st
                     arrow_check.check_parquet(pf, f)
                     out[name] = pf.read()
                 continue
-            src = pa.memory_map(str(f))
+            src = paths.memory_map(f)
             try:
                 freader = ipc.open_file(src)
                 columns[name] = set(freader.schema.names)

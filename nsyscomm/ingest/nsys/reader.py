@@ -281,8 +281,9 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
 
 def read_only_uri(path: str | os.PathLike) -> str:
     """SQLite URI of the report at path, read-only and immutable (nothing is ever written to a
-    report); the path percent-encoded, so that '?', '#' or '%' in it stay part of it."""
-    return f"file:{quote(Path(path).resolve().as_posix())}?mode=ro&immutable=1"
+    report); the path percent-encoded as the bytes it is on disk, so that '?', '#' or '%' in it
+    stay part of it and a name that is not UTF-8 reaches SQLite as it is."""
+    return f"file:{quote(os.fsencode(Path(path).resolve()))}?mode=ro&immutable=1"
 
 
 @dataclass
@@ -335,7 +336,7 @@ def _read(path: Path, con, cancel: bytearray) -> Opened:
             )
         # ATTACH takes no parameters; the path is quoted as a SQL string literal. DuckDB's scanner
         # takes no immutable URI: a WAL-mode report is read from a private copy (sqlite_guard)
-        quoted = str(sqlite_guard.duckdb_path(path).resolve()).replace("'", "''")
+        quoted = os.path.abspath(sqlite_guard.duckdb_path(path)).replace("'", "''")
         con.execute(f"ATTACH '{quoted}' AS r (TYPE sqlite, READ_ONLY)")
         warnings: list[str] = []
         scanned = _scan(con, path, tables, cancel)

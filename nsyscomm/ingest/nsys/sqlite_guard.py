@@ -13,6 +13,7 @@ is written beside it, whatever the file holds.
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -55,19 +56,37 @@ def duckdb_path(path: Path) -> Path:
     """The file DuckDB's SQLite scanner may open for the report at path without SQLite creating
     anything beside it: the report itself, or for a WAL-mode report a private copy switched to
     rollback mode (removed at exit). Like the immutable readers, the copy holds what the main
-    file holds; a ``-wal`` beside the report is not read."""
+    file holds; a ``-wal`` beside the report is not read. DuckDB takes a path as UTF-8 text: a
+    report whose path is not UTF-8 is reached through a symbolic link of a private folder."""
     if not is_wal(path):
-        return path
-    d = tempfile.mkdtemp(prefix="nsyscomm-wal-")
-    if not _copies:
-        atexit.register(_remove_copies)
-    _copies.append(d)
-    dst = Path(d) / "report.sqlite"
+        if _utf8(path):
+            return path
+        dst = _private_folder() / "report.sqlite"
+        dst.symlink_to(Path(path).resolve())
+        return dst
+    dst = _private_folder() / "report.sqlite"
     shutil.copyfile(path, dst)
     with open(dst, "r+b") as f:
         f.seek(18)
         f.write(b"\x01\x01")
     return dst
+
+
+def _utf8(path: Path) -> bool:
+    try:
+        os.fsencode(Path(path).resolve()).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _private_folder() -> Path:
+    """A new folder of this process's, removed at exit."""
+    d = tempfile.mkdtemp(prefix="nsyscomm-wal-")
+    if not _copies:
+        atexit.register(_remove_copies)
+    _copies.append(d)
+    return Path(d)
 
 
 def _remove_copies() -> None:

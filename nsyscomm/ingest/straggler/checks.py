@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import limits
+from nsyscomm.ingest import limits, paths
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,7 +53,7 @@ def read_table(path: Path, columns: tuple[str, ...]) -> pa.Table:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(paths.arrow_source(path))
         md, schema = pf.metadata, pf.schema_arrow
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: not a readable Parquet file ({_first(e)}); {_FIX}") from None
@@ -81,7 +81,7 @@ def read_table(path: Path, columns: tuple[str, ...]) -> pa.Table:
     if err:
         raise err
     try:
-        pf = pq.ParquetFile(path, read_dictionary=[c for c in STRING_COLUMNS if c in wanted])
+        pf = pq.ParquetFile(paths.arrow_source(path), read_dictionary=[c for c in STRING_COLUMNS if c in wanted])
         return pf.read(columns=list(columns), use_threads=False)
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: not a readable Parquet file ({_first(e)}); {_FIX}") from None
