@@ -3,6 +3,6 @@
 -- calls of unknown message size.
 -- Input: collectives.
 SELECT coalesce(max(group_size), 1) AS max_group_size,
-       count(*) FILTER (WHERE source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace')) AS by_order,
+       count(*) FILTER (WHERE source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace', 'nccl_inspector')) AS by_order,
        count(*) FILTER (WHERE bytes IS NULL AND op <> 'barrier') AS unsized
 FROM collectives
