@@ -163,4 +163,12 @@ def extract(path: Path, report: str | None = None) -> Extract:
     starts = [r["cpu_start"] for r in rs]
     ends = [max(r["cpu_end"], r["exec_end"]) for r in rs]
     spans = pd.DataFrame([{"pid": d.pid, "first_ns": min(starts, default=0), "last_ns": max(ends, default=0)}])
-    return Extract(report=report or path.name, path=path, calls=calls, markers=markers, spans=spans, warnings=warnings)
+    return Extract(
+        report=report or path.name,
+        path=path,
+        calls=calls,
+        markers=markers,
+        spans=spans,
+        warnings=warnings,
+        nsys_version=f"NCCL Inspector {d.version}",
+    )
