@@ -269,3 +269,19 @@ def test_gzip_is_read_as_a_stream(tmp_path):
     paths = write_dumps(tmp_path, calls_from_reports(gen_ddp_4rank(1)), gz=True)
     assert gzip.open(paths[0]).readline().startswith(b'{"header":{"id":')
     assert len(nsyscomm.load(tmp_path, cache=False).collectives) == 64
+
+
+def test_a_cached_dump_is_read_again_when_another_dump_changes(tmp_path, monkeypatch):
+    """A dump's extract depends on its folder (ranks, records other ranks lack): the extract cache
+    keys it by the other dumps too. The first dump (rank 3's) carries the folder's lines; rank 0's
+    dump loses a record while rank 3's stays as it was."""
+    monkeypatch.setenv("NSYSCOMM_CACHE_DIR", str(tmp_path / "cache"))
+    calls = calls_from_reports(gen_ddp_4rank(1))
+    write_dumps(tmp_path / "d", calls)
+    first = nsyscomm.load(tmp_path / "d")
+    assert not any("missing" in w for w in first.warnings)
+    gone = next(c for c in calls if c.truth["rank"] == 0 and c.func == "AllReduce" and c.sn == 2)
+    (tmp_path / "d" / "node-a-pid4242.log").unlink()
+    write_dumps(tmp_path / "d", [c for c in calls if c is not gone and c.truth["rank"] == 0])
+    again = nsyscomm.load(tmp_path / "d")
+    assert any("rank 0: 1" in w for w in again.warnings)
