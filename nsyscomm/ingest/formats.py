@@ -232,9 +232,9 @@ def _inspector_reads(path: Path) -> bool:
 
 
 def _inspector_check(path: Path) -> Any:
-    from nsyscomm.ingest.inspector import folder
+    from nsyscomm.ingest.inspector import records
 
-    return folder.folder_of(path)
+    return records.check_head(path)
 
 
 def _inspector_extract(path: Path, report: str | None, threads: int | None) -> Extract:

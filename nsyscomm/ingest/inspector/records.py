@@ -57,7 +57,7 @@ class Comm:
     nnodes: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Record:
     """One completed collective or point-to-point call on one process."""
 
@@ -164,8 +164,15 @@ def _trace(perf: dict, pre: str, path: Path, line: int) -> tuple[int | None, ...
     return start, stop, (min(starts) if starts else None), (max(stops) if stops else None)
 
 
-def _record(d: dict, path: Path, line: int) -> Record | None:
-    comm = _comm(d.get("header"), path, line)
+def _record(d: dict, path: Path, line: int, comms: dict[tuple, Comm]) -> Record:
+    h = d.get("header")
+    # every record repeats its communicator's header: checked once per distinct one
+    key = tuple(h.values()) if isinstance(h, dict) else None
+    comm = comms.get(key) if key is not None else None
+    if comm is None:
+        comm = _comm(h, path, line)
+        if key is not None:
+            comms[key] = comm
     p2p = "p2p_perf" in d
     perf = d.get("p2p_perf" if p2p else "coll_perf")
     if not isinstance(perf, dict):
@@ -215,6 +222,18 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
         raise InputError(f"{path}: a damaged dump ({type(e).__name__}); {FIX}") from None
 
 
+def check_head(path: Path) -> None:
+    """The dump's first record checked (discovery's test; the reader checks every line): an
+    InputError naming the file and the fix when it is not the plugin's."""
+    for i, d in _lines(Path(path)):
+        meta = d.get("metadata")
+        if not isinstance(meta, dict) or "inspector_output_format_version" not in meta:
+            raise InputError(f"{path}: line {i} has no Inspector metadata; {FIX}")
+        _comm(d.get("header"), Path(path), i)
+        return
+    raise InputError(f"{path}: no Inspector record in it; {FIX}")
+
+
 def read_dump(path: Path) -> Dump:
     """Every record of the dump at path, checked; InputError naming the file, line and fix."""
     path = Path(path)
@@ -222,6 +241,7 @@ def read_dump(path: Path) -> Dump:
     records: list[Record] = []
     dropped = 0
     skipped: dict[str, int] = {}
+    comms: dict[tuple, Comm] = {}
     budget = limits.budget()
     for i, d in _lines(path):
         meta = d.get("metadata")
@@ -236,9 +256,7 @@ def read_dump(path: Path) -> Dump:
             for k in ("coll_dropped_since_last_dump", "p2p_dropped_since_last_dump"):
                 dropped += _int(stats.get(k, 0), k, path, i, 0, 1 << 62)
             continue
-        rec = _record(d, path, i)
-        if rec is None:
-            continue
+        rec = _record(d, path, i, comms)
         if rec.func not in FUNCS or (rec.p2p != (rec.func in ("Send", "Recv"))):
             skipped[rec.func] = skipped.get(rec.func, 0) + 1
             continue
