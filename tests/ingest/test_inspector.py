@@ -285,3 +285,26 @@ def test_a_cached_dump_is_read_again_when_another_dump_changes(tmp_path, monkeyp
     write_dumps(tmp_path / "d", [c for c in calls if c is not gone and c.truth["rank"] == 0])
     again = nsyscomm.load(tmp_path / "d")
     assert any("rank 0: 1" in w for w in again.warnings)
+
+
+@pytest.mark.parametrize(
+    "edit,says",
+    [
+        (lambda d: d.pop("header"), "no header object"),
+        (lambda d: d["header"].update(rank=9), "header.rank"),
+        (lambda d: d["coll_perf"].update(coll_exec_time_us=1.5), "coll_exec_time_us"),
+        (lambda d: d["coll_perf"].update(coll_msg_size_bytes=1 << 60), "coll_msg_size_bytes"),
+        (lambda d: d["metadata"].pop("inspector_output_format_version"), "no Inspector metadata"),
+    ],
+)
+def test_a_bad_record_is_one_line_naming_the_file(tmp_path, edit, says):
+    paths = write_dumps(tmp_path, calls_from_reports(gen_ddp_4rank(1)))
+    lines = paths[2].read_text().splitlines()
+    d = json.loads(lines[3])
+    edit(d)
+    lines[3] = json.dumps(d, separators=(",", ":"))
+    paths[2].write_text("\n".join(lines) + "\n")
+    r = CliRunner().invoke(main, ["summarize", str(tmp_path), "--no-cache"])
+    assert r.exit_code == 2, r.output
+    assert says in r.output and paths[2].name in r.output and "line 4" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
