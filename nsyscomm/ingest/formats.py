@@ -249,6 +249,18 @@ def _inspector_siblings(path: Path) -> list[Path]:
     return [p for p in folder.dumps_in(path.parent) if p.resolve() != path.resolve()]
 
 
+def _prom_reads(path: Path) -> bool:
+    from nsyscomm.ingest.inspector import prom
+
+    return prom.looks_like(path)
+
+
+def _prom_extract(path: Path, report: str | None, threads: int | None) -> Extract:
+    from nsyscomm.ingest.inspector import prom
+
+    return prom.extract(path, report)
+
+
 # In the order a folder's reports are read (the first format's files first: ranks in process
 # order and the reference clock follow the report order).
 FORMATS: list[Format] = [
@@ -305,6 +317,12 @@ FORMATS: list[Format] = [
         check=_inspector_check,
         # the other dumps of its folder give its global rank and its communicators' members
         companions=_inspector_siblings,
+    ),
+    Format(
+        "NCCL Inspector metrics",
+        "nccl_inspector_metrics_*.prom (per-bucket means, no calls)",
+        _prom_reads,
+        _prom_extract,
     ),
 ]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,3 +285,44 @@ def calls_from_reports(reports: list[Report], min_size: int = MIN_SIZE) -> list[
             )
         )
     return out
+
+
+def size_bucket(nbytes: int) -> str:
+    """inspectorPromFormatMessageSizeRange: the size's floor in its 1024-based unit, and one more."""
+    if nbytes == 0:
+        return "0B"
+    units = ["B", "KB", "MB", "GB", "TB"]
+    value, i = float(nbytes), 0
+    while value >= 1024.0 and i < 4:
+        value /= 1024.0
+        i += 1
+    lo = max(1, math.floor(value))
+    return f"{lo}-{lo + 1}{units[i]}"
+
+
+def prom_text(calls: list[Call], version: str = "v5.1", job: str = "4242") -> str:
+    """One GPU's metrics file as the Prometheus mode writes it (inspector_prom.cc): per
+    communicator, op, size bucket and algorithm/protocol, the geometric mean of the calls' bus
+    bandwidth and the mean of their execution times, ``%.6g``."""
+    groups: dict[tuple, list[Call]] = defaultdict(list)
+    for c in calls:
+        algo = f"{c.algo}_{c.proto}" if c.func not in ("Send", "Recv") else ""
+        groups[(c.host, c.comm.name, c.comm.nnodes, c.comm.n_ranks, c.func, size_bucket(c.msg_bytes), algo)].append(c)
+    lines = []
+    for (host, comm, nnodes, nranks, func, size, algo), cs in groups.items():
+        base = f'version="{version}",slurm_job_id="{job}",node="{host}",gpu="GPU0",comm_name="{comm}",n_nodes="{nnodes}",nranks="{nranks}"'
+        p2p = func in ("Send", "Recv")
+        labels = base + (
+            f',p2p_operation="{func}",message_size="{size}"'
+            if p2p
+            else f',collective="{func}",message_size="{size}",algo_proto="{algo}"'
+        )
+        bws = [_bw(c)[1] for c in cs]
+        gm = math.exp(sum(math.log(b) for b in bws) / len(bws)) if all(b > 0 for b in bws) else 0.0
+        mean = sum((c.kernel[1] - c.kernel[0]) // 1000 for c in cs) / len(cs)
+        pre = "nccl_p2p_" if p2p else "nccl_"
+        lines.append(f"{pre}bus_bandwidth_gbs{{{labels}}} {gm:.6g}")
+        lines.append(
+            f"{'nccl_p2p_exec_time_microseconds' if p2p else 'nccl_collective_exec_time_microseconds'}{{{labels}}} {mean:.6g}"
+        )
+    return "".join(line + "\n" for line in lines)
