@@ -110,7 +110,7 @@ def looks_like(path: Path) -> bool:
             head = f.read(1 << 14)
     except (OSError, EOFError):
         return False
-    return head.lstrip().startswith(b"{") and _SIGNATURE in head.split(b"\n", 1)[0] + head[:4096]
+    return head.lstrip().startswith(b"{") and _SIGNATURE in head
 
 
 def _int(v: object, what: str, path: Path, line: int, lo: int = 0, hi: int = _MAX_US) -> int:
