@@ -15,6 +15,7 @@ from nsyscomm import duck
 from nsyscomm.analyses.result import SCHEMA_VERSION, Result
 from nsyscomm.combine import JobCalls, combine, one_job
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
+from nsyscomm.errors import InputError
 from nsyscomm.extract.readers import extract_one
 from nsyscomm.ingest import formats
 
@@ -61,7 +62,14 @@ def load(
         calls = JobCalls()
         extracts = pool.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         if not merge:
-            one_job.check(extracts, calls.pids)
+            try:
+                one_job.check(extracts, calls.pids)
+            except InputError:
+                # one job recorded by two sources: each read on its own, the second compared
+                same = _two_sources(files, nccl_logs, dict(by_caller=by_caller, jobs=jobs, cache=cache, dask=dask))
+                if same is None:
+                    raise
+                return same
         result = combine(extracts, by_caller=by_caller, calls=calls, sources=files)
         result.op_trace = formats.op_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
@@ -74,6 +82,38 @@ def load(
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
     return result
+
+
+def _two_sources(files: list, nccl_logs: Iterable, kw: dict) -> Result | None:
+    """The files of two formats, each one job of as many ranks: the first format's Result, with
+    lines saying where the second disagrees (nsyscomm.analyses.two_sources); None when they are
+    not that."""
+    by_format: dict[str, list] = {}
+    for f in files:
+        fmt = formats.sniff(f)
+        by_format.setdefault(fmt.name if fmt else "", []).append(f)
+    if len(by_format) != 2 or "" in by_format:
+        return None
+    (na, fa), (nb, fb) = by_format.items()
+    try:
+        first, second = load(fa, nccl_logs=nccl_logs, **kw), load(fb, **kw)
+    except InputError:
+        return None
+    ranks = [r.collectives["rank"].nunique() for r in (first, second)]
+    if not ranks[0] or ranks[0] != ranks[1]:
+        return None
+    from nsyscomm.analyses.two_sources import compare
+
+    agree, lines = compare(first, second, (_named(na, fa), _named(nb, fb)))
+    if not agree:  # not one call alike: two jobs after all
+        return None
+    first.warnings += lines
+    first.sources = list(files)
+    return first
+
+
+def _named(fmt: str, files: list) -> str:
+    return f"the {fmt}" if len(files) == 1 else f"the {fmt}s"
 
 
 def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:

@@ -174,6 +174,24 @@ def document(result: Result, by_caller: bool = False) -> dict:
         doc["link_metrics"] = records(
             links, ("op", "bytes", "metric", "calls", "devices", "covered_ms", "avg_value", "max_value")
         )
+    buckets = result.inspector_buckets
+    if not buckets.empty:  # NCCL Inspector's Prometheus metrics
+        doc["inspector_buckets"] = records(
+            buckets,
+            (
+                "op",
+                "api",
+                "nranks",
+                "n_nodes",
+                "message_size",
+                "bucket_lo",
+                "algo_proto",
+                "gpus",
+                "busbw_gbs",
+                "min_busbw_gbs",
+                "exec_us",
+            ),
+        )
     if result.nccl_logs:
         doc["nccl"] = nccl_section(result, by_caller)
     diagnosis = whatif_section(result)  # what-if replay: diagnosis.what_if / .attribution

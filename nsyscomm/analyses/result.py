@@ -204,6 +204,12 @@ class Result:
         return out[out["ref_busbw_GBps"].notna()]
 
     @property
+    def inspector_buckets(self) -> pd.DataFrame:
+        """NCCL Inspector's Prometheus buckets (.prom files): per op, communicator size, size
+        bucket and algorithm/protocol, the bus bandwidth and execution time means (empty otherwise)."""
+        return self._query("inspector_buckets")
+
+    @property
     def link_metrics(self) -> pd.DataFrame:
         """NVLink / PCIe / C2C counters during collectives, per op, size and nsys metric (reports
         captured with --gpu-metrics-devices; empty otherwise)."""

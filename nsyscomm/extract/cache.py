@@ -1,6 +1,6 @@
 """A normalized Parquet cache of per-report extracts.
 
-One entry per (report file, its size and mtime, the name it has in the job, the ingest code):
+One entry per (report file, its size and mtime, the files its format reads along with it, the name it has in the job, the ingest code):
 a folder with each per-report table (nsyscomm.ingest.extract_type.TABLES) as Parquet and
 meta.json (report, session start, version, warnings); the exports of nsys reports
 (nsyscomm.extract.nsys_rep) are kept in its exports/ folder. Entries live outside the input's
@@ -87,8 +87,29 @@ def code_fingerprint() -> str:
 
 def key(path: Path, report: str) -> str:
     st = Path(path).stat()
-    ident = json.dumps([str(Path(path).resolve()), st.st_size, st.st_mtime_ns, report, code_fingerprint()])
+    ident = json.dumps(
+        [str(Path(path).resolve()), st.st_size, st.st_mtime_ns, report, code_fingerprint(), _read_along(path)]
+    )
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def _read_along(path: Path) -> list:
+    """The files its format reads along with a report (nsyscomm.ingest.formats: a trace's meta, the
+    other dumps of an Inspector folder, which give it its ranks), each with its size and mtime:
+    an extract made from them is stale once one of them changes."""
+    from nsyscomm.ingest import formats
+
+    fmt = formats.sniff(Path(path))
+    if fmt is None:
+        return []
+    out = []
+    for p in fmt.companions(Path(path)):
+        try:
+            st = p.stat()
+            out.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([str(p), None, None])
+    return out
 
 
 def has(path: Path, report: str) -> bool:

@@ -138,6 +138,26 @@ TABLES: tuple[Table, ...] = (
         (("name_id", "BIGINT", "string id"), ("name", "VARCHAR", "the kernel name, bounded")),
         job_table="gap_kernel_names",
     ),
+    # NCCL Inspector's Prometheus metrics (nsyscomm.ingest.inspector.prom): per-bucket means, no calls
+    Table(
+        "inspector_buckets",
+        (
+            ("node", "VARCHAR", "the node's name"),
+            ("gpu", "VARCHAR", "the GPU (GPU0, ...)"),
+            ("comm_name", "VARCHAR", "the communicator's name (unknown when unset)"),
+            ("nranks", "INTEGER", "its ranks"),
+            ("n_nodes", "INTEGER", "its nodes"),
+            ("op", "VARCHAR", "canonical op"),
+            ("api", "VARCHAR", "NCCL's function name"),
+            ("algo_proto", "VARCHAR", "NCCL's algorithm and protocol (collectives)"),
+            ("message_size", "VARCHAR", "the size bucket as the plugin labels it (134-135MB)"),
+            ("bucket_lo", "BIGINT", "the bucket's lower bound, bytes per rank"),
+            ("bucket_hi", "BIGINT", "its upper bound, bytes per rank"),
+            ("busbw_gbs", "DOUBLE", "the bucket's bus bandwidth, geometric mean over its calls, GB/s"),
+            ("exec_us", "DOUBLE", "its mean execution time, microseconds"),
+        ),
+        job_table="inspector_buckets",
+    ),
 )
 TABLE: dict[str, Table] = {t.name: t for t in TABLES}
 
@@ -167,3 +187,5 @@ class Extract:
     # name id (nsyscomm.ingest.nsys.gap_kernels), and the names of those ids; None: not kept
     gap_kernels: pd.DataFrame | None = None
     gap_kernel_names: pd.DataFrame | None = None
+    # NCCL Inspector's Prometheus buckets (nsyscomm.ingest.inspector.prom); None: not that source
+    inspector_buckets: pd.DataFrame | None = None

@@ -222,6 +222,45 @@ def _fr_extract(path: Path, report: str | None, threads: int | None) -> Extract:
     return dump.extract(path, report)
 
 
+# ---- NCCL Inspector dumps (nsyscomm.ingest.inspector)
+
+
+def _inspector_reads(path: Path) -> bool:
+    from nsyscomm.ingest.inspector import records
+
+    return records.looks_like(path)  # by name and first line: a refused dump says why
+
+
+def _inspector_check(path: Path) -> Any:
+    from nsyscomm.ingest.inspector import records
+
+    return records.check_head(path)
+
+
+def _inspector_extract(path: Path, report: str | None, threads: int | None) -> Extract:
+    from nsyscomm.ingest.inspector import reader
+
+    return reader.extract(path, report)
+
+
+def _inspector_siblings(path: Path) -> list[Path]:
+    from nsyscomm.ingest.inspector import folder
+
+    return [p for p in folder.dumps_in(path.parent) if p.resolve() != path.resolve()]
+
+
+def _prom_reads(path: Path) -> bool:
+    from nsyscomm.ingest.inspector import prom
+
+    return prom.looks_like(path)
+
+
+def _prom_extract(path: Path, report: str | None, threads: int | None) -> Extract:
+    from nsyscomm.ingest.inspector import prom
+
+    return prom.extract(path, report)
+
+
 # In the order a folder's reports are read (the first format's files first: ranks in process
 # order and the reference clock follow the report order).
 FORMATS: list[Format] = [
@@ -269,6 +308,21 @@ FORMATS: list[Format] = [
         _fr_extract,
         check=_fr_check,
         order=_fr_order,
+    ),
+    Format(
+        "NCCL Inspector dump",
+        "<host>-pid<PID>.log, *.jsonl (either .gz)",
+        _inspector_reads,
+        _inspector_extract,
+        check=_inspector_check,
+        # the other dumps of its folder give its global rank and its communicators' members
+        companions=_inspector_siblings,
+    ),
+    Format(
+        "NCCL Inspector metrics",
+        "nccl_inspector_metrics_*.prom (per-bucket means, no calls)",
+        _prom_reads,
+        _prom_extract,
     ),
 ]
 

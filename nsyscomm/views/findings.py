@@ -148,7 +148,25 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
 
 
 def _closing(result: Result) -> list[Block]:
-    return [Lines("warning", None, list(result.warnings)), Lines("note", None, skipped_lines(result))]
+    out: list[Block] = []
+    if result.n_calls == 0 and not result.inspector_buckets.empty:  # all a user has: Inspector's metrics
+        out.append(inspector_buckets(result))
+    return out + [Lines("warning", None, list(result.warnings)), Lines("note", None, skipped_lines(result))]
+
+
+def inspector_buckets(result: Result) -> Table:
+    cols = [
+        Col("op", "op"),
+        Col("nranks", "n", "int"),
+        Col("message_size", "size bucket"),
+        Col("algo_proto", "algo_proto"),
+        Col("gpus", "GPUs", "int"),
+        Col("exec_us", "mean time (us)", "bw"),
+        Col("busbw_gbs", "busbw (GB/s)", "bw"),
+        Col("min_busbw_gbs", "slowest GPU (GB/s)", "bw"),
+    ]
+    title = "NCCL Inspector metrics (Prometheus buckets: no call of its own, so no ranks, skew or timeline)"
+    return Table("inspector_buckets", title, cols, _rows(result.inspector_buckets, cols))
 
 
 def skipped_lines(result: Result, shown: int = 6) -> list[str]:

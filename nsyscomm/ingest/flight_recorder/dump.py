@@ -237,6 +237,24 @@ def _group_ranks(members: list[int]) -> str:
     return text[: limits.MAX_NAME - len(limits.CUT_MARK)] + limits.CUT_MARK
 
 
+def library_version(d: dict) -> str | None:
+    """The communication library's version the dump names: ``comm_lib_version`` (format 2.10,
+    torchcomms), ``nccl_version`` before it."""
+    for key in ("comm_lib_version", "nccl_version"):
+        v = d.get(key)
+        if isinstance(v, str) and v:
+            return limits.cut_name(v)
+    return None
+
+
+def describe(d: dict) -> str:
+    """What made the dump, as the job's sources name it: "Flight Recorder 2.10 (library 2.27.3)"."""
+    lib = library_version(d)
+    v = d.get("version")
+    version = limits.cut_name(v) if isinstance(v, str) else "?"
+    return f"Flight Recorder {version}" + (f" (library {lib})" if lib else "")
+
+
 def _frame(e: dict) -> str | None:
     frames = e.get("frames") or []
     for f in frames:
@@ -254,7 +272,8 @@ def extract(path: Path, report: str | None = None) -> Extract:
     path = Path(path)
     rank = rank_of(path)
     warnings: list[str] = []
-    rs = rows(path)
+    d = load_dump(path)
+    rs, made_by = rows(path, d), describe(d)
     cols = [c for c in schema.COLUMN_NAMES if c not in ("report", "rank", "local_rank", "host")]
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rs], columns=cols)
     types = schema.arrow_types()
@@ -263,4 +282,12 @@ def extract(path: Path, report: str | None = None) -> Extract:
     ends = [r["cpu_end"] or r["cpu_start"] for r in rs if r["cpu_start"]]
     markers = pd.DataFrame([{"pid": rank, "rank": rank, "local_rank": None, "world": None, "host": None}])
     spans = pd.DataFrame([{"pid": rank, "first_ns": min(starts) if starts else 0, "last_ns": max(ends) if ends else 0}])
-    return Extract(report=report or path.name, path=path, calls=calls, markers=markers, spans=spans, warnings=warnings)
+    return Extract(
+        report=report or path.name,
+        path=path,
+        calls=calls,
+        markers=markers,
+        spans=spans,
+        warnings=warnings,
+        nsys_version=made_by,
+    )

@@ -54,6 +54,7 @@ META_KEYS = (  # the args PyTorch records per collective (read by meta_row)
     "Process Group Ranks",
     "Process Group Description",
     "Seq",
+    "Comms Id",
     "Root",
 )
 
@@ -126,18 +127,36 @@ def meta_row(args: dict) -> dict:
     gsize = int_or_none(args.get("Group size"))
     nbytes, numel = message_size(op, args.get("In msg nelems"), args.get("Out msg nelems"), ts, gsize)
     ranks = args.get("Process Group Ranks")
-    group = args.get("Process Group Name")
+    group, seq = _match_key(op, args)
     return {
         "op": op,
         "api": str(api) if api else None,
         "bytes": nbytes,
         "numel": numel,
         "dtype": dtype,
-        "group": None if group in (None, "") else str(group),
+        "group": group,
         "group_size": gsize,
         "group_ranks": None if ranks in (None, "") else str(ranks).replace(" ", ""),
-        "seq": int_or_none(args.get("Seq")),
+        "seq": seq,
     }
+
+
+def _match_key(op: str | None, args: dict) -> tuple[str | None, int | None]:
+    """(group, seq) that match one logical collective across ranks exactly: the process group's
+    name and PyTorch's per-group sequence number (``Seq``); else its ``Comms Id`` (a hash PyTorch
+    makes of the group, the seq and the group's ranks, the same on each rank of one collective)
+    alone; else no seq, and the calls are matched by their order (sql/collectives.sql). A seq
+    without its group would match other groups' calls; a point-to-point call pairs by its
+    messages' order, never by a key of its own."""
+    group = args.get("Process Group Name")
+    group = None if group in (None, "") else str(group)
+    seq = int_or_none(args.get("Seq"))
+    comms = args.get("Comms Id")
+    if group is not None and seq is not None and seq >= 0:
+        return group, seq
+    if comms not in (None, "") and op not in ("send", "recv"):
+        return f"comms-id:{str(comms)[:40]}", 0
+    return group, None
 
 
 def shape_meta(op: str | None, args: dict) -> dict:

@@ -55,6 +55,14 @@ ENTRY_FIELDS = {
     "rank": "rank",
     "cuda device": "device",
     "no. of devices": "ndev",
+    # nsys's NCCL tracing (--trace=nccl, nsys 2025.6+, NCCL 2.28+), as its recipe tables name the
+    # values (NCCL_GPU_OPERATIONS_COLLECTIVE: commHash, seqNumber): the communicator, and NCCL's
+    # sequence number of the call in it, the same on every rank
+    "commhash": "comm",
+    "comm hash": "comm",
+    "seqnumber": "seq",
+    "seq number": "seq",
+    "sequence number": "seq",
 }
 
 
@@ -122,7 +130,7 @@ def build_units(events: pd.DataFrame, comm_sizes: dict) -> pd.DataFrame:
                     members.append(e)
                 else:
                     rows.append(_unit(gtid, e.start, e.end, [e], comm_sizes, grouped=False))
-    cols = ["globalTid", "start", "end", "op", "api", "bytes", "group", "group_size", "redop", "members"]
+    cols = ["globalTid", "start", "end", "op", "api", "bytes", "group", "group_size", "redop", "members", "seq"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -160,6 +168,12 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
         nbytes = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
     else:
         op, nbytes = None, None  # mixed collectives in one group: the kernels tell
+    # NCCL's own sequence number (nsys's NCCL tracing) keys one collective on every rank exactly;
+    # a unit of several calls has several, and is matched by order
+    first = getattr(members[0], "seq", None)
+    seq = None
+    if len(members) == 1 and first is not None and present(first) and op not in ("send", "recv", "all_to_all"):
+        seq = int(first)
     return {
         "globalTid": gtid,
         "start": start,
@@ -171,6 +185,7 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
         "group_size": n,
         "redop": ",".join(sorted(r for r in redops if r)) or None,
         "members": len(members),
+        "seq": seq,
     }
 
 

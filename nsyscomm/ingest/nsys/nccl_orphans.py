@@ -76,6 +76,7 @@ def rows(units: pd.DataFrame) -> pd.DataFrame:
             "bytes": units["bytes"].to_numpy(),
             "group": units["group"].to_numpy(),
             "group_size": units["group_size"].to_numpy(),
+            "seq": units["seq"].to_numpy() if "seq" in units else None,
             "cpu_start": units["start"].to_numpy(),
             "cpu_end": units["end"].to_numpy(),
             "source": "nccl_payload",

@@ -102,7 +102,7 @@ def read_events(
 ) -> tuple[pd.DataFrame, dict]:
     """NCCL-domain ranges of the report at ``path`` with decoded payload fields.
     Returns (events, schemas); events has globalTid, start, end, name, comm, msg_bytes, redop,
-    root, peer, nranks, rank, device.
+    root, peer, nranks, rank, device, seq.
 
     Read with Python's sqlite3, not DuckDB: nsys declares binaryData TEXT but a blob may hold
     any bytes, which DuckDB's SQLite scanner refuses as invalid UTF-8."""
@@ -119,6 +119,7 @@ def read_events(
         "nranks",
         "rank",
         "device",
+        "seq",
     ]
     empty = pd.DataFrame(columns=cols)
     nv = tables.get("NVTX_EVENTS")
@@ -198,6 +199,7 @@ def _read_events(
                 f.get("nranks"),
                 f.get("rank"),
                 f.get("device"),
+                f.get("seq") if isinstance(f.get("seq"), int) and 0 <= f["seq"] < 1 << 62 else None,
             )
         )
     ev = pd.DataFrame(out, columns=cols)
@@ -349,11 +351,11 @@ def apply(
     units = units_with_kernels(con, units) if has_kernels else units.assign(k_first=None, k_last=None, kernels=0)
     # the calls (Arrow) are changed row by row here: in pandas, then back
     calls = duck.arrow_frame(calls)
-    for c in ("bytes", "group", "group_size", "op", "api", "source"):
+    for c in ("bytes", "group", "group_size", "op", "api", "source", "seq"):
         if c not in calls:
             calls[c] = None
-    calls["bytes"] = calls["bytes"].astype("object")
-    calls["group_size"] = calls["group_size"].astype("object")
+    for c in ("bytes", "group_size", "seq"):
+        calls[c] = calls[c].astype("object")
     # units that carry payload values (without blobs/JSON there is nothing to add)
     ku = units[units["k_first"].notna() & (units["bytes"].notna() | units["group"].notna())].copy()
     if len(ku):
@@ -380,6 +382,8 @@ def apply(
             sizes_ = {u.group_size for u in us if present(u.group_size)}
             if len(sizes_) == 1:
                 calls.at[i, "group_size"] = int(sizes_.pop())
+            if len(us) == 1 and present(us[0].seq) and us[0].group:
+                calls.at[i, "seq"] = int(us[0].seq)  # NCCL's own: matched across ranks exactly
             if calls.at[i, "source"] == "kernel_name":
                 ops_ = {u.op for u in us if u.op}
                 if len(ops_) == 1:
