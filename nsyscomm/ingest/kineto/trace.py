@@ -49,6 +49,7 @@ from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.kineto import checks as kineto_checks
+from nsyscomm.ingest.kineto import copies as kineto_copies
 from nsyscomm.ingest.kineto import profiler_steps
 from nsyscomm.ingest.kineto.calls import Kernel, Launch, Range, match
 from nsyscomm.ingest.kineto.meta import int_or_none
@@ -81,6 +82,7 @@ class Kept:
     ranges: list[Range] = field(default_factory=list)  # PyTorch's nccl:* / gloo:* ranges
     params: list[Range] = field(default_factory=list)  # record_param_comms
     compute: list[tuple[int | None, int, int]] = field(default_factory=list)  # (device, start, end)
+    copies: list[kineto_copies.Copy] = field(default_factory=list)  # device-to-device copies
     wrappers: list[Range] = field(default_factory=list)  # nsyscomm's record_function ranges
     rank_marks: list[tuple[int, int, dict[str, str]]] = field(default_factory=list)  # (ts, pid, fields)
     steps: list[profiler_steps.StepRange] = field(default_factory=list)  # ProfilerStep#N
@@ -93,7 +95,7 @@ class Kept:
     def check_budget(self, path: Path) -> None:
         kept = len(self.kernels) + len(self.ranges) + len(self.params) + len(self.wrappers)
         kept += len(self.rank_marks) + len(self.steps)
-        kineto_checks.check_budget(path, kept, len(self.compute) + len(self.launches))
+        kineto_checks.check_budget(path, kept, len(self.compute) + len(self.launches) + len(self.copies))
 
     def add(self, e: dict) -> None:
         """Keep what the reader uses of one complete ("X") event."""
@@ -112,6 +114,9 @@ class Kept:
                 self.kernels.append(Kernel(ts, end, name, kineto_checks.slim_args(args)))
             else:
                 self.compute.append((int_or_none(args.get("device")), ts, end))
+            return
+        if cat == "gpu_memcpy" and kineto_copies.is_call_copy(name):
+            self.copies.append(kineto_copies.make(ts, end, args))
             return
         if cat in ("gpu_memcpy", "gpu_memset", "gpu_user_annotation"):
             return
