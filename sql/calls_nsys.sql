@@ -19,6 +19,16 @@ step_marked AS (
     -- step, nsyscomm.step(i)): there the wrapper's label is a step, not "no step seen yet"
     SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid FROM src_ranges WHERE name LIKE 'nsyscomm.step|%'
 ),
+windows AS (
+    -- the wrapper's capture range of each process under `nsyscomm run --steps A:B` (pushed when
+    -- its step A begins, popped when its step B begins). nsys collects from the first process's
+    -- push to the last one's pop, so a rank that left its window early goes on being recorded:
+    -- its calls outside its own range are outside the window. A range without an end (src_ranges
+    -- ends it where it starts) was still open when the capture stopped: open to the capture's end.
+    SELECT ((globalTid >> 24) & 16777215) AS pid, min(start) AS w_start,
+           CASE WHEN max("end") > min(start) THEN max("end") ELSE 9223372036854775807 END AS w_end
+    FROM src_ranges WHERE name = 'nsyscomm.capture' GROUP BY pid
+),
 kernels AS (
     SELECT * FROM nccl_kernels   -- kid, name_id: sql/nccl_kernels.sql
 ),
@@ -166,4 +176,6 @@ FROM (SELECT c.*,
              (SELECT max(s.step) FROM profiler_steps s
               WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end") AS p_step,
              c.pid IN (SELECT pid FROM step_marked) OR coalesce(max(c.step) OVER (PARTITION BY c.pid), 0) > 0 AS saw
-      FROM calls c) c
+      FROM calls c
+      WHERE c.cpu_start IS NULL OR NOT EXISTS (SELECT 1 FROM windows w WHERE w.pid = c.pid)
+         OR EXISTS (SELECT 1 FROM windows w WHERE w.pid = c.pid AND c.cpu_start BETWEEN w.w_start AND w.w_end)) c

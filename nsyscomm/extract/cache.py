@@ -125,6 +125,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             session_start_utc_ns=meta["session_start_utc_ns"],
             nsys_version=meta["nsys_version"],
             warnings=list(meta["warnings"]),
+            windowed=bool(meta.get("windowed", False)),
             **frames,
         )
     except Exception:  # noqa: BLE001 - a damaged entry is rebuilt, never an error
@@ -166,6 +167,7 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             "session_start_utc_ns": extract.session_start_utc_ns,
             "nsys_version": extract.nsys_version,
             "warnings": list(extract.warnings),
+            "windowed": extract.windowed,
         }
         (tmp / "meta.json").write_text(json.dumps(meta))
         try:

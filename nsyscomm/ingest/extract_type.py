@@ -167,3 +167,6 @@ class Extract:
     # name id (nsyscomm.ingest.nsys.gap_kernels), and the names of those ids; None: not kept
     gap_kernels: pd.DataFrame | None = None
     gap_kernel_names: pd.DataFrame | None = None
+    # the report is a capture window (`nsyscomm run --steps A:B`: the wrapper's nsyscomm.capture
+    # ranges): combine trims a step its edges cut on some rank (nsyscomm.combine.window)
+    windowed: bool = False
