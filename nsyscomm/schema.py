@@ -54,6 +54,9 @@ COLLECTIVES = (
     # of nvtx_format.py), NULL where it made none that nsyscomm saw
     ("wait_start", "BIGINT"),
     ("wait_end", "BIGINT"),
+    # the step at which the call's rank joined under torch.distributed.algorithms.Join, for a call
+    # it made after (Join's shadow collectives, matching the ranks still training); else NULL
+    ("joined", "BIGINT"),
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

@@ -29,6 +29,14 @@ windows AS (
            CASE WHEN max("end") > min(start) THEN max("end") ELSE 9223372036854775807 END AS w_end
     FROM src_ranges WHERE name = 'nsyscomm.capture' GROUP BY pid
 ),
+joins AS (
+    -- a rank that joined early under torch.distributed.algorithms.Join: the wrapper's range over
+    -- its Join.__exit__, where it issues shadow collectives to match the ranks still training
+    -- (nsyscomm/capture/join_ranks.py); step: its step when it joined
+    SELECT ((globalTid >> 24) & 16777215) AS pid, start, "end",
+           TRY_CAST(regexp_extract(name, '\|step=([0-9]+)', 1) AS BIGINT) AS step
+    FROM src_ranges WHERE name LIKE 'nsyscomm.joined|%'
+),
 kernels AS (
     SELECT * FROM nccl_kernels   -- kid, name_id: sql/nccl_kernels.sql
 ),
@@ -171,7 +179,9 @@ calls AS (
 -- the step: the wrapper's where it saw step boundaries in the call's process (its markers, or a
 -- label past step 0), else the ProfilerStep#N range's, else the wrapper's (nsyscomm/ingest/kineto/profiler_steps.py)
 SELECT c.* EXCLUDE (gtid, step, p_step, saw),
-       CASE WHEN c.saw THEN coalesce(c.step, c.p_step) ELSE coalesce(c.p_step, c.step) END AS step
+       CASE WHEN c.saw THEN coalesce(c.step, c.p_step) ELSE coalesce(c.p_step, c.step) END AS step,
+       -- the step at which the call's rank joined, for a call it made after (a shadow), else NULL
+       (SELECT max(j.step) FROM joins j WHERE j.pid = c.pid AND c.cpu_start BETWEEN j.start AND j."end") AS joined
 FROM (SELECT c.*,
              (SELECT max(s.step) FROM profiler_steps s
               WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end") AS p_step,

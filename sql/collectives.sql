@@ -76,6 +76,7 @@ SELECT
     source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
     wait_start, wait_end,
+    joined,  -- the step its rank joined at under Join: a shadow call (nsyscomm/capture/join_ranks.py)
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     CASE WHEN pair IS NULL THEN (hash("group", pair, op, seq) >> 1)::BIGINT
          ELSE (hash("group", 'p2p', sender, receiver, msg) >> 1)::BIGINT END AS logical_id

@@ -4,9 +4,10 @@
 -- (a call holding NCCL's init stays: its arrivals leave the init out, sql/collectives.sql), and the job's
 -- first meetings (first_meet: every participant's first call), whose skew is what the processes
 -- did before they first met -- start-up, or a lateness the Diagnosis names (late_arrivals.sql),
--- no communication the gate compares. Inputs: collectives, logical_collectives.
+-- no communication the gate compares; and Join's shadow collectives (shadow: a rank that ran out of
+-- inputs matches the others', its waiting there is its absence). Inputs: collectives, logical_collectives.
 WITH shared AS (
-    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT whole_setup AND NOT first_meet
+    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT whole_setup AND NOT first_meet AND NOT shadow
 ),
 per_row AS (
     SELECT c.rank,

@@ -22,12 +22,12 @@ per_rank AS (
 ),
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
-    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup GROUP BY step
+    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup AND NOT shadow GROUP BY step
 ),
 late_by AS (
     SELECT step, last_rank, sum(last_arrival - first_arrival) AS late_ns
     FROM logical_collectives
-    WHERE step IS NOT NULL AND participants >= 2 AND last_arrival > first_arrival AND NOT whole_setup AND NOT startup
+    WHERE step IS NOT NULL AND participants >= 2 AND last_arrival > first_arrival AND NOT whole_setup AND NOT startup AND NOT shadow
     GROUP BY step, last_rank
 ),
 late AS (

@@ -5,7 +5,7 @@ SELECT op, "group", pair, seq, bytes, step, caller, participants, last_rank,
        (last_arrival - first_arrival) / 1e6 AS skew_ms,
        latency_ns / 1e6                    AS latency_ms
 FROM logical_collectives
-WHERE participants >= 2 AND NOT setup AND NOT startup
+WHERE participants >= 2 AND NOT setup AND NOT startup AND NOT shadow
 -- ties broken down to the collective (group, pair): the same rows, in the same order, every run
 ORDER BY last_arrival - first_arrival DESC, op, seq, "group" NULLS FIRST, pair NULLS FIRST
 LIMIT $limit

@@ -9,7 +9,7 @@ import pandas as pd
 from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
-from nsyscomm.combine import clocks, setup, window
+from nsyscomm.combine import clocks, joined, setup, window
 from nsyscomm.combine.calls import (
     TIME_COLS,
     JobCalls,
@@ -73,6 +73,7 @@ def combine(extracts: list[Extract], by_caller: bool = False, calls: JobCalls | 
     create_collectives(con)
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
+    joined.align_steps(con)
     if any(e.windowed for e in extracts):
         cut = window.trim_partial_steps(con)
         warnings += [cut] if cut else []

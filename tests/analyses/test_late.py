@@ -414,6 +414,7 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         con.execute("ALTER TABLE logical_collectives ADD COLUMN setup BOOLEAN DEFAULT false")
         con.execute("ALTER TABLE logical_collectives ADD COLUMN startup BOOLEAN DEFAULT false")
         con.execute("ALTER TABLE logical_collectives ADD COLUMN whole_setup BOOLEAN DEFAULT false")
+        con.execute("ALTER TABLE logical_collectives ADD COLUMN shadow BOOLEAN DEFAULT false")
         rows = con.execute(duck.sql("late_arrivals"), {"noise_ns": 100_000}).fetchall()
         cols = [d[0] for d in con.description]
     finally:

@@ -36,7 +36,9 @@ def _full_extract(path: Path) -> Extract:
     for t in TABLES:
         df = pd.DataFrame({n: [value[ty]] for n, ty, _ in t.columns})
         tables[t.name] = pa.Table.from_pandas(df, preserve_index=False) if t.arrow else df
-    return Extract(report="r", path=path, session_start_utc_ns=5, nsys_version="v", warnings=["w"], windowed=True, **tables)
+    return Extract(
+        report="r", path=path, session_start_utc_ns=5, nsys_version="v", warnings=["w"], windowed=True, **tables
+    )
 
 
 def test_the_cache_stores_and_loads_every_declared_table(tmp_path):

@@ -303,3 +303,19 @@ def test_real_one_gpu_kineto_trace_sets_aside_nccl_setup():
     rows = doc.setup.to_dict("records")
     assert len(rows) == 1 and rows[0]["op"] == "all_gather" and rows[0]["took_ms"] > 50
     assert not [1 for r in doc.summary.to_dict("records") if r["op"] == "all_gather" and r["bytes"] == rows[0]["bytes"]]
+
+
+def test_calls_after_a_rank_joined_are_marked(tmp_path):
+    """The wrapper's nsyscomm.joined|step=N range (Join's exit, as torch.profiler records it)
+    marks the calls inside it with the step the rank joined at; the calls before stay unmarked."""
+    pid = 7000
+    ev = []
+    for i, t in enumerate((100.0, 200.0, 300.0)):
+        msg = nvtx_format.format_collective(
+            "all_reduce", api="all_reduce", bytes=4, dtype="float32", numel=1, pg=0, gsize=2, seq=i, step=min(i, 1)
+        )
+        ev.append(_x(msg, "user_annotation", t, 10.0, pid, pid))
+    ev.append(_x(nvtx_format.format_joined(1), "user_annotation", 150.0, 500.0, pid, pid))
+    trace = {"distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}, "traceEvents": ev}
+    calls = arrow_frame(kineto.extract(write(tmp_path / "r1.json", trace)).calls).sort_values("cpu_start")
+    assert [None if v != v else int(v) for v in calls["joined"]] == [None, 1, 1]

@@ -83,6 +83,7 @@ class Kept:
     params: list[Range] = field(default_factory=list)  # record_param_comms
     compute: list[tuple[int | None, int, int]] = field(default_factory=list)  # (device, start, end)
     copies: list[kineto_copies.Copy] = field(default_factory=list)  # device-to-device copies
+    joins: list[Range] = field(default_factory=list)  # the wrapper's nsyscomm.joined ranges (Join)
     wrappers: list[Range] = field(default_factory=list)  # nsyscomm's record_function ranges
     rank_marks: list[tuple[int, int, dict[str, str]]] = field(default_factory=list)  # (ts, pid, fields)
     steps: list[profiler_steps.StepRange] = field(default_factory=list)  # ProfilerStep#N
@@ -93,7 +94,7 @@ class Kept:
     n_events: int = 0
 
     def check_budget(self, path: Path) -> None:
-        kept = len(self.kernels) + len(self.ranges) + len(self.params) + len(self.wrappers)
+        kept = len(self.kernels) + len(self.ranges) + len(self.params) + len(self.wrappers) + len(self.joins)
         kept += len(self.rank_marks) + len(self.steps)
         kineto_checks.check_budget(path, kept, len(self.compute) + len(self.launches) + len(self.copies))
 
@@ -141,12 +142,25 @@ class Kept:
                 self.rank_marks.append((ts, pid, nvtx_format.parse(name)))
             elif name.startswith(nvtx_format.STEP_PREFIX + "|"):
                 self.step_marked.add(pid)
+            elif name.startswith(nvtx_format.JOINED_PREFIX + "|"):
+                self.joins.append(Range(ts, end, pid, tid, name, {}))
         elif _is_comm_range(name):
             self.ranges.append(Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
         elif name.startswith(profiler_steps.PREFIX):
             step = profiler_steps.parse(name, pid, ts, end)
             if step is not None:
                 self.steps.append(step)
+
+
+def _mark_joined(rows: list[dict], joins: list[Range]) -> None:
+    """A call inside the wrapper's nsyscomm.joined range of its process was made after its rank
+    joined under Join (nsyscomm/capture/join_ranks.py): joined = the step it joined at."""
+    for j in joins:
+        step = int_or_none(nvtx_format.parse(j.name).get("step"))
+        for row in rows:
+            t = row.get("cpu_start")
+            if step is not None and row.get("pid") == j.pid and t is not None and j.start <= t <= j.end:
+                row["joined"] = step
 
 
 def _read(path: Path) -> Kept:
@@ -249,6 +263,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
 
     rows = match(kept, main_pid, warnings, report)
     profiler_steps.assign(rows, kept.steps, kept.step_marked)
+    _mark_joined(rows, kept.joins)
     kineto_checks.check_int64(path, rows)
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
         columns=["report", "rank", "local_rank", "host", "duration_ns"]
