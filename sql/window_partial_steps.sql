@@ -3,7 +3,8 @@
 -- the last one's closing, so a rank whose window opened after the others' or closed while the
 -- capture stopped has part of its edge step only. Such a step holds a collective seen on fewer
 -- ranks than its group (a message without one of its sides); only the job's first and last steps
--- are looked at (an incomplete collective inside the window is no edge: a hang, a missing rank).
+-- are looked at (an incomplete collective inside the window is no edge: a hang, a missing rank),
+-- and never a step where a call never completed (a hang at the last step).
 -- Input: collectives (step, logical_id, op, group_size, rank).
 -- Out: step, edge ('first' | 'last'), calls (its calls on every rank), short (the ranks with
 -- fewer calls in it than the rank with most, 0 for a rank with none: where the edge cut it).
@@ -20,6 +21,9 @@ incomplete AS (
 cut AS (
     SELECT DISTINCT s.step, CASE WHEN s.step = e.lo THEN 'first' ELSE 'last' END AS edge
     FROM incomplete s, edges e
+    -- a step holding a call that never completed (its range has no end: the ingest ends it where
+    -- it starts) is a hang, which the hang analysis reads, not the capture's edge
+    WHERE NOT EXISTS (SELECT 1 FROM collectives c WHERE c.step = s.step AND (c.cpu_end IS NULL OR c.cpu_end <= c.cpu_start))
 ),
 per_rank AS (
     SELECT k.step, r.rank, count(c.rank) AS n

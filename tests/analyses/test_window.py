@@ -111,3 +111,26 @@ def test_real_window_keeps_the_same_steps_on_every_rank(tmp_path):
     line = next(i for i, t in enumerate((DATA / "window_job.py").read_text().splitlines(), 1) if "AFTER_SLEEP" in t)
     at_sleep = next(k for k in ns["top_keys"] if k["key"].endswith(f"window_job.py:{line} main"))
     assert at_sleep["saved_ms"] == pytest.approx(slept, rel=0.25), (at_sleep, slept)
+
+
+def test_a_hang_at_the_window_s_last_step_stays(tmp_path):
+    """A rank stuck in its last step's collective (its range never ended) is a hang for the hang
+    analysis, not the capture's edge: that step is kept."""
+    rep = Report("hang.sqlite", cuda=False)
+    procs = [rep.process(100 + r, "python3") for r in range(2)]
+    for r, p in enumerate(procs):
+        rep.mark(p, p.pid, MS, registered=nvtx_format.format_rank_marker(r, r, 2, "h"), domain=1)
+        rep.range(p, p.pid, 2 * MS, None, registered=nvtx_format.CAPTURE_RANGE, domain=1)
+    for step in (2, 3):
+        for r, p in enumerate(procs):
+            if (step, r) == (3, 1):
+                continue  # rank 1 never came: rank 0 waits for it forever
+            msg = nvtx_format.format_collective(
+                "all_reduce", api="all_reduce", bytes=8, dtype="float32", numel=2, pg=0, gsize=2, seq=step, step=step
+            )
+            s = step * 10 * MS
+            rep.range(p, p.pid, s, None if step == 3 else s + MS, registered=msg, domain=1)
+    write_sqlite(rep, tmp_path / "hang.sqlite", seed=0)
+    res = nsyscomm.load(tmp_path / "hang.sqlite", cache=False)
+    assert sorted(res.collectives["step"].tolist()) == [2, 2, 3]
+    assert not any(w.startswith("capture window:") for w in res.warnings)
