@@ -35,6 +35,12 @@ Their fields name the call they belong to in its process: ``op``, ``pg`` and ``s
 call's message, and ``peer`` for point-to-point calls. Neither is emitted for synchronous calls,
 nor for groups of device backends (NCCL), whose kernels tell when the work ran.
 
+A rank that ran out of inputs under ``torch.distributed.algorithms.Join`` holds a range over
+``Join.__exit__``, where it issues shadow collectives to match the ranks still training, ``step``
+being its step when it joined (nsyscomm/capture/join_ranks.py)::
+
+    nsyscomm.joined|step=4
+
 ``granks`` is empty for the default (world) group. ``step`` is empty when no
 step is known. ``seq`` counts calls per group name in each process, from 0.
 """
@@ -51,6 +57,7 @@ GROUP_PREFIX = "nsyscomm.group"
 STEP_PREFIX = "nsyscomm.step"
 DONE_PREFIX = "nsyscomm.done"
 WAIT_PREFIX = "nsyscomm.wait"
+JOINED_PREFIX = "nsyscomm.joined"
 VERSION = 1
 
 # Order matters only for readability; caller must stay last.
@@ -163,6 +170,11 @@ def format_group_marker(pg: str | int, desc: str) -> str:
     """Once per process group the wrapper meets: its description (torch's group_desc; DeviceMesh
     names its groups ``mesh_<dimension name>``), for the parallelism dimensions."""
     return f"{GROUP_PREFIX}|pg={_clean(pg)}|desc={_clean(desc)}"
+
+
+def format_joined(step: int) -> str:
+    """The range over a rank's Join.__exit__: the step at which it joined."""
+    return f"{JOINED_PREFIX}|step={int(step)}"
 
 
 def format_step_marker(step: int) -> str:

@@ -63,6 +63,9 @@ COLLECTIVES = (
     # latency: the statistics leave it to the hang diagnosis. A source may give it (NULL: completed
     # where an end was seen)
     ("completed", "BOOLEAN"),
+    # the step at which the call's rank joined under torch.distributed.algorithms.Join, for a call
+    # it made after (Join's shadow collectives, matching the ranks still training); else NULL
+    ("joined", "BIGINT"),
 )
 
 COLUMN_NAMES = tuple(name for name, _ in COLLECTIVES)

@@ -19,6 +19,24 @@ step_marked AS (
     -- step, nsyscomm.step(i)): there the wrapper's label is a step, not "no step seen yet"
     SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid FROM src_ranges WHERE name LIKE 'nsyscomm.step|%'
 ),
+windows AS (
+    -- the wrapper's capture range of each process under `nsyscomm run --steps A:B` (pushed when
+    -- its step A begins, popped when its step B begins). nsys collects from the first process's
+    -- push to the last one's pop, so a rank that left its window early goes on being recorded:
+    -- its calls outside its own range are outside the window. A range without an end (src_ranges
+    -- ends it where it starts) was still open when the capture stopped: open to the capture's end.
+    SELECT ((globalTid >> 24) & 16777215) AS pid, min(start) AS w_start,
+           CASE WHEN max("end") > min(start) THEN max("end") ELSE 9223372036854775807 END AS w_end
+    FROM src_ranges WHERE name = 'nsyscomm.capture' GROUP BY pid
+),
+joins AS (
+    -- a rank that joined early under torch.distributed.algorithms.Join: the wrapper's range over
+    -- its Join.__exit__, where it issues shadow collectives to match the ranks still training
+    -- (nsyscomm/capture/join_ranks.py); step: its step when it joined
+    SELECT ((globalTid >> 24) & 16777215) AS pid, start, "end",
+           TRY_CAST(regexp_extract(name, '\|step=([0-9]+)', 1) AS BIGINT) AS step
+    FROM src_ranges WHERE name LIKE 'nsyscomm.joined|%'
+),
 kernels AS (
     SELECT * FROM nccl_kernels   -- kid, name_id: sql/nccl_kernels.sql
 ),
@@ -161,9 +179,13 @@ calls AS (
 -- the step: the wrapper's where it saw step boundaries in the call's process (its markers, or a
 -- label past step 0), else the ProfilerStep#N range's, else the wrapper's (nsyscomm/ingest/kineto/profiler_steps.py)
 SELECT c.* EXCLUDE (gtid, step, p_step, saw),
-       CASE WHEN c.saw THEN coalesce(c.step, c.p_step) ELSE coalesce(c.p_step, c.step) END AS step
+       CASE WHEN c.saw THEN coalesce(c.step, c.p_step) ELSE coalesce(c.p_step, c.step) END AS step,
+       -- the step at which the call's rank joined, for a call it made after (a shadow), else NULL
+       (SELECT max(j.step) FROM joins j WHERE j.pid = c.pid AND c.cpu_start BETWEEN j.start AND j."end") AS joined
 FROM (SELECT c.*,
              (SELECT max(s.step) FROM profiler_steps s
               WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end") AS p_step,
              c.pid IN (SELECT pid FROM step_marked) OR coalesce(max(c.step) OVER (PARTITION BY c.pid), 0) > 0 AS saw
-      FROM calls c) c
+      FROM calls c
+      WHERE c.cpu_start IS NULL OR NOT EXISTS (SELECT 1 FROM windows w WHERE w.pid = c.pid)
+         OR EXISTS (SELECT 1 FROM windows w WHERE w.pid = c.pid AND c.cpu_start BETWEEN w.w_start AND w.w_end)) c

@@ -113,6 +113,7 @@ SELECT
     wait_start, wait_end,
     -- no end seen, or the source says it never completed (more from the flight records: combine)
     x_end IS NOT NULL AND coalesce(completed, true) AS completed,
+    joined,  -- the step its rank joined at under Join: a shadow call (nsyscomm/capture/join_ranks.py)
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
     CASE WHEN pair IS NULL THEN (hash("group", pair, op, seq) >> 1)::BIGINT
          ELSE (hash("group", 'p2p', sender, receiver, msg) >> 1)::BIGINT END AS logical_id

@@ -41,7 +41,7 @@ late AS (
     SELECT * FROM logical_collectives
     -- calls set aside whole as setup and start-up collectives (whose whole skew is the processes'
     -- start-up) name no late rank; a call holding NCCL's init does (its arrivals leave the init out)
-    WHERE participants >= 2 AND late_ns > $noise_ns AND completed AND NOT whole_setup AND NOT startup
+    WHERE participants >= 2 AND late_ns > $noise_ns AND completed AND NOT whole_setup AND NOT startup AND NOT shadow
 ),
 members AS (
     SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late, t.report, t.pid, t.device, t.gpu_start,

@@ -55,7 +55,11 @@ SELECT
     -- leaves the init out, sql/collectives.sql, and its skew is lateness)
     false                                       AS whole_setup,
     false                                       AS startup,
-    false                                       AS first_meet  -- every participant's first call
+    false                                       AS first_meet,  -- every participant's first call
+    -- a participant had joined under torch.distributed.algorithms.Join (collectives.joined): a
+    -- shadow of the ranks still training, whose arrival skew is the joined rank's absence, not
+    -- lateness (nsyscomm/combine/joined.py)
+    bool_or(joined IS NOT NULL)                 AS shadow
 FROM arrivals
 GROUP BY logical_id
 )

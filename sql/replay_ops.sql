@@ -2,7 +2,8 @@
 -- order, with the group that synchronises it across ranks (sync_id: the logical collective; a send
 -- and its receive share one, sql/collectives.sql) and the part of it no
 -- compute hides (exposed_ns: NULL without kernel timing) and whether its collective is its ranks'
--- first (startup: their skew there is start-up, no straggler's). Inputs: collectives, logical_collectives.
+-- first (startup: their skew there is start-up, no straggler's) or a shadow of a rank that joined
+-- early under torch.distributed.algorithms.Join (shadow: its skew is the joined rank's absence). Inputs: collectives, logical_collectives.
 SELECT
     rank,
     step,
@@ -18,7 +19,10 @@ SELECT
          THEN greatest(0, (exec_end - exec_start - coalesce(init_ns, 0)) - (busy_at_end - busy_at_start))
          END                                               AS exposed_ns,
     -- (a few collectives, at most one per rank: a semi-join with a small set)
-    logical_id IN (SELECT logical_id FROM logical_collectives WHERE startup) AS startup
+    logical_id IN (SELECT logical_id FROM logical_collectives WHERE startup) AS startup,
+    -- (a rank that joined under Join: every collective after it joined, a semi-join too)
+    logical_id IN (SELECT logical_id FROM logical_collectives WHERE shadow) AS shadow,
+    joined IS NOT NULL                                     AS joined  -- the call is a joined rank's shadow
 FROM collectives
 WHERE exec_start IS NOT NULL AND exec_end IS NOT NULL
 -- calls that tie on all four (two communicators' at one instant) in one order every run

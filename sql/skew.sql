@@ -4,13 +4,15 @@
 -- (a call holding NCCL's init stays: its arrivals leave the init out, sql/collectives.sql), the job's
 -- first meetings (first_meet: every participant's first call), whose skew is what the processes
 -- did before they first met -- start-up, or a lateness the Diagnosis names (late_arrivals.sql),
--- no communication the gate compares --, and calls that never completed (the hang diagnosis's).
+-- no communication the gate compares --, calls that never completed (the hang diagnosis's), and
+-- Join's shadow collectives (shadow: a rank that ran out of inputs matches the others', its waiting
+-- there is its absence).
 -- wait: the time the rank was blocked waiting for the others, each interval once: a call's wait
 -- is the start of its execution (duration - its collective's latency), and calls waiting together
 -- (several queued on one late arrival) count once, as sql/ranks.sql counts them.
 -- Inputs: collectives, logical_collectives.
 WITH shared AS (
-    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT whole_setup AND NOT first_meet AND completed
+    SELECT * FROM logical_collectives WHERE participants >= 2 AND NOT whole_setup AND NOT first_meet AND completed AND NOT shadow
 ),
 per_row AS (
     SELECT c.rank,

@@ -18,7 +18,8 @@ tail AS (
 c AS (
     SELECT c.rank, c.exec_start AS s, c.exec_end AS e,
            c.exec_start + greatest(0, c.duration_ns - l.latency_ns) AS we,
-           CASE WHEN l.participants >= 2 THEN c.exec_start - l.first_arrival END AS delay_ns
+           -- (a shadow of a rank that joined under Join: its arrival skew is that rank's absence)
+           CASE WHEN l.participants >= 2 AND NOT l.shadow THEN c.exec_start - l.first_arrival END AS delay_ns
     FROM collectives c JOIN logical_collectives l USING (logical_id)
     WHERE NOT c.setup AND c.exec_start IS NOT NULL AND c.completed AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), x -> TRY_CAST(x AS BIGINT)), coalesce(c.step, -1))
 ),

@@ -24,13 +24,13 @@ per_rank AS (
 ),
 skew AS (
     SELECT step, avg(last_arrival - first_arrival) AS avg_skew_ns, max(last_arrival - first_arrival) AS max_skew_ns
-    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup AND completed
+    FROM logical_collectives WHERE step IS NOT NULL AND participants >= 2 AND NOT whole_setup AND NOT startup AND completed AND NOT shadow
     GROUP BY step
 ),
 late_by AS (
     SELECT step, last_rank, sum(late_ns) AS late_ns
     FROM logical_collectives
-    WHERE step IS NOT NULL AND participants >= 2 AND late_ns > 0 AND NOT whole_setup AND NOT startup AND completed
+    WHERE step IS NOT NULL AND participants >= 2 AND late_ns > 0 AND NOT whole_setup AND NOT startup AND completed AND NOT shadow
     GROUP BY step, last_rank
 ),
 late AS (

@@ -8,7 +8,7 @@ SELECT op, "group", pair, seq, bytes, step, caller, participants, last_rank,
        latency_ns / 1e6                    AS latency_ms,
        late_ns / 1e6                       AS late_ms
 FROM logical_collectives
-WHERE participants >= 2 AND NOT setup AND NOT startup AND completed
+WHERE participants >= 2 AND NOT setup AND NOT startup AND completed AND NOT shadow
 -- ties broken down to the collective (group, pair): the same rows, in the same order, every run
 ORDER BY late_ns DESC, last_arrival - first_arrival DESC, op, seq, "group" NULLS FIRST, pair NULLS FIRST
 LIMIT $limit

@@ -228,10 +228,18 @@ SETUP_KEYS = ("op", "bytes", "group", "step", "caller", "participants", "how", "
 SET_ASIDE = "left out of latency, bandwidth, per-rank and per-step statistics, the what-if and the gate"
 
 
+JOINED_NOTE = (
+    "ranks that ran out of inputs under torch.distributed.algorithms.Join: after the step they joined at, their "
+    "calls are shadows of the other ranks' (Join's count of ranks not joined, DDP's bucket all_reduces, ZeRO's "
+    "broadcasts); their waiting there is their absence, not lateness: no late arrival, skew or what-if saving"
+)
+
+
 def set_aside_section(result: Result) -> dict:
     """The keys of what the statistics set aside (added keys of schema 2): `setup`, the calls that
     set up their communicator, and `warmup`, the warm-up steps the what-if's job figures and the
-    charts' scale leave out, and `startup`, the collectives whose skew is the ranks' start-up."""
+    charts' scale leave out, `startup`, the collectives whose skew is the ranks' start-up, and
+    `joined`, the ranks that joined early under Join, whose shadow collectives count no lateness."""
     rows = records(result.setup, SETUP_KEYS)
     inits = [t["total_s"] for log in result.nccl_logs for t in getattr(log, "init_timings", [])]
     w = result.warmup
@@ -256,6 +264,10 @@ def set_aside_section(result: Result) -> dict:
                 ("op", "group", "step", "participants", "last_rank", "skew_ms", "startup_ms", "late_ms", "set_aside"),
             ),
             "note": st["note"],
+        },
+        "joined": {
+            "ranks": records(result.joined, ("rank", "step", "shadow_calls", "first_step", "last_step", "shadow_ms")),
+            "note": JOINED_NOTE,
         },
     }
 

@@ -114,7 +114,8 @@ class Result:
         instances = int(
             duck.scalar(
                 self.con,
-                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet",
+                "SELECT count(*) FROM logical_collectives WHERE participants >= 2 AND NOT setup AND NOT first_meet "
+                "AND NOT shadow",
             )
         )
         straggler = None
@@ -166,6 +167,13 @@ class Result:
                 columns=["op", "bytes", "group", "step", "caller", "participants", "how", "took_ms", "init_ms"]
             )
         return self._query("setup")
+
+    @functools.cached_property
+    def joined(self) -> pd.DataFrame:
+        """The ranks that joined early under torch.distributed.algorithms.Join (sql/joined.sql): rank,
+        step, shadow_calls, first_step, last_step, shadow_ms. Their shadow collectives count no
+        lateness, skew or what-if saving."""
+        return self._query("joined")
 
     @functools.cached_property
     def startup(self) -> dict:

@@ -144,10 +144,13 @@ def from_ops(ops: pd.DataFrame) -> Model:
         steps, step_of = [None], np.zeros(n, np.int64)
     bytes_ = ops["bytes"].astype("Int64").astype(str).replace("<NA>", "?")
     key = (ops["op"].astype(str) + " " + bytes_ + " " + ops["caller"].astype(str)).str.strip().to_numpy()
-    # ideal: the median over the collective's ranks of the time before it and of its transfer
+    # ideal: the median over the collective's ranks of the time before it and of its transfer; a
+    # rank that joined early under Join has no work of its own there (its calls only shadow the
+    # others'): the median of the ranks still training, where there are any
     gs = pd.Series(group)
-    med_delay = pd.Series(delay).groupby(gs).transform("median").to_numpy()
-    med_dur = pd.Series(dur).groupby(gs).transform("median").to_numpy()
+    joined = ops["joined"].to_numpy(bool) if "joined" in ops else np.zeros(n, bool)
+    med_delay = _median_of_working(delay, joined, gs)
+    med_dur = _median_of_working(dur, joined, gs)
     ideal_delay = np.where(group >= 0, med_delay, delay)
     ideal_dur = np.where(group >= 0, med_dur, dur)
     m = Model(g, dur, delay, step_of, steps, key, {"rank": rank, "op": key}, ideal_dur, ideal_delay)
@@ -158,7 +161,16 @@ def from_ops(ops: pd.DataFrame) -> Model:
     m.extra["op"] = ops["op"].to_numpy()
     m.extra["p2p"] = ops["op"].isin(("send", "recv")).to_numpy()
     m.extra["startup"] = ops["startup"].to_numpy(bool) if "startup" in ops else np.zeros(n, bool)
+    m.extra["shadow"] = ops["shadow"].to_numpy(bool) if "shadow" in ops else np.zeros(n, bool)
     return m
+
+
+def _median_of_working(values: np.ndarray, joined: np.ndarray, groups: pd.Series) -> np.ndarray:
+    """Per op, the median of its group's values over the ops of ranks that had not joined (all of
+    them where every rank had)."""
+    every = pd.Series(values).groupby(groups).transform("median")
+    working = pd.Series(np.where(joined, np.nan, values)).groupby(groups).transform("median")
+    return working.fillna(every).to_numpy()
 
 
 def _rank_edges(rank: np.ndarray, end: np.ndarray, group: np.ndarray, lookback: int = 8):
@@ -234,6 +246,15 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict[str, Scen
         m.notes.append(
             "no_straggler keeps the waiting at the ranks' first collective: its skew is their start-up, "
             "no straggler's delay"
+        )
+    # nor a shadow collective of a rank that joined early under Join: the others are not late to
+    # it, the joined rank is absent (nsyscomm/combine/joined.py)
+    shadow = m.extra.get("shadow")
+    if shadow is not None and shadow.any():
+        no_wait[m.graph.group[shadow & (m.graph.group >= 0)]] = False
+        m.notes.append(
+            "no_straggler keeps the waiting in the shadow collectives of a rank that joined early under Join: "
+            "its waiting there is its absence, no straggler's delay"
         )
     out: dict[str, Scenario] = {"no_straggler": (m.dur, m.delay, no_wait)}
     if "comm" in m.extra:  # a per-op trace times each communication op on its own stream: all exposed
@@ -343,6 +364,9 @@ def analyse(m: Model, reference: pd.DataFrame | None = None, warmup: set | None 
 def _row(
     m: Model, name: str, before: np.ndarray, after: np.ndarray, keep: np.ndarray, reasons: list, reproduced: np.ndarray
 ) -> dict:
+    # a scenario that changes nothing in a step (a shadow step of a rank that joined under Join)
+    # replays it to the same time but for the float noise of the sums: no saving, not a negative one
+    after = np.where((after > before) & (after - before <= whatif_check.EPS_MS), before, after)
     mb, ma = float(np.mean(before[keep])), float(np.mean(after[keep]))
     warm = np.zeros(len(m.steps), bool) if m.steady is None else ~m.steady & reproduced
     steps = []

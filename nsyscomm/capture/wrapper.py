@@ -50,6 +50,7 @@ from nsyscomm.capture import (
     completion,
     dispatch_layer,
     groups,
+    join_ranks,
     nvtx_emitter,
     pipeline_steps,
     python_layer,
@@ -480,6 +481,10 @@ def _install_layers(ddp: bool) -> None:
         pipeline_steps.install(this)
     except Exception as e:
         _warn_once("pipeline", f"nsyscomm: no pipeline-schedule steps ({e!r})")
+    try:  # the collectives a rank makes after it joined under Join (uneven inputs) are shadows
+        join_ranks.install(this)
+    except Exception as e:
+        _warn_once("join", f"nsyscomm: ranks that joined early are not told apart ({e!r})")
 
 
 def _check_fast_guard(torch) -> None:

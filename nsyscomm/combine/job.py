@@ -11,7 +11,7 @@ import pandas as pd
 from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
-from nsyscomm.combine import clocks, setup
+from nsyscomm.combine import clocks, joined, setup, window
 from nsyscomm.combine.calls import (
     TIME_COLS,
     JobCalls,
@@ -79,6 +79,10 @@ def combine(
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
     setup.mark_unfinished(con, sources)
+    joined.align_steps(con)
+    if any(e.windowed for e in extracts):
+        cut = window.trim_partial_steps(con)
+        warnings += [cut] if cut else []
     # each call's part of exposed communication (numpy, one core) is made meanwhile: the steps
     # below and the first views are DuckDB queries on one core too
     parts = begin_overlap(con)

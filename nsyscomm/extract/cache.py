@@ -207,6 +207,7 @@ def load(path: Path, report: str, root: Path | None = None) -> Extract | None:
             session_start_utc_ns=meta["session_start_utc_ns"],
             nsys_version=meta["nsys_version"],
             warnings=list(meta["warnings"]),
+            windowed=bool(meta.get("windowed", False)),
             **frames,
         )
         return _validated(extract, entry, meta, expected)
@@ -251,6 +252,7 @@ def store(extract: Extract, path: Path, root: Path | None = None) -> Path | None
             "session_start_utc_ns": extract.session_start_utc_ns,
             "nsys_version": extract.nsys_version,
             "warnings": list(extract.warnings),
+            "windowed": extract.windowed,
         }
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         for written in tmp.iterdir():  # this user's alone: an entry others can write is never read (_owned)

@@ -189,3 +189,6 @@ class Extract:
     gap_kernel_names: pd.DataFrame | None = None
     # NCCL Inspector's Prometheus buckets (nsyscomm.ingest.inspector.prom); None: not that source
     inspector_buckets: pd.DataFrame | None = None
+    # the report is a capture window (`nsyscomm run --steps A:B`: the wrapper's nsyscomm.capture
+    # ranges): combine trims a step its edges cut on some rank (nsyscomm.combine.window)
+    windowed: bool = False

@@ -1,6 +1,6 @@
 """What the statistics set aside, in words: the calls that set up their communicator
 and the warm-up steps. One list of lines for the text summary and the HTML report; reads only
-the Result (its `setup` and `warmup`)."""
+the Result (its `setup`, `warmup`, `startup` and `joined`)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,29 @@ def lines(result: Result) -> list[str]:
             f"setup: NCCL's log (Init timings) gives {len(inits)} communicator init(s), the longest {max(inits):.2f} s"
         )
     out += _first_meeting_lines(result.startup)
+    out += _joined_lines(result.joined)
     w = result.warmup
     if w["steps"]:
         parts = "; ".join(f"step {p['step']} ({p['step_ms']:.3f} ms): {p['reason']}" for p in w["per_step"])
         out.append(f"warm-up: {parts}; left out of the what-if's job figures and the charts' scale")
+    return out
+
+
+def _joined_lines(joined: pd.DataFrame) -> list[str]:
+    """A line per rank that joined early under Join: the step, and what its shadows are not."""
+    out = []
+    for r in joined.itertuples(index=False):
+        steps = (
+            f"step {int(r.first_step)}"
+            if r.first_step == r.last_step
+            else f"steps {int(r.first_step)}-{int(r.last_step)}"
+        )
+        out.append(
+            f"joined: rank {int(r.rank)} ran out of inputs and joined at step {int(r.step)} "
+            f"(torch.distributed.algorithms.Join); its {int(r.shadow_calls)} call(s) after, in {steps}, shadow the "
+            f"other ranks' collectives: its waiting there is its absence, no rank's lateness "
+            f"(no late arrival, skew or what-if saving counted)"
+        )
     return out
 
 

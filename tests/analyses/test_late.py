@@ -423,6 +423,7 @@ def test_host_events_in_a_gap_match_the_rules(seed):
         con.execute("ALTER TABLE logical_collectives ADD COLUMN completed BOOLEAN DEFAULT true")
         con.execute("ALTER TABLE logical_collectives ADD COLUMN late_ns BIGINT")
         con.execute("UPDATE logical_collectives SET late_ns = last_arrival - first_arrival")
+        con.execute("ALTER TABLE logical_collectives ADD COLUMN shadow BOOLEAN DEFAULT false")
         rows = con.execute(duck.sql("late_arrivals"), {"noise_ns": 100_000}).fetchall()
         cols = [d[0] for d in con.description]
     finally:

@@ -594,3 +594,27 @@ def test_point_to_point_peer_from_each_way_torch_takes_it():
     assert peer_send((t,), {"dst": 4}, g) == 4 and peer_recv((t,), {"src": 6}, g) == 6
     assert peer_send((t,), {"group_dst": 2}, g) == 8 and peer_recv((t,), {"group_src": 1}, g) == 6
     assert peer_send((t,), {}, g) == -1 and peer_recv((t,), {}, g) == -1
+
+
+def test_join_marks_the_calls_a_rank_makes_after_it_joined(rec):
+    """torch.distributed.algorithms.Join: the wrapper holds nsyscomm.joined|step=N over Join's
+    exit, where a rank that ran out of inputs shadows the others' collectives (one rank here:
+    Join's count of ranks not joined, and DDP's final model sync); nothing when the loop raised."""
+    from torch.distributed.algorithms.join import Join
+
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 3))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    rec.msgs.clear()
+    with Join([ddp]):
+        for _ in range(2):
+            ddp(torch.randn(2, 4)).sum().backward()
+            opt.step()
+        inside = len(rec.msgs)
+    joined = [i for i, m in enumerate(rec.msgs) if m.startswith(fmt.JOINED_PREFIX)]
+    assert [rec.msgs[i] for i in joined] == [fmt.format_joined(2)]
+    after = [fmt.parse(m)["kind"] for m in rec.msgs[joined[0] + 1 :]]
+    assert joined[0] == inside and "nsyscomm:all_reduce" in after
+    rec.msgs.clear()
+    with pytest.raises(ValueError), Join([ddp]):
+        raise ValueError("the loop failed")
+    assert not [m for m in rec.msgs if m.startswith(fmt.JOINED_PREFIX)]

@@ -67,6 +67,7 @@ _DDP_CALLS_DTYPES = {
     "step": "Int64",
     "busy_at_start": "int64",
     "busy_at_end": "int64",
+    "joined": "Int64",
 }
 
 
@@ -133,10 +134,10 @@ def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
     try:
         con.execute(
             "CREATE TABLE logical_collectives AS SELECT * FROM (VALUES (2, 'g9', NULL, 'all_reduce', 1, 8, 2, "
-            "'x.py:1', 0, 2, 10, 100, 300, 1, false, false, true, 200), "
-            "(1, 'g1', NULL, 'all_reduce', 1, 8, 2, 'x.py:1', 0, 2, 10, 100, 300, 0, false, false, true, 200)) "
+            "'x.py:1', 0, 2, 10, 100, 300, 1, false, false, true, 200, false), "
+            "(1, 'g1', NULL, 'all_reduce', 1, 8, 2, 'x.py:1', 0, 2, 10, 100, 300, 0, false, false, true, 200, false)) "
             'v(logical_id, "group", pair, op, seq, bytes, group_size, caller, step, participants, latency_ns, '
-            "first_arrival, last_arrival, last_rank, setup, startup, completed, late_ns)"
+            "first_arrival, last_arrival, last_rank, setup, startup, completed, late_ns, shadow)"
         )
         top = con.execute(duck.sql("top_skew"), {"limit": 2}).fetchall()
         assert [r[1] for r in top] == ["g1", "g9"]
@@ -150,6 +151,7 @@ def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
         con.execute("ALTER TABLE collectives ADD COLUMN exec_start BIGINT DEFAULT NULL")
         con.execute("ALTER TABLE collectives ADD COLUMN exec_end BIGINT DEFAULT NULL")
         con.execute("ALTER TABLE collectives ADD COLUMN init_ns BIGINT DEFAULT NULL")
+        con.execute("ALTER TABLE collectives ADD COLUMN joined BIGINT DEFAULT NULL")
         con.execute(
             "UPDATE collectives SET exec_start = coalesce(gpu_start, cpu_start), exec_end = coalesce(gpu_end, cpu_end)"
         )

@@ -24,7 +24,7 @@ def test_the_dataclass_holds_the_declared_tables_in_order():
     table_fields = [f.name for f in dataclasses.fields(Extract) if f.name in TABLE]
     assert table_fields == [t.name for t in TABLES]
     others = {f.name for f in dataclasses.fields(Extract)} - set(TABLE)
-    assert others == {"report", "path", "session_start_utc_ns", "nsys_version", "warnings"}, (
+    assert others == {"report", "path", "session_start_utc_ns", "nsys_version", "warnings", "windowed"}, (
         "a field of Extract that is a per-report table is declared in TABLES"
     )
 
@@ -36,7 +36,9 @@ def _full_extract(path: Path) -> Extract:
     for t in TABLES:
         df = pd.DataFrame({n: [value[ty]] for n, ty, _ in t.columns})
         tables[t.name] = pa.Table.from_pandas(df, preserve_index=False) if t.arrow else df
-    return Extract(report="r", path=path, session_start_utc_ns=5, nsys_version="v", warnings=["w"], **tables)
+    return Extract(
+        report="r", path=path, session_start_utc_ns=5, nsys_version="v", warnings=["w"], windowed=True, **tables
+    )
 
 
 def test_the_cache_stores_and_loads_every_declared_table(tmp_path):
@@ -52,7 +54,7 @@ def test_the_cache_stores_and_loads_every_declared_table(tmp_path):
             assert isinstance(got, pa.Table) and got.equals(want), t.name
         else:
             pd.testing.assert_frame_equal(got, want, obj=t.name)
-    assert (back.session_start_utc_ns, back.nsys_version, back.warnings) == (5, "v", ["w"])
+    assert (back.session_start_utc_ns, back.nsys_version, back.warnings, back.windowed) == (5, "v", ["w"], True)
 
 
 def test_a_table_the_report_lacks_stays_absent_through_the_cache(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nsyscomm import api
+from nsyscomm import api, nvtx_format
 from nsyscomm.duck import arrow_frame
 from nsyscomm.errors import InputError
 from nsyscomm.ingest.kineto import meta as kineto_meta
@@ -235,3 +235,87 @@ def test_job_of_mixed_sources_stacks_their_calls(tmp_path):
     both = per_report(api.combine([trace, nsys]))
     assert both == {**per_report(api.combine([trace])), **per_report(api.combine([nsys]))}
     assert both["r0.json"][0] == 5 and both["gloo.sqlite"][0] > 0
+
+
+def make_one_rank_trace(wrapper: bool) -> dict:
+    """A one-H100 job as torch.profiler records it: NCCL launches no kernel on a one-rank
+    communicator, so each out-of-place all_gather is one device-to-device copy launched inside its
+    range; the first (8 bytes, DDP's) also initializes the communicator for 322 ms, with host to
+    device copies of its own. Then 12 all_gathers of 4 MB, 60 us of host time each, and in-place
+    all_reduces (no copy at all). With ``wrapper``, nsyscomm's ranges enclose PyTorch's."""
+    pid = tid = 9000
+    ev = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0.0, "args": {"name": "python"}}]
+    corr = iter(range(100, 10_000))
+
+    def call(t: float, dur: float, op: str, nbytes: int, seq: int, copies: list[tuple[str, float, float]]) -> None:
+        if wrapper:
+            msg = nvtx_format.format_collective(
+                op, api=op, bytes=nbytes, dtype="float32", numel=nbytes // 4, pg=0, gsize=1, seq=seq, step=seq // 2
+            )
+            ev.append(_x(msg, "user_annotation", t - 1.0, dur + 2.0, pid, tid))
+        meta = _meta_args(op.replace("_", ""), nbytes // 4, nbytes // 4, "Float", n=1, ranks="[0]")
+        ev.append(_x("record_param_comms", "cpu_op", t - 0.5, dur + 1.0, pid, tid, **meta))
+        ev.append(_x(f"nccl:{op}", "user_annotation", t, dur, pid, tid))
+        for name, at, length in copies:
+            c = next(corr)
+            ev.append(_x("cudaMemcpyAsync", "cuda_runtime", t + at, 2.0, pid, tid, correlation=c))
+            ev.append(_x(name, "gpu_memcpy", t + at + 3.0, length, 0, 7, device=0, stream=7, correlation=c))
+
+    init = [("Memcpy HtoD (Pageable -> Device)", 1000.0 + 100.0 * i, 1.0) for i in range(5)]
+    call(1_000.0, 322_000.0, "all_gather", 8, 0, [*init, ("Memcpy DtoD (Device -> Device)", 321_990.0, 1.0)])
+    t = 400_000.0
+    for i in range(12):
+        call(t, 60.0, "all_gather", 4 << 20, 1 + 2 * i, [("Memcpy DtoD (Device -> Device)", 50.0, 5.0)])
+        call(t + 100.0, 40.0, "all_reduce", 4 << 20, 2 + 2 * i, [])
+        t += 1_000.0
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1, "nccl_version": "2.28.9"},
+        "traceEvents": ev,
+        "baseTimeNanoseconds": 0,
+    }
+
+
+@pytest.mark.parametrize("wrapper", [False, True], ids=["torch_ranges", "wrapper_ranges"])
+def test_one_rank_nccl_setup_is_set_apart_on_kineto(tmp_path, wrapper):
+    """As on nsys exports: a one-rank call's device time is its device-to-device copy (the init's
+    host-to-device copies are not the call's), so the first call, 322 ms of NCCL's communicator
+    setup, is set apart and leaves the op table."""
+    res = api.load([write(tmp_path / "h100.json", make_one_rank_trace(wrapper))], cache=False)
+    (row,) = res.setup.to_dict("records")
+    assert (row["op"], row["bytes"], row["how"]) == ("all_gather", 8, "first_call")
+    assert row["took_ms"] == pytest.approx(322.0 + 0.002 * wrapper, abs=1e-6)
+    summary = res.summary.set_index(["op", "bytes"])
+    assert ("all_gather", 8) not in summary.index
+    # each 4 MB all_gather: its one 5 us copy (not the 60 us host range); all_reduce in place: host time
+    assert summary.loc[("all_gather", 4 << 20), "count"] == 12
+    assert summary.loc[("all_gather", 4 << 20), "avg_ms"] == pytest.approx(0.005)
+    assert summary.loc[("all_reduce", 4 << 20), "avg_ms"] == pytest.approx(0.040 + 0.002 * wrapper)
+
+
+def test_real_one_gpu_kineto_trace_sets_aside_nccl_setup():
+    """The one-H100 job's torch.profiler trace (kineto/*1xH100*), where present: its first
+    collective, NCCL's communicator setup, is set apart as on the job's nsys export."""
+    found = sorted(REAL.glob("*1xH100*.json*")) if REAL.is_dir() else []
+    if not found:
+        pytest.skip("no one-H100 Kineto trace in shared/real/kineto")
+    doc = api.load(found[:1], cache=False)
+    rows = doc.setup.to_dict("records")
+    assert len(rows) == 1 and rows[0]["op"] == "all_gather" and rows[0]["took_ms"] > 50
+    assert not [1 for r in doc.summary.to_dict("records") if r["op"] == "all_gather" and r["bytes"] == rows[0]["bytes"]]
+
+
+def test_calls_after_a_rank_joined_are_marked(tmp_path):
+    """The wrapper's nsyscomm.joined|step=N range (Join's exit, as torch.profiler records it)
+    marks the calls inside it with the step the rank joined at; the calls before stay unmarked."""
+    pid = 7000
+    ev = []
+    for i, t in enumerate((100.0, 200.0, 300.0)):
+        msg = nvtx_format.format_collective(
+            "all_reduce", api="all_reduce", bytes=4, dtype="float32", numel=1, pg=0, gsize=2, seq=i, step=min(i, 1)
+        )
+        ev.append(_x(msg, "user_annotation", t, 10.0, pid, pid))
+    ev.append(_x(nvtx_format.format_joined(1), "user_annotation", 150.0, 500.0, pid, pid))
+    trace = {"distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}, "traceEvents": ev}
+    calls = arrow_frame(kineto.extract(write(tmp_path / "r1.json", trace)).calls).sort_values("cpu_start")
+    assert [None if v != v else int(v) for v in calls["joined"]] == [None, 1, 1]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from nsyscomm import nvtx_format
+from nsyscomm.ingest.kineto import copies as kineto_copies
 from nsyscomm.ingest.kineto import worker_spans as kineto_exec
 from nsyscomm.ingest.kineto.meta import int_or_none, meta_row, shape_meta
 from nsyscomm.ingest.names import canonical_op, parse_kernel
@@ -55,6 +56,7 @@ class Kept(Protocol):
     ranges: list[Range]  # PyTorch's nccl:* / gloo:* ranges
     params: list[Range]  # record_param_comms
     wrappers: list[Range]  # nsyscomm's record_function ranges
+    copies: list[kineto_copies.Copy]  # device-to-device copies
 
 
 _Index = tuple[dict[tuple[int, int], list[Range]], dict[tuple[int, int], list[int]]]
@@ -278,5 +280,6 @@ def match(kept: Kept, main_pid: int, warnings: list[str], report: str) -> list[d
             f"(kernels outside the capture or sampled away): not counted"
         )
     rows.extend(_loose_row(k, launch, main_pid) for k, launch in loose)
+    kineto_copies.apply(rows, kept.copies, kept.launches)  # one-rank calls: their device copies
     rows.sort(key=_row_time)
     return rows

@@ -49,6 +49,7 @@ from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_before
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.kineto import checks as kineto_checks
+from nsyscomm.ingest.kineto import copies as kineto_copies
 from nsyscomm.ingest.kineto import profiler_steps
 from nsyscomm.ingest.kineto.calls import Kernel, Launch, Range, match
 from nsyscomm.ingest.kineto.meta import int_or_none
@@ -81,6 +82,8 @@ class Kept:
     ranges: list[Range] = field(default_factory=list)  # PyTorch's nccl:* / gloo:* ranges
     params: list[Range] = field(default_factory=list)  # record_param_comms
     compute: list[tuple[int | None, int, int]] = field(default_factory=list)  # (device, start, end)
+    copies: list[kineto_copies.Copy] = field(default_factory=list)  # device-to-device copies
+    joins: list[Range] = field(default_factory=list)  # the wrapper's nsyscomm.joined ranges (Join)
     wrappers: list[Range] = field(default_factory=list)  # nsyscomm's record_function ranges
     rank_marks: list[tuple[int, int, dict[str, str]]] = field(default_factory=list)  # (ts, pid, fields)
     steps: list[profiler_steps.StepRange] = field(default_factory=list)  # ProfilerStep#N
@@ -91,9 +94,9 @@ class Kept:
     n_events: int = 0
 
     def check_budget(self, path: Path) -> None:
-        kept = len(self.kernels) + len(self.ranges) + len(self.params) + len(self.wrappers)
+        kept = len(self.kernels) + len(self.ranges) + len(self.params) + len(self.wrappers) + len(self.joins)
         kept += len(self.rank_marks) + len(self.steps)
-        kineto_checks.check_budget(path, kept, len(self.compute) + len(self.launches))
+        kineto_checks.check_budget(path, kept, len(self.compute) + len(self.launches) + len(self.copies))
 
     def add(self, e: dict) -> None:
         """Keep what the reader uses of one complete ("X") event."""
@@ -112,6 +115,9 @@ class Kept:
                 self.kernels.append(Kernel(ts, end, name, kineto_checks.slim_args(args)))
             else:
                 self.compute.append((int_or_none(args.get("device")), ts, end))
+            return
+        if cat == "gpu_memcpy" and kineto_copies.is_call_copy(name):
+            self.copies.append(kineto_copies.make(ts, end, args))
             return
         if cat in ("gpu_memcpy", "gpu_memset", "gpu_user_annotation"):
             return
@@ -136,12 +142,25 @@ class Kept:
                 self.rank_marks.append((ts, pid, nvtx_format.parse(name)))
             elif name.startswith(nvtx_format.STEP_PREFIX + "|"):
                 self.step_marked.add(pid)
+            elif name.startswith(nvtx_format.JOINED_PREFIX + "|"):
+                self.joins.append(Range(ts, end, pid, tid, name, {}))
         elif _is_comm_range(name):
             self.ranges.append(Range(ts, end, pid, tid, name, kineto_checks.slim_args(args)))
         elif name.startswith(profiler_steps.PREFIX):
             step = profiler_steps.parse(name, pid, ts, end)
             if step is not None:
                 self.steps.append(step)
+
+
+def _mark_joined(rows: list[dict], joins: list[Range]) -> None:
+    """A call inside the wrapper's nsyscomm.joined range of its process was made after its rank
+    joined under Join (nsyscomm/capture/join_ranks.py): joined = the step it joined at."""
+    for j in joins:
+        step = int_or_none(nvtx_format.parse(j.name).get("step"))
+        for row in rows:
+            t = row.get("cpu_start")
+            if step is not None and row.get("pid") == j.pid and t is not None and j.start <= t <= j.end:
+                row["joined"] = step
 
 
 def _read(path: Path) -> Kept:
@@ -244,6 +263,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
 
     rows = match(kept, main_pid, warnings, report)
     profiler_steps.assign(rows, kept.steps, kept.step_marked)
+    _mark_joined(rows, kept.joins)
     kineto_checks.check_int64(path, rows)
     calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
         columns=["report", "rank", "local_rank", "host", "duration_ns"]

@@ -174,6 +174,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = _session_start(con, tables)
         version = _version(con, tables)
+        windowed = bool(duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name = 'nsyscomm.capture'"))
         host_calls, host_ranges = _host_tables(con, tables, opened.long_ranges)
         gaps = gap_names = None
         if gap_rows is not None:
@@ -198,6 +199,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         host_ranges,
         gaps,
         gap_names,
+        windowed,
     )
 
 
