@@ -199,7 +199,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         host_ranges,
         gaps,
         gap_names,
-        windowed,
+        windowed=windowed,
     )
 
 
