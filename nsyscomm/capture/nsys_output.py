@@ -75,6 +75,7 @@ class FilteredStderr:
         self._thread: threading.Thread | None = None
         read_fd, self.child_fd = _terminal_like(out_fd) if _isatty(out_fd) else os.pipe()
         self._read = read_fd
+        self._tail = b""  # the end of what was forwarded: nsys's last line when it fails
 
     def start(self) -> FilteredStderr:
         os.close(self.child_fd)
@@ -93,7 +94,19 @@ class FilteredStderr:
             self._write(self._filter.feed(data))
         self._write(self._filter.flush())
 
+    @property
+    def read_fd(self) -> int:
+        """The end of the pipe (or pseudo-terminal) that the job's stderr is read from."""
+        return self._read
+
+    @property
+    def last_line(self) -> str:
+        """The last non-empty line forwarded (after close(): nsys's own, when it failed to start)."""
+        lines = [ln.strip() for ln in self._tail.decode(errors="replace").splitlines()]
+        return next((ln for ln in reversed(lines) if ln), "")
+
     def _write(self, data: bytes) -> None:
+        self._tail = (self._tail + data)[-4096:]
         while data:
             try:
                 data = data[os.write(self._out, data) :]
