@@ -151,6 +151,11 @@ class JobTree:
                 self.command = min(under, key=_started, default=None)
         return self.command
 
+    def command_running(self) -> bool:
+        """Whether the command's first process, once found, still runs: one read of /proc, where
+        own_and_left reads every process's environment."""
+        return self.command is not None and _alive(self.command)
+
     def own_and_left(self) -> tuple[list[int], list[int]]:
         """The application's processes while the command runs (its own); once the command has
         exited, those still running (left behind: a daemon, or a process it did not wait for)."""

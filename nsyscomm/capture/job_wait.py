@@ -152,7 +152,8 @@ class JobWait:
         if self.by_signal and self.interrupted_at is not None:
             self._stop_by_itself(time.monotonic() - self.interrupted_at)
             return
-        if self.tree is None:
+        if self.tree is None or self.tree.command_running():
+            self._left_since = None
             return
         own, left = self.tree.own_and_left()
         if own or not left:

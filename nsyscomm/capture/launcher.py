@@ -322,7 +322,7 @@ def _run_nsys(
         rc = _watch_job(
             proc, err, records, hang_s, lambda: _capture_files(out_dir, temp_before), preset, warnings_, tree
         )
-    if rc != 0 and not _capture_files(out_dir, temp_before) and not _interrupted(warnings_):
+    if full[0] == nsys and rc != 0 and not _capture_files(out_dir, temp_before) and not _interrupted(warnings_):
         raise _nsys_failed(out_dir, full, rc, err.last_line)
     log = StageLog(out_dir)  # each stage after the job shown and logged
     job_end = time.perf_counter()
