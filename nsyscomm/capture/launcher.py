@@ -323,7 +323,7 @@ def _run_nsys(
             proc, err, records, hang_s, lambda: _capture_files(out_dir, temp_before), preset, warnings_, tree
         )
     if full[0] == nsys and rc != 0 and not _capture_files(out_dir, temp_before) and not _interrupted(warnings_):
-        raise _nsys_failed(out_dir, full, rc, err.last_line)
+        raise _nsys_failed(out_dir, rc, err.last_line)
     log = StageLog(out_dir)  # each stage after the job shown and logged
     job_end = time.perf_counter()
     log.line(f"job exited with status {rc} after {job_end - started:.2f} s (nsys profile --trace={trace})")
@@ -427,7 +427,7 @@ _NSYS_FIXES = {
 }
 
 
-def _nsys_failed(out_dir: Path, full: list[str], rc: int, said: str) -> InputError:
+def _nsys_failed(out_dir: Path, rc: int, said: str) -> InputError:
     """nsys ended without a capture: it did not run the program. Its own line and a fix, and the
     folder left as it was found (nothing of this run in it), so that it can be used again."""
     for name in (run_folder.COMMAND_NAME, run_folder.LOG_NAME):

@@ -266,6 +266,28 @@ def test_nsys_failing_to_start_the_command_is_named_and_the_folder_stays_usable(
     assert run_folder.previous_run(out) == []  # a run can use the folder again
 
 
+def test_a_left_capture_that_cannot_be_imported_is_named_with_the_commands(tmp_path):
+    """Without nsys, the capture a killed run left is named with what imports it, not "no
+    report in this folder"."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / run_folder.COMMAND_NAME).write_text("nsys profile ... -o report ...\n")
+    (out / "report.qdstrm").write_bytes(b"capture")
+    env = dict(os.environ, NSYSCOMM_NSYS=str(tmp_path / "no" / "nsys"), NSYSCOMM_QDSTRM_IMPORTER="")
+    r = subprocess.run(
+        [sys.executable, "-m", "nsyscomm.cli", "summarize", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(out / "report.qdstrm") in lines[0], r.stderr
+    assert "QdstrmImporter -i" in lines[0] and "nsys export --type" in lines[0]
+    assert sorted(p.name for p in out.iterdir()) == [run_folder.COMMAND_NAME, "report.qdstrm"]  # nothing written
+
+
 # ------------------------------------------------------------------ real runs under nsys
 
 GLOO_JOB = textwrap.dedent(
