@@ -345,11 +345,9 @@ def _wait_ready(p: subprocess.Popen, tmp_path: Path) -> None:
         pytest.fail(f"the job did not start: {err[-3000:]}")
 
 
-@needs_nsys
-@needs_torchrun
-def test_a_killed_run_leaves_nothing_running_and_summarize_imports_its_capture(gloo_job, tmp_path, marker):
-    """SIGKILL of `nsyscomm run`: its watchdog has nsys stop the job and write the capture (not
-    imported: the run is gone); the next `summarize` of the folder imports it and reads it."""
+def _killed_run(gloo_job, tmp_path: Path, marker: str) -> Path:
+    """A run killed (SIGKILL) once its job runs: its folder, once nothing of the job is left."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     p, out = _start_run(gloo_job, tmp_path, marker, "hold", options=("--no-summary",))
     try:
         _wait_ready(p, tmp_path)
@@ -359,11 +357,24 @@ def test_a_killed_run_leaves_nothing_running_and_summarize_imports_its_capture(g
         deadline = time.monotonic() + 30  # the watchdog exits with the job; nsys's move is done then
         while not (out / "report.qdstrm").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert (out / "report.qdstrm").exists(), sorted(f.name for f in out.iterdir())
     finally:
         if p.poll() is None:
             p.kill()
         p.communicate()
+    return out
+
+
+@needs_nsys
+@needs_torchrun
+def test_a_killed_run_leaves_nothing_running_and_summarize_imports_its_capture(gloo_job, tmp_path, marker):
+    """SIGKILL of `nsyscomm run`: its watchdog has nsys stop the job and write the capture (not
+    imported: the run is gone); the next `summarize` of the folder imports it and reads it. Once
+    more when nsys itself failed to write it (Debian's nsys now and then does on a loaded
+    machine: tests/conftest.py, run_profiled)."""
+    out = _killed_run(gloo_job, tmp_path / "first", marker)
+    if not (out / "report.qdstrm").exists():
+        out = _killed_run(gloo_job, tmp_path / "again", marker)
+    assert (out / "report.qdstrm").exists(), sorted(f.name for f in out.iterdir())
     r = subprocess.run(
         [sys.executable, "-m", "nsyscomm.cli", "summarize", "--format", "json", str(out)],
         capture_output=True,
