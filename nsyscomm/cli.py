@@ -140,7 +140,7 @@ def _limit_reached(e: Exception) -> int:
     why = resources.out_of_files(e)
     if why is None and not resources.out_of_memory(e):
         raise e
-    click.echo(f"nsyscomm: error: {why or f'out of memory ({_first_line(e)}): raise ulimit -v'}", err=True)
+    click.echo(f"nsyscomm: error: {why or f'out of memory ({_first_line(e)}); {resources.memory_fix()}'}", err=True)
     return 2
 
 

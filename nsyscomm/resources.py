@@ -87,6 +87,14 @@ def prepare() -> None:
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
 
 
+def memory_fix() -> str:
+    """What to change when memory ran out: the address-space limit first, when one is set (the
+    allocations fail there long before the machine's memory runs out)."""
+    room = address_space()
+    fix = "give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs"
+    return fix if room is None else f"raise ulimit -v (now {room // 1024} KiB), or {fix}"
+
+
 def out_of_memory(e: BaseException) -> bool:
     """Whether e is memory running out, however the library that failed says it: Python's
     MemoryError, DuckDB's OutOfMemoryException, or a shared library that could not be mapped."""

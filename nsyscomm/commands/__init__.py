@@ -124,11 +124,7 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
             sys.exit(130)
         _out_of_files(e)
         if resources.out_of_memory(e):  # MemoryError, DuckDB's, or a library that could not be mapped
-            click.echo(
-                f"nsyscomm: error: out of memory ({_first_line(e)}); "
-                f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs",
-                err=True,
-            )
+            click.echo(f"nsyscomm: error: out of memory ({_first_line(e)}); {resources.memory_fix()}", err=True)
             sys.exit(EXIT_INPUT)
         click.echo(
             f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
