@@ -20,6 +20,7 @@ This module imports the standard library alone: the watchdog runs it as a script
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -229,7 +230,8 @@ class Watchdog:
     def close(self) -> None:
         """The job is over: the watchdog finds nothing of it and exits."""
         if self._write >= 0:
-            os.write(self._write, b"done")
+            with contextlib.suppress(OSError):  # no watchdog started: nobody reads the pipe
+                os.write(self._write, b"done")
             os.close(self._write)
             self._write = -1
         if self._proc is not None:
