@@ -20,9 +20,9 @@ import errno
 import os
 import resource
 
-# the smallest address space in which `nsyscomm summarize` reads the bundled samples, with the
-# set-up below (measured: `ulimit -v` in steps of 100 MB, docs/limits.md); the libraries' code,
-# threads and reservations take most of it
+# the address space below which `nsyscomm summarize` cannot read a bundled sample, with the
+# set-up below and a margin (read at 1.8 GB, not at 1.6 GB on a 2-core machine: docs/limits.md);
+# the libraries' code, threads and reservations take most of it
 MIN_ADDRESS_SPACE = 2048 * 2**20
 # the fewest open files a command is started with: Python's own, DuckDB's, a report's and the
 # extraction pool's pipes to its workers (a folder of reports failed at 16, in the pool's fork
