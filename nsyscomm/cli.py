@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import click
 
-from nsyscomm import __version__
+from nsyscomm import __version__, resources
 from nsyscomm.commands.run import run
 from nsyscomm.commands.summarize import summarize
 
@@ -123,6 +123,12 @@ def entry(args: Sequence[str] | None = None) -> None:
     line and status 130 there too, as everywhere else."""
     for stream in (sys.stdout, sys.stderr):
         _speak_its_encoding(stream)
+    resources.prepare()  # before numpy, pyarrow and DuckDB load
+    argv = sys.argv[1:] if args is None else list(args)
+    why = resources.check() if argv and not {"-h", "--help", "--version"} & set(argv) else None
+    if why:
+        click.echo(f"nsyscomm: error: {why}", err=True)
+        sys.exit(2)
     try:
         rc = main(args, standalone_mode=False)
     except click.ClickException as e:
@@ -131,9 +137,22 @@ def entry(args: Sequence[str] | None = None) -> None:
     except click.Abort:
         click.echo("nsyscomm: interrupted", err=True)
         rc = 130
+    except Exception as e:  # before a command's own guard (its imports): a limit named, else ours
+        rc = _limit_reached(e)
     finally:
         gc.freeze()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _limit_reached(e: Exception) -> int:
+    """Memory or open files ran out while a command loaded its libraries: one line, status 2."""
+    from nsyscomm.commands import _first_line
+
+    why = resources.out_of_files(e)
+    if why is None and not resources.out_of_memory(e):
+        raise e
+    click.echo(f"nsyscomm: error: {why or f'out of memory ({_first_line(e)}); {resources.memory_fix()}'}", err=True)
+    return 2
 
 
 if __name__ == "__main__":

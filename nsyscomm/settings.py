@@ -62,6 +62,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("NSYSCOMM_PROFILER", CHANNEL, "unset: nsys", "`run --profiler torch`"),
     Variable("NSYSCOMM_TRACE_DIR", CHANNEL, "unset: no Kineto trace", "where each rank writes its Kineto trace"),
     Variable("NSYSCOMM_RECORD_DIR", CHANNEL, "unset: no flight record", "where each process writes its ring"),
+    Variable("NSYSCOMM_RUN_MARK", CHANNEL, "unset: not in a run", "marks the processes of one run's job"),
     # slower paths, kept reachable for tests and comparisons
     Variable("NSYSCOMM_FASTPATH", TEST, "1 (the C wrappers when built)", "0: the Python wrappers"),
     Variable("NSYSCOMM_RING_PY", TEST, "unset (the C ring when built)", "1: the flight record's Python ring"),

@@ -15,23 +15,23 @@ the launcher runs QdstrmImporter itself, then ``nsys export --type sqlite``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsyscomm.capture import program_profile, run_folder
+from nsyscomm.capture import job_tree, job_wait, program_profile, run_folder
 from nsyscomm.capture.beside_job import BESIDE_NICE, Beside, nice_this_thread  # noqa: F401 - callers import these here
 from nsyscomm.capture.capture_watch import CaptureWatch, advice
 from nsyscomm.capture.exports import DEFAULT_EXPORT
+from nsyscomm.capture.job_tree import JobTree
 from nsyscomm.capture.nsys_command import (
     find_nsys,
     has_gpu,
@@ -119,61 +119,34 @@ def _stdout_fd():
         return 1
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+def _wait(
+    proc: subprocess.Popen, warnings_: list, profiler: str = "nsys", on_interrupt=None, tree: JobTree | None = None
+) -> int:
+    """Wait for the profiled command (nsyscomm.capture.job_wait): its exit status, 130 when
+    interrupted."""
+    return job_wait.wait(proc, warnings_, profiler, on_interrupt, tree)
 
 
-_INTERRUPTED = {
-    "nsys": (
-        "interrupted: nsys was asked to stop the application and write the report",
-        "nsys is stopping the application and writing the report (interrupt again to abort it; "
-        "the report is then lost)",
-    ),
-    "torch": (
-        "interrupted: the command was asked to stop; each rank writes its trace as it exits",
-        "the command is stopping; each rank writes its trace as it exits (interrupt again to abort it; "
-        "traces not yet written are then lost)",
-    ),
-}
+def _start_job(args: list[str], env: dict, mark: str, **kw) -> subprocess.Popen:
+    """Start the job's first process, marked (nsyscomm.capture.job_tree), in a session of its own:
+    a terminal's Ctrl-C reaches nsyscomm only, which forwards one SIGINT (job_wait)."""
+    env[job_tree.MARK_ENV] = mark
+    return subprocess.Popen(args, env=env, start_new_session=True, **kw)
 
 
-def _wait(proc: subprocess.Popen, warnings_: list, profiler: str = "nsys", on_interrupt=None) -> int:
-    """Wait for the profiled command; on Ctrl-C (or SIGTERM) let it stop and finish its output.
-
-    It runs in its own session (see run()), so a Ctrl-C in the terminal reaches only us and it gets
-    exactly one SIGINT: a second one (the terminal's and ours) made nsys abandon the report
-    half-written. A second Ctrl-C here terminates it."""
-    interrupted = False
-    main = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+@contextlib.contextmanager
+def _owned(tree: JobTree, log: Path | None, drain: tuple[int, ...] = ()) -> Iterator[None]:
+    """The job's processes are ended if this run ends before them (its own error, an interrupt
+    that escapes the wait), and by a watchdog if nsyscomm is killed (drain: our ends of the job's
+    stdout and stderr pipes, which the watchdog then reads)."""
+    watchdog = job_tree.Watchdog(tree, str(log) if log else None, drain)
     try:
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:
-                if not interrupted:
-                    interrupted = True
-                    if on_interrupt is not None:
-                        on_interrupt()
-                    warning, message = _INTERRUPTED[profiler]
-                    warnings_.append(warning)
-                    print(f"nsyscomm: interrupted: {message}", file=sys.stderr, flush=True)
-                    try:
-                        proc.send_signal(signal.SIGINT)
-                    except Exception:
-                        pass
-                else:
-                    try:
-                        proc.terminate()
-                    except Exception:
-                        pass
+        yield
+    except BaseException:
+        job_tree.end(tree.processes)
+        raise
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
-    if interrupted and rc == 0:
-        rc = 130
-    return rc
+        watchdog.close()
 
 
 def _temp_reports() -> set[Path]:
@@ -232,14 +205,17 @@ def _run_torch(cmd, out_dir: Path, steps_ab, per_rank, nsys_args, stdout_to_stde
     if shutil.which(cmd[0], path=env.get("PATH")) is None and not os.path.exists(cmd[0]):
         raise InputError(f"command not found: {cmd[0]} (give the full path or fix PATH)")
     before = {f: f.stat().st_mtime_ns for f in out_dir.glob("rank*.json.gz")}
+    mark = job_tree.new_mark()
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=_stderr_fd() if stdout_to_stderr else None)
+        proc = _start_job(cmd, env, mark, stdout=_stderr_fd() if stdout_to_stderr else None)
     except OSError as e:
         raise InputError(f"cannot start {cmd[0]} ({e.strerror}): check the command and PATH") from None
     beside = Beside(while_job_runs)
-    rc = _wait(proc, warnings_, profiler="torch")
+    tree = JobTree(mark, proc.pid)
+    with _owned(tree, out_dir / run_folder.LOG_NAME):
+        rc = _wait(proc, warnings_, profiler="torch", tree=tree)
     beside.join()
-    if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
+    if rc != 0 and not _interrupted(warnings_):
         warnings_.append(f"the command exited with status {rc}: the traces cover the run until then")
     reports = sorted(
         (f for f in out_dir.glob("rank*.json.gz") if before.get(f) != f.stat().st_mtime_ns),
@@ -344,10 +320,17 @@ def _run_nsys(
     env[flight_record.ENV_DIR] = str(records)
     _write_command(out_dir, full)
     temp_before = _temp_reports()
-    proc, err = _start_under_nsys(full, env, stdout_to_stderr)
+    mark = job_tree.new_mark()
+    proc, err = _start_under_nsys(full, env, mark, stdout_to_stderr)
+    tree = JobTree(mark, proc.pid, tool_dir=os.path.dirname(os.path.dirname(os.path.realpath(nsys))))
     beside = Beside(while_job_runs)
     started = time.perf_counter()
-    rc = _watch_job(proc, err, records, hang_s, lambda: _capture_files(out_dir, temp_before), preset, warnings_)
+    with _owned(tree, out_dir / run_folder.LOG_NAME, err.read_fds):
+        rc = _watch_job(
+            proc, err, records, hang_s, lambda: _capture_files(out_dir, temp_before), preset, warnings_, tree
+        )
+    if full[0] == nsys and rc != 0 and not _capture_files(out_dir, temp_before) and not _interrupted(warnings_):
+        raise _nsys_failed(out_dir, rc, err.last_line)
     log = StageLog(out_dir)  # each stage after the job shown and logged
     job_end = time.perf_counter()
     log.line(f"job exited with status {rc} after {job_end - started:.2f} s (nsys profile --trace={trace})")
@@ -382,19 +365,14 @@ def _write_command(out_dir: Path, full: list[str]) -> None:
         ) from None
 
 
-def _start_under_nsys(full: list[str], env: dict, stdout_to_stderr: bool) -> tuple[subprocess.Popen, FilteredOutput]:
+def _start_under_nsys(
+    full: list[str], env: dict, mark: str, stdout_to_stderr: bool
+) -> tuple[subprocess.Popen, FilteredOutput]:
     """Start the command line, its stdout and stderr through filters that drop nsys's lines that
     ask nothing of the user (its importer's, the .qdstrm it names)."""
     err = FilteredOutput(_stderr_fd() if stdout_to_stderr else _stdout_fd(), _stderr_fd())
     try:
-        # its own session: a terminal Ctrl-C reaches nsyscomm only, which forwards one SIGINT (_wait)
-        proc = subprocess.Popen(
-            full,
-            env=env,
-            start_new_session=True,
-            stdout=err.child_out,
-            stderr=err.child_fd,
-        )
+        proc = _start_job(full, env, mark, stdout=err.child_out, stderr=err.child_fd)
     except OSError as e:
         err.abandon()
         raise InputError(f"cannot start {full[0]} ({e.strerror}): check the command and PATH") from None
@@ -410,6 +388,7 @@ def _watch_job(
     capture_files: Callable[[], list[Path]],
     preset: str,
     warnings_: list[str],
+    tree: JobTree | None = None,
 ) -> int:
     """Wait for the job with its watchers (a hang ends it, a huge capture is warned of); its exit
     status, and warnings that say why it ended when it did not end well."""
@@ -418,7 +397,12 @@ def _watch_job(
     watcher = hang_watch.Watcher(records, hang_s).start() if hang_s else None
     growth = CaptureWatch(capture_files, preset).start()
     try:
-        rc = _wait(proc, warnings_, on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"))
+        rc = _wait(
+            proc,
+            warnings_,
+            on_interrupt=lambda: flight_record.mark_stopped(records, "interrupted (Ctrl-C)"),
+            tree=tree,
+        )
     finally:
         growth.stop()
         err.close()
@@ -432,12 +416,38 @@ def _watch_job(
             f"(exit status {hang_watch.EXIT_HUNG})"
         )
         return hang_watch.EXIT_HUNG
-    if rc != 0 and not any(w.startswith("interrupted") for w in warnings_):
+    if rc != 0 and not _interrupted(warnings_):
         warnings_.append(f"the command exited with status {rc}: the report covers the run until then")
         note = flight_record.teardown_note(flight_record.read_dir(records)) if records.is_dir() else None
         if note:
             warnings_.append(note)
     return rc
+
+
+def _interrupted(warnings_: list[str]) -> bool:
+    return any(w.startswith("interrupted") for w in warnings_)
+
+
+# what nsys says when it cannot start the program, and what to do about it
+_NSYS_FIXES = {
+    "Not executable": "make the program executable (chmod +x) or run it through its interpreter",
+    "Agent launcher failed": "nsys needs a writable temporary folder: point TMPDIR to one",
+}
+
+
+def _nsys_failed(out_dir: Path, rc: int, said: str) -> InputError:
+    """nsys ended without a capture: it did not run the program. Its own line and a fix, and the
+    folder left as it was found (nothing of this run in it), so that it can be used again."""
+    for name in (run_folder.COMMAND_NAME, run_folder.LOG_NAME):
+        with contextlib.suppress(OSError):
+            (out_dir / name).unlink()
+    with contextlib.suppress(OSError):
+        (out_dir / run_folder.RECORDS_DIR).rmdir()  # empty: no rank ever started
+    fix = next((f for k, f in _NSYS_FIXES.items() if k in said), "see nsys's output above")
+    quoted = f": {said}" if said else ""
+    return InputError(
+        f"nsys could not run the command (it exited with status {rc} before the command started{quoted}); {fix}"
+    )
 
 
 def _no_report(out_dir: Path, temp_before: set[Path], rc: int, preset: str) -> str:

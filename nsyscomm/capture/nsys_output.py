@@ -106,6 +106,7 @@ class FilteredStderr:
         self._thread: threading.Thread | None = None
         read_fd, self.child_fd = _terminal_like(out_fd) if _isatty(out_fd) else os.pipe()
         self._read = read_fd
+        self._tail = b""  # the end of what was forwarded: nsys's last line when it fails
 
     def start(self) -> FilteredStderr:
         os.close(self.child_fd)
@@ -124,7 +125,19 @@ class FilteredStderr:
             self._write(self._filter.feed(data))
         self._write(self._filter.flush())
 
+    @property
+    def read_fd(self) -> int:
+        """The end of the pipe (or pseudo-terminal) that the job's stderr is read from."""
+        return self._read
+
+    @property
+    def last_line(self) -> str:
+        """The last non-empty line forwarded (after close(): nsys's own, when it failed to start)."""
+        lines = [ln.strip() for ln in self._tail.decode(errors="replace").splitlines()]
+        return next((ln for ln in reversed(lines) if ln), "")
+
     def _write(self, data: bytes) -> None:
+        self._tail = (self._tail + data)[-4096:]
         while data:
             try:
                 data = data[os.write(self._out, data) :]
@@ -160,6 +173,16 @@ class FilteredOutput:
     def close(self, timeout: float = 2.0) -> None:
         self.out.close(timeout)
         self.err.close(timeout)
+
+    @property
+    def read_fds(self) -> tuple[int, ...]:
+        """Our ends of the two pipes (one, where stdout is shown on stderr's filter's terminal)."""
+        return tuple(dict.fromkeys((self.out.read_fd, self.err.read_fd)))
+
+    @property
+    def last_line(self) -> str:
+        """nsys's last line on stderr (its reason, when it could not start the command)."""
+        return self.err.last_line
 
     def abandon(self) -> None:
         """The child never started: close both ends."""

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from nsyscomm import settings
+from nsyscomm.capture import run_folder
 from nsyscomm.capture.exports import EXPORTS
 from nsyscomm.capture.nsys_command import export_help, nsys_export_args
 from nsyscomm.capture.run_folder import LOG_NAME
@@ -258,3 +259,47 @@ def find_importer(nsys: str) -> str | None:
         if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     return None
+
+
+def unimported(folder: Path) -> list[Path]:
+    """The captures a run left in its folder without a report: nsys wrote them after the run
+    was stopped (killed, or hung up) before it could import them."""
+    if not (folder / run_folder.COMMAND_NAME).is_file():
+        return []
+    return [q for q in sorted(folder.glob("report*.qdstrm")) if not q.with_suffix(".nsys-rep").exists()]
+
+
+def finish_unimported(folder: Path, export: str) -> list[Path]:
+    """Import and export the captures an interrupted run left in folder (unimported); the exports.
+    InputError, naming the capture and the commands that import it, when nsys or its importer is
+    not found or the import fails."""
+    from nsyscomm.capture.nsys_command import find_nsys
+    from nsyscomm.errors import InputError
+
+    captures = unimported(folder)
+    if not captures:
+        return []
+    nsys: str | None
+    try:
+        nsys = find_nsys()[0]
+    except InputError:
+        nsys = None
+    q = captures[0]
+    by_hand = (
+        f"import it with: QdstrmImporter -i {shlex.quote(str(q))}, then: "
+        f"{shlex.join(nsys_export_args('nsys', export, str(q.with_suffix(_SUFFIX[export])), str(q.with_suffix('.nsys-rep'))))}"
+    )
+    if nsys is None or find_importer(nsys) is None:
+        missing = "nsys" if nsys is None else "QdstrmImporter (set NSYSCOMM_QDSTRM_IMPORTER to its path)"
+        raise InputError(f"{q}: a capture an interrupted run left unimported, and {missing} is not found; {by_hand}")
+    print(
+        f"nsyscomm: importing {', '.join(c.name for c in captures)}, left unimported by an interrupted run in {folder}",
+        file=sys.stderr,
+        flush=True,
+    )
+    warnings_: list[str] = []
+    with run_folder.held(folder):
+        exports = import_and_export(folder, nsys, warnings_, export=export, base="report")
+    if len(exports) < len(captures):
+        raise InputError(f"{q}: {warnings_[0] if warnings_ else 'the import failed'}; {by_hand}")
+    return exports

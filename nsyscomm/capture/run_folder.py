@@ -133,3 +133,15 @@ def claimed(out_dir: Path) -> Iterator[Path]:
     finally:
         if fd is not None:
             os.close(fd)  # the lock goes with the descriptor
+
+
+@contextlib.contextmanager
+def held(out_dir: Path) -> Iterator[Path]:
+    """Hold the folder of a run that is over, while a later command finishes its work there (the
+    import of a capture it left): refused (InputError) while a run holds it."""
+    fd = _lock(Path(out_dir), create=True)
+    try:
+        yield Path(out_dir)
+    finally:
+        if fd is not None:
+            os.close(fd)

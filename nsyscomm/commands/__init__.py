@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
+from nsyscomm import resources
 from nsyscomm.errors import InputError, Terminated
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
         if debug:
             _traceback()
         _out_of_tasks(e)
+        _out_of_files(e)
         where = f"{e.filename}: " if e.filename else ""
         click.echo(f"nsyscomm: error: {where}{e.strerror or e}", err=True)
         sys.exit(EXIT_INPUT)
@@ -120,12 +122,9 @@ def guard(fn: Callable[[], T], debug: bool = False) -> T:
         if interrupted(e):
             click.echo("nsyscomm: interrupted", err=True)
             sys.exit(130)
-        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException":  # DuckDB's
-            click.echo(
-                f"nsyscomm: error: out of memory ({_first_line(e)}); "
-                f"give a larger --memory-limit (NSYSCOMM_MEMORY_LIMIT), or fewer --jobs",
-                err=True,
-            )
+        _out_of_files(e)
+        if resources.out_of_memory(e):  # MemoryError, DuckDB's, or a library that could not be mapped
+            click.echo(f"nsyscomm: error: out of memory ({_first_line(e)}); {resources.memory_fix()}", err=True)
             sys.exit(EXIT_INPUT)
         click.echo(
             f"nsyscomm: internal error: {type(e).__name__}: {_first_line(e)} "
@@ -143,6 +142,14 @@ def _out_of_tasks(e: BaseException) -> None:
 
     if duck.task_room() is not None and duck.out_of_tasks(e):
         click.echo(f"nsyscomm: error: {duck.task_limit_message()}", err=True)
+        sys.exit(EXIT_INPUT)
+
+
+def _out_of_files(e: BaseException) -> None:
+    """The limit on open files reached (``ulimit -n``): one line naming it and the fix, status 2."""
+    why = resources.out_of_files(e)
+    if why:
+        click.echo(f"nsyscomm: error: {why}", err=True)
         sys.exit(EXIT_INPUT)
 
 

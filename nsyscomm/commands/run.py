@@ -95,8 +95,9 @@ def run(
       nsyscomm run -- python train.py
       nsyscomm run --steps 10:20 -- torchrun --nproc-per-node 8 train.py
 
-    Exits with CMD's exit status (2 when CMD succeeded but no report was produced; 124 when
-    --hang-timeout ended a hung job)."""
+    Exits with CMD's exit status (2 when CMD succeeded but no report was produced, or nsys could
+    not start CMD; 124 when --hang-timeout ended a hung job; 130 when interrupted by Ctrl-C,
+    SIGTERM or a hangup, whatever CMD returned). The job's processes never outlive the run."""
     from nsyscomm.api import load
     from nsyscomm.capture.launcher import run as launch
 

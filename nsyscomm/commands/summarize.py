@@ -155,6 +155,7 @@ def summarize(
             "merge": merge,
         }
         if inputs:
+            guard(lambda: _finish_interrupted_runs(inputs), debug)
             result = guard(lambda: load(list(inputs), nccl_logs=nccl_logs, **scale_opts), debug)
             if include_env:
                 from nsyscomm.api import environment
@@ -182,6 +183,19 @@ def summarize(
             from nsyscomm.ingest.nsys.reader import drop_head_starts
 
             drop_head_starts()
+
+
+def _finish_interrupted_runs(inputs: tuple[str, ...]) -> None:
+    """A run folder whose capture nsys wrote after the run was stopped (killed, hung up) gets the
+    import and export the run did not live to do, so that it reads as any other."""
+    from pathlib import Path
+
+    from nsyscomm.capture import post
+    from nsyscomm.capture.exports import DEFAULT_EXPORT
+
+    for name in inputs:
+        if Path(name).is_dir():
+            post.finish_unimported(Path(name), DEFAULT_EXPORT)
 
 
 @contextlib.contextmanager

@@ -166,7 +166,7 @@ def test_ctrl_c_stops_the_job_and_keeps_the_report(job, tmp_path):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
-    assert p.returncode != 0, stderr[-2000:]
+    assert p.returncode == 130, stderr[-2000:]  # an interrupt's status, not torchrun's (1)
     assert "interrupted" in stderr
     assert list(out.glob("*.sqlite")) + list(out.glob("*.arrow")), stderr[-3000:]  # the report was written and exported
     assert "Comm. Op" in stdout and "all_reduce" in stdout  # and summarized
@@ -290,7 +290,9 @@ class _Interrupted:
     def __init__(self):
         self.signals, self.waits = [], 0
 
-    def wait(self):
+    pid = -1
+
+    def wait(self, timeout=None):
         self.waits += 1
         if self.waits == 1:
             raise KeyboardInterrupt
