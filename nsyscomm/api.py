@@ -13,7 +13,7 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.analyses.result import SCHEMA_VERSION, Result
-from nsyscomm.combine import JobCalls, combine, one_job
+from nsyscomm.combine import JobCalls, Selection, combine, one_job
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
 from nsyscomm.extract.readers import extract_one
 from nsyscomm.ingest import formats
@@ -46,12 +46,15 @@ def load(
     dask: str | None = None,
     memory_limit: str | None = None,
     merge: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    ops: Iterable[str] = (),
 ) -> Result:
     """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
     job's NCCL context and a reference bandwidth curve. memory_limit: DuckDB's memory per process
     ("4GB", "50%"; else NSYSCOMM_MEMORY_LIMIT, else DuckDB's default); past it, it spills to disk.
     Reports that cannot be one job are refused (InputError naming what differs: combine.one_job)
-    unless merge=True."""
+    unless merge=True. steps (lo, hi) and ops: only the calls of steps lo..hi-1 and of those ops,
+    for every analysis (nsyscomm.combine.select)."""
     found = survey(paths)
     files = found.files
     names = report_names(files)
@@ -62,7 +65,8 @@ def load(
         extracts = pool.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         if not merge:
             one_job.check(extracts, calls.pids)
-        result = combine(extracts, by_caller=by_caller, calls=calls)
+        selection = Selection(steps, tuple(ops))
+        result = combine(extracts, by_caller=by_caller, calls=calls, selection=selection)
         result.op_trace = formats.op_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     result.skipped = [(str(p), why) for p, why in found.skipped]
@@ -73,6 +77,9 @@ def load(
         curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
+        from nsyscomm.analyses import nccl_context
+
+        result.warnings += nccl_context.mismatches(result.con, result.nccl_logs)
     return result
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from nsyscomm.analyses.contract import SUMMARY_KEYS
 from nsyscomm.analyses.result import Result
 from nsyscomm.capture.run_folder import OWN_OUTPUT
 from nsyscomm.views import set_aside
@@ -23,7 +24,7 @@ from nsyscomm.views.units import DEFAULT_UNITS, bandwidth, fmt, human_bytes, uni
 class Col:
     key: str  # machine name: the CSV column, the JSON's key where it has one
     label: str  # the header people read (text, Markdown)
-    kind: str = "text"  # text, int, ms, bytes, bw, pct
+    kind: str = "text"  # text, int, ms, bytes, bw, pct, ratio, flag (a yes/no: its label shown for yes)
     digits: int | None = None  # decimals shown to people (default: the kind's)
     shown: bool = True  # False: in the CSV only (the text and Markdown tables keep DeepSpeed's columns)
 
@@ -35,6 +36,11 @@ class Table:
     cols: list[Col]
     rows: list[list]
     notes: list[str] = field(default_factory=list)  # lines under the table
+    people_rows: int | None = None  # the rows the text and Markdown tables show (None: all; CSV has all)
+
+    @property
+    def shown_rows(self) -> list[list]:
+        return self.rows if self.people_rows is None else self.rows[: self.people_rows]
 
 
 @dataclass
@@ -62,6 +68,8 @@ def display(v: Any, col: Col, units: str = DEFAULT_UNITS) -> str:
     """A cell for people: sizes human-readable, bandwidth in `units`, times in ms to the µs."""
     if col.kind == "bytes":
         return human_bytes(None if missing(v) else v)
+    if col.kind == "flag":
+        return col.label if v is True or (not missing(v) and bool(v)) else ""
     if missing(v):
         return "-"
     if col.kind == "int":
@@ -72,6 +80,8 @@ def display(v: Any, col: Col, units: str = DEFAULT_UNITS) -> str:
         return fmt(bandwidth(float(v), units), 2)
     if col.kind == "pct":
         return fmt(float(v), 2 if col.digits is None else col.digits)
+    if col.kind == "ratio":
+        return fmt(float(v), 3)
     return str(v)
 
 
@@ -80,12 +90,14 @@ def machine(v: Any, col: Col) -> Any:
     to the MB/s, percentages to a hundredth; missing values empty."""
     if missing(v):
         return None
+    if col.kind == "flag":
+        return bool(v)
     if col.kind in ("int", "bytes"):
         return int(v)
     if col.kind == "ms":
         return round(float(v), 6)
-    if col.kind in ("bw", "pct"):
-        return round(float(v), 3 if col.kind == "bw" else 2)
+    if col.kind in ("bw", "pct", "ratio"):
+        return round(float(v), {"bw": 3, "pct": 2, "ratio": 4}[col.kind])
     return v
 
 
@@ -103,6 +115,7 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     result.prefetch(
         ("summary", {"by_caller": by_caller}),
         ("ranks", {}),
+        ("rank_ops", {}),
         ("steps", {}),
         ("size_histogram", {}),
         ("link_metrics", {}),
@@ -124,6 +137,7 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     out.append(Lines("set_aside", None, set_aside.lines(result)))
     out.append(vs_reference(result, by_caller))
     out.append(ranks(result))
+    out.append(rank_ops(result))
     out.append(overlap(result))
     out.append(steps(result))
     out.append(histogram(result))
@@ -179,17 +193,32 @@ def summary(result: Result, by_caller: bool = False) -> Table:
         Col("total_ms", "Total Latency(ms)", "ms"),
         Col("avg_ms", "Avg Latency(ms)", "ms"),
         Col("p50_ms", "p50 Latency(ms)", "ms", shown=False),
+        Col("min_ms", "min Latency(ms)", "ms", shown=False),
         Col("max_ms", "max Latency(ms)", "ms", shown=False),
         Col("algbw_GBps", "tput_avg ({unit})", "bw"),
         Col("busbw_GBps", "busbw_avg ({unit})", "bw"),
         Col("dtype", "dtype", shown=False),
     ]
+    cols += contract_cols(SUMMARY_KEYS, cols)
     return Table(
         "summary",
         "Communication summary (per logical collective: fastest rank's latency)",
         cols,
         _rows(s, cols),
     )
+
+
+def contract_cols(keys: tuple[str, ...], cols: list[Col]) -> list[Col]:
+    """The JSON contract's keys of a table that its columns above do not name, as columns of the
+    CSV (kind told by the key's unit): a key added to the contract reaches every machine format
+    at once; the text and Markdown tables keep their layout until it is given a label there."""
+    have = {c.key for c in cols}
+    kind = {"_ms": "ms", "GBps": "bw", "_pct": "pct", "bytes": "bytes"}
+    return [
+        Col(k, k, next((v for end, v in kind.items() if k.endswith(end)), "text"), shown=False)
+        for k in keys
+        if k not in have
+    ]
 
 
 def _rows(df: pd.DataFrame, cols: list[Col]) -> list[list]:
@@ -208,6 +237,8 @@ def vs_reference(result: Result, by_caller: bool = False) -> Table:
         Col("busbw_GBps", "busbw ({unit})", "bw"),
         Col("ref_busbw_GBps", "ref busbw ({unit})", "bw"),
         Col("pct_of_ref", "% of ref", "pct", 1),
+        Col("group_size", "n", "int", shown=False),
+        Col("busbw_vs_ref", "busbw / ref", "ratio", shown=False),
     ]
     if vs.empty:
         return Table("vs_reference", "", cols, [])
@@ -233,6 +264,35 @@ def ranks(result: Result) -> Table:
         Col("comm_pct", "% comm", "pct"),
     ]
     return Table("ranks", "Per rank (mpitrace style)", cols, _rows(r, cols), min_med_max(r))
+
+
+# the most ranks whose per-op rows the text and Markdown tables list (CSV and JSON: every rank)
+RANK_OPS_SHOWN = 16
+
+
+def rank_ops(result: Result) -> Table:
+    """mpitrace's per-rank table by routine: calls, bytes and time per op and rank."""
+    ro = result.rank_ops
+    cols = [
+        Col("rank", "rank", "int"),
+        Col("op", "op"),
+        Col("calls", "calls", "int"),
+        Col("bytes", "bytes", "bytes"),
+        Col("time_ms", "time (ms)", "ms"),
+        Col("wait_ms", "wait (ms)", "ms"),
+    ]
+    ranks_seen = sorted(ro["rank"].unique()) if not ro.empty else []
+    notes = [
+        "time sums each call's execution (calls in flight together count each); "
+        "wait is the part of it spent waiting for late ranks"
+    ]
+    shown = None
+    if len(ranks_seen) > RANK_OPS_SHOWN:
+        shown = int((ro["rank"] <= ranks_seen[RANK_OPS_SHOWN - 1]).sum())
+        notes.append(
+            f"{len(ranks_seen)} ranks: the first {RANK_OPS_SHOWN} are shown here; --format csv or json has every rank"
+        )
+    return Table("rank_ops", "Per rank and op (mpitrace style)", cols, _rows(ro, cols), notes, shown)
 
 
 def min_med_max(ranks: pd.DataFrame) -> list[str]:
@@ -261,6 +321,7 @@ def overlap(result: Result) -> Table:
         Col("comm_busy_ms", "comm busy (ms)", "ms"),
         Col("exposed_ms", "exposed (ms)", "ms"),
         Col("exposed_pct", "exposed %", "pct", 1),
+        Col("calls", "calls", "int", shown=False),
     ]
     if per_rank.empty:
         return Table("overlap", "", cols, [])
@@ -278,10 +339,10 @@ STEP_NOTES = [
 
 
 def steps(result: Result) -> Table:
-    st = result.steps
+    st = result.step_rows
     cols = [
         Col("step", "step", "int"),
-        Col("warmup", "warm-up", "text", shown=False),
+        Col("warmup", "warm-up", "flag", shown=False),
         Col("calls", "calls", "int"),
         Col("comm_ms", "comm (ms)", "ms"),
         Col("late_rank", "last to arrive", "int"),
@@ -294,13 +355,8 @@ def steps(result: Result) -> Table:
     ]
     if st.empty:
         return Table("steps", "", cols, [])
-    ov = result.overlap
-    exposed = ov[ov["scope"] == "step"].groupby("step")["exposed_ns"].sum() / 1e6 if not ov.empty else pd.Series()
-    st = st.assign(exposed_ms=st["step"].map(exposed) if len(exposed) else None)
-    warm = set_aside.warmup_steps(result)
-    st = st.assign(warmup=["warm-up" if s in warm else "" for s in st["step"]])
-    if warm:  # the column only where there is something to mark (CSV has it always)
-        cols[1] = Col("warmup", "warm-up", "text")
+    if st["warmup"].any():  # the column only where there is something to mark (CSV has it always)
+        cols[1] = Col("warmup", "warm-up", "flag")
     return Table("steps", "Per step", cols, _rows(st, cols), list(STEP_NOTES))
 
 
@@ -336,6 +392,7 @@ def links(result: Result) -> Table:
         Col("devices", "GPUs", "int"),
         Col("avg_value", "mean", "pct", 1),
         Col("max_value", "peak", "pct", 1),
+        Col("covered_ms", "covered (ms)", "ms", shown=False),
     ]
     title = "Link throughput during collectives (nsys GPU metrics: time-weighted mean over the calls' GPU time)"
     return Table("link_metrics", title, cols, _rows(lk, cols))
@@ -351,6 +408,10 @@ def top_skew(result: Result, limit: int = 5) -> Table:
         Col("last_rank", "last rank", "int"),
         Col("skew_ms", "skew (ms)", "ms"),
         Col("caller", "caller"),
+        Col("group", "group", shown=False),
+        Col("seq", "seq", "int", shown=False),
+        Col("participants", "participants", "int", shown=False),
+        Col("latency_ms", "latency (ms)", "ms", shown=False),
     ]
     if top.empty or top["skew_ms"].max() <= 0:
         return Table("top_skew", "", cols, [])

@@ -5,57 +5,40 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nsyscomm.views import findings as F
 from nsyscomm.views.html_charts import step_bars
 from nsyscomm.views.html_parts import (
     _e,
     _i,
     _n,
     _num,
-    _s,
     _size,
     _table,
 )
 from nsyscomm.views.units import fmt
 
 
-def summary_section(summary: pd.DataFrame) -> str:
-    header = [
-        "op",
-        "message size",
-        "n",
-        "count",
-        "calls",
-        "ranks",
-        "total (ms)",
-        "avg (ms)",
-        "p50 (ms)",
-        "max (ms)",
-        "algbw (GB/s)",
-        "busbw (GB/s)",
-        "dtype",
-    ]
-    rows = [
-        [
-            _s(r.op),
-            _size(r.bytes),
-            _i(r.group_size),
-            _i(r.count),
-            _i(r.calls),
-            _i(r.ranks),
-            _n(r.total_ms),
-            _n(r.avg_ms),
-            _n(r.p50_ms),
-            _n(r.max_ms),
-            _n(r.algbw_GBps, 2),
-            _n(r.busbw_GBps, 2),
-            _s(r.dtype),
-        ]
-        for r in summary.itertuples()
-    ]
-    if not rows:
+def finding_table(table: F.Table) -> str:
+    """A table of the summary's findings (nsyscomm.views.findings) with every column the CSV has,
+    headed by the text view's labels: the HTML reads the same rows as the other formats."""
+    cols = list(table.cols)
+    numeric = {i for i, c in enumerate(cols) if c.kind != "text" and c.kind != "flag"}
+    rows = []
+    for r in table.rows:
+        cells: list = []
+        for v, c in zip(r, cols):
+            shown = F.display(v, c)
+            key = F.machine(v, c)
+            cells.append((shown, "" if key is None else repr(key)) if c.kind not in ("text", "flag") else shown)
+        rows.append(cells)
+    return _table([F.header(c) for c in cols], rows, numeric=numeric)
+
+
+def summary_section(table: F.Table) -> str:
+    if not table.rows:
         return '<p class="note">No collective calls.</p>'
     return (
-        _table(header, rows, numeric=set(range(1, 12)))
+        finding_table(table)
         + '<p class="note">One row per (op, message size). count: logical collectives (a call matched across '
         "ranks by group and sequence number counts once); calls: summed over ranks. Latency of a logical "
         "collective: its fastest rank's duration. busbw follows nccl-tests (factor of the communicator "
@@ -63,22 +46,8 @@ def summary_section(summary: pd.DataFrame) -> str:
     )
 
 
-def ranks_table(ranks: pd.DataFrame) -> str:
-    header = ["rank", "host", "calls", "bytes", "comm (ms)", "wait (ms)", "elapsed (ms)", "% comm"]
-    rows = [
-        [
-            _i(r.rank),
-            _s(r.host),
-            _i(r.calls),
-            _size(r.bytes),
-            _n(r.comm_ms),
-            _n(r.wait_ms),
-            _n(r.elapsed_ms),
-            _n(r.comm_pct, 2),
-        ]
-        for r in ranks.itertuples()
-    ]
-    return _table(header, rows, numeric={0, 2, 3, 4, 5, 6, 7}) if rows else ""
+def ranks_table(table: F.Table) -> str:
+    return finding_table(table) if table.rows else ""
 
 
 def skew_text(skew: dict) -> str:
