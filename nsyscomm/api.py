@@ -83,10 +83,18 @@ def load(
     return result
 
 
-def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
+def gate_sources(
+    sources: Iterable,
+    *,
+    one_job: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    ops: Iterable[str] = (),
+) -> list:
     """Sources for nsyscomm.gate, its report paths loaded: JSON summaries and baselines, documents,
     Results and Runs stay as they are; each report path (a file, folder or glob) becomes its own
-    job's Result, or with one_job=True all of them one job's, first (the current side of a gate)."""
+    job's Result, or with one_job=True all of them one job's, first (the current side of a gate).
+    steps and ops: only those calls of each report loaded (load's)."""
+    ops = tuple(ops)
     from pathlib import Path
 
     from nsyscomm.gate import looks_json
@@ -95,8 +103,10 @@ def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
     is_report = [isinstance(s, (str, os.PathLike)) and not looks_json(Path(s)) for s in sources]
     if one_job:
         reports = [Path(s) for s, r in zip(sources, is_report) if r]
-        return ([load(reports)] if reports else []) + [s for s, r in zip(sources, is_report) if not r]
-    return [load([Path(s)]) if r else s for s, r in zip(sources, is_report)]
+        return ([load(reports, steps=steps, ops=ops)] if reports else []) + [
+            s for s, r in zip(sources, is_report) if not r
+        ]
+    return [load([Path(s)], steps=steps, ops=ops) if r else s for s, r in zip(sources, is_report)]
 
 
 def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Settings | None = None) -> Verdict:

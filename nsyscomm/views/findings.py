@@ -53,6 +53,24 @@ class Lines:
 Block = Table | Lines
 
 
+# The columns a format leaves out of a table on purpose, (table, column) -> (formats, why); every
+# other column of a table is in every format: the text and Markdown tables show a column unless
+# it is marked shown=False (then CSV, JSON and HTML have it), the HTML renders HTML_TABLES from
+# these rows and draws the others as charts. docs/views.md, "Columns of every format", lists them.
+ABSENT: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
+    ("summary", "caller"): (("text", "markdown", "csv", "html"), "without --by caller every row's caller is null"),
+    ("top_skew", "group_seq"): (("json",), "JSON has group and seq apart"),
+    ("size_histogram", "size_range"): (("json",), "JSON has bin_lo and bin_hi"),
+    ("vs_reference", "pct_of_ref"): (("json",), "JSON has busbw_vs_ref, the same figure as a ratio"),
+    ("overlap", "step"): (
+        ("text", "markdown", "csv", "html"),
+        "null in JSON's overlap.per_rank; per step: steps.exposed_ms",
+    ),
+}
+# the tables the HTML report renders from these rows (the others it draws as charts)
+HTML_TABLES = ("summary", "ranks", "rank_ops")
+
+
 def missing(v: Any) -> bool:
     return (
         v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or (not isinstance(v, str) and pd.isna(v))
@@ -200,6 +218,10 @@ def summary(result: Result, by_caller: bool = False) -> Table:
         Col("dtype", "dtype", shown=False),
     ]
     cols += contract_cols(SUMMARY_KEYS, cols)
+    if by_caller and not s.empty:  # each (op, caller) one block, in the order they first come
+        block = s["op"].astype(str) + "\0" + s["caller"].astype(str)
+        first = {k: i for i, k in reversed(list(enumerate(block)))}
+        s = s.iloc[sorted(range(len(s)), key=lambda i: first[block.iloc[i]])]
     return Table(
         "summary",
         "Communication summary (per logical collective: fastest rank's latency)",

@@ -21,12 +21,14 @@ from nsyscomm.views.units import fmt
 def finding_table(table: F.Table) -> str:
     """A table of the summary's findings (nsyscomm.views.findings) with every column the CSV has,
     headed by the text view's labels: the HTML reads the same rows as the other formats."""
-    cols = list(table.cols)
+    at = {c.key: i for i, c in enumerate(table.cols)}
+    cols = [c for c in table.cols if "html" not in F.ABSENT.get((table.name, c.key), ((), ""))[0]]
     numeric = {i for i, c in enumerate(cols) if c.kind != "text" and c.kind != "flag"}
     rows = []
     for r in table.rows:
         cells: list = []
-        for v, c in zip(r, cols):
+        for c in cols:
+            v = r[at[c.key]]
             shown = F.display(v, c)
             key = F.machine(v, c)
             cells.append((shown, "" if key is None else repr(key)) if c.kind not in ("text", "flag") else shown)
@@ -74,8 +76,8 @@ def exposed_section(overlap: pd.DataFrame | None, warmup: set | frozenset = froz
 def _exposed_from_overlap(df: pd.DataFrame, warmup: set | frozenset = frozenset()) -> str:
     if df.empty:
         return (
-            '<p class="note">No GPU communication to set against compute (CPU-synchronous backends '
-            "have nothing to hide behind).</p>"
+            '<p class="note">No call whose exposure can be told: none ran kernels to set against compute, '
+            "and no asynchronous call's wait was seen.</p>"
         )
     parts = []
     st = df[(df["scope"] == "step") & df["step"].notna()]
@@ -111,7 +113,7 @@ def _exposed_from_overlap(df: pd.DataFrame, warmup: set | frozenset = frozenset(
                 ]
             )
         parts.append(
-            _table(["rank", "GPU calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows, numeric={0, 1, 2, 3, 4})
+            _table(["rank", "calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows, numeric={0, 1, 2, 3, 4})
         )
     return "".join(parts)
 

@@ -26,7 +26,9 @@ def human_bytes(n: float | None) -> str:
     # 3 decimals per power of 1024 always do (the loop's bound)
     while digits < 3 * i + 1 and round(round(value, digits) * unit) != n:
         digits += 1
-    return f"{float(round(value, digits)):.{max(digits, 1)}f} {_SIZE_NAMES[i]}"
+    # written from the exact decimal, not a float's (which runs out of digits past 2**53 bytes)
+    scaled = int(round(value, digits) * 10**digits)
+    return f"{scaled // 10**digits}.{scaled % 10**digits:0{digits}d} {_SIZE_NAMES[i]}"
 
 
 # one unit for every format, chosen once: GB/s, the JSON's and the HTML's; DeepSpeed's
