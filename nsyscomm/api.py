@@ -79,7 +79,7 @@ def load(
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
         from nsyscomm.analyses import nccl_context
 
-        result.warnings += nccl_context.mismatches(result.con, result.nccl_logs)
+        result.warnings += nccl_context.mismatches(result.con, result.nccl_logs, nccl_context.versions(extracts))
     return result
 
 

@@ -167,8 +167,10 @@ def document(result: Result, by_caller: bool = False) -> dict:
     }
     doc["steps"] = records(result.step_rows, STEP_KEYS)
     doc.update(set_aside_section(result))
+    steady = result.steady_ranks
+    steady = steady.assign(exposed_ms=steady["rank"].map(steady_exposed(result)))
     doc["steady"] = {  # an added key: what the gate compares per rank
-        "per_rank": records(result.steady_ranks, ("rank", "calls", "comm_ms", "wait_ms", "avg_arrival_delay_ms")),
+        "per_rank": records(steady, ("rank", "calls", "comm_ms", "wait_ms", "avg_arrival_delay_ms", "exposed_ms")),
         "left_out": "warm-up steps, a last step of fewer calls than the others (teardown), calls that set up "
         "their communicator, and the job's first meetings",
     }
@@ -186,6 +188,17 @@ def document(result: Result, by_caller: bool = False) -> dict:
 
     doc["hang"] = contract(result.hang)
     return invariants.check(doc)
+
+
+def steady_exposed(result: Result) -> dict:
+    """Per rank, the exposed communication of the steps that are not warm-up steps (ms; the
+    calls of no known step included): the overlap per step, summed."""
+    ov = result.overlap
+    if ov.empty:
+        return {}
+    st = ov[ov["scope"] == "step"]
+    st = st[~st["step"].isin(list(result.warmup["steps"]))]
+    return (st.groupby("rank")["exposed_ns"].sum(min_count=1) / 1e6).to_dict()
 
 
 def _finite(v):

@@ -5,6 +5,7 @@ line says what differs."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from nsyscomm import duck
@@ -15,6 +16,13 @@ if TYPE_CHECKING:
 _JOB = """SELECT max(group_size), count(DISTINCT rank), count(DISTINCT host),
                  count(*) FILTER (WHERE gpu_start IS NOT NULL OR coalesce(kernels, 0) > 0)
           FROM collectives"""
+
+
+def versions(extracts: list) -> list[str]:
+    """The NCCL versions the reports name (a PyTorch profiler trace's distributedInfo, read into
+    its extract's `nsys_version` as 'kineto (NCCL 2.17.1)'); nsys exports name none."""
+    found = (re.search(r"NCCL (\d+\.\d+\.\d+)", getattr(e, "nsys_version", None) or "") for e in extracts)
+    return sorted({m.group(1) for m in found if m})
 
 
 def mismatches(con: duckdb.DuckDBPyConnection, logs: list, versions: list[str] | None = None) -> list[str]:
