@@ -2,7 +2,7 @@
 columns and the same rows. The walk is generic over the columns: it reads each table's columns
 from nsyscomm.views.findings and each JSON section's keys from the document, so a column added to
 the contract is walked without a line here; what a format leaves out on purpose is
-findings.ABSENT, and docs/views.md ("Columns of every format") names every column."""
+columns.ABSENT (read through findings), and docs/views.md ("Columns of every format") names every column."""
 
 from __future__ import annotations
 
