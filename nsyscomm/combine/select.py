@@ -36,6 +36,19 @@ class Selection:
         return " and ".join(parts)
 
 
+# the logical collectives outside the selection ($by_op: only ops $ops; $by_step: only steps
+# [$lo, $hi), either end open when NULL), then the rows of the tables keyed by them
+_DROP_LOGICAL = """DELETE FROM logical_collectives
+    WHERE NOT ((NOT $by_op OR list_contains($ops::VARCHAR[], op))
+               AND (NOT $by_step OR (step IS NOT NULL AND ($lo::BIGINT IS NULL OR step >= $lo::BIGINT)
+                                     AND ($hi::BIGINT IS NULL OR step < $hi::BIGINT))))"""
+_DROP_ROWS = (
+    "DELETE FROM collectives WHERE logical_id NOT IN (SELECT logical_id FROM logical_collectives)",
+    "DELETE FROM first_meetings WHERE logical_id NOT IN (SELECT logical_id FROM logical_collectives)",
+    "DELETE FROM setup_ids WHERE logical_id NOT IN (SELECT logical_id FROM logical_collectives)",
+)
+
+
 def keep(con: duckdb.DuckDBPyConnection, sel: Selection) -> None:
     """Delete the calls outside the selection from `collectives`; a selection that names what the
     job does not have is refused (InputError naming what it has) rather than an empty summary."""
@@ -46,9 +59,7 @@ def keep(con: duckdb.DuckDBPyConnection, sel: Selection) -> None:
         unknown = [o for o in sel.ops if o not in have]
         if unknown:
             raise InputError(f"--ops {','.join(unknown)}: not an op of this job (its ops: {', '.join(have) or 'none'})")
-    keep_lc = "TRUE"
-    if sel.ops:
-        keep_lc = "op IN (SELECT unnest($ops))"
+    first = last = None
     if sel.steps is not None:
         first, last = duck.one_row(con, "SELECT min(step), max(step) FROM collectives")
         if first is None:
@@ -56,13 +67,13 @@ def keep(con: duckdb.DuckDBPyConnection, sel: Selection) -> None:
                 f"--{sel.describe()}: the reports record no training steps (the nsyscomm wrapper "
                 "numbers them at each optimizer.step(), a PyTorch profiler trace by its ProfilerStep#N ranges)"
             )
-        keep_lc += " AND step IS NOT NULL AND ($lo IS NULL OR step >= $lo) AND ($hi IS NULL OR step < $hi)"
     lo, hi = sel.steps if sel.steps is not None else (None, None)
-    params = {k: v for k, v in (("ops", list(sel.ops)), ("lo", lo), ("hi", hi)) if f"${k}" in keep_lc}
-    con.execute(f"DELETE FROM logical_collectives WHERE NOT ({keep_lc})", params or None)
-    for table in ("collectives", "first_meetings", "setup_ids"):
-        if duck.scalar(con, f"SELECT count(*) FROM duckdb_tables() WHERE table_name = '{table}'"):
-            con.execute(f"DELETE FROM {table} WHERE logical_id NOT IN (SELECT logical_id FROM logical_collectives)")
+    con.execute(
+        _DROP_LOGICAL,
+        {"by_op": bool(sel.ops), "ops": list(sel.ops), "by_step": sel.steps is not None, "lo": lo, "hi": hi},
+    )
+    for drop in _DROP_ROWS:
+        con.execute(drop)
     if not duck.scalar(con, "SELECT count(*) FROM collectives"):
         where = f" (the job's steps are {first} to {last})" if sel.steps is not None else ""
         raise InputError(f"--{sel.describe()}: no calls there{where}")

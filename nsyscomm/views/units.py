@@ -18,7 +18,9 @@ def human_bytes(n: float | None) -> str:
     n = int(n)
     if n == 0:
         return "0B"
-    i = min((abs(n).bit_length() - 1) // 10, len(_SIZE_NAMES) - 1)
+    if n < 0:  # no size is negative; a corrupt one is shown as it is
+        return "-" + human_bytes(-n)
+    i = min((n.bit_length() - 1) // 10, len(_SIZE_NAMES) - 1)
     unit = 1024**i
     value = Fraction(n, unit)
     digits = 1
