@@ -13,7 +13,7 @@ import pandas as pd
 
 from nsyscomm import duck
 from nsyscomm.analyses.result import SCHEMA_VERSION, Result
-from nsyscomm.combine import JobCalls, combine, one_job
+from nsyscomm.combine import JobCalls, Selection, combine, one_job
 from nsyscomm.discover import discover, report_names, sample_jobs, sample_reports_dir, survey
 from nsyscomm.errors import InputError
 from nsyscomm.extract.readers import extract_one
@@ -47,12 +47,15 @@ def load(
     dask: str | None = None,
     memory_limit: str | None = None,
     merge: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    ops: Iterable[str] = (),
 ) -> Result:
     """Reports -> one job's Result. nccl_logs: NCCL_DEBUG=INFO / nccl-tests outputs giving the
     job's NCCL context and a reference bandwidth curve. memory_limit: DuckDB's memory per process
     ("4GB", "50%"; else NSYSCOMM_MEMORY_LIMIT, else DuckDB's default); past it, it spills to disk.
     Reports that cannot be one job are refused (InputError naming what differs: combine.one_job)
-    unless merge=True."""
+    unless merge=True. steps (lo, hi) and ops: only the calls of steps lo..hi-1 and of those ops,
+    for every analysis (nsyscomm.combine.select)."""
     found = survey(paths)
     files = found.files
     names = report_names(files)
@@ -66,11 +69,14 @@ def load(
                 one_job.check(extracts, calls.pids)
             except InputError:
                 # one job recorded by two sources: each read on its own, the second compared
-                same = _two_sources(files, nccl_logs, dict(by_caller=by_caller, jobs=jobs, cache=cache, dask=dask))
+                same = _two_sources(
+                    files, nccl_logs, dict(by_caller=by_caller, jobs=jobs, cache=cache, dask=dask, steps=steps, ops=ops)
+                )
                 if same is None:
                     raise
                 return same
-        result = combine(extracts, by_caller=by_caller, calls=calls, sources=files)
+        selection = Selection(steps, tuple(ops))
+        result = combine(extracts, by_caller=by_caller, calls=calls, sources=files, selection=selection)
         result.op_trace = formats.op_trace(files)  # compute ops too, for the what-if replay
     result.sources = list(files)
     result.skipped = [(str(p), why) for p, why in found.skipped]
@@ -81,6 +87,9 @@ def load(
         curves = [c for c in (nccl_log.reference_curve(p) for p in nccl_logs) if len(c)]
         result.reference = pd.concat(curves, ignore_index=True) if curves else None
         result.warnings += [w for log in result.nccl_logs for w in log.warnings]
+        from nsyscomm.analyses import nccl_context
+
+        result.warnings += nccl_context.mismatches(result.con, result.nccl_logs, nccl_context.versions(extracts))
     return result
 
 
@@ -116,10 +125,18 @@ def _named(fmt: str, files: list) -> str:
     return f"the {fmt}" if len(files) == 1 else f"the {fmt}s"
 
 
-def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
+def gate_sources(
+    sources: Iterable,
+    *,
+    one_job: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    ops: Iterable[str] = (),
+) -> list:
     """Sources for nsyscomm.gate, its report paths loaded: JSON summaries and baselines, documents,
     Results and Runs stay as they are; each report path (a file, folder or glob) becomes its own
-    job's Result, or with one_job=True all of them one job's, first (the current side of a gate)."""
+    job's Result, or with one_job=True all of them one job's, first (the current side of a gate).
+    steps and ops: only those calls of each report loaded (load's)."""
+    ops = tuple(ops)
     from pathlib import Path
 
     from nsyscomm.gate import looks_json
@@ -128,8 +145,10 @@ def gate_sources(sources: Iterable, *, one_job: bool = False) -> list:
     is_report = [isinstance(s, (str, os.PathLike)) and not looks_json(Path(s)) for s in sources]
     if one_job:
         reports = [Path(s) for s, r in zip(sources, is_report) if r]
-        return ([load(reports)] if reports else []) + [s for s, r in zip(sources, is_report) if not r]
-    return [load([Path(s)]) if r else s for s, r in zip(sources, is_report)]
+        return ([load(reports, steps=steps, ops=ops)] if reports else []) + [
+            s for s, r in zip(sources, is_report) if not r
+        ]
+    return [load([Path(s)], steps=steps, ops=ops) if r else s for s, r in zip(sources, is_report)]
 
 
 def run_gate(baseline_sources: Iterable, current_sources: Iterable, settings: Settings | None = None) -> Verdict:

@@ -96,6 +96,17 @@ _LAZY = {
 @click.version_option(__version__, prog_name="nsyscomm")
 def main() -> None:
     """nsyscomm: where the communication time of distributed training goes (Nsight Systems)."""
+    quiet_numerics()
+
+
+def quiet_numerics() -> None:
+    """numpy's floating-point RuntimeWarnings (a division by zero, a mean of nothing) are for the
+    programmer: the figures they concern come out as NaN or inf, which every view shows as '-',
+    and the code that makes them is tested not to; a stray one never reaches the user's terminal."""
+    import warnings
+
+    for text in (r".*encountered in ", r"Mean of empty slice", r"Degrees of freedom <= 0", r"All-NaN slice"):
+        warnings.filterwarnings("ignore", message=text, category=RuntimeWarning)
 
 
 main.add_command(summarize)

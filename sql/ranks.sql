@@ -7,9 +7,11 @@
 -- NCCL's init its wait for late ranks (its exec_start leaves the init out, sql/collectives.sql):
 -- that wait is communication, the init and the call's own transfer are setup. Calls that never
 -- completed (collectives.completed) belong to the hang diagnosis.
+-- bytes: the counted calls' sizes summed, NULL when one of them has an unknown size (a sum of
+-- the known ones would pass for the rank's whole traffic).
 -- Inputs: collectives, logical_collectives, rank_spans (rank, host, first_ns, last_ns).
 WITH rows AS (
-    SELECT c.rank, coalesce(c.bytes, 0) AS bytes, c.exec_start AS s, c.exec_end AS e, c.setup,
+    SELECT c.rank, c.bytes, c.exec_start AS s, c.exec_end AS e, c.setup,
            c.exec_start + greatest(0, c.duration_ns - l.latency_ns) AS we
     FROM collectives c
     JOIN logical_collectives l
@@ -19,7 +21,7 @@ WITH rows AS (
 per_row AS (
     SELECT rank, bytes, s, e, we, true AS counted FROM rows WHERE NOT setup
     UNION ALL
-    SELECT rank, 0, s, we, we, false FROM rows WHERE setup AND we > s
+    SELECT rank, NULL, s, we, we, false FROM rows WHERE setup AND we > s
 ),
 -- each span's part not covered by the rank's spans that began before it: their sum is the union
 comm_part AS (
@@ -33,7 +35,10 @@ wait_part AS (
     WINDOW w AS (PARTITION BY rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 per_rank AS (
-    SELECT rank, count(*) FILTER (WHERE counted) AS calls, sum(bytes) AS bytes FROM per_row GROUP BY rank
+    SELECT rank, count(*) FILTER (WHERE counted) AS calls,
+           CASE WHEN count(*) FILTER (WHERE counted AND bytes IS NULL) = 0
+                THEN coalesce(sum(bytes) FILTER (WHERE counted), 0) END AS bytes
+    FROM per_row GROUP BY rank
 ),
 comm AS (SELECT rank, sum(ns) AS comm_ns FROM comm_part GROUP BY rank),
 waits AS (SELECT rank, sum(ns) AS wait_ns FROM wait_part GROUP BY rank)

@@ -60,4 +60,5 @@ JOIN row_keys r
   ON r.op = p.op AND r.bytes IS NOT DISTINCT FROM p.bytes AND r.group_size IS NOT DISTINCT FROM p.group_size
  AND r.key_caller IS NOT DISTINCT FROM p.key_caller
 LEFT JOIN busbw_factors f ON f.op = p.op AND f.group_size = p.group_size
-ORDER BY p.op, p.bytes NULLS LAST, p.group_size, p.key_caller
+-- a caller's sizes together (per op), so that each (op, caller) heading of the text table is one block
+ORDER BY p.op, p.key_caller NULLS LAST, p.bytes NULLS LAST, p.group_size

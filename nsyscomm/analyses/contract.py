@@ -51,6 +51,20 @@ SUMMARY_KEYS = (
     "caller",
     "queued_ms",
 )
+STEP_KEYS = (
+    "step",
+    "warmup",
+    "calls",
+    "comm_ms",
+    "late_rank",
+    "late_ms",
+    "avg_skew_ms",
+    "max_skew_ms",
+    "exposed_ms",
+    "max_rank",
+    "max_rank_comm_ms",
+)
+RANK_OP_KEYS = ("rank", "op", "calls", "bytes", "time_ms", "wait_ms")
 RANK_KEYS = ("rank", "host", "calls", "bytes", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct")
 _INT_KEYS = {
     "bytes",
@@ -67,6 +81,7 @@ _INT_KEYS = {
     "participants",
     "last_rank",
     "max_rank",
+    "late_rank",
 }
 
 
@@ -111,6 +126,7 @@ def document(result: Result, by_caller: bool = False) -> dict:
     result.prefetch(
         ("summary", {"by_caller": by_caller}),
         ("ranks", {}),
+        ("rank_ops", {}),
         ("skew", {}),
         ("steps", {}),
         ("size_histogram", {}),
@@ -126,12 +142,11 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "capture_ms": result.capture_ms,  # first event to last, every rank's processes together
         "summary": records(result.summarize(by_caller=by_caller), SUMMARY_KEYS),
         "ranks": records(result.ranks, RANK_KEYS),
+        "rank_ops": records(result.rank_ops, RANK_OP_KEYS),  # an added key: per rank and op (mpitrace)
         "skew": result.skew,
         # beyond the schema-3 keys (extra keys are allowed): cross-rank detail
         "overlap": None,  # filled last, below
-        "steps": records(
-            result.steps, ("step", "calls", "comm_ms", "max_rank_comm_ms", "max_rank", "avg_skew_ms", "max_skew_ms")
-        ),
+        "steps": None,  # filled last, below: its exposed time is the overlap's
         "size_histogram": records(result.size_histogram, ("op", "bin_lo", "bin_hi", "calls", "avg_bytes", "total_ms")),
         "top_skew": records(
             result.top_skew(10),
@@ -163,9 +178,12 @@ def document(result: Result, by_caller: bool = False) -> dict:
         "per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
         "per_step": records(ov[ov["scope"] == "step"], ov_keys),
     }
+    doc["steps"] = records(result.step_rows, STEP_KEYS)
     doc.update(set_aside_section(result))
+    steady = result.steady_ranks
+    steady = steady.assign(exposed_ms=steady["rank"].map(steady_exposed(result)))
     doc["steady"] = {  # an added key: what the gate compares per rank
-        "per_rank": records(result.steady_ranks, ("rank", "calls", "comm_ms", "wait_ms", "avg_arrival_delay_ms")),
+        "per_rank": records(steady, ("rank", "calls", "comm_ms", "wait_ms", "avg_arrival_delay_ms", "exposed_ms")),
         "left_out": "warm-up steps, a last step of fewer calls than the others (teardown), calls that set up "
         "their communicator, and the job's first meetings",
     }
@@ -201,6 +219,17 @@ def document(result: Result, by_caller: bool = False) -> dict:
 
     doc["hang"] = contract(result.hang)
     return invariants.check(doc)
+
+
+def steady_exposed(result: Result) -> dict:
+    """Per rank, the exposed communication of the steps that are not warm-up steps (ms; the
+    calls of no known step included): the overlap per step, summed."""
+    ov = result.overlap
+    if ov.empty:
+        return {}
+    st = ov[ov["scope"] == "step"]
+    st = st[~st["step"].isin(list(result.warmup["steps"]))]
+    return (st.groupby("rank")["exposed_ns"].sum(min_count=1) / 1e6).to_dict()
 
 
 def _finite(v):

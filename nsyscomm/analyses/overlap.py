@@ -3,8 +3,13 @@ per rank and step: Result.overlap, the JSON's "overlap").
 
 Exposed: wall time during which some NCCL kernel of the rank runs and no compute kernel on the
 same device does. Calls on several streams may overlap each other, so communication time is
-the length of their union. CPU-synchronous calls (no kernel) have nothing to hide behind and
-are left out.
+the length of their union. A call without kernels (gloo, MPI) is exposed while its caller waits
+for it: an asynchronous one (DDP's buckets, `async_op=True`) during the part of its execution
+inside its caller's wait (`wait_start`..`wait_end`: `Work.wait`, or DDP's finalize for its
+buckets), a synchronous one (its execution is its host range) the whole of it; an asynchronous
+call whose wait was not seen says nothing of its exposure and is left out. Per process, its
+communication is the union of those calls' executions, its exposed time the union of their
+waited parts.
 
 One pass in (s, e) order per process (its rank follows) and device, and per step for the step
 scope: each call adds to the union only the part past the latest end before it,
@@ -33,7 +38,16 @@ from nsyscomm import duck
 _CALLS = """SELECT rank, step, report, pid, device, gpu_start AS s, gpu_end AS e, busy_at_start, busy_at_end
             FROM collectives WHERE gpu_start IS NOT NULL"""
 _OF_REPORTS = " AND report IN (SELECT unnest($reports))"
-_REPORTS = "SELECT report, count(*) FROM collectives WHERE gpu_start IS NOT NULL GROUP BY report ORDER BY report"
+# calls without kernels: execution (s, e) and the part of it the caller waited through (ws, we);
+# not a Flight Recorder's, which records device work (NCCL's) with neither kernels nor a caller
+_CPU_CALLS = """SELECT rank, step, report, pid, exec_start AS s, exec_end AS e,
+                       CASE WHEN wait_end IS NOT NULL THEN greatest(exec_start, wait_start) ELSE exec_start END AS ws,
+                       CASE WHEN wait_end IS NOT NULL THEN least(exec_end, wait_end) ELSE exec_end END AS we
+                FROM collectives
+                WHERE gpu_start IS NULL AND exec_start IS NOT NULL AND exec_end IS NOT NULL
+                  AND source IS DISTINCT FROM 'flight_recorder'
+                  AND (wait_end IS NOT NULL OR (exec_start = cpu_start AND exec_end = cpu_end))"""
+_REPORTS = "SELECT report, count(*) FROM collectives GROUP BY report ORDER BY report"
 _SUMS = """SELECT rank, step, count(*) AS calls, sum(comm_rank_ns) AS comm_rank_ns,
                   sum(exposed_rank_ns) AS exposed_rank_ns, sum(comm_step_ns) AS comm_step_ns,
                   sum(exposed_step_ns) AS exposed_step_ns
@@ -52,12 +66,13 @@ def parts(con: duckdb.DuckDBPyConnection) -> pa.Table:
     hides (exposed_*_ns); NULL where SQL's arithmetic on NULL times would give only NULLs."""
     sums = []
     for reports in _chunks(con.execute(_REPORTS).fetchall()):
-        q, params = (_CALLS, None) if reports is None else (_CALLS + _OF_REPORTS, {"reports": reports})
-        con.register("call_parts", _call_parts(con.execute(q, params).to_arrow_table()))
-        try:
-            sums.append(con.execute(_SUMS).to_arrow_table())
-        finally:
-            con.unregister("call_parts")
+        for query, make in ((_CALLS, _call_parts), (_CPU_CALLS, _cpu_call_parts)):
+            q, params = (query, None) if reports is None else (query + _OF_REPORTS, {"reports": reports})
+            con.register("call_parts", make(con.execute(q, params).to_arrow_table()))
+            try:
+                sums.append(con.execute(_SUMS).to_arrow_table())
+            finally:
+                con.unregister("call_parts")
     return pa.concat_tables(sums)
 
 
@@ -95,6 +110,28 @@ def _call_parts(t: pa.Table) -> pa.Table:
         comm, exposed, null = _parts(order, group[order], s, e, e_null, bs, bs_null, be, be_null)
         out[f"comm_{scope}_ns"] = pa.array(comm, mask=null)
         out[f"exposed_{scope}_ns"] = pa.array(exposed, mask=null)
+    return pa.table(out)
+
+
+def _cpu_call_parts(t: pa.Table) -> pa.Table:
+    """Per call without kernels (_CPU_CALLS): its rank and step, and per scope its part of the
+    union of the process's executions (comm_*_ns) and of the union of their waited parts
+    (exposed_*_ns): the same disjoint-part pass as the GPU calls', with no compute to hide them."""
+    s, _ = _ints(t["s"])
+    e, _ = _ints(t["e"])
+    ws, _ = _ints(t["ws"])
+    we = np.maximum(_ints(t["we"])[0], ws)  # a wait that ended before the call began: nothing waited
+    step, step_null = _ints(t["step"])
+    where = _groups([_codes(t["report"]), *_ints(t["pid"])])
+    in_step = _groups([where, step, step_null])
+    out = {"rank": t["rank"], "step": t["step"]}
+    none = np.zeros(len(s), bool)
+    zero = np.zeros(len(s), np.int64)
+    for scope, group in (("rank", where), ("step", in_step)):
+        for name, a, b in (("comm", s, e), ("exposed", ws, we)):
+            order = np.lexsort((b, a, group))
+            part, _, _ = _parts(order, group[order], a, b, none, zero, none, zero, none)
+            out[f"{name}_{scope}_ns"] = pa.array(part, type=pa.int64())
     return pa.table(out)
 
 

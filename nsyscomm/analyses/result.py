@@ -36,6 +36,7 @@ class Result:
     op_trace: tuple | None = None  # (ops, meta) of a per-op what-if trace input
     sources: list = field(default_factory=list)  # the input files (the flight records lie beside them)
     skipped: list = field(default_factory=list)  # (file, why): the files of input folders not read
+    selection: object = None  # nsyscomm.combine.select.Selection: the steps and ops the job was cut to
 
     @functools.cached_property
     def hang(self) -> dict:
@@ -87,6 +88,12 @@ class Result:
     @property
     def ranks(self) -> pd.DataFrame:
         return self._query("ranks")
+
+    @property
+    def rank_ops(self) -> pd.DataFrame:
+        """mpitrace's per-rank table by routine: rank, op, calls, bytes, time_ms, wait_ms
+        (sql/rank_ops.sql)."""
+        return self._query("rank_ops")
 
     @property
     def capture_ms(self) -> float | None:
@@ -153,6 +160,21 @@ class Result:
     @property
     def steps(self) -> pd.DataFrame:
         return self._query("steps")
+
+    @property
+    def step_rows(self) -> pd.DataFrame:
+        """The per-step table every format prints: sql/steps.sql's rows, with the step's exposed
+        communication summed over ranks (exposed_ms, from Result.overlap; NULL where no call of the
+        step could be set against compute) and whether it is a warm-up step (warmup)."""
+        st = self.steps
+        ov = self.overlap
+        per_step = ov[(ov["scope"] == "step") & ov["step"].notna()] if not ov.empty else ov
+        exposed = per_step.groupby("step")["exposed_ns"].sum(min_count=1) / 1e6 if not per_step.empty else None
+        warm = set(self.warmup["steps"]) if not st.empty else set()
+        return st.assign(
+            exposed_ms=st["step"].map(exposed) if exposed is not None else None,
+            warmup=[int(s) in warm for s in st["step"]],
+        )
 
     # --- what the statistics set aside (docs/architecture.md, "Setup calls and warm-up steps") ---
     @functools.cached_property

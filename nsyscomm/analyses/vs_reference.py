@@ -15,8 +15,10 @@ def compare(summary: pd.DataFrame, curve: pd.DataFrame) -> pd.DataFrame:
     out = summary.copy()
     refs: list[float | None] = []
     for r in out.itertuples():
-        c = curve[(curve["op"] == r.op) & curve["busbw_GBps"].notna()].sort_values("bytes")
-        if not len(c) or pd.isna(r.bytes) or not r.bytes:
+        # a size nccl-tests printed as 0.00 GB/s (below its resolution) or 0 bytes says no rate
+        c = curve[(curve["op"] == r.op) & (curve["busbw_GBps"] > 0) & (curve["bytes"] > 0)].sort_values("bytes")
+        # below the smallest size nccl-tests rated, its rate is unknown (not the next size's)
+        if not len(c) or pd.isna(r.bytes) or not r.bytes or r.bytes < c["bytes"].iloc[0]:
             refs.append(None)
             continue
         x = np.log2(c["bytes"].to_numpy(dtype=float))

@@ -285,7 +285,8 @@ def reference_ms(m: Model, curve: pd.DataFrame | None) -> np.ndarray | None:
     out = np.full(m.graph.n, np.nan)
     sizes = np.bincount(m.graph.group[m.graph.group >= 0], minlength=max(m.graph.n_groups, 1))
     for op in pd.unique(m.extra["op"]):
-        c = curve[(curve["op"] == op) & curve["busbw_GBps"].notna()].sort_values("bytes")
+        # a size nccl-tests printed as 0.00 GB/s (below its resolution) or 0 bytes says no rate
+        c = curve[(curve["op"] == op) & (curve["busbw_GBps"] > 0) & (curve["bytes"] > 0)].sort_values("bytes")
         sel = (m.extra["op"] == op) & np.isfinite(m.extra["bytes"]) & (m.extra["bytes"] > 0)
         if not len(c) or not sel.any():
             continue

@@ -4,5 +4,6 @@ the combined tables) and job (the order these run in, ending in an analyses Resu
 
 from nsyscomm.combine.calls import JobCalls
 from nsyscomm.combine.job import combine
+from nsyscomm.combine.select import Selection
 
-__all__ = ["JobCalls", "combine"]
+__all__ = ["JobCalls", "Selection", "combine"]

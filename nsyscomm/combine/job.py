@@ -11,7 +11,7 @@ import pandas as pd
 from nsyscomm import busbw, duck
 from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
-from nsyscomm.combine import clocks, joined, setup, window
+from nsyscomm.combine import clocks, joined, select, setup, window
 from nsyscomm.combine.calls import (
     TIME_COLS,
     JobCalls,
@@ -20,15 +20,22 @@ from nsyscomm.combine.calls import (
     register_report_tables,
 )
 from nsyscomm.combine.ranks import assign_ranks
+from nsyscomm.combine.select import Selection
 from nsyscomm.ingest.extract_type import Extract
 
 
 def combine(
-    extracts: list[Extract], by_caller: bool = False, calls: JobCalls | None = None, sources: Iterable = ()
+    extracts: list[Extract],
+    by_caller: bool = False,
+    calls: JobCalls | None = None,
+    sources: Iterable = (),
+    selection: Selection | None = None,
 ) -> Result:
     """The extracts of a job's reports -> its Result. calls: their calls, gathered as they
     arrived (load() does that); by default taken from the extracts. sources: the input paths,
-    whose flight records (beside the reports) tell the calls that never completed."""
+    whose flight records (beside the reports) tell the calls that never completed. selection:
+    only those steps and ops (every call by default)."""
+    selection = selection or Selection()
     if calls is None:
         calls = JobCalls()
         for i, e in enumerate(extracts):
@@ -85,12 +92,16 @@ def combine(
         warnings += [cut] if cut else []
     # each call's part of exposed communication (numpy, one core) is made meanwhile: the steps
     # below and the first views are DuckDB queries on one core too
-    parts = begin_overlap(con)
+    parts = begin_overlap(con) if not selection else None
     # plain tables, not TEMP ones, from here on: the views' queries run on cursors too (Result.prefetch)
     con.execute(f"CREATE TABLE rank_spans AS {duck.sql('rank_spans')}")
     con.execute(f"CREATE TABLE logical_collectives AS {duck.sql('logical_collectives')}")
     setup.mark_setup(con)
     setup.mark_startup(con)
+    if selection:  # the asked-for steps and ops, once the whole job's setup and first meetings are known
+        select.keep(con, selection)
+        select.clip_spans(con, selection)
+        parts = begin_overlap(con)
     # what the warnings below count, in one scan of the calls
     max_n, by_order, unsized = duck.one_row(con, duck.sql("job_checks"))
     max_n = int(max_n)
@@ -117,4 +128,6 @@ def combine(
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
     for made in made_late:
         made.result()
-    return Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
+    out = Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
+    out.selection = selection
+    return out

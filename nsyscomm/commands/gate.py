@@ -20,7 +20,7 @@ import click
 from nsyscomm.commands import console as _console
 from nsyscomm.commands import guard as _guard
 from nsyscomm.commands import outputs
-from nsyscomm.commands.options import debug_option, format_option
+from nsyscomm.commands.options import debug_option, format_option, ops_option, steps_option
 from nsyscomm.errors import InputError
 from nsyscomm.views.safe import visible, visible_line
 
@@ -50,6 +50,8 @@ class GateOptions:
     junit: str | None = None
     output: str | None = None
     step_summary: bool = True
+    steps: tuple[int | None, int | None] | None = None
+    ops: tuple[str, ...] = ()
 
 
 def _gate(o: GateOptions) -> int:
@@ -75,8 +77,10 @@ def _gate(o: GateOptions) -> int:
     )
     from nsyscomm import api
 
-    base = g.load_runs(api.gate_sources(o.baselines))
-    current = g.load_run(api.gate_sources(o.inputs, one_job=True))  # read once, for both checks
+    # --steps and --ops cut the reports of both sides alike (a JSON summary is taken as it is)
+    base = g.load_runs(api.gate_sources(o.baselines, steps=o.steps, ops=o.ops))
+    # read once, for both checks
+    current = g.load_run(api.gate_sources(o.inputs, one_job=True, steps=o.steps, ops=o.ops))
     verdict = g.compare(base, current, settings)  # a run that hung or desynced fails there too
     if o.fmt == "json":
         text = gate_out.render_json(verdict) + "\n"
@@ -200,6 +204,8 @@ def _gate(o: GateOptions) -> int:
     show_default=True,
     help="Append the markdown report to $GITHUB_STEP_SUMMARY when that is set.",
 )
+@steps_option
+@ops_option
 @debug_option
 def gate(debug: bool, **options: Any) -> NoReturn:
     """Fail CI when communication got slower than the baseline.

@@ -36,3 +36,41 @@ def format_option(choices: tuple[str, ...]) -> Callable[[F], F]:
         return click.option("--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True)(f)
 
     return decorate
+
+
+def _step_range(ctx, param, value):
+    from nsyscomm.steps import parse_step_range
+
+    try:
+        return parse_step_range(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _op_list(ctx, param, value) -> tuple[str, ...]:
+    ops = tuple(dict.fromkeys(o.strip() for part in value for o in part.split(",") if o.strip()))
+    if value and not ops:
+        raise click.BadParameter("expected op names, e.g. all_reduce,all_gather")
+    return ops
+
+
+def steps_option(f: F) -> F:
+    """--steps A:B: only those training steps, for every analysis (nsyscomm.combine.select)."""
+    return click.option(
+        "--steps",
+        callback=_step_range,
+        metavar="A:B",
+        help="Only training steps A to B-1 (A:, :B and a single step N also work), in every table.",
+    )(f)
+
+
+def ops_option(f: F) -> F:
+    """--ops OP[,OP]: only those collective ops, for every analysis (DeepSpeed's prof_ops)."""
+    return click.option(
+        "--ops",
+        "ops",
+        multiple=True,
+        callback=_op_list,
+        metavar="OP[,OP]",
+        help="Only these ops (all_reduce, all_gather, ...; comma-separated or repeated), in every table.",
+    )(f)

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nsyscomm.commands import collector_paused, console, guard, interrupted_exit
-from nsyscomm.commands.options import debug_option, format_option, inputs_argument, merge_option
+from nsyscomm.commands.options import (
+    debug_option,
+    format_option,
+    inputs_argument,
+    merge_option,
+    ops_option,
+    steps_option,
+)
 
 if TYPE_CHECKING:  # hints only: the CLI starts without pandas and DuckDB (benchmarks/bench_startup.py)
     from nsyscomm.analyses.result import Result
@@ -94,6 +101,8 @@ def emit(result: Result, fmt: str, units: str, by_caller: bool) -> None:
     is_flag=True,
     help="Also output the profiled environment and command lines the reports hold (may contain secrets).",
 )
+@steps_option
+@ops_option
 @merge_option
 @click.option("--no-cache", is_flag=True, help="Extract every report again; neither read nor write the cache.")
 @click.option(
@@ -126,6 +135,8 @@ def summarize(
     units: str,
     nccl_logs: tuple[str, ...],
     include_env: bool,
+    steps: tuple[int | None, int | None] | None,
+    ops: tuple[str, ...],
     merge: bool,
     no_cache: bool,
     jobs: int | None,
@@ -153,6 +164,8 @@ def summarize(
             "dask": dask_address,
             "memory_limit": memory_limit,
             "merge": merge,
+            "steps": steps,
+            "ops": ops,
         }
         if inputs:
             guard(lambda: _finish_interrupted_runs(inputs), debug)

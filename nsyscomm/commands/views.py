@@ -9,23 +9,14 @@ import click
 
 from nsyscomm.commands import collector_paused
 from nsyscomm.commands import guard as _guard
-from nsyscomm.commands.options import debug_option, inputs_argument, merge_option
+from nsyscomm.commands.options import debug_option, inputs_argument, merge_option, ops_option, steps_option
 
 
-def _steps(ctx, param, value):
-    from nsyscomm.steps import parse_step_range
-
-    try:
-        return parse_step_range(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-
-
-def _load(inputs, debug, merge: bool = False):
+def _load(inputs, debug, merge: bool = False, steps=None, ops: tuple[str, ...] = ()):
     with collector_paused():
         from nsyscomm.api import load
 
-    return _guard(lambda: load(list(inputs) or None, merge=merge), debug)
+    return _guard(lambda: load(list(inputs) or None, merge=merge, steps=steps, ops=ops), debug)
 
 
 @click.command("trace")
@@ -38,12 +29,8 @@ def _load(inputs, debug, merge: bool = False):
     help="Trace file to write ('-' for stdout). Default: trace.json, unless --per-rank is given; "
     "an existing trace.json is replaced only when named.",
 )
-@click.option(
-    "--steps",
-    callback=_steps,
-    metavar="A:B",
-    help="Only training steps A to B-1 (A:, :B and a single step N also work).",
-)
+@steps_option
+@ops_option
 @click.option(
     "--per-rank",
     "per_rank",
@@ -65,6 +52,7 @@ def trace(
     inputs: tuple[str, ...],
     output: str | None,
     steps: tuple[int | None, int | None] | None,
+    ops: tuple[str, ...],
     per_rank: str | None,
     what_if: str | None,
     merge: bool,
@@ -86,16 +74,15 @@ def trace(
     if per_rank is not None:
         # its comm.json files are traces, which carry nsyscomm's mark: never read back as reports
         _guard(lambda: outputs.check(per_rank, inputs, flag="--per-rank", folder=True, read_back=False), debug)
-    result = _load(inputs, debug, merge)
+    result = _load(inputs, debug, merge, steps, ops)
     if output == "-":
-        doc = _guard(lambda: tr.build(result, steps, what_if=what_if), debug)
+        doc = _guard(lambda: tr.build(result, what_if=what_if), debug)
         click.echo(tr.dumps(doc))
-        _guard(lambda: tr.write(result, None, steps=steps, per_rank_dir=per_rank, write_file=outputs.write_text), debug)
+        _guard(lambda: tr.write(result, None, per_rank_dir=per_rank, write_file=outputs.write_text), debug)
         return
+    # the steps and ops asked for are the loaded job's (load cut its table to them)
     files = _guard(
-        lambda: tr.write(
-            result, output, steps=steps, per_rank_dir=per_rank, what_if=what_if, write_file=outputs.write_text
-        ),
+        lambda: tr.write(result, output, per_rank_dir=per_rank, what_if=what_if, write_file=outputs.write_text),
         debug,
     )
     if output is not None:
@@ -126,10 +113,19 @@ def trace(
     help="Draw the hardware's peak bus bandwidth (GB/s) on the bandwidth chart.",
 )
 @click.option("--title", default=None, help="Page title (default: the report names).")
+@steps_option
+@ops_option
 @merge_option
 @debug_option
 def report(
-    inputs: tuple[str, ...], output: str | None, peak_busbw: float | None, title: str | None, merge: bool, debug: bool
+    inputs: tuple[str, ...],
+    output: str | None,
+    peak_busbw: float | None,
+    title: str | None,
+    steps: tuple[int | None, int | None] | None,
+    ops: tuple[str, ...],
+    merge: bool,
+    debug: bool,
 ) -> None:
     """Write a self-contained HTML report (works offline: no CDN, no network).
 
@@ -143,7 +139,7 @@ def report(
     output = output or "report.html"
     if output != "-":
         _guard(lambda: outputs.check(output, inputs, named=named), debug)
-    result = _load(inputs, debug, merge)
+    result = _load(inputs, debug, merge, steps, ops)
     page = _guard(lambda: html_report.render(result, peak_busbw=peak_busbw, title=title), debug)
     if output == "-":
         click.echo(page, nl=False)

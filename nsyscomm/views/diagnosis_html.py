@@ -26,13 +26,16 @@ def waterfall(result: Result) -> str | None:
     if measured is None or br.empty:
         return None
     step_ms = {s["step"]: s["step_ms_before"] for s in measured["steps"] if "step_ms_before" in s}
-    rows = []
+    rows, over = [], []
     for r in br.itertuples():
         total = step_ms.get(int(r.step))
         if total is None:
             continue
         wait, exposed = max(r.wait_ms or 0.0, 0.0), max(r.exposed_ms or 0.0, 0.0)
-        rows.append((int(r.step), max(total - wait - exposed, 0.0), exposed, wait))
+        drawn = within_step(total, exposed, wait)
+        if drawn != (exposed, wait):
+            over.append((int(r.step), total, exposed, wait))
+        rows.append((int(r.step), max(total - sum(drawn), 0.0), *drawn))
     if not rows:
         return None
     W, L, R, T, B, H = 900, 70, 20, 24, 46, 300
@@ -64,7 +67,30 @@ def waterfall(result: Result) -> str | None:
     out.append(_text(L + pw / 2, H - 6, "step", "middle", "axis"))
     out.append(_text(14, T + ph / 2, "ms", "middle", "axis", f' transform="rotate(-90 14 {T + ph / 2:.1f})"'))
     out.append("</svg>")
-    return "".join(out)
+    return "".join(out) + cut_note(over)
+
+
+def within_step(total: float, exposed: float, wait: float) -> tuple[float, float]:
+    """The exposed transfer and the waiting a step's bar draws: never more than the step itself
+    (the mean rank's waiting and exposed time can pass its step time where asynchronous calls
+    are waited for a step later, or queued calls overlap), exposed first, then waiting."""
+    exposed_drawn = min(exposed, max(total, 0.0))
+    return exposed_drawn, min(wait, max(total - exposed_drawn, 0.0))
+
+
+def cut_note(over: list[tuple[int, float, float, float]], shown: int = 5) -> str:
+    """The steps whose waiting and exposed time pass their step time: their bars stop at the step."""
+    if not over:
+        return ""
+    named = "; ".join(
+        f"step {s}: {fmt(e)} ms exposed and {fmt(w)} ms waiting in a {fmt(t)} ms step" for s, t, e, w in over[:shown]
+    )
+    more = f" and {len(over) - shown} more" if len(over) > shown else ""
+    return (
+        f'<p class="note">Cut to the step: {_e(named)}{more}. The mean rank\'s waiting and exposed time '
+        "pass its step time there (calls waited for in a later step, or queued behind each other); "
+        "each bar stops at its step.</p>"
+    )
 
 
 def section(result: Result) -> str | None:

@@ -7,86 +7,26 @@ integers, times rounded to the nanosecond the data holds, bandwidth in GB/s as t
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any
-
 import pandas as pd
 
+from nsyscomm.analyses.contract import SUMMARY_KEYS
 from nsyscomm.analyses.result import Result
 from nsyscomm.capture.run_folder import OWN_OUTPUT
 from nsyscomm.views import set_aside
-from nsyscomm.views.units import DEFAULT_UNITS, bandwidth, fmt, human_bytes, unit_label
-
-
-@dataclass
-class Col:
-    key: str  # machine name: the CSV column, the JSON's key where it has one
-    label: str  # the header people read (text, Markdown)
-    kind: str = "text"  # text, int, ms, bytes, bw, pct
-    digits: int | None = None  # decimals shown to people (default: the kind's)
-    shown: bool = True  # False: in the CSV only (the text and Markdown tables keep DeepSpeed's columns)
-
-
-@dataclass
-class Table:
-    name: str  # the CSV's `table` value
-    title: str
-    cols: list[Col]
-    rows: list[list]
-    notes: list[str] = field(default_factory=list)  # lines under the table
-
-
-@dataclass
-class Lines:
-    name: str  # the CSV's `table` value: diagnosis, hang, nccl, straggler, what_if, warning, note
-    title: str | None
-    lines: list[str]
-
-
-Block = Table | Lines
-
-
-def missing(v: Any) -> bool:
-    return (
-        v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or (not isinstance(v, str) and pd.isna(v))
-    )
-
-
-def header(col: Col, units: str = DEFAULT_UNITS) -> str:
-    """The column's header for people, a bandwidth's in the chosen unit."""
-    return col.label.replace("{unit}", unit_label(units))
-
-
-def display(v: Any, col: Col, units: str = DEFAULT_UNITS) -> str:
-    """A cell for people: sizes human-readable, bandwidth in `units`, times in ms to the µs."""
-    if col.kind == "bytes":
-        return human_bytes(None if missing(v) else v)
-    if missing(v):
-        return "-"
-    if col.kind == "int":
-        return str(int(v))
-    if col.kind == "ms":
-        return fmt(float(v), 3 if col.digits is None else col.digits)
-    if col.kind == "bw":
-        return fmt(bandwidth(float(v), units), 2)
-    if col.kind == "pct":
-        return fmt(float(v), 2 if col.digits is None else col.digits)
-    return str(v)
-
-
-def machine(v: Any, col: Col) -> Any:
-    """A cell for a CSV: counts and sizes as integers, times in ms to the ns, bandwidth in GB/s
-    to the MB/s, percentages to a hundredth; missing values empty."""
-    if missing(v):
-        return None
-    if col.kind in ("int", "bytes"):
-        return int(v)
-    if col.kind == "ms":
-        return round(float(v), 6)
-    if col.kind in ("bw", "pct"):
-        return round(float(v), 3 if col.kind == "bw" else 2)
-    return v
+from nsyscomm.views.columns import (  # noqa: F401 - the column contract, read through this module too
+    ABSENT,
+    HTML_TABLES,
+    Block,
+    Col,
+    Lines,
+    Table,
+    contract_cols,
+    display,
+    header,
+    machine,
+    missing,
+)
+from nsyscomm.views.units import human_bytes
 
 
 def headline(result: Result) -> str:
@@ -103,6 +43,7 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     result.prefetch(
         ("summary", {"by_caller": by_caller}),
         ("ranks", {}),
+        ("rank_ops", {}),
         ("steps", {}),
         ("size_histogram", {}),
         ("link_metrics", {}),
@@ -124,6 +65,7 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     out.append(Lines("set_aside", None, set_aside.lines(result)))
     out.append(vs_reference(result, by_caller))
     out.append(ranks(result))
+    out.append(rank_ops(result))
     out.append(overlap(result))
     out.append(steps(result))
     out.append(histogram(result))
@@ -200,11 +142,17 @@ def summary(result: Result, by_caller: bool = False) -> Table:
         # their queue (a gloo process group's worker threads, an NCCL stream)
         Col("queued_ms", "Avg Queued(ms)", "ms"),
         Col("p50_ms", "p50 Latency(ms)", "ms", shown=False),
+        Col("min_ms", "min Latency(ms)", "ms", shown=False),
         Col("max_ms", "max Latency(ms)", "ms", shown=False),
         Col("algbw_GBps", "tput_avg ({unit})", "bw"),
         Col("busbw_GBps", "busbw_avg ({unit})", "bw"),
         Col("dtype", "dtype", shown=False),
     ]
+    cols += contract_cols(SUMMARY_KEYS, cols)
+    if by_caller and not s.empty:  # each (op, caller) one block, in the order they first come
+        block = s["op"].astype(str) + "\0" + s["caller"].astype(str)
+        first = {k: i for i, k in reversed(list(enumerate(block)))}
+        s = s.iloc[sorted(range(len(s)), key=lambda i: first[block.iloc[i]])]
     return Table(
         "summary",
         "Communication summary (per logical collective: fastest rank's latency)",
@@ -229,6 +177,8 @@ def vs_reference(result: Result, by_caller: bool = False) -> Table:
         Col("busbw_GBps", "busbw ({unit})", "bw"),
         Col("ref_busbw_GBps", "ref busbw ({unit})", "bw"),
         Col("pct_of_ref", "% of ref", "pct", 1),
+        Col("group_size", "n", "int", shown=False),
+        Col("busbw_vs_ref", "busbw / ref", "ratio", shown=False),
     ]
     if vs.empty:
         return Table("vs_reference", "", cols, [])
@@ -254,6 +204,35 @@ def ranks(result: Result) -> Table:
         Col("comm_pct", "% comm", "pct"),
     ]
     return Table("ranks", "Per rank (mpitrace style)", cols, _rows(r, cols), min_med_max(r))
+
+
+# the most ranks whose per-op rows the text and Markdown tables list (CSV and JSON: every rank)
+RANK_OPS_SHOWN = 16
+
+
+def rank_ops(result: Result) -> Table:
+    """mpitrace's per-rank table by routine: calls, bytes and time per op and rank."""
+    ro = result.rank_ops
+    cols = [
+        Col("rank", "rank", "int"),
+        Col("op", "op"),
+        Col("calls", "calls", "int"),
+        Col("bytes", "bytes", "bytes"),
+        Col("time_ms", "time (ms)", "ms"),
+        Col("wait_ms", "wait (ms)", "ms"),
+    ]
+    ranks_seen = sorted(ro["rank"].unique()) if not ro.empty else []
+    notes = [
+        "time sums each call's execution (calls in flight together count each); "
+        "wait is the part of it spent waiting for late ranks"
+    ]
+    shown = None
+    if len(ranks_seen) > RANK_OPS_SHOWN:
+        shown = int((ro["rank"] <= ranks_seen[RANK_OPS_SHOWN - 1]).sum())
+        notes.append(
+            f"{len(ranks_seen)} ranks: the first {RANK_OPS_SHOWN} are shown here; --format csv or json has every rank"
+        )
+    return Table("rank_ops", "Per rank and op (mpitrace style)", cols, _rows(ro, cols), notes, shown)
 
 
 def min_med_max(ranks: pd.DataFrame) -> list[str]:
@@ -282,6 +261,7 @@ def overlap(result: Result) -> Table:
         Col("comm_busy_ms", "comm busy (ms)", "ms"),
         Col("exposed_ms", "exposed (ms)", "ms"),
         Col("exposed_pct", "exposed %", "pct", 1),
+        Col("calls", "calls", "int", shown=False),
     ]
     if per_rank.empty:
         return Table("overlap", "", cols, [])
@@ -299,10 +279,10 @@ STEP_NOTES = [
 
 
 def steps(result: Result) -> Table:
-    st = result.steps
+    st = result.step_rows
     cols = [
         Col("step", "step", "int"),
-        Col("warmup", "warm-up", "text", shown=False),
+        Col("warmup", "warm-up", "flag", shown=False),
         Col("calls", "calls", "int"),
         Col("comm_ms", "comm (ms)", "ms"),
         Col("late_rank", "last to arrive", "int"),
@@ -315,13 +295,8 @@ def steps(result: Result) -> Table:
     ]
     if st.empty:
         return Table("steps", "", cols, [])
-    ov = result.overlap
-    exposed = ov[ov["scope"] == "step"].groupby("step")["exposed_ns"].sum() / 1e6 if not ov.empty else pd.Series()
-    st = st.assign(exposed_ms=st["step"].map(exposed) if len(exposed) else None)
-    warm = set_aside.warmup_steps(result)
-    st = st.assign(warmup=["warm-up" if s in warm else "" for s in st["step"]])
-    if warm:  # the column only where there is something to mark (CSV has it always)
-        cols[1] = Col("warmup", "warm-up", "text")
+    if st["warmup"].any():  # the column only where there is something to mark (CSV has it always)
+        cols[1] = Col("warmup", "warm-up", "flag")
     return Table("steps", "Per step", cols, _rows(st, cols), list(STEP_NOTES))
 
 
@@ -357,6 +332,7 @@ def links(result: Result) -> Table:
         Col("devices", "GPUs", "int"),
         Col("avg_value", "mean", "pct", 1),
         Col("max_value", "peak", "pct", 1),
+        Col("covered_ms", "covered (ms)", "ms", shown=False),
     ]
     title = "Link throughput during collectives (nsys GPU metrics: time-weighted mean over the calls' GPU time)"
     return Table("link_metrics", title, cols, _rows(lk, cols))
@@ -372,6 +348,10 @@ def top_skew(result: Result, limit: int = 5) -> Table:
         Col("last_rank", "last rank", "int"),
         Col("skew_ms", "skew (ms)", "ms"),
         Col("caller", "caller"),
+        Col("group", "group", shown=False),
+        Col("seq", "seq", "int", shown=False),
+        Col("participants", "participants", "int", shown=False),
+        Col("latency_ms", "latency (ms)", "ms", shown=False),
     ]
     if top.empty or top["skew_ms"].max() <= 0:
         return Table("top_skew", "", cols, [])

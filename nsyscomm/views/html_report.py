@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from nsyscomm import __version__
+from nsyscomm.views import findings as F
 from nsyscomm.views import json_out
 from nsyscomm.views.html_charts import busbw_chart, rank_bars, skew_heatmap
 from nsyscomm.views.html_parts import _e, _num, _table, json_for_script
@@ -98,7 +99,8 @@ def _measured_sections(result: Result, peak_busbw: float | None, overlap_html: s
     summary = result.summarize(by_caller=False)
     ranks, skew = result.ranks, result.skew
     sections = [
-        '<h2 id="summary">Summary per operation and message size</h2>' + summary_section(summary),
+        '<h2 id="summary">Summary per operation and message size</h2>'
+        + summary_section(F.summary(result, by_caller=False)),
         '<h2 id="busbw">Bus bandwidth against message size</h2>'
         + busbw_chart(summary, peak_busbw)
         + '<p class="note">One curve per op, as nccl-tests draws it: busbw = message size / latency '
@@ -108,7 +110,8 @@ def _measured_sections(result: Result, peak_busbw: float | None, overlap_html: s
         + "</p>",
         '<h2 id="ranks">Communication and waiting per rank</h2>'
         + rank_bars(ranks, skew.get("straggler_rank"))
-        + ranks_table(ranks)
+        + ranks_table(F.ranks(result))
+        + ranks_table(F.rank_ops(result))
         + '<p class="note">wait: the part of a call beyond its logical collective\'s latency (the '
         "fastest rank's duration), i.e. time spent waiting for the other ranks to arrive. "
         "* marks the straggler.</p>",

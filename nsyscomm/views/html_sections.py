@@ -5,59 +5,42 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nsyscomm.views import findings as F
 from nsyscomm.views.html_charts import step_bars
 from nsyscomm.views.html_parts import (
     _e,
     _i,
     _n,
     _num,
-    _s,
     _size,
     _table,
 )
 from nsyscomm.views.units import fmt
 
 
-def summary_section(summary: pd.DataFrame) -> str:
-    header = [
-        "op",
-        "message size",
-        "n",
-        "count",
-        "calls",
-        "ranks",
-        "total (ms)",
-        "avg (ms)",
-        "queued (ms)",
-        "p50 (ms)",
-        "max (ms)",
-        "algbw (GB/s)",
-        "busbw (GB/s)",
-        "dtype",
-    ]
-    rows = [
-        [
-            _s(r.op),
-            _size(r.bytes),
-            _i(r.group_size),
-            _i(r.count),
-            _i(r.calls),
-            _i(r.ranks),
-            _n(r.total_ms),
-            _n(r.avg_ms),
-            _n(getattr(r, "queued_ms", None)),
-            _n(r.p50_ms),
-            _n(r.max_ms),
-            _n(r.algbw_GBps, 2),
-            _n(r.busbw_GBps, 2),
-            _s(r.dtype),
-        ]
-        for r in summary.itertuples()
-    ]
-    if not rows:
+def finding_table(table: F.Table) -> str:
+    """A table of the summary's findings (nsyscomm.views.findings) with every column the CSV has,
+    headed by the text view's labels: the HTML reads the same rows as the other formats."""
+    at = {c.key: i for i, c in enumerate(table.cols)}
+    cols = [c for c in table.cols if "html" not in F.ABSENT.get((table.name, c.key), ((), ""))[0]]
+    numeric = {i for i, c in enumerate(cols) if c.kind != "text" and c.kind != "flag"}
+    rows = []
+    for r in table.rows:
+        cells: list = []
+        for c in cols:
+            v = r[at[c.key]]
+            shown = F.display(v, c)
+            key = F.machine(v, c)
+            cells.append((shown, "" if key is None else repr(key)) if c.kind not in ("text", "flag") else shown)
+        rows.append(cells)
+    return _table([F.header(c) for c in cols], rows, numeric=numeric)
+
+
+def summary_section(table: F.Table) -> str:
+    if not table.rows:
         return '<p class="note">No collective calls.</p>'
     return (
-        _table(header, rows, numeric=set(range(1, 13)))
+        finding_table(table)
         + '<p class="note">One row per (op, message size). count: logical collectives (a call matched across '
         "ranks by group and sequence number counts once); calls: summed over ranks. Latency of a logical "
         "collective: its fastest rank's duration, never the time its calls waited in their queue behind earlier "
@@ -66,22 +49,8 @@ def summary_section(summary: pd.DataFrame) -> str:
     )
 
 
-def ranks_table(ranks: pd.DataFrame) -> str:
-    header = ["rank", "host", "calls", "bytes", "comm (ms)", "wait (ms)", "elapsed (ms)", "% comm"]
-    rows = [
-        [
-            _i(r.rank),
-            _s(r.host),
-            _i(r.calls),
-            _size(r.bytes),
-            _n(r.comm_ms),
-            _n(r.wait_ms),
-            _n(r.elapsed_ms),
-            _n(r.comm_pct, 2),
-        ]
-        for r in ranks.itertuples()
-    ]
-    return _table(header, rows, numeric={0, 2, 3, 4, 5, 6, 7}) if rows else ""
+def ranks_table(table: F.Table) -> str:
+    return finding_table(table) if table.rows else ""
 
 
 def skew_text(skew: dict) -> str:
@@ -108,8 +77,8 @@ def exposed_section(overlap: pd.DataFrame | None, warmup: set | frozenset = froz
 def _exposed_from_overlap(df: pd.DataFrame, warmup: set | frozenset = frozenset()) -> str:
     if df.empty:
         return (
-            '<p class="note">No GPU communication to set against compute (CPU-synchronous backends '
-            "have nothing to hide behind).</p>"
+            '<p class="note">No call whose exposure can be told: none ran kernels to set against compute, '
+            "and no asynchronous call's wait was seen.</p>"
         )
     parts = []
     st = df[(df["scope"] == "step") & df["step"].notna()]
@@ -145,7 +114,7 @@ def _exposed_from_overlap(df: pd.DataFrame, warmup: set | frozenset = frozenset(
                 ]
             )
         parts.append(
-            _table(["rank", "GPU calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows, numeric={0, 1, 2, 3, 4})
+            _table(["rank", "calls", "comm busy (ms)", "exposed (ms)", "exposed %"], rows, numeric={0, 1, 2, 3, 4})
         )
     return "".join(parts)
 

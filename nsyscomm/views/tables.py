@@ -38,7 +38,7 @@ def markdown(result: Result, units: str = DEFAULT_UNITS, by_caller: bool = False
     for b in F.blocks(result, by_caller):
         if isinstance(b, F.Table):
             cols = [(i, c) for i, c in enumerate(b.cols) if c.shown]
-            rows = [[F.display(r[i], c, units) for i, c in cols] for r in b.rows]
+            rows = [[F.display(r[i], c, units) for i, c in cols] for r in b.shown_rows]
             parts += [f"## {_md_cell(b.title)}", "", _md_table([F.header(c, units) for _, c in cols], rows), ""]
             parts += [f"{_md_cell(n)}" for n in b.notes] + ([""] if b.notes else [])
             continue
@@ -65,14 +65,15 @@ def csv(result: Result, by_caller: bool = False) -> str:
     columns: dict[str, F.Col] = {}
     for b in F.blocks(result, by_caller):
         if isinstance(b, F.Table):
-            for c in b.cols:
-                if c.key != "caller" or by_caller:
-                    columns.setdefault(c.key, c)
+            # the summary's caller only with --by caller (its rows are per op and size otherwise)
+            cols = [c for c in b.cols if not (b.name == "summary" and c.key == "caller" and not by_caller)]
+            for c in cols:
+                columns.setdefault(c.key, c)
+            at = {c.key: i for i, c in enumerate(b.cols)}
             for r in b.rows:
                 rec = {"table": b.name}
-                for v, c in zip(r, b.cols):
-                    if c.key != "caller" or by_caller:
-                        rec[c.key] = F.machine(v, c)
+                for c in cols:
+                    rec[c.key] = F.machine(r[at[c.key]], c)
                 records.append(rec)
             records += [{"table": f"{b.name}_note", "text": n} for n in b.notes]
         else:

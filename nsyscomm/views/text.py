@@ -48,10 +48,10 @@ def table(block: F.Table, units: str = DEFAULT_UNITS) -> Table:
     for n, (_, c) in enumerate(cols):
         t.add_column(F.header(c, units), justify="left" if n == 0 and c.kind == "text" else "right")
     last = None
-    for row in block.rows:
+    for row in block.shown_rows:
         cells = [F.display(row[i], c, units) for i, c in cols]
         # a repeated leading op is left blank, as mpitrace does
-        if cols and cols[0][1].key == "op" and block.name in ("size_histogram", "link_metrics"):
+        if cols and cols[0][1].key in ("op", "rank") and block.name in ("size_histogram", "link_metrics", "rank_ops"):
             shown = cells[0] if cells[0] != last else ""
             last = cells[0]
             cells[0] = shown

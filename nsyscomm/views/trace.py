@@ -200,6 +200,7 @@ def build_from_rows(
             launch[s.index] = drawn
     events += _process_events(hosts)
     events += _counter_events(primary, origin)
+    step_marks = step_events(rows, tracks, origin)
     n_flows = trace_links.rank_arrows(primary, origin, events) if flows else 0
     n_launch = trace_links.launch_arrows(
         [(launch[i], execution[i]) for i in sorted(launch) if i in execution], origin, events, n_flows + 1
@@ -220,10 +221,67 @@ def build_from_rows(
             "calls": len(primary),
             "flows": n_flows,
             "launch_flows": n_launch,
-            "steps": None if steps is None else [steps[0], steps[1]],
+            # the steps drawn, job-wide: the first call's start to the last call's end (µs)
+            "steps": step_marks,
+            "step_range": _step_range(steps, result),
             "warnings": [str(w) for w in result.warnings],
         },
     }
+
+
+def _step_range(steps: tuple[int | None, int | None] | None, result: Result | _Source) -> list | None:
+    """The range of steps asked for ([lo, hi), either end None), here or when the job was loaded."""
+    if steps is None:
+        steps = getattr(getattr(result, "selection", None), "steps", None)
+    return None if steps is None else [steps[0], steps[1]]
+
+
+def _call_span(r: Call) -> tuple[int, int] | None:
+    starts = [int(t) for t in (r.get(k) for k in ("cpu_start", "exec_start", "gpu_start")) if t is not None]
+    ends = [int(t) for t in (r.get(k) for k in ("cpu_end", "exec_end", "gpu_end", "wait_end")) if t is not None]
+    return (min(starts), max(ends)) if starts and ends else None
+
+
+def step_events(rows: list[Call], tracks: Tracks, origin: int) -> list[dict]:
+    """A `steps` track on every rank, a slice per step from the rank's first call of it to its
+    last (cut where the rank's next step begins, so that the slices never overlap), as BytePS's
+    timeline marks step boundaries; returns the job-wide steps for otherData:
+    [{step, ts, dur}], in µs from the origin."""
+    spans: dict[tuple[int, int], list[int]] = {}
+    for r in rows:
+        span = _call_span(r)
+        if r.get("step") is None or span is None:
+            continue
+        k = (int(r["rank"]), int(r["step"]))
+        if k in spans:
+            spans[k] = [min(spans[k][0], span[0]), max(spans[k][1], span[1])]
+        else:
+            spans[k] = list(span)
+    keys = sorted(spans)
+    for i, (rank, step) in enumerate(keys):
+        start, end = spans[(rank, step)]
+        if i + 1 < len(keys) and keys[i + 1][0] == rank:
+            end = max(start, min(end, spans[keys[i + 1]][0]))
+        tid = tracks.place(rank, ("steps", None, None), start, end)
+        tracks.events.append(
+            {
+                "ph": "X",
+                "cat": "step",
+                "name": f"step {step}",
+                "ts": _us(start, origin),
+                "dur": round((end - start) / 1000.0, 3),
+                "pid": rank,
+                "tid": tid,
+                "args": {"step": step, "rank": rank},
+            }
+        )
+    job: dict[int, list[int]] = {}
+    for (_, step), (start, end) in spans.items():
+        job[step] = [min(job[step][0], start), max(job[step][1], end)] if step in job else [start, end]
+    return [
+        {"step": st, "ts": float(_us(a, origin)), "dur": round((b - a) / 1000.0, 3)}
+        for st, (a, b) in sorted(job.items())
+    ]
 
 
 def _process_events(hosts: dict[int, tuple[Any, Any, Any]]) -> list[dict]:

@@ -132,6 +132,8 @@ class Tracks:
             label, sort = f"GPU {'?' if a is None else a} stream {'?' if b is None else b}", 0
         elif kind == "comm":
             label, sort = f"communication (pid {'?' if a is None else a})", 500
+        elif kind == "steps":  # the training steps, above every other track of the rank
+            label, sort = "steps", -1000
         else:
             label, sort = f"CPU thread {'?' if b is None else b} (pid {'?' if a is None else a})", 1000
         if lane:

@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 _SIZE_NAMES = ("B", "KB", "MB", "GB", "TB", "PB")
 
 
 def human_bytes(n: float | None) -> str:
-    """DeepSpeed's convert_size: powers of 1024, two decimals ('25.0 MB')."""
+    """DeepSpeed's convert_size (powers of 1024: '25.0 MB', '10.31 MB'), with as many decimals as
+    it takes to name the size exactly: two sizes that differ never share a label (1 MiB is
+    '1.0 MB', 1,051,648 B '1.0029297 MB', where DeepSpeed's two decimals print '1.0 MB' for both)."""
     if n is None or (isinstance(n, float) and math.isnan(n)):
         return "?"
     n = int(n)
     if n == 0:
         return "0B"
-    i = min(int(math.floor(math.log(n, 1024))), len(_SIZE_NAMES) - 1)
-    return f"{round(n / 1024**i, 2)} {_SIZE_NAMES[i]}"
+    if n < 0:  # no size is negative; a corrupt one is shown as it is
+        return "-" + human_bytes(-n)
+    i = min((n.bit_length() - 1) // 10, len(_SIZE_NAMES) - 1)
+    unit = 1024**i
+    value = Fraction(n, unit)
+    digits = 1
+    # the fewest decimals whose value names exactly n bytes: a byte is 1/1024**i of the unit, so
+    # 3 decimals per power of 1024 always do (the loop's bound)
+    while digits < 3 * i + 1 and round(round(value, digits) * unit) != n:
+        digits += 1
+    # written from the exact decimal, not a float's (which runs out of digits past 2**53 bytes)
+    scaled = int(round(value, digits) * 10**digits)
+    return f"{scaled // 10**digits}.{scaled % 10**digits:0{digits}d} {_SIZE_NAMES[i]}"
 
 
 # one unit for every format, chosen once: GB/s, the JSON's and the HTML's; DeepSpeed's

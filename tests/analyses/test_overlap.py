@@ -1,6 +1,8 @@
 """Exposed communication (nsyscomm/analyses/overlap.py, sql/overlap.sql) against interval arithmetic on
 random jobs: calls on several streams that overlap each other, steps (some unknown), devices
-(some unknown), compute kernels that hide parts of them, CPU-only calls that must not count."""
+(some unknown), compute kernels that hide parts of them, and calls without kernels: synchronous
+ones (exposed whole), asynchronous ones with their caller's wait (exposed inside it) and without
+one (not counted)."""
 
 import numpy as np
 import pandas as pd
@@ -51,9 +53,16 @@ def _job(seed):
     calls = pd.concat(calls, ignore_index=True)
     calls["step"] = calls["step"].mask(calls["step"] == -1)
     calls["device"] = calls["device"].astype("Int64")
-    # CPU-synchronous calls: no kernel, nothing to count
-    cpu = calls.sample(20, random_state=seed).assign(gpu_start=pd.NA, gpu_end=pd.NA)
-    calls = pd.concat([calls.astype({"gpu_start": "Int64", "gpu_end": "Int64"}), cpu], ignore_index=True)
+    calls = calls.astype({"gpu_start": "Int64", "gpu_end": "Int64"})
+    calls = calls.assign(
+        cpu_start=calls["gpu_start"] - 5,
+        cpu_end=calls["gpu_start"] - 1,
+        exec_start=calls["gpu_start"],
+        exec_end=calls["gpu_end"],
+        wait_start=pd.array([pd.NA] * len(calls), dtype="Int64"),
+        wait_end=pd.array([pd.NA] * len(calls), dtype="Int64"),
+    )
+    calls = pd.concat([calls, _cpu_calls(calls, rng, seed)], ignore_index=True)
     compute = pd.concat(compute, ignore_index=True)
     calls = pd.concat([calls[calls["report"] == r] for r in ("a.sqlite", "b.sqlite")], ignore_index=True)
     busy = _with_busy_by_hand(calls, compute)
@@ -73,6 +82,33 @@ def _job(seed):
     for col in ("busy_at_start", "busy_at_end"):
         assert tool[col].astype("Int64").fillna(-1).tolist() == busy[col].fillna(-1).tolist(), col
     return busy, compute
+
+
+def _cpu_calls(calls: pd.DataFrame, rng, seed) -> pd.DataFrame:
+    """Calls without kernels: synchronous (their execution is their host range), asynchronous
+    with a wait (which may begin before, during or after the execution), asynchronous without."""
+    cpu = calls.sample(60, random_state=seed).reset_index(drop=True)
+    s = rng.integers(0, 1_000, len(cpu))
+    e = s + rng.integers(0, 120, len(cpu))
+    kind = rng.integers(0, 3, len(cpu))  # 0 synchronous, 1 waited for, 2 wait not seen
+    ws = s + rng.integers(-50, 150, len(cpu))
+    we = ws + rng.integers(0, 100, len(cpu))
+    na = pd.array([pd.NA] * len(cpu), dtype="Int64")
+    return cpu.assign(
+        gpu_start=na,
+        gpu_end=na,
+        busy_at_start=na,
+        busy_at_end=na,
+        exec_start=s,
+        exec_end=e,
+        cpu_start=s,
+        cpu_end=np.where(kind == 0, e, s + 1),
+        wait_start=pd.array(np.where(kind == 1, ws, -1), dtype="Int64").astype("Int64"),
+        wait_end=pd.array(np.where(kind == 1, we, -1), dtype="Int64"),
+    ).assign(
+        wait_start=lambda d: d["wait_start"].mask(d["wait_start"] == -1),
+        wait_end=lambda d: d["wait_end"].mask(d["wait_end"] == -1),
+    )
 
 
 def _busy_at(t: int, islands: list[list[int]]) -> int:
@@ -113,6 +149,24 @@ def _expected(calls, compute, by_step):
         n, busy, exposed = rows.get(out, (0, 0, 0))
         union = minus_len(comm, [])
         rows[out] = (n + len(g), busy + union, exposed + minus_len(comm, list(zip(c["start"], c["end"]))))
+    # calls without kernels, per process: the union of the executions, and of their parts the
+    # caller waited through (all of a synchronous call; an asynchronous one without a wait: none)
+    cpu = calls[calls["gpu_start"].isna()]
+    sync = (cpu["wait_end"].isna()) & (cpu["exec_start"] == cpu["cpu_start"]) & (cpu["exec_end"] == cpu["cpu_end"])
+    counted = cpu[sync | cpu["wait_end"].notna()]
+    keys = ["report", "pid"] + (["step"] if by_step else [])
+    for key, g in counted.groupby(keys, dropna=False):
+        spans = list(zip(g["exec_start"].astype(int), g["exec_end"].astype(int)))
+        waited = []
+        for r in g.itertuples():
+            a, b = int(r.exec_start), int(r.exec_end)
+            if not pd.isna(r.wait_end):
+                a, b = max(a, int(r.wait_start)), min(b, int(r.wait_end))
+            if b > a:
+                waited.append((a, b))
+        out = (int(g["rank"].iloc[0]), None if not by_step or pd.isna(key[2]) else int(key[2]))
+        n, busy, exposed = rows.get(out, (0, 0, 0))
+        rows[out] = (n + len(g), busy + minus_len(spans, []), exposed + minus_len(waited, []))
     return rows
 
 
@@ -123,7 +177,9 @@ def _overlap(calls) -> pd.DataFrame:
         "CREATE TABLE collectives AS SELECT report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
         "device::INTEGER AS device, step::BIGINT AS step, gpu_start::BIGINT AS gpu_start, "
         "gpu_end::BIGINT AS gpu_end, busy_at_start::BIGINT AS busy_at_start, "
-        "busy_at_end::BIGINT AS busy_at_end FROM calls_df"
+        "busy_at_end::BIGINT AS busy_at_end, cpu_start::BIGINT AS cpu_start, cpu_end::BIGINT AS cpu_end, "
+        "exec_start::BIGINT AS exec_start, exec_end::BIGINT AS exec_end, "
+        "wait_start::BIGINT AS wait_start, wait_end::BIGINT AS wait_end, 'wrapper' AS source FROM calls_df"
     )
     return Result(con, ["a.sqlite", "b.sqlite"]).overlap
 

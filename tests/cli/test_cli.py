@@ -46,7 +46,7 @@ def test_text_layout_is_deepspeeds():
         "busbw_avg (GB/s)",
     ]
     assert [header.index(c) for c in cols] == sorted(header.index(c) for c in cols)
-    assert "25.0 MB" in out and "10.31 MB" in out
+    assert "25.0 MB" in out and "10.3125 MB" in out
     assert "minimum communication time =" in out and "for rank 2" in out
     assert "straggler: rank 2" in out
 

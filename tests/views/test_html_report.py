@@ -91,7 +91,7 @@ def test_exposed_section_from_result_overlap():
     assert "11.000" in out or "11.00" in out, out
     assert "27.3" in out
     empty = html_report.exposed_section(df.iloc[0:0])
-    assert "No GPU communication" in empty
+    assert "No call whose exposure can be told" in empty
 
 
 def test_exposed_section_on_every_input():
