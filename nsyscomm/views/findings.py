@@ -347,6 +347,8 @@ def top_skew(result: Result, limit: int = 5) -> Table:
         Col("step", "step", "int"),
         Col("last_rank", "last rank", "int"),
         Col("skew_ms", "skew (ms)", "ms"),
+        # the part of the skew not already counted at an earlier call on the communicator: the order
+        Col("late_ms", "late (ms)", "ms"),
         Col("caller", "caller"),
         Col("group", "group", shown=False),
         Col("seq", "seq", "int", shown=False),
@@ -356,7 +358,7 @@ def top_skew(result: Result, limit: int = 5) -> Table:
     if top.empty or top["skew_ms"].max() <= 0:
         return Table("top_skew", "", cols, [])
     gs = [f"{r.group if isinstance(r.group, str) else '-'}/{r.seq}" for r in top.itertuples()]
-    return Table("top_skew", f"Top {limit} collectives by arrival skew", cols, _rows(top.assign(group_seq=gs), cols))
+    return Table("top_skew", f"Top {limit} collectives by lateness", cols, _rows(top.assign(group_seq=gs), cols))
 
 
 def nccl_header(result: Result) -> list[str]:
