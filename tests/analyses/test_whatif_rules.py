@@ -190,30 +190,49 @@ def test_a_step_is_reproduced_within_the_larger_of_1_percent_and_10_us():
 
 
 @pytest.mark.parametrize(
-    "before, after, capture, why",
+    "before, after, capture, floor, why",
     [
-        (1.0, 0.0, None, None),  # a step the scenario saves entirely
-        (0.0, 0.0, None, None),  # an empty step
-        (1.0, 1.0, 1.0, None),  # no saving, the whole capture long
-        (1.0, 0.5, None, None),  # no capture known
-        (float("nan"), 1.0, None, "no finite time"),
-        (1.0, float("nan"), None, "no finite time"),
-        (1.0, -0.5, None, "negative time"),
-        (-0.5, -1.0, None, "negative time"),
-        (1.0, 1.5, None, "longer than measured"),
-        (6.0, 5.0, 5.0, "more time than the whole capture"),
+        (1.0, 0.0, None, 0.0, "no time at all"),  # a step the scenario would erase
+        (1.0, 2e-6, None, 0.0, None),  # just above float noise (EPS_MS): a time the step keeps
+        (1.0, 1e-6, None, 0.0, "no time at all"),
+        (0.0, 0.0, None, 0.0, None),  # an empty step
+        (1.0, 1.0, 1.0, 0.0, None),  # no saving, the whole capture long
+        (1.0, 0.5, None, 0.0, None),  # no capture known
+        (float("nan"), 1.0, None, 0.0, "no finite time"),
+        (1.0, float("nan"), None, 0.0, "no finite time"),
+        (1.0, -0.5, None, 0.0, "negative time"),
+        (-0.5, -1.0, None, 0.0, "negative time"),
+        (1.0, 1.5, None, 0.0, "longer than measured"),
+        (6.0, 5.0, 5.0, 0.0, "more time than the whole capture"),
+        # the busiest rank's own work: 4 ms, and the 1% tolerance of a replayed figure below it
+        (10.0, 4.0, None, 4.0, None),
+        (10.0, 3.961, None, 4.0, None),
+        (10.0, 3.959, None, 4.0, "less than its busiest rank's own work"),
+        # a measured step shorter than its own work is bounded by what was measured
+        (3.0, 3.0, None, 4.0, None),
+        (3.0, 2.9, None, 4.0, "less than its busiest rank's own work"),
     ],
 )
-def test_what_a_step_may_claim(before, after, capture, why):
-    """0 <= after <= before <= the capture's length, each bound included."""
-    got = whatif_check.violation(before, after, capture)
+def test_what_a_step_may_claim(before, after, capture, floor, why):
+    """0 < after <= before <= the capture's length, and after >= the step's own work (at most
+    before), each bound included."""
+    got = whatif_check.violation(before, after, capture, floor)
     assert (got is None) if why is None else (why in (got or ""))
 
 
 def test_a_printed_row_that_breaks_an_invariant_raises():
-    ok = {"scenario": "s", "saved_ms": 0.0, "total_saved_ms": 0.0, "step_ms_before": 1.0, "step_ms_after": 1.0}
+    ok = {
+        "scenario": "s",
+        "saved_ms": 0.0,
+        "total_saved_ms": 0.0,
+        "step_ms_before": 1.0,
+        "step_ms_after": 1.0,
+        "slowdown": 1.0,
+    }
     whatif_check.assert_row(ok | {"steps": [{"step": 1, "withheld": "why"}]}, 2.0)
     for bad in (
+        {"slowdown": 0.998},
+        {"slowdown": None},
         {"saved_ms": -0.5},
         {"total_saved_ms": -0.5},
         {"step_ms_after": 1.5},
