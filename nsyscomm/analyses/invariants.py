@@ -269,6 +269,21 @@ def dimensions_reason(dims: pd.DataFrame, ranks: pd.DataFrame) -> str | None:
             )
         if comm is not None and wait is not None and wait > comm + _EPS_MS:
             return f"group {r.get('group')} waits {wait:,.3f} ms, longer than it communicates ({comm:,.3f} ms)"
+    # a dimension's groups together: the Diagnosis' "by dimension" line sums them
+    by_dim: dict[str, tuple[float, set[int]]] = {}
+    for r in _records(dims):
+        in_group = {int(x) for x in str(r.get("ranks") or "").split(",") if x.strip().lstrip("-").isdigit()}
+        group_comm = _num(r, "comm_ms") or 0.0
+        total, ranks_of = by_dim.get(str(r.get("dimension")), (0.0, set()))
+        by_dim[str(r.get("dimension"))] = (total + group_comm, ranks_of | in_group)
+    for dim, (dim_comm, dim_ranks) in by_dim.items():
+        if dim_ranks and all(m in elapsed for m in dim_ranks):
+            ran = sum(elapsed[m] for m in dim_ranks)
+            if dim_comm > ran + _EPS_MS:
+                return (
+                    f"dimension {dim} would communicate {dim_comm:,.3f} ms, longer than its ranks ran together "
+                    f"({ran:,.3f} ms): calls queued together counted each"
+                )
     return None
 
 

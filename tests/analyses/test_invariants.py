@@ -172,6 +172,25 @@ def test_a_group_communicating_longer_than_its_ranks_ran_is_withheld(comm, withh
         assert "longer than its ranks ran together (200.000 ms)" in why
 
 
+@pytest.mark.parametrize("comm, withheld", [(100.0, False), (100.002, True)])
+def test_a_dimension_communicating_longer_than_its_ranks_ran_is_withheld(comm, withheld):
+    """Two dp groups holding the same rank (0): together they communicate no longer than it ran."""
+    dims = pd.DataFrame(
+        {
+            "group": ["1", "2"],
+            "dimension": ["dp", "dp"],
+            "ranks": ["0", "0"],
+            "comm_ms": [comm / 2, comm / 2],
+            "wait_ms": [0.0, 0.0],
+            "exposed_ms": [None, None],
+        }
+    )
+    why = invariants.dimensions_reason(dims, RANKS)
+    assert (why is not None) == withheld
+    if withheld:
+        assert "dimension dp would communicate 100.002 ms, longer than its ranks ran together (100.000 ms)" in why
+
+
 @pytest.mark.parametrize(
     "row, withheld",
     [
