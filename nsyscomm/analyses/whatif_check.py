@@ -1,6 +1,6 @@
 """What the what-if may claim: the replay with nothing changed must give back each step's time as
 the trace measured it, within a stated tolerance, before any scenario is believed for that step;
-and every figure printed keeps the invariants 0 <= after <= before <= the capture's length
+and every figure printed keeps the invariants 0 < after <= before <= the capture's length
 (saved >= 0), nor leaves a step less time than its busiest rank's own work there. A step that
 fails either is withheld with its reason, never printed."""
 
