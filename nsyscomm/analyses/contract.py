@@ -218,7 +218,10 @@ def document(result: Result, by_caller: bool = False) -> dict:
     from nsyscomm.analyses.hang import contract  # the hang diagnosis
 
     doc["hang"] = contract(result.hang)
-    return invariants.check(doc)
+    # (an added key) the analyses withheld for breaking an invariant, and why; enforce adds any
+    # other section of the document that breaks one
+    doc["withheld"] = [{"section": k, "reason": why} for k, why in result.withheld.items()]
+    return invariants.enforce(doc)
 
 
 def steady_exposed(result: Result) -> dict:
@@ -323,8 +326,11 @@ def diagnosis_section(result: Result) -> dict:
         }
         for r in dims.itertuples(index=False)
     ]
+    order = result.late_ranks
     return {
         "late": rows,
+        # (an added key) the ranks the Diagnosis names, in its order: the first is skew.straggler_rank
+        "late_ranks": [{k: json_value(v) for k, v in r._asdict().items()} for r in order.itertuples(index=False)],
         "dimensions": dim_rows,
         "late_by_rank": [{k: json_value(v) for k, v in r._asdict().items()} for r in per.itertuples(index=False)],
         "late_notes": notes(result),

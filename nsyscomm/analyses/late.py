@@ -238,3 +238,25 @@ def by_rank_and_cause(late: pd.DataFrame) -> pd.DataFrame:
         .agg(count=("delay_ms", "size"), delay_ms=("delay_ms", "sum"))
     )
     return g.sort_values(["delay_ms", "rank"], ascending=[False, True], ignore_index=True)
+
+
+def straggler_order(late: pd.DataFrame, caused: pd.DataFrame) -> pd.DataFrame:
+    """The ranks with late arrivals, the one that cost the others the most first: rank,
+    late_count, delay_ms (its late arrivals' delays summed), caused_wait_ms (the waiting of the
+    other participants those arrivals caused: sql/caused_wait.sql). A rank last by a hair at
+    many collectives costs little; one late by 50 ms at a few costs much. Ties: the larger
+    delay, then more late arrivals, then the smaller rank. The Diagnosis names the ranks in this
+    order, and the first is the straggler of every view (Result.skew)."""
+    cols = ["rank", "late_count", "delay_ms", "caused_wait_ms"]
+    if late.empty:
+        return pd.DataFrame(columns=cols)
+    cost = caused.set_index("logical_id")["caused_ns"] if len(caused) else pd.Series(dtype="float64")
+    rows = late.assign(caused_wait_ms=late["logical_id"].map(cost).fillna(0).astype("float64") / 1e6)
+    per = rows.groupby("rank", as_index=False).agg(
+        late_count=("delay_ms", "size"), delay_ms=("delay_ms", "sum"), caused_wait_ms=("caused_wait_ms", "sum")
+    )
+    per["rank"] = per["rank"].astype("int64")
+    order = per.sort_values(
+        ["caused_wait_ms", "delay_ms", "late_count", "rank"], ascending=[False, False, False, True], ignore_index=True
+    )
+    return order[cols]

@@ -37,6 +37,7 @@ class Result:
     sources: list = field(default_factory=list)  # the input files (the flight records lie beside them)
     skipped: list = field(default_factory=list)  # (file, why): the files of input folders not read
     selection: object = None  # nsyscomm.combine.select.Selection: the steps and ops the job was cut to
+    _reasons: dict = field(default_factory=dict, init=False, repr=False)  # section -> why withheld, or None
 
     @functools.cached_property
     def hang(self) -> dict:
@@ -78,16 +79,62 @@ class Result:
             return duck.arrow_frame(ahead.result())
         return duck.frame(self.con.execute(duck.sql(name), params or None))
 
+    # --- the invariants (nsyscomm.analyses.invariants): an analysis that breaks one is withheld ---
+    def _reason(self, section: str) -> str | None:
+        """Why a section is withheld (None: its figures keep every invariant), checked once."""
+        if section not in self._reasons:
+            self._reasons[section] = self._check(section)
+        return self._reasons[section]
+
+    def _check(self, section: str) -> str | None:
+        from nsyscomm.analyses import invariants as inv
+
+        if section == "summary":
+            return inv.doc_reason(
+                "summary", self._query("summary", by_caller=False).to_dict("records"), self.capture_ms
+            )
+        if section == "ranks":
+            return inv.ranks_reason(self._query("ranks"))
+        if section == "late":
+            return inv.late_reason(self._late_raw, self._query("ranks"))
+        if section == "steps":
+            return inv.doc_reason("steps", self._query("steps").to_dict("records"), self.capture_ms)
+        if section == "steps_late":
+            return inv.steps_late_reason(self._query("steps"), self._query("step_spans"))
+        if section == "top_skew":
+            return inv.doc_reason("top_skew", self._query("top_skew", limit=10).to_dict("records"), self.capture_ms)
+        if section == "dimensions":
+            return inv.dimensions_reason(self._dimensions_raw, self._query("ranks"))
+        a = self._what_if_raw
+        if section == "what_if":
+            return inv.what_if_reason(a["what_if"], self.capture_ms)
+        if section == "attribution":
+            return inv.attribution_reason(a["attribution"])
+        if section == "straggler_model":
+            return inv.straggler_model_reason(a.get("straggler_model"))
+        raise KeyError(section)
+
+    @property
+    def withheld(self) -> dict[str, str]:
+        """Every analysis withheld, section -> the reason (empty: the whole output keeps its
+        invariants); the views print these lines in place of the figures."""
+        from nsyscomm.analyses.invariants import SECTIONS
+
+        return {k: why for k in SECTIONS if (why := self._reason(k)) is not None}
+
+    def _unless(self, section: str, df: pd.DataFrame) -> pd.DataFrame:
+        return df.iloc[0:0] if self._reason(section) is not None else df
+
     @property
     def summary(self) -> pd.DataFrame:
         return self.summarize(by_caller=self.by_caller)
 
     def summarize(self, by_caller: bool = False) -> pd.DataFrame:
-        return self._query("summary", by_caller=by_caller)
+        return self._unless("summary", self._query("summary", by_caller=by_caller))
 
     @property
     def ranks(self) -> pd.DataFrame:
-        return self._query("ranks")
+        return self._unless("ranks", self._query("ranks"))
 
     @property
     def rank_ops(self) -> pd.DataFrame:
@@ -117,6 +164,8 @@ class Result:
 
     @property
     def skew(self) -> dict:
+        """Arrival skew per rank, and the straggler: the rank whose late arrivals kept the others
+        waiting longest, the one the Diagnosis names first (late_ranks), in every view."""
         per = self.skew_ranks
         instances = int(
             duck.scalar(
@@ -125,12 +174,11 @@ class Result:
                 "AND NOT shadow",
             )
         )
-        straggler = None
-        if instances and len(per) and per["late_count"].max() > 0:
-            top = per.sort_values(["late_count", "rank"], ascending=[False, True]).iloc[0]
-            straggler = int(top["rank"])
+        order = self.late_ranks
+        caused = dict(zip(order["rank"].astype(int), order["caused_wait_ms"].astype(float)))
         return {
-            "straggler_rank": straggler,
+            "straggler_rank": int(order["rank"].iloc[0]) if len(order) else None,
+            "straggler_wait_caused_ms": float(order["caused_wait_ms"].iloc[0]) if len(order) else None,
             "instances": instances,
             "per_rank": [
                 {
@@ -138,6 +186,7 @@ class Result:
                     "late_count": int(r.late_count),
                     "avg_arrival_delay_ms": float(r.avg_arrival_delay_ms),
                     "wait_ms": float(r.wait_ms),
+                    "caused_wait_ms": caused.get(int(r.rank), 0.0),
                 }
                 for r in per.itertuples()
             ],
@@ -159,7 +208,11 @@ class Result:
 
     @property
     def steps(self) -> pd.DataFrame:
-        return self._query("steps")
+        """Per step (sql/steps.sql); its lateness columns empty where they are withheld."""
+        df = self._unless("steps", self._query("steps"))
+        if self._reason("steps_late") is not None and len(df):
+            df = df.assign(late_rank=pd.NA, late_ms=float("nan"))
+        return df
 
     @property
     def step_rows(self) -> pd.DataFrame:
@@ -222,7 +275,7 @@ class Result:
         return self._query("unmatched")
 
     def top_skew(self, limit: int = 10) -> pd.DataFrame:
-        return self._query("top_skew", limit=limit)
+        return self._unless("top_skew", self._query("top_skew", limit=limit))
 
     def vs_reference(self, by_caller: bool = False) -> pd.DataFrame:
         """Summary rows beside the nccl-tests reference busbw at the same size (empty without a curve)."""
@@ -247,12 +300,26 @@ class Result:
 
     # --- why late (nsyscomm.analyses.late) ---
     @functools.cached_property
-    def late(self) -> pd.DataFrame:
-        """Late arrivals and their causes: rank, group, seq, op, step, caller, delay_ms, cause,
-        detail, root_rank (nsyscomm.analyses.late)."""
+    def _late_raw(self) -> pd.DataFrame:
         from nsyscomm.analyses import late
 
         return late.late_arrivals(self.con)
+
+    @property
+    def late(self) -> pd.DataFrame:
+        """Late arrivals and their causes: rank, group, seq, op, step, caller, delay_ms, cause,
+        detail, root_rank (nsyscomm.analyses.late); none where they are withheld."""
+        return self._unless("late", self._late_raw)
+
+    @functools.cached_property
+    def late_ranks(self) -> pd.DataFrame:
+        """The ranks with late arrivals, the one that cost the others the most waiting first:
+        rank, late_count, delay_ms, caused_wait_ms (nsyscomm.analyses.late.straggler_order)."""
+        from nsyscomm.analyses import late
+
+        arrivals = self.late
+        caused = self._query("caused_wait") if len(arrivals) else pd.DataFrame(columns=["logical_id", "caused_ns"])
+        return late.straggler_order(arrivals, caused)
 
     @property
     def late_by_rank(self) -> pd.DataFrame:
@@ -262,12 +329,16 @@ class Result:
         return late.by_rank_and_cause(self.late)
 
     @functools.cached_property
-    def dimensions(self) -> pd.DataFrame:
-        """Per communicator: its parallelism dimension (dp/tp/pp/ep/cp/world/unknown), how it was
-        told, and its comm, wait and exposed ms (nsyscomm.analyses.dimensions)."""
+    def _dimensions_raw(self) -> pd.DataFrame:
         from nsyscomm.analyses import dimensions
 
         return dimensions.dimensions(self.con)
+
+    @property
+    def dimensions(self) -> pd.DataFrame:
+        """Per communicator: its parallelism dimension (dp/tp/pp/ep/cp/world/unknown), how it was
+        told, and its comm, wait and exposed ms (nsyscomm.analyses.dimensions)."""
+        return self._unless("dimensions", self._dimensions_raw)
 
     @property
     def step_breakdown(self) -> pd.DataFrame:
@@ -287,11 +358,23 @@ class Result:
 
     # --- what-if replay (nsyscomm.analyses.whatif) ---
     @functools.cached_property
-    def what_if_analysis(self) -> dict:
-        """what_if rows, attribution rows and the model's notes (computed once)."""
+    def _what_if_raw(self) -> dict:
         from nsyscomm.analyses import whatif_result
 
         return whatif_result.of_result(self)
+
+    @functools.cached_property
+    def what_if_analysis(self) -> dict:
+        """what_if rows, attribution rows and the model's notes (computed once); a part that
+        breaks an invariant emptied (its reason in Result.withheld)."""
+        a = dict(self._what_if_raw)
+        if self._reason("what_if") is not None:
+            a["what_if"] = []
+        if self._reason("attribution") is not None:
+            a["attribution"] = []
+        if self._reason("straggler_model") is not None:
+            a.pop("straggler_model", None)
+        return a
 
     @property
     def what_if(self) -> list[dict]:

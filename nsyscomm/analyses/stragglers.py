@@ -134,14 +134,16 @@ def labels(t: Trace, by: str) -> np.ndarray:
 
 def decompose(t: Trace, by: str, ideal: np.ndarray) -> tuple[dict, dict]:
     """S of each group of ops: the ideal replay with only this group's ops at their measured
-    durations, over the ideal step time (1.0: the group costs nothing)."""
+    durations where those are longer than the typical one, over the ideal step time (1.0: the
+    group costs nothing; never below, as an op faster than its type's mean slows nobody)."""
     lab = labels(t, by)
     zero = np.zeros(t.graph.n)
     overall: dict = {}
     per_step: dict[int, dict] = {}
+    slow = np.maximum(t.dur, t.ideal_dur)
     for key in pd.unique(lab):
         m = lab == key
-        dur = np.where(m, t.dur, t.ideal_dur)
+        dur = np.where(m, slow, t.ideal_dur)
         _, _, st = t.run(dur=dur, delay=zero)
         k = key.item() if hasattr(key, "item") else key
         overall[k] = _ratio(st, ideal)
@@ -152,11 +154,17 @@ def decompose(t: Trace, by: str, ideal: np.ndarray) -> tuple[dict, dict]:
 
 
 def _explain(t: Trace, mask: np.ndarray, nodelay: np.ndarray, ideal: np.ndarray) -> dict:
-    """Share of the slowdown the masked ops explain: removed from the no-delay replay (rem) and
-    added to the ideal one (add)."""
+    """Share of the slowdown the masked ops explain: their straggling removed from the no-delay
+    replay (rem) and added to the ideal one (add). Only an op slower than its type's typical
+    duration straggles: removing it shortens it to the typical one, adding it back lengthens the
+    typical one to it. Replacing every masked op by the typical duration instead (the artifact's
+    way) lengthens the ops faster than typical, and the "removal" of a stage that does not
+    straggle made the job slower: a negative share on the artifact's own 64-rank trace. The
+    replay never ends sooner for a longer op, so both shares are >= 0. None where the ideal
+    replay is no faster than the no-delay one: there is no slowdown to share."""
     zero = np.zeros(t.graph.n)
-    _, _, rem = t.run(dur=np.where(mask, t.ideal_dur, t.dur), delay=zero)
-    _, _, add = t.run(dur=np.where(mask, t.dur, t.ideal_dur), delay=zero)
+    _, _, rem = t.run(dur=np.where(mask, np.minimum(t.dur, t.ideal_dur), t.dur), delay=zero)
+    _, _, add = t.run(dur=np.where(mask, np.maximum(t.dur, t.ideal_dur), t.ideal_dur), delay=zero)
     tori, tideal, trem, tadd = (float(np.mean(x)) for x in (nodelay, ideal, rem, add))
     span = tori - tideal
     return {
@@ -164,8 +172,8 @@ def _explain(t: Trace, mask: np.ndarray, nodelay: np.ndarray, ideal: np.ndarray)
         "tadd": tadd,
         "tori": tori,
         "tideal": tideal,
-        "rem": (tori - trem) / span if span else 0.0,
-        "add": (tadd - tideal) / span if span else 0.0,
+        "rem": (tori - trem) / span if span > 0 else None,
+        "add": (tadd - tideal) / span if span > 0 else None,
     }
 
 

@@ -342,7 +342,8 @@ def analyse(m: Model, reference: pd.DataFrame | None = None, warmup: set | None 
     keys = _biggest(m.key, m.dur + np.maximum(m.delay, 0), n_keys)
     for name, sc in todo.items():
         after = m.run(*sc)
-        keep, reasons = whatif_check.per_step(m, before, after, reproduced)
+        floor = whatif_check.own_work(m, sc[0], sc[1])
+        keep, reasons = whatif_check.per_step(m, before, after, reproduced, floor)
         keep &= base
         if not keep.any():
             withheld[name] = next((r for r in reasons if r), "no step left to count")
@@ -400,15 +401,18 @@ def attribution(m: Model, budget: int = MAX_RANKS + MAX_KEYS) -> list[dict]:
     if ideal <= 0:
         return []
     out = []
-    excess = np.abs(m.dur - m.ideal_dur) + np.abs(m.delay - m.ideal_delay)
+    # only what is slower than typical slows the others: an operation faster than its ideal is
+    # put back at the ideal, so that S >= 1 (the replay never ends sooner for a longer operation)
+    slow_dur, slow_delay = np.maximum(m.dur, m.ideal_dur), np.maximum(m.delay, m.ideal_delay)
+    excess = (slow_dur - m.ideal_dur) + (slow_delay - m.ideal_delay)
     for by, lab in m.labels.items():
         limit = min(MAX_RANKS if by == "rank" else MAX_KEYS, max(budget // len(m.labels), 0))
         if by == "rank" and limit < len(np.unique(lab)):
             m.notes.append(f"attribution: the {limit} ranks furthest from their ideal durations only")
         for k in _biggest(lab, excess, limit):
             mask = lab == k
-            delay = np.where(mask, m.delay, m.ideal_delay) if m.attribute_delays else m.ideal_delay
-            st = m.run(np.where(mask, m.dur, m.ideal_dur), delay)
+            delay = np.where(mask, slow_delay, m.ideal_delay) if m.attribute_delays else m.ideal_delay
+            st = m.run(np.where(mask, slow_dur, m.ideal_dur), delay)
             out.append(
                 {"by": by, "key": k.item() if hasattr(k, "item") else k, "slowdown": float(np.mean(m.kept(st))) / ideal}
             )

@@ -268,7 +268,9 @@ def _rank_notes(baselines: list[Run], current: Run, rank_items: dict[int, Item])
         for c in it.comparisons
     )
     if cs is not None and bs and cs not in bs and moved:
-        notes.append(f"straggler changed: rank {cs} now arrives last most often (baseline: rank(s) {_ranges(bs)})")
+        notes.append(
+            f"straggler changed: rank {cs} now keeps the others waiting longest (baseline: rank(s) {_ranges(bs)})"
+        )
     return notes
 
 

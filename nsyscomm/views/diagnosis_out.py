@@ -1,6 +1,6 @@
 """The diagnosis in the summary: the short "Diagnosis" block at its top, in every
 format (nsyscomm.views.findings): the straggler, why, what it costs, the best what-if. Reads
-only the Result (late, skew, what_if); the JSON `diagnosis` rows are the contract's
+only the Result (late, late_ranks, what_if); the JSON `diagnosis` rows are the contract's
 (nsyscomm.analyses.contract)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from nsyscomm.views import whatif_out
 def lines(result: Result) -> list[str]:
     """At most a screen: per late rank its main cause and caller; what fixing it would save."""
     late = result.late
-    if late.empty:
-        return []
     per = result.late_by_rank
     out = []
-    for rank, rows in per.groupby("rank", sort=False):
+    # the rank that cost the others the most waiting first: the straggler of every view
+    for rank in result.late_ranks["rank"]:
+        rows = per[per["rank"] == rank]
         total = rows["delay_ms"].sum()
         n = int(rows["count"].sum())
         top = rows.iloc[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from nsyscomm.analyses.contract import SUMMARY_KEYS
+from nsyscomm.analyses.invariants import lines as invariant_lines
 from nsyscomm.analyses.result import Result
 from nsyscomm.capture.run_folder import OWN_OUTPUT
 from nsyscomm.views import set_aside
@@ -60,6 +61,8 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
     out.append(Lines("nccl", None, nccl_header(result)))
     if not hang:  # why a rank is late, first (a hung job's diagnosis is the hang)
         out.append(Lines("diagnosis", "Diagnosis", diagnosis_out.lines(result)))
+    # the analyses that broke an invariant on this input: the reason, never their figures
+    out.append(Lines("withheld", None, invariant_lines(result.withheld)))
     out.append(summary(result, by_caller))
     # the setup calls, start-up collectives and warm-up steps the statistics leave out
     out.append(Lines("set_aside", None, set_aside.lines(result)))
@@ -79,7 +82,8 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
                 "straggler",
                 None,
                 [
-                    f"straggler: rank {skew['straggler_rank']} arrived last in {s['late_count']} of "
+                    f"straggler: rank {skew['straggler_rank']} kept the others waiting "
+                    f"{skew['straggler_wait_caused_ms']:.3f} ms in all; it arrived last in {s['late_count']} of "
                     f"{skew['instances']} shared collectives (mean arrival delay {s['avg_arrival_delay_ms']:.3f} ms)"
                 ],
             )

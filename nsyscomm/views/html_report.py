@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from nsyscomm import __version__
+from nsyscomm.analyses.invariants import lines as invariant_lines
 from nsyscomm.views import findings as F
 from nsyscomm.views import json_out
 from nsyscomm.views.html_charts import busbw_chart, rank_bars, skew_heatmap
@@ -48,7 +49,8 @@ def _asset(name: str) -> str:
 def render(result: Result, *, peak_busbw: float | None = None, title: str | None = None) -> str:
     from nsyscomm.views.findings import skipped_lines  # the files of input folders not read
 
-    warnings = list(result.warnings)
+    # the analyses withheld for breaking an invariant: their reason, in place of their figures
+    warnings = invariant_lines(result.withheld) + list(result.warnings)
     overlap_html = None
     try:
         overlap_html = exposed_section(result.overlap, set(result.warmup["steps"]))

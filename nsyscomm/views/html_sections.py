@@ -56,11 +56,12 @@ def ranks_table(table: F.Table) -> str:
 def skew_text(skew: dict) -> str:
     s = skew.get("straggler_rank")
     if s is None:
-        return '<p class="note">No straggler: no rank arrived last more often than the others.</p>'
+        return '<p class="note">No straggler: no rank arrived late enough to keep the others waiting.</p>'
     per = {p["rank"]: p for p in skew.get("per_rank", [])}
     p = per.get(s, {})
     return (
-        f"<p><b>Straggler: rank {_e(s)}</b> arrived last in {_e(p.get('late_count'))} of "
+        f"<p><b>Straggler: rank {_e(s)}</b> kept the others waiting "
+        f"{_e(fmt(skew.get('straggler_wait_caused_ms')))} ms in all; it arrived last in {_e(p.get('late_count'))} of "
         f"{_e(skew.get('instances'))} shared collectives (mean arrival delay "
         f"{_e(fmt(p.get('avg_arrival_delay_ms')))} ms).</p>"
     )

@@ -17,6 +17,7 @@ _MD_TITLES = {
     "nccl": "NCCL",
     "set_aside": "Set aside",
     "straggler": "Straggler",
+    "withheld": "Withheld",
     "warning": "Warnings",
     "note": "Notes",
 }

@@ -18,6 +18,7 @@ _LINE_STYLE = {
     "hang": ("", "[bold red]{}[/]"),
     "diagnosis": ("  ", "{}"),
     "what_if": ("  ", "{}"),
+    "withheld": ("", "[yellow]{}[/]"),
     "warning": ("", "[yellow]warning:[/] {}"),
     "note": ("", "note: {}"),
 }

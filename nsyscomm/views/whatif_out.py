@@ -14,11 +14,12 @@ def lines(result: Result, top: int = 3) -> list[str]:
     """A few lines: the scenarios ranked by ms saved per step, each one's top keys (their sizes
     written as the tables write them); the top attribution of each dimension."""
     a = result.what_if_analysis
-    rows = [r for r in a["what_if"] if r.get("slowdown") is not None]
+    rows = table_rows(a["what_if"])
     out = _reproduction_lines(a)
     if not rows:
         return out
     out += _warmup_lines(rows)
+    all_steps = _counted_steps(rows)
     for r in rows:
         counted = sum(1 for s in r["steps"] if "withheld" not in s and not s.get("warmup"))
         keys = ", ".join(
@@ -30,6 +31,7 @@ def lines(result: Result, top: int = 3) -> list[str]:
             f"{r['scenario']:<16} {r['step_ms_before']:10.3f} -> {r['step_ms_after']:10.3f} ms "
             f"saves {r['saved_ms']:9.3f} ms  (x{r['slowdown']:.3f})" + (f"  top: {keys}" if keys else "")
         )
+        out += left_out_lines(r, all_steps)
     by: dict = {}
     for row in a["attribution"]:
         if row["slowdown"] > by.get(row["by"], {"slowdown": -1})["slowdown"]:
@@ -41,11 +43,36 @@ def lines(result: Result, top: int = 3) -> list[str]:
         )
     sm = a.get("straggler_model")
     if sm:
+        share = {k: "-" if sm[k] is None else f"{sm[k]:.3f}" for k in ("Ms", "Mw")}
         out.append(
             f"straggler model (OSDI'25): S = {sm['blocking_slowdown']:.4f}, launch "
-            f"{sm['launch_slowdown']:.4f}, M_S = {sm['Ms']:.3f}, M_W = {sm['Mw']:.3f}"
+            f"{sm['launch_slowdown']:.4f}, M_S = {share['Ms']}, M_W = {share['Mw']}"
         )
     return out
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The scenarios the What-if table lists, and so the only ones the headline may name."""
+    return [r for r in rows if r.get("slowdown") is not None]
+
+
+def _counted_steps(rows: list[dict]) -> set:
+    """The steps some scenario counts (warm-up steps apart): the measured job every row's
+    "before" is taken over, unless the row says which of them it leaves out."""
+    return {s["step"] for r in rows for s in r["steps"] if "withheld" not in s and not s.get("warmup")}
+
+
+def left_out_lines(row: dict, counted: set) -> list[str]:
+    """Which of the counted steps a scenario leaves out, and why: its "before" is then the mean
+    of fewer steps than the other rows'."""
+    by: dict[str, list] = {}
+    for s in row["steps"]:
+        if "withheld" in s and s["step"] in counted:
+            by.setdefault(s["withheld"], []).append(s["step"])
+    return [
+        f"  {row['scenario']} leaves out step(s) {', '.join(map(str, steps))} of its figures: {why}"
+        for why, steps in by.items()
+    ]
 
 
 def _reproduction_lines(a: dict) -> list[str]:
@@ -84,6 +111,7 @@ def warmup_saved_ms(row: dict) -> float:
 def best_line(rows: list[dict]) -> str | None:
     """The headline what-if: the scenario that saves most per steady step, with what it saves in
     the warm-up steps left out of that figure; or, when only warm-up steps would gain, that."""
+    rows = table_rows(rows)
     steady = [r for r in rows if r.get("saved_ms") and r["saved_ms"] > 0]
     warm = [r for r in rows if warmup_saved_ms(r) > 0]
     if not steady and not warm:

@@ -190,30 +190,49 @@ def test_a_step_is_reproduced_within_the_larger_of_1_percent_and_10_us():
 
 
 @pytest.mark.parametrize(
-    "before, after, capture, why",
+    "before, after, capture, floor, why",
     [
-        (1.0, 0.0, None, None),  # a step the scenario saves entirely
-        (0.0, 0.0, None, None),  # an empty step
-        (1.0, 1.0, 1.0, None),  # no saving, the whole capture long
-        (1.0, 0.5, None, None),  # no capture known
-        (float("nan"), 1.0, None, "no finite time"),
-        (1.0, float("nan"), None, "no finite time"),
-        (1.0, -0.5, None, "negative time"),
-        (-0.5, -1.0, None, "negative time"),
-        (1.0, 1.5, None, "longer than measured"),
-        (6.0, 5.0, 5.0, "more time than the whole capture"),
+        (1.0, 0.0, None, 0.0, "no time at all"),  # a step the scenario would erase
+        (1.0, 2e-6, None, 0.0, None),  # just above float noise (EPS_MS): a time the step keeps
+        (1.0, 1e-6, None, 0.0, "no time at all"),
+        (0.0, 0.0, None, 0.0, None),  # an empty step
+        (1.0, 1.0, 1.0, 0.0, None),  # no saving, the whole capture long
+        (1.0, 0.5, None, 0.0, None),  # no capture known
+        (float("nan"), 1.0, None, 0.0, "no finite time"),
+        (1.0, float("nan"), None, 0.0, "no finite time"),
+        (1.0, -0.5, None, 0.0, "negative time"),
+        (-0.5, -1.0, None, 0.0, "negative time"),
+        (1.0, 1.5, None, 0.0, "longer than measured"),
+        (6.0, 5.0, 5.0, 0.0, "more time than the whole capture"),
+        # the busiest rank's own work: 4 ms, and the 1% tolerance of a replayed figure below it
+        (10.0, 4.0, None, 4.0, None),
+        (10.0, 3.961, None, 4.0, None),
+        (10.0, 3.959, None, 4.0, "less than its busiest rank's own work"),
+        # a measured step shorter than its own work is bounded by what was measured
+        (3.0, 3.0, None, 4.0, None),
+        (3.0, 2.9, None, 4.0, "less than its busiest rank's own work"),
     ],
 )
-def test_what_a_step_may_claim(before, after, capture, why):
-    """0 <= after <= before <= the capture's length, each bound included."""
-    got = whatif_check.violation(before, after, capture)
+def test_what_a_step_may_claim(before, after, capture, floor, why):
+    """0 < after <= before <= the capture's length, and after >= the step's own work (at most
+    before), each bound included."""
+    got = whatif_check.violation(before, after, capture, floor)
     assert (got is None) if why is None else (why in (got or ""))
 
 
 def test_a_printed_row_that_breaks_an_invariant_raises():
-    ok = {"scenario": "s", "saved_ms": 0.0, "total_saved_ms": 0.0, "step_ms_before": 1.0, "step_ms_after": 1.0}
+    ok = {
+        "scenario": "s",
+        "saved_ms": 0.0,
+        "total_saved_ms": 0.0,
+        "step_ms_before": 1.0,
+        "step_ms_after": 1.0,
+        "slowdown": 1.0,
+    }
     whatif_check.assert_row(ok | {"steps": [{"step": 1, "withheld": "why"}]}, 2.0)
     for bad in (
+        {"slowdown": 0.998},
+        {"slowdown": None},
         {"saved_ms": -0.5},
         {"total_saved_ms": -0.5},
         {"step_ms_after": 1.5},
@@ -221,3 +240,59 @@ def test_a_printed_row_that_breaks_an_invariant_raises():
     ):
         with pytest.raises(AssertionError, match="what-if s"):
             whatif_check.assert_row({"steps": []} | ok | bad, 2.0)
+
+
+def test_a_steps_own_work_is_the_least_time_before_each_call(tmp_path):
+    """Two ranks, four steps of: rank 0 computes 5 ms, rank 1 8 ms, an all_reduce of 1 ms. A
+    step's own work is 5 ms (the least time any rank spent before its call: rank 1's 3 ms more
+    is the waiting no_straggler removes), none in the first step (its time starts at its first
+    call); no_straggler leaves each later step 6 ms (its own work and the transfer), kept."""
+    p = tmp_path / "work.sqlite"
+    step = [("compute", 0, 5.0), ("compute", 1, 8.0), ("coll", (0, 1), 1.0, 0)]
+    write_job(p, 2, [step] * 4)
+    m = whatif.from_ops(load([str(p)])._query("replay_ops"))
+    sc = whatif.scenarios(m)["no_straggler"]
+    np.testing.assert_allclose(whatif_check.own_work(m, sc[0], sc[1]), [0.0, 5.0, 5.0, 5.0], atol=1e-6)
+    after = m.run(*sc)
+    np.testing.assert_allclose(after[1:], [6.0, 6.0, 6.0], atol=1e-6)
+    keep, reasons = whatif_check.per_step(m, m.run(), after, np.ones(4, bool), whatif_check.own_work(m, *sc[:2]))
+    assert keep.all() and reasons == [None] * 4
+    # a scenario that would leave a later step less than that is withheld there, with its reason
+    short = after - np.array([0.0, 1.5, 1.5, 1.5])
+    keep, reasons = whatif_check.per_step(m, m.run(), short, np.ones(4, bool), whatif_check.own_work(m, *sc[:2]))
+    assert keep.tolist() == [True, False, False, False]
+    assert "less than its busiest rank's own work between calls (5.000 ms)" in reasons[1]
+
+
+def _row(name, before, after, steps=()):
+    return {
+        "scenario": name,
+        "saved_ms": before - after,
+        "step_ms_before": before,
+        "step_ms_after": after,
+        "slowdown": before / after if after > 0 else None,
+        "steps": list(steps),
+        "top_keys": [],
+        "warmup_steps": [],
+    }
+
+
+def test_the_headline_is_a_row_of_the_table_and_each_row_says_what_it_leaves_out():
+    from nsyscomm.views import whatif_out
+
+    erased = _row("no_straggler", 5.456, 0.0)  # no slowdown to print: not in the table
+    kept = _row("ideal", 5.0, 4.0, [{"step": 1, "step_ms_before": 5.0, "step_ms_after": 4.0, "saved_ms": 1.0}])
+    short = _row(
+        "full_overlap",
+        6.0,
+        5.5,
+        [{"step": 1, "withheld": "the reason"}, {"step": 2, "step_ms_before": 6.0, "step_ms_after": 5.5}],
+    )
+    rows = [erased, kept, short]
+    assert whatif_out.table_rows(rows) == [kept, short]
+    assert whatif_out.best_line(rows) == "best what-if: ideal saves 1.000 ms per step (5.000 -> 4.000 ms)"
+    counted = {1, 2}
+    assert whatif_out.left_out_lines(kept, counted) == []
+    assert whatif_out.left_out_lines(short, counted) == [
+        "  full_overlap leaves out step(s) 1 of its figures: the reason"
+    ]

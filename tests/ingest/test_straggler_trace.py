@@ -118,3 +118,33 @@ def test_bad_input_is_one_line_and_status_2(tmp_path):
     with pytest.raises(InputError, match="missing column"):
         straggler_trace.read(p)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["meta-T.yaml", "trace-T.parquet"]  # nothing written beside
+
+
+class _Sum:
+    """A trace of one step whose time is the sum of its ops' durations (one chain)."""
+
+    class graph:  # noqa: N801 - the attribute stragglers reads
+        n = 2
+
+    dur = np.array([1.0, 5.0])  # op 0 (the masked stage) faster than its type's typical 2.0
+    ideal_dur = np.array([2.0, 3.0])
+
+    def run(self, dur=None, delay=None):
+        d = self.dur if dur is None else dur
+        return None, None, np.array([float(np.sum(d))])
+
+
+def test_removing_a_stage_that_does_not_straggle_saves_nothing():
+    """M_S's removal shortens only what is slower than typical: the masked op (1.0 against a
+    typical 2.0) straggles not at all, so its share is 0, never negative (replacing it by the
+    typical 2.0 made the step 1.0 longer: -100% of the slowdown)."""
+    t = _Sum()
+    nodelay, ideal = t.run()[2], t.run(dur=t.ideal_dur)[2]  # 6.0 and 5.0
+    got = stragglers._explain(t, np.array([True, False]), nodelay, ideal)  # type: ignore[arg-type]
+    assert got["rem"] == 0.0 and got["trem"] == 6.0
+    assert got["add"] == 0.0 and got["tadd"] == 5.0
+    # the other op (5.0 against 3.0) explains the whole slowdown both ways
+    got = stragglers._explain(t, np.array([False, True]), nodelay, ideal)  # type: ignore[arg-type]
+    assert got["rem"] == 2.0 and got["add"] == 2.0
+    # no slowdown to share: None, not a division by zero or a sign flip
+    assert stragglers._explain(t, np.array([True, False]), ideal, ideal)["rem"] is None  # type: ignore[arg-type]

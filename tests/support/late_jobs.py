@@ -218,3 +218,29 @@ def write_tied_delays_job(out: Path, calls: int = 3000) -> Path:
     path = out / "report.sqlite"
     synth.write_sqlite(rep, path, seed=7)
     return path
+
+
+HAIR_NS = 2_000 * US  # rank 1's lateness: often, a little
+SLEEP_NS = 10_000 * US  # rank 2's lateness: as often, much more
+
+
+def write_hair_and_sleep_job(out: Path, calls: int = 10) -> Path:
+    """Four ranks, `calls` all-reduces on the world after one where all meet on time: rank 1 comes
+    HAIR_NS late to every other one and rank 2 SLEEP_NS late to the rest. Each is last equally
+    often (a tie on the count, which the smaller rank would win); rank 2 keeps the three others
+    waiting 3 x SLEEP_NS per call, rank 1 3 x HAIR_NS: rank 2 is the straggler."""
+    out.mkdir(parents=True, exist_ok=True)
+    rep = synth.Report("report.sqlite", cuda=False)
+    procs = _cpu_ranks(rep, 4, 8200)
+    t = T0 + 10 * US
+    for i in range(calls + 1):
+        late = {} if i == 0 else ({1: HAIR_NS} if i % 2 else {2: SLEEP_NS})
+        arrive = {r: t + GAP + late.get(r, 0) for r in range(4)}
+        end = max(arrive.values()) + XFER
+        for r in range(4):
+            msg = _all_reduce(0, (0, 1, 2, 3), i, CALLERS["A"])
+            rep.range(procs[r], procs[r].pid, arrive[r], end, registered=msg, domain=1)
+        t = end
+    path = out / "report.sqlite"
+    synth.write_sqlite(rep, path, seed=11)
+    return path

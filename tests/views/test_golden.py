@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nsyscomm.analyses import invariants
 from nsyscomm.cli import main
 from tests.conftest import GOLDEN, REAL, SAMPLES
 
@@ -110,6 +111,11 @@ def test_golden_json(name, tmp_path):
     assert res.exit_code == 0, res.output
     # where the checkout and ../shared lie is no part of the output's meaning
     new = json.loads(res.stdout.replace(str(REAL), "<real>").replace(str(SAMPLES), "<samples>"))
+    # every input's output keeps the summary's invariants: what broke one is withheld with its
+    # reason (nsyscomm.analyses.invariants), and one straggler in every view
+    assert invariants.violations(new) == []
+    named = new["diagnosis"]["late_ranks"]
+    assert new["skew"]["straggler_rank"] == (named[0]["rank"] if named else None)
     path = GOLDEN / f"{name}.json"
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)

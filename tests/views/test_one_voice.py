@@ -54,7 +54,7 @@ def test_every_format_carries_the_same_findings(inp):
     tables = {r["table"] for r in rows}
     findings = [d for d in doc["warnings"]]
     if doc["skew"]["straggler_rank"] is not None:
-        findings.append(f"straggler: rank {doc['skew']['straggler_rank']} arrived last")
+        findings.append(f"straggler: rank {doc['skew']['straggler_rank']} kept the others waiting")
     findings += ["communication time per rank counts the time spent waiting"]
     flat = " ".join(text.split())  # the terminal wraps long lines
     for f in findings:
