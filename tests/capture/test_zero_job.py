@@ -67,9 +67,11 @@ def test_the_sleeping_rank_is_late_once(job):
     late_rank, sleep = own[0]["late_rank"], own[own[0]["late_rank"]]["sleep_ns"] / MS
     late = res.late.groupby("rank")["delay_ms"].sum()
     ranks = res.ranks.set_index("rank")
-    assert 0.8 * sleep <= late[late_rank] <= sleep + 0.5 * max(own[late_rank]["step_ns"]) / MS, (late, sleep)
-    assert (late <= ranks.loc[late.index, "elapsed_ms"]).all()
-    assert late.idxmax() == late_rank
+    assert (late <= ranks.loc[late.index, "elapsed_ms"]).all(), (late, ranks)
+    # past step 0, whose start-up (processes starting apart) can make either rank late too
+    steady = res.late[res.late["step"] >= 1].groupby("rank")["delay_ms"].sum()
+    assert steady.idxmax() == late_rank, steady
+    assert 0.8 * sleep <= steady[late_rank] <= sleep + max(own[late_rank]["step_ns"]) / MS, (steady, sleep)
     # the broadcasts of the optimizer step after the sleep: the wrapper's step LATE_STEP + 1
     step = res.steps.set_index("step").loc[own[0]["late_step"] + 1]
     took = max(own[r]["step_ns"][own[0]["late_step"]] for r in (0, 1)) / MS
