@@ -13,6 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from nsyscomm import api, nvtx_format
@@ -58,7 +59,7 @@ def test_calls_inside_profiler_steps_get_their_number(tmp_path):
     e = kineto.extract(_write(tmp_path / "t.json", ev))
     c = arrow_frame(e.calls)
     got = sorted(
-        (int(p), -1 if t != t else int(t), None if s != s else int(s))
+        (int(p), -1 if pd.isna(t) else int(t), None if pd.isna(s) else int(s))
         for p, t, s in zip(c["pid"], c["cpu_start"], c["step"])
     )
     assert got == [

@@ -54,7 +54,7 @@ from nsyscomm.ingest.kineto import profiler_steps
 from nsyscomm.ingest.kineto.calls import Kernel, Launch, Range, match
 from nsyscomm.ingest.kineto.meta import int_or_none
 from nsyscomm.ingest.kineto.stream import iter_trace, to_ns
-from nsyscomm.schema import COLUMN_NAMES
+from nsyscomm.schema import COLLECTIVES, COLUMN_NAMES
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _BUDGET_EVERY = 1 << 16  # events between two checks of the kept events against the budget
@@ -252,6 +252,23 @@ def _spans(kept: Kept, pid: int) -> pd.DataFrame:
     return pd.DataFrame({"pid": [pid], "first_ns": [first], "last_ns": [last]})
 
 
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """The rows as the collectives table's columns, the integer ones as nullable 64-bit integers:
+    a column with a value on some rows only (exec_start where gloo's own range timed the call)
+    would otherwise become float64, which rounds nanoseconds since the epoch and which the bounds
+    check of the table's times does not read."""
+    integer = {name for name, sql in COLLECTIVES if sql in ("BIGINT", "INTEGER")}
+    return pd.DataFrame(
+        {
+            name: pd.array([r.get(name) for r in rows], dtype="Int64")
+            if name in integer
+            else [r.get(name) for r in rows]
+            for name in COLUMN_NAMES
+        },
+        columns=list(COLUMN_NAMES),
+    )
+
+
 def extract(path: str | Path, report: str | None = None) -> Extract:
     path = Path(path)
     report = report or path.name
@@ -265,9 +282,7 @@ def extract(path: str | Path, report: str | None = None) -> Extract:
     profiler_steps.assign(rows, kept.steps, kept.step_marked)
     _mark_joined(rows, kept.joins)
     kineto_checks.check_int64(path, rows)
-    calls = pd.DataFrame(rows, columns=list(COLUMN_NAMES)).drop(
-        columns=["report", "rank", "local_rank", "host", "duration_ns"]
-    )
+    calls = _frame(rows).drop(columns=["report", "rank", "local_rank", "host", "duration_ns"])
     who = _identity(path, dist, kept.rank_marks, main_pid)
     if who.rank is None:
         warnings.append(
