@@ -144,7 +144,11 @@ def checked(extract: _S, path: Path, fix: str | None = None) -> _S:
         c = calls.column(col)
         if c.null_count == len(c):
             continue
-        bad = pc.or_(pc.less(c, lo), pc.greater(c, hi))
+        if pa.types.is_floating(c.type):  # a source's column with gaps, as pandas types it: bounds as floats
+            lo_v, hi_v = pa.scalar(float(lo)), pa.scalar(float(hi))
+        else:
+            lo_v, hi_v = lo, hi
+        bad = pc.or_(pc.less(c, lo_v), pc.greater(c, hi_v))
         n = pc.sum(pc.cast(pc.fill_null(bad, False), pa.int64())).as_py() or 0
         if n:
             first = pc.filter(c, pc.fill_null(bad, False))[0].as_py()

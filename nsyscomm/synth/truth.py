@@ -131,7 +131,8 @@ def _rank_rows(procs: list[ProcCalls]) -> list[Row]:
                 "report": pc.report,
                 "pid": pc.pid,
                 "calls": len(rs),
-                "bytes": sum(r["bytes"] or 0 for r in rs),
+                # unknown when one call's size is: a sum of the known ones would pass for the whole
+                "bytes": None if any(r["bytes"] is None for r in rs) else sum(r["bytes"] for r in rs),
                 # time with a call in flight: calls in flight together (streams) count once
                 "comm_ns": _union([_span(r) for r in rs]),
                 "wait_ns": _union([(_span(r)[0], _span(r)[0] + r["wait_ns"]) for r in rs]),

@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from nsyscomm.synth.intervals import minus_len
+from nsyscomm.synth.intervals import minus_len, union_len
 from nsyscomm.synth.kernel_names import parse_kernel_name
 from nsyscomm.synth.report import NVTX_PUSHPOP, NVTX_STARTEND, Proc, Report, pid_of, tid_of
 
@@ -172,6 +172,10 @@ def proc_calls(rep: Report, proc: Proc, exposed: bool) -> ProcCalls:
     comp = [(k["start"], k["end"]) for k in ks if not k["name"].startswith("nccl")]
     comm = [(k["start"], k["end"]) for k in nccl]
     exposed_ns = minus_len(comm, comp) if (ks and exposed) else None
+    if exposed and not ks and rows:
+        # no kernels (gloo, MPI): the samples' calls are synchronous, their caller blocked for the
+        # whole call, so every moment of them is exposed (docs/architecture.md, "Timing model")
+        exposed_ns = union_len((r["cpu_start"], r["cpu_end"]) for r in rows if r["cpu_start"] is not None)
     return ProcCalls(rep.name, proc.pid, marker, rows, elapsed, exposed_ns)
 
 

@@ -83,13 +83,16 @@ def test_real_sleeping_rank_is_named_with_the_sleep_and_the_caller(tmp_path):
     # among them, within 10%
     ns = next(w for w in doc["diagnosis"]["what_if"] if w["scenario"] == "no_straggler")
     assert ns["warmup_steps"] == doc["warmup"]["steps"]
-    slept = [s for s in range(6) if s not in ns["warmup_steps"]]
+    # (a step the replay could not reproduce on a loaded machine is withheld with its reason, and
+    # counts in no total)
+    withheld = {st["step"] for st in ns["steps"] if st.get("withheld")}
+    slept = [s for s in range(6) if s not in ns["warmup_steps"] and s not in withheld]
     first_late = first["late_ms"] if 0 in slept and not first["set_aside"] else 0.0
     assert ns["total_saved_ms"] == pytest.approx(150 * len(slept) + first_late, rel=0.10), ns
     # and in each later step about the sleep (steps 1-5; after the sixth optimizer step only the
     # job's closing barrier remains)
-    later = [st for st in ns["steps"] if 1 <= st["step"] <= 5]
-    assert len(later) == 5, ns["steps"]
+    later = [st for st in ns["steps"] if 1 <= st["step"] <= 5 and not st.get("withheld")]
+    assert len(later) + len(withheld & {1, 2, 3, 4, 5}) == 5 and len(later) >= 3, ns["steps"]
     for st in later:
         assert st["saved_ms"] == pytest.approx(150, rel=0.25), st
 

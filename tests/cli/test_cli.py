@@ -92,9 +92,9 @@ def test_json_contract():
         }
     for row in doc["ranks"]:
         assert set(row) >= {"rank", "host", "calls", "comm_ms", "wait_ms", "elapsed_ms", "comm_pct"}
-    assert set(doc["skew"]) == {"straggler_rank", "instances", "per_rank"}
+    assert set(doc["skew"]) == {"straggler_rank", "straggler_wait_caused_ms", "instances", "per_rank"}
     for row in doc["skew"]["per_rank"]:
-        assert set(row) == {"rank", "late_count", "avg_arrival_delay_ms", "wait_ms"}
+        assert set(row) == {"rank", "late_count", "avg_arrival_delay_ms", "wait_ms", "caused_wait_ms"}
     assert isinstance(doc["warnings"], list)
     caller_doc = json.loads(run("summarize", DDP, "--format", "json", "--by", "caller").output)
     assert {r["caller"] for r in caller_doc["summary"]} == {"train.py:88 train_step", "train.py:40 main"}

@@ -147,7 +147,8 @@ def test_folder_of_ranks_through_pipeline(tmp_path):
     # latency = the faster rank's kernel: 30 us
     assert s.loc[("all_gather", 8192), "avg_ms"] == pytest.approx(0.030)
     assert s.loc[("all_gather", 8192), "busbw_GBps"] == pytest.approx(8192 / 30e-6 / 1e9 * 0.5)
-    assert res.skew["straggler_rank"] == 1
+    # rank 1 is last, by 5 us: under the 100 us in which no rank is named late, so no straggler
+    assert res.skew["per_rank"][1]["late_count"] >= 1 and res.skew["straggler_rank"] is None
 
 
 def test_stream_parser_chunk_boundaries(tmp_path):

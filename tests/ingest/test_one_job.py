@@ -136,14 +136,16 @@ def test_commands_without_input_show_one_sample_job(tmp_path):
 def test_every_command_refuses_two_jobs_and_merges_on_request(tmp_path):
     """The refusal's advice holds wherever it is given: every command that reads reports takes
     --merge."""
-    shutil.copy(DDP, tmp_path)
-    shutil.copy(GLOO, tmp_path)
-    out = tmp_path / "out"
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copy(DDP, jobs)
+    shutil.copy(GLOO, jobs)
+    out = tmp_path / "out"  # beside the input folder: an output inside it would be read back
     for cmd in (
-        ["summarize", tmp_path],
-        ["trace", tmp_path, "-o", out / "t.json"],
-        ["report", tmp_path, "-o", out / "r.html"],
-        ["export", "--format", "whatif", out / "w", tmp_path],
+        ["summarize", jobs],
+        ["trace", jobs, "-o", out / "t.json"],
+        ["report", jobs, "-o", out / "r.html"],
+        ["export", "--format", "whatif", out / "w", jobs],
     ):
         code, _, err = _run(*cmd)
         assert code == 2 and "--merge" in _refused(err), cmd

@@ -105,7 +105,7 @@ def test_ranks(case):
     for e in truth["ranks"]:
         g = got.loc[e["rank"]]
         assert int(g["calls"]) == e["calls"]
-        assert int(g["bytes"]) == e["bytes"]
+        assert (None if pd.isna(g["bytes"]) else int(g["bytes"])) == e["bytes"]
         assert g["comm_ms"] == pytest.approx(e["comm_ns"] / 1e6, rel=1e-12)
         assert g["wait_ms"] == pytest.approx(e["wait_ns"] / 1e6, rel=1e-12, abs=1e-12)
         assert g["elapsed_ms"] == pytest.approx(e["elapsed_ns"] / 1e6, rel=1e-12)
@@ -130,9 +130,7 @@ def test_exposed_communication(case):
     ov = res.overlap
     per_rank = ov[ov["scope"] == "rank"].set_index("rank")
     with_truth = [r for r in truth["ranks"] if r.get("exposed_ns") is not None]
-    if not with_truth:
-        assert per_rank.empty, "a CPU-only job has no kernel time to hide"
-        return
+    assert with_truth, "every sample's truth has each rank's exposed time"
     for e in with_truth:
         assert int(per_rank.loc[e["rank"], "exposed_ns"]) == e["exposed_ns"], (name, e["rank"])
 
