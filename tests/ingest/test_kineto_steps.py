@@ -161,21 +161,26 @@ def test_real_gloo_job_with_a_profiler_schedule(tmp_path):
     out.mkdir()
     done.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NSYSCOMM_")}
-    # its own session, so that a job past its time leaves no worker behind
-    p = subprocess.Popen(
-        ["torchrun", "--standalone", "--nproc-per-node", "2", str(SCHEDULED), str(out), str(done)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _out, err = p.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise
+    for attempt in (1, 2):
+        # its own session, so that a job past its time leaves no worker behind
+        p = subprocess.Popen(
+            ["torchrun", "--standalone", "--nproc-per-node", "2", str(SCHEDULED), str(out), str(done)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            _out, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+        # torch's own profiler now and then aborts a rank as it stops (SIGABRT in profiler_stop,
+        # nothing of nsyscomm in the job): that is no finding here, so the job runs once more
+        if p.returncode == 0 or "profiler_stop" not in err or attempt == 2:
+            break
     assert p.returncode == 0, err[-3000:]
     assert sorted(p.name for p in out.glob("*.json")) == ["rank0.json", "rank1.json"]
     res = api.load(out)
