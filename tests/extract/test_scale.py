@@ -325,7 +325,7 @@ def _summarize_cmd(report) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("fraction", [0.1, 0.4])
+@pytest.mark.parametrize("fraction", [0.2, 0.4])
 def test_ctrl_c_stops_a_summarize_at_once_with_one_line(mid_report, fraction):
     """Ctrl-C early (during the imports, the report being read meanwhile) and later (during the
     extraction): status 130, one line, and no waiting for the background reading to finish.
