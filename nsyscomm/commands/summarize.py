@@ -150,13 +150,17 @@ def summarize(
     With no INPUTS, the bundled sample reports are summarized."""
     started = False
     try:
-        from nsyscomm import duck
+        # Ctrl-C held back while DuckDB loads and the head start begins (DuckDB turns a Ctrl-C
+        # during its own work into a RuntimeError, a C extension's import cut by it into an
+        # ImportError), then while the rest is imported beside the reading
+        with _interrupt_after():
+            from nsyscomm import duck
 
-        guard(duck.check_task_room, debug)  # before the imports, which start threads
-        started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
-        with _interrupt_after(), collector_paused():
-            from nsyscomm.api import load, sample_jobs
-            from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
+            guard(duck.check_task_room, debug)  # before the imports, which start threads
+            started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
+            with collector_paused():
+                from nsyscomm.api import load, sample_jobs
+                from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
 
         scale_opts: dict[str, Any] = {
             "jobs": jobs,
@@ -247,5 +251,7 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
         with duck.memory_limit(memory_limit):
             nsys_reader.head_start(p)
         return True
-    except Exception:  # noqa: BLE001 - only a head start: the ordinary path reports any problem
+    except Exception as e:  # noqa: BLE001 - only a head start: the ordinary path reports any problem
+        if duck.interrupted(e):  # but Ctrl-C, which DuckDB reports as an error of its own
+            raise KeyboardInterrupt from None
         return False
