@@ -19,7 +19,8 @@ its runs get, where this script installs the extension from nsyscomm's own packa
 (duckdb-extension-sqlite-scanner) once. Without --nsys-ai, nsyscomm's variants run alone.
 
 --baseline DIR: nsyscomm's variants also run from another checkout (PYTHONPATH=DIR), in the same
-alternation.
+alternation. "the libraries' imports alone" is the floor: click, rich, DuckDB, numpy, pyarrow
+and pandas imported, nothing else done.
 
 What each prints is checked to agree once: rank 0's communication time (nsyscomm's JSON) and
 the sum of GPU 0's NCCL kernels (nsys-ai's breakdown).
@@ -43,6 +44,9 @@ import baseline  # benchmarks/baseline.py, beside this script
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT.parent / "shared" / "real" / "nsys" / "nsys2026.2_2xH100_nccl_window.sqlite"
 RUN_CLI = "import sys; from nsyscomm.__main__ import entry; sys.argv[0] = 'nsyscomm'; entry()"
+# what any summary imports before it opens a report: the floor of its time on this machine (pyarrow
+# imports pandas itself, at its first array, and DuckDB imports pyarrow.dataset to scan Arrow)
+IMPORTS = "import click, rich.console, duckdb, numpy, pyarrow, pyarrow.dataset, pandas"
 
 
 def run(cmd: list[str], env: dict) -> tuple[float, float, str]:
@@ -97,6 +101,7 @@ def main() -> None:
     summarize = [py, "-c", RUN_CLI, "summarize", str(report), "--no-cache"]
     cases: dict[str, tuple[list[str], dict]] = {
         "python -c pass": ([py, "-c", "pass"], env),
+        "the libraries' imports alone": ([py, "-c", IMPORTS], env),
         "nsyscomm summarize --no-cache (text)": (summarize, env),
         "nsyscomm summarize --no-cache --format json": ([*summarize, "--format", "json"], env),
     }
@@ -137,7 +142,11 @@ def main() -> None:
             f"{name:46s} {statistics.median(ts):9.3f} {min(ts):7.3f} {max(ts):7.3f} {statistics.median(rss[name]):12.0f}"
         )
     mine = walls["nsyscomm summarize --no-cache (text)"]
-    for other in ("nsys-ai nccl --gpu 0 (no cache)", "baseline: summarize --no-cache (text)"):
+    for other in (
+        "the libraries' imports alone",
+        "nsys-ai nccl --gpu 0 (no cache)",
+        "baseline: summarize --no-cache (text)",
+    ):
         if other in walls:
             ratios = [a / b for a, b in zip(mine, walls[other])]
             print(

@@ -221,9 +221,11 @@ def _interrupt_after():
     head start's reading: a KeyboardInterrupt in the middle of an import can leave Python's import
     lock held (the signal can land between the lock's acquire and the try that releases it): the
     reading thread, whose own imports (pyarrow's, by DuckDB) then wait for it forever, and the
-    command hangs. Signal handlers belong to the main thread: elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    command hangs. And for DuckDB's own work on this thread: with Python's handler in place, DuckDB
+    takes the signal and raises a RuntimeError of its own instead. Signal handlers belong to the
+    main thread: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield  # (a caller that ignores Ctrl-C, nohup's, is not overruled)
         return
     hit = []
     previous = signal.signal(signal.SIGINT, lambda *_: hit.append(True))

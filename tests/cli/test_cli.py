@@ -238,7 +238,36 @@ def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
     assert ran[-1] == "quiet"
 
 
-def test_ctrl_c_that_duckdb_took_during_the_head_start_ends_the_summarize(monkeypatch, capsys):
+def test_an_ignored_ctrl_c_stays_ignored():
+    """A caller that ignores SIGINT (nohup, a batch system) is not overruled by the command's
+    handlers: neither the start-up one (nsyscomm.__main__) nor the one held during the imports."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from nsyscomm.commands.summarize import _interrupt_after
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    code = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "from nsyscomm import __main__ as program, resources\n"
+        "sys.argv[1:] = ['--version']\n"
+        "resources.prepare = lambda: os.kill(os.getpid(), signal.SIGINT)\n"  # Ctrl-C during the start-up
+        "program.entry()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr) == (0, ""), out
+
+
+def test_ctrl_c_that_duckdb_took_during_the_head_start_ends_the_summarize(monkeypatch):
     """DuckDB turns a Ctrl-C during its own work on the main thread into a RuntimeError ("Query
     interrupted"): the head start, which gives up quietly on any error of its own, must not take
     that one for a reason to read the report later instead; the summarize ends with one line."""
