@@ -12,10 +12,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING  # noqa: E402
-
 from nsyscomm.errors import InputError  # noqa: E402
 
+# typing.TYPE_CHECKING without importing typing: the program (nsyscomm.__main__) starts here, and
+# Ctrl-C ends it with one line only once its handler is in place, so the start is kept short
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # hints only: `import nsyscomm` stays light (pandas, duckdb load with load())
     import os
     from collections.abc import Iterable

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import gc
 import importlib
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -96,7 +98,18 @@ _LAZY = {
 @click.version_option(__version__, prog_name="nsyscomm")
 def main() -> None:
     """nsyscomm: where the communication time of distributed training goes (Nsight Systems)."""
+    commands_take_ctrl_c()
     quiet_numerics()
+
+
+# Ctrl-C's handler before the program's start-up one (nsyscomm.__main__, which ends the process
+# at once while only imports run): a command gets it back, and its guards handle Ctrl-C from there
+ctrl_c_before_start: list[Callable[..., Any] | int | None] = []
+
+
+def commands_take_ctrl_c() -> None:
+    while ctrl_c_before_start:
+        signal.signal(signal.SIGINT, ctrl_c_before_start.pop())
 
 
 def quiet_numerics() -> None:
@@ -148,11 +161,32 @@ def entry(args: Sequence[str] | None = None) -> None:
     except click.Abort:
         click.echo("nsyscomm: interrupted", err=True)
         rc = 130
-    except Exception as e:  # before a command's own guard (its imports): a limit named, else ours
-        rc = _limit_reached(e)
+    except Exception as e:  # before a command's own guard (its imports): Ctrl-C, a limit named, else ours
+        if _interruption(e):
+            click.echo("nsyscomm: interrupted", err=True)
+            rc = 130
+        else:
+            rc = _limit_reached(e)
     finally:
         gc.freeze()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _interruption(e: BaseException) -> bool:
+    """Whether Ctrl-C is what e says under another name: a C extension's import cut by it ("ImportError:
+    initialization failed", the KeyboardInterrupt as its cause), or DuckDB's query it stopped."""
+    seen: BaseException | None = e
+    for _ in range(8):  # a chain, never a cycle in practice: bounded all the same
+        if seen is None:
+            break
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if "duckdb" not in sys.modules:  # nothing of DuckDB's ran: not imported for this question
+        return False
+    from nsyscomm.duck import interrupted
+
+    return interrupted(e)
 
 
 def _limit_reached(e: Exception) -> int:

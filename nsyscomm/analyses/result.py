@@ -142,10 +142,11 @@ class Result:
         (sql/rank_ops.sql)."""
         return self._query("rank_ops")
 
-    @property
+    @functools.cached_property
     def capture_ms(self) -> float | None:
         """The job's capture: from its first process's first event to its last one's last event
-        (rank_spans; None where the job has no such spans)."""
+        (rank_spans; None where the job has no such spans). Asked by every invariant check: read
+        once, the job's tables being made before any analysis."""
         try:
             row = self.con.execute("SELECT (max(last_ns) - min(first_ns)) / 1e6 FROM rank_spans").fetchone()
         except duckdb.Error:

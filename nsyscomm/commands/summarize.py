@@ -150,13 +150,17 @@ def summarize(
     With no INPUTS, the bundled sample reports are summarized."""
     started = False
     try:
-        from nsyscomm import duck
+        # Ctrl-C held back while DuckDB loads and the head start begins (DuckDB turns a Ctrl-C
+        # during its own work into a RuntimeError, a C extension's import cut by it into an
+        # ImportError), then while the rest is imported beside the reading
+        with _interrupt_after():
+            from nsyscomm import duck
 
-        guard(duck.check_task_room, debug)  # before the imports, which start threads
-        started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
-        with _interrupt_after(), collector_paused():
-            from nsyscomm.api import load, sample_jobs
-            from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
+            guard(duck.check_task_room, debug)  # before the imports, which start threads
+            started = len(inputs) == 1 and not dask_address and _head_start(inputs[0], memory_limit, cache=not no_cache)
+            with collector_paused():
+                from nsyscomm.api import load, sample_jobs
+                from nsyscomm.extract import pool  # noqa: F401 - load() imports it: here, with the rest
 
         scale_opts: dict[str, Any] = {
             "jobs": jobs,
@@ -217,9 +221,11 @@ def _interrupt_after():
     head start's reading: a KeyboardInterrupt in the middle of an import can leave Python's import
     lock held (the signal can land between the lock's acquire and the try that releases it): the
     reading thread, whose own imports (pyarrow's, by DuckDB) then wait for it forever, and the
-    command hangs. Signal handlers belong to the main thread: elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    command hangs. And for DuckDB's own work on this thread: with Python's handler in place, DuckDB
+    takes the signal and raises a RuntimeError of its own instead. Signal handlers belong to the
+    main thread: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield  # (a caller that ignores Ctrl-C, nohup's, is not overruled)
         return
     hit = []
     previous = signal.signal(signal.SIGINT, lambda *_: hit.append(True))
@@ -247,5 +253,7 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
         with duck.memory_limit(memory_limit):
             nsys_reader.head_start(p)
         return True
-    except Exception:  # noqa: BLE001 - only a head start: the ordinary path reports any problem
+    except Exception as e:  # noqa: BLE001 - only a head start: the ordinary path reports any problem
+        if duck.interrupted(e):  # but Ctrl-C, which DuckDB reports as an error of its own
+            raise KeyboardInterrupt from None
         return False

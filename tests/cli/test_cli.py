@@ -200,13 +200,14 @@ def test_nccl_log_header_and_reference(tmp_path):
 
 
 def test_the_command_exits_without_a_last_garbage_collection():
-    """`nsyscomm` is cli.entry: main(), then gc.freeze(), so that Python's collection at exit does
-    not walk every object pandas and pyarrow made (0.08 s of each run)."""
+    """`nsyscomm` is nsyscomm.__main__.entry, which runs cli.entry: main(), then gc.freeze(), so
+    that Python's collection at exit does not walk every object pandas and pyarrow made (0.08 s of
+    each run)."""
     import subprocess
     import sys
     from importlib.metadata import entry_points
 
-    assert entry_points(group="console_scripts")["nsyscomm"].value == "nsyscomm.cli:entry"
+    assert entry_points(group="console_scripts")["nsyscomm"].value == "nsyscomm.__main__:entry"
     code = (
         "import gc, sys\nfrom nsyscomm.cli import entry\n"
         "try:\n    entry(['--version'])\nexcept SystemExit:\n    pass\n"
@@ -235,6 +236,67 @@ def test_ctrl_c_during_the_imports_is_held_until_they_are_done():
     with _interrupt_after():  # no signal: nothing raised
         ran.append("quiet")
     assert ran[-1] == "quiet"
+
+
+def test_an_ignored_ctrl_c_stays_ignored():
+    """A caller that ignores SIGINT (nohup, a batch system) is not overruled by the command's
+    handlers: neither the start-up one (nsyscomm.__main__) nor the one held during the imports."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from nsyscomm.commands.summarize import _interrupt_after
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    code = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "from nsyscomm import __main__ as program, resources\n"
+        "sys.argv[1:] = ['--version']\n"
+        "resources.prepare = lambda: os.kill(os.getpid(), signal.SIGINT)\n"  # Ctrl-C during the start-up
+        "program.entry()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr) == (0, ""), out
+
+
+def test_ctrl_c_that_duckdb_took_during_the_head_start_ends_the_summarize(monkeypatch):
+    """DuckDB turns a Ctrl-C during its own work on the main thread into a RuntimeError ("Query
+    interrupted"): the head start, which gives up quietly on any error of its own, must not take
+    that one for a reason to read the report later instead; the summarize ends with one line."""
+    from nsyscomm.ingest.nsys import reader
+
+    def interrupted(path):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(reader, "head_start", interrupted)
+    res = CliRunner().invoke(main, ["summarize", "--no-cache", str(SAMPLES / "synthetic_ddp_4rank.sqlite")])
+    assert (res.exit_code, res.stderr.strip(), res.stdout) == (130, "nsyscomm: interrupted", "")
+
+
+def test_ctrl_c_that_cut_an_extension_import_is_one_line_and_130(monkeypatch, capsys):
+    """A KeyboardInterrupt inside a C extension's initialization reaches Python as "ImportError:
+    initialization failed" (its cause the KeyboardInterrupt): while click loads a command, that is
+    Ctrl-C too, not a traceback."""
+    from nsyscomm import cli
+
+    def cut(name):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    monkeypatch.setattr(cli.importlib, "import_module", cut)
+    with pytest.raises(SystemExit) as e:
+        cli.entry(["gate", "--help"])
+    assert e.value.code == 130 and capsys.readouterr().err.strip() == "nsyscomm: interrupted"
 
 
 def test_ctrl_c_while_click_dispatches_is_one_line_and_130(monkeypatch, capsys):

@@ -312,13 +312,14 @@ _WHOLE_S: dict[str, float] = {}
 def _summarize_cmd(report) -> list[str]:
     import sys
 
-    # a library's deprecation warning on stderr is not what this test reads
+    # a library's deprecation warning on stderr is not what this test reads; the program as its
+    # console script runs it (nsyscomm.__main__)
     return [
         sys.executable,
         "-W",
         "ignore::DeprecationWarning",
         "-m",
-        "nsyscomm.cli",
+        "nsyscomm",
         "summarize",
         str(report),
         "--no-cache",
@@ -345,3 +346,38 @@ def test_ctrl_c_stops_a_summarize_at_once_with_one_line(mid_report, fraction):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert (p.returncode, err.strip()) == (130, "nsyscomm: interrupted"), (whole, p.returncode, err[-2000:])
+
+
+# after the program's first instruction: seconds from its import of click (its first import after
+# Ctrl-C's handler is in place) to the signal, across the start-up: click, the command's modules,
+# DuckDB, the head start, the imports beside the reading, the extraction's start
+_EARLY_S = (0.0, 0.003, 0.01, 0.02, 0.04, 0.07, 0.11, 0.17)
+
+
+def test_ctrl_c_from_the_first_instruction_on_is_one_line_and_130(mid_report):
+    """Ctrl-C at any moment of a summarize's start, where an interrupt could be lost or take
+    another name (a C extension's ImportError, DuckDB's RuntimeError swallowed by the head start,
+    a traceback from the middle of an import): always status 130 and one line. The offsets count
+    from the moment the program has imported click, which its stderr says under -X importtime, so
+    that a loaded machine's slow start moves the signals with it; the last one comes while the
+    imports still run, long before a run that reads 605k rows could end."""
+    import signal
+    import subprocess
+    import time
+
+    cmd = _summarize_cmd(mid_report)
+    cmd[1:1] = ["-X", "importtime"]
+    for offset in _EARLY_S:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stderr is not None
+        head = []
+        for line in p.stderr:  # each module's line when it is imported; click's, then the signal
+            head.append(line)
+            if line.rsplit("|", 1)[-1].strip() == "click":
+                break
+        time.sleep(offset)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        said = [x for x in (*head, *err.splitlines()) if x.strip() and not x.startswith("import time:")]
+        assert (p.returncode, said) == (130, ["nsyscomm: interrupted"]), (offset, p.returncode, said[-20:])
+        assert out == "", offset
