@@ -130,24 +130,19 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _queue_ahead(ops: pd.DataFrame, xs: np.ndarray, xe: np.ndarray) -> np.ndarray:
-    """Per call, the call it queued behind (its execution started when that one ended: the same
-    rank and process group, enqueued before it), or -1 where it waited in no queue."""
+    """Per call, the call it queued behind: of the calls on the same rank and process group, the
+    one that ended last before its execution started (a worker thread was free then; a source
+    that times the work on the worker itself starts it a little after), or -1 where it waited in
+    no queue."""
     n = len(ops)
     out = np.full(n, -1, np.int64)
     queued = ops["queued_ns"].fillna(0).to_numpy() > 0
     if not queued.any():
         return out
-    df = pd.DataFrame(
-        {
-            "rank": ops["rank"].to_numpy(),
-            "queue": ops["queue"].astype(object).to_numpy(),
-            "issue": ops["issue_ns"].to_numpy(),
-            "row": np.arange(n),
-        }
-    )
-    ends = df.assign(at=ops["end_ns"].to_numpy())
-    late = df[queued].assign(at=ops["start_ns"].to_numpy()[queued])
-    pairs = late.merge(ends, on=["rank", "queue", "at"], suffixes=("", "_ahead"))
-    pairs = pairs[pairs["issue_ahead"] < pairs["issue"]].drop_duplicates("row")
-    out[pairs["row"].to_numpy()] = pairs["row_ahead"].to_numpy()
+    key = ops["rank"].astype(str).to_numpy() + "|" + ops["queue"].astype(str).to_numpy()
+    ends = pd.DataFrame({"key": key, "at": xe, "ahead": np.arange(n)}).sort_values("at", kind="stable")
+    late = pd.DataFrame({"key": key[queued], "at": xs[queued], "row": np.flatnonzero(queued)})
+    pairs = pd.merge_asof(late.sort_values("at", kind="stable"), ends, on="at", by="key", direction="backward")
+    pairs = pairs[pairs["ahead"].notna() & (pairs["ahead"] != pairs["row"])]
+    out[pairs["row"].to_numpy()] = pairs["ahead"].to_numpy(np.int64)
     return out
