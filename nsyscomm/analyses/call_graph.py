@@ -2,24 +2,22 @@
 ranks ran them: each rank's host thread is one chain of events -- it issues a call, computes,
 waits for an asynchronous call, computes again -- and each call's execution is a node of its own
 that starts once its rank issued it and its queue let it run, and ends its transfer time after
-its collective's last rank arrived.
+its collective's last rank started it.
 
 A rank's compute lies between its host events, and only there: an asynchronous call's time from
-its issue to its rank's wait for it is compute that the call overlapped, not communication. The
-replay keeps that time as measured in every scenario but `ideal`, so a scenario that removes
-waiting never shortens a rank's own work. (Chaining the calls themselves, as a device-timed job
-is chained, turned that overlap into negative gaps between calls that ended late: removing a
-straggler's delay then moved the calls after it to before their own issue.)
+its issue to its rank's wait for it is compute that the call overlapped, not communication. Only
+the time before a collective's issue is what a scenario may take as a late rank's delay
+(whatif.scenarios), so removing waiting never shortens the rest of a rank's own work. (Chaining
+the calls themselves, as a device-timed job is chained, would turn that overlap into negative
+gaps after calls that end late: shortening those would move the calls after them to before their
+own issue.)
 
 Nodes, for the n calls of sql/replay_ops.sql in their order:
 
-- issue (0..n-1): the host reaching the call, at its enqueue (no duration). The issues of one
-  collective on its ranks form a group of arrivals (replay.build): none waits for the others, but
-  where a scenario lets the collective start at its first rank's arrival a late rank's host is
-  moved back to it (it catches up there);
-- execution (n..2n-1): the call's work, a member of its collective (a send with its receive),
-  after its issue and after the call it queued behind on its process group (the one whose end
-  let it start: gloo's workers take a group's calls in the order enqueued);
+- issue (0..n-1): the host reaching the call, at its enqueue (no duration);
+- execution (n..2n-1): the call's work, after its issue and after the call it queued behind on
+  its process group (of the calls on its rank and group, the one that ended last before it
+  started: gloo's worker threads take a group's calls in the order enqueued);
 - a wait's start and its return (after the execution), for a call its caller waited for.
 
 The host goes on after an asynchronous call's issue, and meets its execution again where it
