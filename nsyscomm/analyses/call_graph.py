@@ -54,7 +54,7 @@ class CallGraph:
 def applies(ops: pd.DataFrame) -> bool:
     """Whether the job is modelled by its host: no call timed by kernels (a device-timed job's
     compute lies between its kernels, on the device, and its calls are chained there)."""
-    need = {"issue_ns", "return_ns", "wait_start_ns", "wait_end_ns", "queue", "queued_ns", "device_timed"}
+    need = {"issue_ns", "wait_start_ns", "wait_end_ns", "queue", "queued_ns", "device_timed"}
     if not need <= set(ops.columns) or ops.empty:
         return False
     return not ops["device_timed"].fillna(False).astype(bool).any() and bool(ops["issue_ns"].notna().all())

@@ -148,27 +148,27 @@ def from_ops(ops: pd.DataFrame) -> Model:
 
 
 def _from_host(ops: pd.DataFrame, cg: call_graph.CallGraph, group: np.ndarray) -> Model:
-    """The model of a host-timed job: issues grouped per collective (none waits for the others),
-    executions as its members (those that ended before their last rank arrived do not wait for
-    it), waits plain."""
+    """The model of a host-timed job: executions as members of their collective (those that ended
+    before their last rank arrived do not wait for it), issues and waits plain."""
     call_group = group[cg.call]
     is_exec = cg.kind == call_graph.EXEC
-    n_groups = int(group.max(initial=-1)) + 1
-    node_group = np.where(call_group < 0, -1, np.where(is_exec, call_group, call_group + n_groups))
-    node_group[(cg.kind == call_graph.WAIT) | (cg.kind == call_graph.RETURN)] = -1
-    # an issue waits for no other rank's: it is grouped with its collective's other issues for
-    # no_straggler (each rank's time before it) and the ideal (their median)
-    arrival = (cg.kind == call_graph.ISSUE) & (node_group >= 0)
-    free = arrival.copy()
+    node_group = np.where(is_exec, call_group, -1)
+    free = np.zeros(cg.n, bool)
     free[is_exec] = replay.free_members(node_group[is_exec], cg.start[is_exec], cg.end[is_exec])
+    # an issue waits for no other rank's (ranks may issue calls on two groups in either order):
+    # its collective's other issues are its arrival group (extra["arrival"]), for no_straggler
+    # (each rank's time before it) and the own-work floor, not a group of the replay
+    a = (cg.kind == call_graph.ISSUE) & (call_group >= 0)
     # a rank's first event, when it reaches a collective, counts from that collective's first
     # arrival, as every later event from the one before it: a rank that reaches its first
     # collective late is late there as anywhere (where start-up explains it, no_straggler keeps it)
     origin = cg.start.copy()
-    origin[arrival] = pd.Series(cg.start[arrival]).groupby(node_group[arrival]).transform("min").to_numpy()
+    origin[a] = pd.Series(cg.start[a]).groupby(call_group[a]).transform("min").to_numpy()
     g = replay.build(cg.n, cg.src, cg.dst, node_group, origin, free)
     m = _model(ops, g, cg.call, cg.kind, cg.start, cg.end, group, timed=is_exec)
-    m.extra["arrival"] = arrival
+    # (the replay's id of the collective: its execution's group; call_graph numbers a call's
+    # execution after the n issues)
+    m.extra["arrival"] = np.where(a, g.group[len(ops) + cg.call], -1)
     return m
 
 
@@ -320,11 +320,10 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict[str, Scen
         # a host-timed job: each rank reaches a collective after the least time any of its ranks
         # spent before it since their previous host event; what a rank did before (its compute,
         # its own calls) stands, so no step falls below its ranks' own work
-        group = m.graph.group
-        sel = arrival & (group >= 0)
-        sel[sel] = no_wait[group[sel]]
+        sel = arrival >= 0
+        sel[sel] = no_wait[arrival[sel]]
         delay = m.delay.copy()
-        delay[sel] = pd.Series(m.delay[sel]).groupby(group[sel]).transform("min").to_numpy()
+        delay[sel] = pd.Series(m.delay[sel]).groupby(arrival[sel]).transform("min").to_numpy()
         out["no_straggler"] = (m.dur, delay, "max")
         m.notes.append(
             "a job timed on the host (gloo, MPI) is replayed as its ranks' host events (issue, wait) and its "
@@ -344,9 +343,7 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict[str, Scen
             m.notes.append("full_overlap: not computed, the job has no GPU kernel timing (no exposed time)")
         ref = reference_ms(m, reference)
         if ref is not None:
-            # (a host-timed job's issues are grouped too: they transfer nothing)
-            moves = (m.graph.group >= 0) & ~(np.zeros(m.graph.n, bool) if arrival is None else arrival)
-            out["reference_busbw"] = (np.where(np.isfinite(ref) & moves, ref, m.dur), m.delay, "max")
+            out["reference_busbw"] = (np.where(np.isfinite(ref) & (m.graph.group >= 0), ref, m.dur), m.delay, "max")
         else:
             m.notes.append("reference_busbw: not computed, no nccl-tests reference curve (--nccl-log)")
     out["ideal"] = (m.ideal_dur, m.ideal_delay, "max")

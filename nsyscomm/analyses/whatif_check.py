@@ -97,6 +97,12 @@ def own_work(m: Model, dur: np.ndarray, delay: np.ndarray) -> np.ndarray:
     opens = np.ones(g.n, bool)
     opens[g.dst[same]] = False
     before_op[first | (opens & (step_of == 0) & bool(getattr(m, "chained_steps", True)))] = 0.0
+    # (a host-timed job's issues: their collective's other issues, nsyscomm.analyses.call_graph)
+    extra = getattr(m, "extra", None)
+    arrival = extra.get("arrival") if isinstance(extra, dict) else None
+    if arrival is not None:
+        plain = plain & (arrival < 0)
+        group = np.where(arrival >= 0, group.max(initial=-1) + 1 + arrival, group)
     least = before_op.copy()
     if (~plain).any():
         least[~plain] = pd.Series(before_op[~plain]).groupby(group[~plain]).transform("min").to_numpy()

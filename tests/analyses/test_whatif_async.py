@@ -61,3 +61,40 @@ def test_no_step_below_its_ranks_compute(tmp_path, calls):
     floor = whatif_check.own_work(m, dur, delay)
     assert np.all(floor[1:] >= compute), floor
     assert np.all(floor[1:] <= m.run(dur, delay, "max")[1:] + 1e-6), floor
+
+
+def test_calls_issued_in_either_order_on_two_groups(tmp_path):
+    """Rank 0 issues an async all_reduce on group 0, then one on group 1; rank 1 the other way
+    round; both then wait for both. The issues wait for nobody, so the replay has no cycle: the job
+    keeps its host model and the replay with nothing changed gives back every call."""
+    from nsyscomm import nvtx_format as fmt
+    from nsyscomm.analyses import replay
+    from nsyscomm.synth import Report, write_sqlite
+
+    ms, t0 = 1_000_000, 1_000_000_000
+    rep = Report("order.sqlite", cuda=False)
+    procs = [rep.process(100 + 10 * r, "python3", {100 + 10 * r: "python3", 101 + 10 * r: "gloo"}) for r in (0, 1)]
+    for r, p in enumerate(procs):
+        rep.mark(p, p.pid, t0 - ms, registered=fmt.format_rank_marker(r, r, 2, "h"), domain=1)
+        order = (0, 1) if r == 0 else (1, 0)
+        for i, pg in enumerate(order):
+            msg = fmt.format_collective(
+                "all_reduce", api="all_reduce", bytes=4096, dtype="float32", numel=1024, pg=pg, gsize=2,
+                seq=0, async_op=True, step=0, caller="job.py:1 main",
+            )  # fmt: skip
+            issue = t0 + i * ms
+            rep.range(p, p.pid, issue, issue + 100_000, registered=msg, domain=1)
+            ident = fmt.format_ident("all_reduce", pg, 0)
+            rep.mark(p, p.pid + 1, t0 + 3 * ms + pg * ms, registered=fmt.format_done(ident), domain=1)
+            rep.range(
+                p, p.pid, t0 + (10 + i) * ms, t0 + (10 + i) * ms + 10_000, registered=fmt.format_wait(ident), domain=1
+            )
+    write_sqlite(rep, tmp_path / "order.sqlite", seed=0)
+    res = nsyscomm.load(tmp_path / "order.sqlite", cache=False)
+    ops = res._query("replay_ops")
+    m = whatif.from_ops(ops)
+    assert "arrival" in m.extra  # the host model, not the chained calls
+    start, end = replay.replay(m.graph, m.dur, m.delay)
+    calls = m.extra["call_node"]
+    np.testing.assert_allclose(end[calls], ops["end_ns"].to_numpy(float) / 1e6, atol=1e-6)
+    np.testing.assert_allclose(start[calls], ops["start_ns"].to_numpy(float) / 1e6, atol=1e-6)
