@@ -41,7 +41,12 @@ TARGETS: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     "whatif": (
         "nsyscomm/analyses/whatif.py",
         ("scenarios",),
-        ("tests/analyses/test_whatif_rules.py", "tests/analyses/test_whatif_truth.py", "tests/analyses/test_whatif.py"),
+        (
+            "tests/analyses/test_whatif_rules.py",
+            "tests/analyses/test_whatif_truth.py",
+            "tests/analyses/test_whatif.py",
+            "tests/analyses/test_whatif_async.py",
+        ),
     ),
     "whatif_check": (
         "nsyscomm/analyses/whatif_check.py",

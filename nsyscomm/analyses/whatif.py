@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from nsyscomm.analyses import replay, stragglers, whatif_check
+from nsyscomm.analyses import call_graph, replay, stragglers, whatif_check
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -81,10 +81,14 @@ class Model:
     # replay is its measurement) and the whole capture's span, the bounds of every replayed figure
     measured: np.ndarray | None = None
     capture_ms: float | None = None
+    # the operations whose spans time the steps (a host-timed job's call executions; None: all)
+    timed: np.ndarray | None = None
 
     def step_ms(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         n = len(self.steps)
         m = self.step_of >= 0
+        if self.timed is not None:
+            m &= self.timed
         last = np.full(n, -np.inf)
         np.maximum.at(last, self.step_of[m], end[m])
         if not self.chained_steps:
@@ -122,8 +126,10 @@ class Model:
 
 
 def from_ops(ops: pd.DataFrame) -> Model:
-    """The model of a job read into the collectives table: its calls (sql/replay_ops.sql) chained
-    on each rank; the time between two calls is compute or host work, kept as measured."""
+    """The model of a job read into the collectives table (sql/replay_ops.sql). A job timed on the
+    host (gloo, MPI) replays its ranks' host events and its calls' executions apart
+    (nsyscomm.analyses.call_graph): the time between host events is compute, kept as measured; a
+    device-timed job (NCCL) chains each rank's calls, the time between two being its compute."""
     n = len(ops)
     rank = ops["rank"].to_numpy()
     start = ops["start_ns"].to_numpy(np.float64) / 1e6
@@ -131,37 +137,89 @@ def from_ops(ops: pd.DataFrame) -> Model:
     sync = ops["sync_id"].to_numpy()
     sizes = pd.Series(sync).map(pd.Series(sync).value_counts()).to_numpy()
     group = np.where(sizes > 1, pd.factorize(sync)[0], -1)
+    if call_graph.applies(ops):
+        try:
+            return _from_host(ops, call_graph.build(ops), group)
+        except replay.CycleError:  # ranks that issued calls in different orders: chained as below
+            pass
     src, dst = _rank_edges(rank, end, group)
     g = replay.build(n, src, dst, group, start.copy(), replay.free_members(group, start, end))
+    return _model(ops, g, np.arange(n), np.zeros(n, np.int8), start, end, group)
+
+
+def _from_host(ops: pd.DataFrame, cg: call_graph.CallGraph, group: np.ndarray) -> Model:
+    """The model of a host-timed job: executions as members of their collective (those that ended
+    before their last rank arrived do not wait for it), issues and waits plain."""
+    call_group = group[cg.call]
+    is_exec = cg.kind == call_graph.EXEC
+    node_group = np.where(is_exec, call_group, -1)
+    free = np.zeros(cg.n, bool)
+    free[is_exec] = replay.free_members(node_group[is_exec], cg.start[is_exec], cg.end[is_exec])
+    # an issue waits for no other rank's (ranks may issue calls on two groups in either order):
+    # its collective's other issues are its arrival group (extra["arrival"]), for no_straggler
+    # (each rank's time before it) and the own-work floor, not a group of the replay
+    a = (cg.kind == call_graph.ISSUE) & (call_group >= 0)
+    # a rank's first event, when it reaches a collective, counts from that collective's first
+    # arrival, as every later event from the one before it: a rank that reaches its first
+    # collective late is late there as anywhere (where start-up explains it, no_straggler keeps it)
+    origin = cg.start.copy()
+    origin[a] = pd.Series(cg.start[a]).groupby(call_group[a]).transform("min").to_numpy()
+    g = replay.build(cg.n, cg.src, cg.dst, node_group, origin, free)
+    m = _model(ops, g, cg.call, cg.kind, cg.start, cg.end, group, timed=is_exec)
+    # (the replay's id of the collective: its execution's group; call_graph numbers a call's
+    # execution after the n issues)
+    m.extra["arrival"] = np.where(a, g.group[len(ops) + cg.call], -1)
+    return m
+
+
+def _model(
+    ops: pd.DataFrame,
+    g: replay.Graph,
+    call: np.ndarray,
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    group: np.ndarray,
+    timed: np.ndarray | None = None,
+) -> Model:
+    """The Model of a graph whose nodes belong to the calls `call` (rows of ops; kind: their part
+    of the call); timed: the nodes that time the steps (the calls' executions; None: all)."""
+    n = g.n
+    rank = ops["rank"].to_numpy()[call]
     dur = replay.transfer_times(g, start, end)
     delay = replay.launch_delays(g, start, end)
     step = ops["step"]
     steps: list  # step numbers; [None]: the job as one step
     if step.notna().any():
         steps = sorted(int(s) for s in step.dropna().unique())
-        step_of = np.where(step.notna(), np.searchsorted(steps, step.fillna(-1).astype(np.int64)), -1)
+        step_of = np.where(step.notna(), np.searchsorted(steps, step.fillna(-1).astype(np.int64)), -1)[call]
     else:
         steps, step_of = [None], np.zeros(n, np.int64)
     bytes_ = ops["bytes"].astype("Int64").astype(str).replace("<NA>", "?")
-    key = (ops["op"].astype(str) + " " + bytes_ + " " + ops["caller"].astype(str)).str.strip().to_numpy()
-    # ideal: the median over the collective's ranks of the time before it and of its transfer; a
-    # rank that joined early under Join has no work of its own there (its calls only shadow the
-    # others'): the median of the ranks still training, where there are any
-    gs = pd.Series(group)
-    joined = ops["joined"].to_numpy(bool) if "joined" in ops else np.zeros(n, bool)
-    med_delay = _median_of_working(delay, joined, gs)
-    med_dur = _median_of_working(dur, joined, gs)
-    ideal_delay = np.where(group >= 0, med_delay, delay)
-    ideal_dur = np.where(group >= 0, med_dur, dur)
+    key = (ops["op"].astype(str) + " " + bytes_ + " " + ops["caller"].astype(str)).str.strip().to_numpy()[call]
+    # ideal: the median over the collective's ranks of the time before it (before each of its
+    # parts, on a host-timed job) and of its transfer; a rank that joined early under Join has no
+    # work of its own there (its calls only shadow the others'): the median of the ranks still
+    # training, where there are any, and its shadows as measured (given the others' compute, a
+    # shadow issued once the one before it ended would come later than any of them did)
+    call_group = group[call]
+    kin = pd.Series(np.where(call_group >= 0, call_group * 4 + kind, -1))
+    joined = (ops["joined"].to_numpy(bool) if "joined" in ops else np.zeros(len(ops), bool))[call]
+    med_delay = _median_of_working(delay, joined, kin)
+    med_dur = _median_of_working(dur, joined, kin)
+    ideal_delay = np.where((call_group >= 0) & ~joined, med_delay, delay)
+    ideal_dur = np.where((call_group >= 0) & ~joined, med_dur, dur)
     m = Model(g, dur, delay, step_of, steps, key, {"rank": rank, "op": key}, ideal_dur, ideal_delay)
+    m.timed = timed
     m.measured = m.step_ms(start, end)
     m.capture_ms = float(end.max() - start.min()) if n else 0.0
-    m.extra["exposed_ms"] = ops["exposed_ns"].to_numpy(np.float64) / 1e6
-    m.extra["bytes"] = ops["bytes"].to_numpy(np.float64)
-    m.extra["op"] = ops["op"].to_numpy()
-    m.extra["p2p"] = ops["op"].isin(("send", "recv")).to_numpy()
-    m.extra["startup"] = ops["startup"].to_numpy(bool) if "startup" in ops else np.zeros(n, bool)
-    m.extra["shadow"] = ops["shadow"].to_numpy(bool) if "shadow" in ops else np.zeros(n, bool)
+    m.extra["call_node"] = np.flatnonzero(timed) if timed is not None else np.arange(n)
+    m.extra["exposed_ms"] = ops["exposed_ns"].to_numpy(np.float64)[call] / 1e6
+    m.extra["bytes"] = ops["bytes"].to_numpy(np.float64)[call]
+    m.extra["op"] = ops["op"].to_numpy()[call]
+    m.extra["p2p"] = ops["op"].isin(("send", "recv")).to_numpy()[call]
+    for flag in ("startup", "shadow"):
+        m.extra[flag] = (ops[flag].to_numpy(bool) if flag in ops else np.zeros(len(ops), bool))[call]
     return m
 
 
@@ -257,6 +315,22 @@ def scenarios(m: Model, reference: pd.DataFrame | None = None) -> dict[str, Scen
             "its waiting there is its absence, no straggler's delay"
         )
     out: dict[str, Scenario] = {"no_straggler": (m.dur, m.delay, no_wait)}
+    arrival = m.extra.get("arrival")
+    if arrival is not None:
+        # a host-timed job: each rank reaches a collective after the least time any of its ranks
+        # spent before it since their previous host event; what a rank did before (its compute,
+        # its own calls) stands, so no step falls below its ranks' own work
+        sel = arrival >= 0
+        sel[sel] = no_wait[arrival[sel]]
+        delay = m.delay.copy()
+        delay[sel] = pd.Series(m.delay[sel]).groupby(arrival[sel]).transform("min").to_numpy()
+        out["no_straggler"] = (m.dur, delay, "max")
+        m.notes.append(
+            "a job timed on the host (gloo, MPI) is replayed as its ranks' host events (issue, wait) and its "
+            "calls' executions: no_straggler lets each rank reach a collective after the least time any of its "
+            "ranks spent before it since their previous host event, and keeps the rest of each rank's own work "
+            "(compute, an asynchronous call's time from its issue to its wait, its own calls before)"
+        )
     if "comm" in m.extra:  # a per-op trace times each communication op on its own stream: all exposed
         out["full_overlap"] = (np.where(m.extra["comm"], 0.0, m.dur), m.delay, "max")
         out["no_launch_delay"] = (m.dur, np.zeros_like(m.delay), "max")

@@ -76,7 +76,10 @@ def own_work(m: Model, dur: np.ndarray, delay: np.ndarray) -> np.ndarray:
     ranks spent before it counts (no_straggler lets the collective start at its first rank's
     arrival: a late rank's extra time before it is the waiting it removes), and its transfer not
     at all. Communication a per-op trace times on streams of its own overlaps the rank's compute
-    and adds nothing; operations in flight together on a rank are on different chains. A
+    and adds nothing; operations in flight together on a rank are on different chains. On a job
+    timed on the host the operations are the rank's host events and its calls' executions
+    (nsyscomm.analyses.call_graph): the chain counts the compute between its host events, an
+    asynchronous call's time from its issue to its wait included. A
     bound the measured step breaks (a step shorter than its rank's work, overlapping its
     neighbours) is capped at the measured time where it is applied (violation)."""
     g = m.graph
@@ -94,6 +97,12 @@ def own_work(m: Model, dur: np.ndarray, delay: np.ndarray) -> np.ndarray:
     opens = np.ones(g.n, bool)
     opens[g.dst[same]] = False
     before_op[first | (opens & (step_of == 0) & bool(getattr(m, "chained_steps", True)))] = 0.0
+    # (a host-timed job's issues: their collective's other issues, nsyscomm.analyses.call_graph)
+    extra = getattr(m, "extra", None)
+    arrival = extra.get("arrival") if isinstance(extra, dict) else None
+    if arrival is not None:
+        plain = plain & (arrival < 0)
+        group = np.where(arrival >= 0, group.max(initial=-1) + 1 + arrival, group)
     least = before_op.copy()
     if (~plain).any():
         least[~plain] = pd.Series(before_op[~plain]).groupby(group[~plain]).transform("min").to_numpy()

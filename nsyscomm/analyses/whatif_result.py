@@ -120,12 +120,14 @@ def timeline(result: _ResultLike, scenario: str) -> pd.DataFrame:
     if scenario not in todo:
         raise KeyError(scenario)
     start, end = replay.replay(m.graph, *todo[scenario])
+    # the calls' own spans (a host-timed job's replay also has its host events: nsyscomm.analyses.call_graph)
+    calls = m.extra.get("call_node", np.arange(m.graph.n))
     return pd.DataFrame(
         {
-            "rank": m.labels["rank"],
+            "rank": m.labels["rank"][calls],
             "step": steps,
-            "name": names,
-            "start_ns": np.rint((start + off_ms) * 1e6),
-            "end_ns": np.rint((end + off_ms) * 1e6),
+            "name": names[calls],
+            "start_ns": np.rint((start[calls] + off_ms) * 1e6),
+            "end_ns": np.rint((end[calls] + off_ms) * 1e6),
         }
     )

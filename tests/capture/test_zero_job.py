@@ -77,3 +77,18 @@ def test_the_sleeping_rank_is_late_once(job):
     took = max(own[r]["step_ns"][own[0]["late_step"]] for r in (0, 1)) / MS
     assert step["late_rank"] == late_rank
     assert 0.8 * sleep <= step["late_ms"] <= took, (step["late_ms"], sleep, took)
+
+
+def test_removing_the_sleep_keeps_the_optimizer_step(job):
+    """The what-if without the straggler removes rank 0's sleep from the step it slept in (the
+    wrapper's LATE_STEP + 1: that optimizer step's broadcasts), and no more than its own work
+    allows: the step keeps at least half of the optimizer step the program timed after the sleep
+    (its queued broadcasts overlap nothing that no_straggler could remove)."""
+    res, own = job
+    late_rank, late_step = own[0]["late_rank"], own[0]["late_step"]
+    sleep = own[late_rank]["sleep_ns"] / MS
+    (row,) = [w for w in res.what_if if w["scenario"] == "no_straggler"]
+    (st,) = [s for s in row["steps"] if s["step"] == late_step + 1]
+    assert "withheld" not in st, st
+    assert 0.8 * sleep <= st["saved_ms"] <= st["step_ms_before"], (st, sleep)
+    assert st["step_ms_after"] >= 0.5 * own[late_rank]["opt_ns"][late_step] / MS, (st, own[late_rank]["opt_ns"])
