@@ -184,8 +184,7 @@ kept AS (
     WHERE c.cpu_start IS NULL OR w.pid IS NULL OR c.cpu_start BETWEEN w.w_start AND w.w_end
 ),
 -- The per-call lookups below are joined by call_key on narrow rows, never as subqueries that
--- refer to the call or as a window over it: DuckDB would hold every call's columns meanwhile
--- (four times the calls' own size on a large report).
+-- refer to the call or as a window over it: DuckDB would hold every call's columns meanwhile.
 -- Each call's ProfilerStep#N range's step
 call_steps AS (
     SELECT c.call_key, max(s.step) AS p_step

@@ -423,7 +423,7 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
 
 @needs_scan
 def test_compute_kernels_kept_narrow(tmp_path, monkeypatch):
-    """The scan keeps the compute kernels in 25 bytes each (int32 ids, int64 times, no validity
+    """The scan keeps the compute kernels in 29 bytes each (int32 ids, int64 times, no validity
     arrays); a device id past 32 bits makes it step aside for DuckDB's copy, with the same extract."""
     out = nsys_reader._scan(*_opened_args(FSDP))
     assert out is not None

@@ -5,7 +5,7 @@
  *   kernels   NCCL kernels whole (about 10% of the rows); the compute kernels' process, device,
  *             start, end, name id and whether they have a name (for the busy islands,
  *             nsyscomm/ingest/busy.py, and the kernels in each call's gap,
- *             nsyscomm/ingest/nsys/gap_kernels.py), in 25 bytes a kernel (COMPUTE_COLS);
+ *             nsyscomm/ingest/nsys/gap_kernels.py), in 29 bytes a kernel (COMPUTE_COLS);
  *   runtime   the launches whose (process, correlation id) is an NCCL kernel's;
  *   NVTX      the ranges whose name can matter (a registered name reader.py passes, or inline
  *             text with one of the prefixes of reader._RANGE_PATTERNS); the wrapper's

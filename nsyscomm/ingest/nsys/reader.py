@@ -43,10 +43,11 @@ _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 _UNPARSED = "false AS parsed, " + ", ".join(f"NULL::{t} AS msg_{f}" for f, t in MESSAGE_FIELDS.items())
 
 
-# The compute kernels' columns as _sqlite_scan keeps them (COMPUTE_WIDTH there): 28 bytes a kernel
+# The compute kernels' columns as _sqlite_scan keeps them (COMPUTE_WIDTH there; a byte more per
+# kernel says whether it has a name)
 COMPUTE_TYPES = {"pid": "int32", "device": "int32", "start": "int64", "end": "int64", "name": "int32"}
 
-# Memory the in-memory route takes per kernel at its peak: the compute kernels' columns (25 bytes
+# Memory the in-memory route takes per kernel at its peak: the compute kernels' columns (29 bytes
 # as _sqlite_scan holds them, COMPUTE_TYPES and whether each has a name), their busy islands (24
 # bytes an island, about one a kernel) and what busy.islands() and gap_kernels take meanwhile;
 # an NCCL kernel held by the scan with its launch takes about as much.
