@@ -3,6 +3,13 @@
     python benchmarks/gen_large_report.py OUT.sqlite [--ranks 8] [--steps 10] [--layers 500]
         [--kernels-per-layer 50] [--nccl-share 0.1] [--seed 0]
     python benchmarks/gen_large_report.py OUTDIR --per-rank --ranks 1024 --steps 2 --layers 4
+    python benchmarks/gen_large_report.py OUT.sqlite --ranges-per-kernel 9 --record-shapes
+
+The last is a 3.5 GB-class report (about 2M kernels and 16M NVTX ranges, the size users report
+from PyTorch's ``emit_nvtx(record_shapes=True)``): ``ranges-per-kernel`` nested ranges around
+each compute kernel's launch (the module, the autograd node, the op...), each named as PyTorch
+names them, with ``seq``, ``op_id`` and the inputs' sizes under ``--record-shapes``. Those ranges
+change no call: they only make the NVTX table large.
 
 One process per rank (one GPU each). Per step and layer every rank launches
 ``kernels-per-layer`` kernels, a ``nccl-share`` of them NCCL collectives (a wrapper range
@@ -41,6 +48,19 @@ COMPUTE = (
     "softmax_warp_forward",
 )
 TORCH_OPS = ("aten::mm", "aten::add", "aten::sum", "aten::layer_norm", "aten::softmax")
+# the ranges around an op's range, outermost first (--ranges-per-kernel)
+OUTER_RANGES = (
+    "nn.Module: TransformerLayer",
+    "nn.Module: Linear",
+    "autograd::engine::evaluate_function: MmBackward0",
+    "MmBackward0",
+    "aten::linear",
+    "aten::matmul",
+    "aten::t",
+    "aten::transpose",
+    "aten::as_strided",
+)
+SHAPES = ", sizes = [[4096, 8192], [8192, 4096]], input_op_ids = [{}, {}]"
 COLLECTIVES = (  # (op, api, kernel, dtype, itemsize, bytes)
     ("all_gather", "all_gather_single", "ncclDevKernel_AllGather_RING_LL", "bfloat16", 2, 8 << 20),
     ("reduce_scatter", "reduce_scatter_single", "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "bfloat16", 2, 8 << 20),
@@ -198,8 +218,26 @@ def _kernel_row(w: _Writer, name: str, start, end, device, stream, corr, gpid, g
     )
 
 
+def _range_name(name: str, seq: int, shapes: bool) -> str:
+    """An op range's name as PyTorch's emit_nvtx writes it (with the inputs' sizes under record_shapes)."""
+    if not shapes:
+        return name
+    return f"{name}, seq = {seq}, op_id = {seq + 1}" + SHAPES.format(seq - 2, seq - 1)
+
+
 def generate(
-    out, *, ranks=8, steps=10, layers=500, kernels_per_layer=50, nccl_share=0.1, seed=0, per_rank=False, quiet=False
+    out,
+    *,
+    ranks=8,
+    steps=10,
+    layers=500,
+    kernels_per_layer=50,
+    nccl_share=0.1,
+    seed=0,
+    per_rank=False,
+    quiet=False,
+    ranges_per_kernel=1,
+    record_shapes=False,
 ) -> dict:
     """Write the report(s); returns the expected counts."""
     out = Path(out)
@@ -265,9 +303,32 @@ def generate(
                         ks = max(le + 1500, stream_free[r])
                         ke = ks + 20_000 + (t & 4095) * 8
                         stream_free[r] = ke
+                        # the outer ranges nest around the op's range, 10 ns apart at each end
+                        outer = ranges_per_kernel - 1
+                        for i in range(outer):
+                            name = _range_name(OUTER_RANGES[i % len(OUTER_RANGES)], grid[r], record_shapes)
+                            w.add(
+                                "NVTX_EVENTS",
+                                (t + 10 * i, le + 1500 + 10 * (outer - i), synth.NVTX_PUSHPOP, None, None, None)
+                                + (name, gtid, None, None, 0)
+                                + nvtx_pad,
+                            )
+                        op_name = _range_name(TORCH_OPS[j], grid[r], record_shapes)
                         w.add(
                             "NVTX_EVENTS",
-                            (t, le + 1500, synth.NVTX_PUSHPOP, None, None, None, TORCH_OPS[j], gtid, None, None, 0)
+                            (
+                                t + 10 * outer,
+                                le + 1500,
+                                synth.NVTX_PUSHPOP,
+                                None,
+                                None,
+                                None,
+                                op_name,
+                                gtid,
+                                None,
+                                None,
+                                0,
+                            )
                             + nvtx_pad,
                         )
                         w.add("CUPTI_ACTIVITY_KIND_RUNTIME", (ls, le, 0, gtid, corr[r], nid_rt, 0, None))
@@ -344,6 +405,10 @@ def generate(
         "ranks": ranks,
         "rows": rows,
         "kernels": ranks * steps * layers * kernels_per_layer,
+        "nvtx_ranges": ranks
+        * steps
+        * layers
+        * (per_layer_colls + (kernels_per_layer - per_layer_colls) * ranges_per_kernel),
         "collectives_per_rank": steps * layers * per_layer_colls,
         "logical_collectives": steps * layers * per_layer_colls,
         "bytes": sum(p.stat().st_size for p in paths),
@@ -360,6 +425,10 @@ def main(argv=None) -> int:
     ap.add_argument("--nccl-share", type=float, default=0.1, help="share of kernels that are NCCL collectives")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-rank", action="store_true", help="one report per rank in the folder OUT")
+    ap.add_argument(
+        "--ranges-per-kernel", type=int, default=1, help="nested NVTX ranges around each compute kernel's launch"
+    )
+    ap.add_argument("--record-shapes", action="store_true", help="op ranges named with seq, op_id and sizes")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     info = generate(
@@ -371,9 +440,12 @@ def main(argv=None) -> int:
         nccl_share=a.nccl_share,
         seed=a.seed,
         per_rank=a.per_rank,
+        ranges_per_kernel=a.ranges_per_kernel,
+        record_shapes=a.record_shapes,
     )
     print(
         f"{a.out}: {info['reports']} report(s), {info['rows']:,} rows, {info['kernels']:,} kernels, "
+        f"{info['nvtx_ranges']:,} NVTX ranges, "
         f"{info['collectives_per_rank']:,} collectives per rank, {info['bytes'] / 1e6:.0f} MB "
         f"in {time.perf_counter() - t0:.1f} s",
         file=sys.stderr,

@@ -110,7 +110,7 @@ wrapper AS (
               FROM (SELECT *, CASE WHEN NOT parsed THEN split_part(name, '|caller=', 1) END AS head
                     -- joined before the message is split: a hash join carrying every call's
                     -- list of strings cost more
-                    FROM (SELECT r.globalTid, r.start, r."end", r.name, r.parsed, COLUMNS('^msg_'),
+                    FROM (SELECT r.rid, r.globalTid, r.start, r."end", r.name, r.parsed, COLUMNS('^msg_'),
                                  b.* EXCLUDE (rid, name_id)
                           FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rid
                           WHERE r.parsed OR r.name LIKE 'nsyscomm:%')))
@@ -151,7 +151,9 @@ calls AS (
         CASE WHEN gpu_start IS NULL AND least(x.done, x.wait_end) IS NOT NULL THEN start END AS exec_start,
         CASE WHEN gpu_start IS NULL AND least(x.done, x.wait_end) IS NOT NULL
              THEN greatest(start, least(x.done, x.wait_end)) END AS exec_end,
-        x.wait_start, x.wait_end
+        x.wait_start, x.wait_end,
+        -- the call's own key in this query: its range's number, or its kernel's (below zero)
+        rid AS call_key
     FROM wrapper
     LEFT JOIN completions x
       ON x.x_pid = ((wrapper.globalTid >> 24) & 16777215) AND x.x_op = wrapper.w_op AND x.x_pg = wrapper.w_pg
@@ -162,7 +164,7 @@ calls AS (
         r.globalTid, ((r.globalTid >> 24) & 16777215), (r.globalTid & 16777215),
         NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
-        'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL, NULL, NULL, NULL, NULL
+        'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL, NULL, NULL, NULL, NULL, r.rid
     FROM ranges r JOIN by_range b ON b.rid = r.rid
     WHERE r.kind = 'torch_range'
     UNION ALL
@@ -172,20 +174,40 @@ calls AS (
         CASE WHEN launch_tid IS NULL THEN NULL ELSE (launch_tid & 16777215) END,
         kop, kernel, NULL, kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         launch_start, launch_end, kstart, kend, stream, device,
-        'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL, NULL, NULL, NULL, NULL
+        'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL, NULL, NULL, NULL, NULL, -1 - kid
     FROM (SELECT o.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
           FROM owned o JOIN nccl_kernel_names n ON n.id = o.name_id WHERE o.rid IS NULL)
+),
+-- The calls outside their process's capture window dropped; a process has one window at most
+kept AS (
+    SELECT c.* FROM calls c LEFT JOIN windows w ON w.pid = c.pid
+    WHERE c.cpu_start IS NULL OR w.pid IS NULL OR c.cpu_start BETWEEN w.w_start AND w.w_end
+),
+-- The per-call lookups below are joined by call_key on narrow rows, never as subqueries that
+-- refer to the call or as a window over it: DuckDB would hold every call's columns meanwhile.
+-- Each call's ProfilerStep#N range's step
+call_steps AS (
+    SELECT c.call_key, max(s.step) AS p_step
+    FROM kept c JOIN profiler_steps s ON s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end"
+    GROUP BY c.call_key
+),
+-- whether the process saw step boundaries: its markers, or a label past step 0
+saw_steps AS (
+    SELECT pid, pid IN (SELECT pid FROM step_marked) OR coalesce(max(step), 0) > 0 AS saw
+    FROM kept GROUP BY pid
+),
+-- the step at which the call's rank joined, for a call it made after (a shadow)
+call_joins AS (
+    SELECT c.call_key, max(j.step) AS joined
+    FROM kept c JOIN joins j ON j.pid = c.pid AND c.cpu_start BETWEEN j.start AND j."end"
+    GROUP BY c.call_key
 )
--- the step: the wrapper's where it saw step boundaries in the call's process (its markers, or a
--- label past step 0), else the ProfilerStep#N range's, else the wrapper's (nsyscomm/ingest/kineto/profiler_steps.py)
-SELECT c.* EXCLUDE (gtid, step, p_step, saw),
-       CASE WHEN c.saw THEN coalesce(c.step, c.p_step) ELSE coalesce(c.p_step, c.step) END AS step,
-       -- the step at which the call's rank joined, for a call it made after (a shadow), else NULL
-       (SELECT max(j.step) FROM joins j WHERE j.pid = c.pid AND c.cpu_start BETWEEN j.start AND j."end") AS joined
-FROM (SELECT c.*,
-             (SELECT max(s.step) FROM profiler_steps s
-              WHERE s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end") AS p_step,
-             c.pid IN (SELECT pid FROM step_marked) OR coalesce(max(c.step) OVER (PARTITION BY c.pid), 0) > 0 AS saw
-      FROM calls c
-      WHERE c.cpu_start IS NULL OR NOT EXISTS (SELECT 1 FROM windows w WHERE w.pid = c.pid)
-         OR EXISTS (SELECT 1 FROM windows w WHERE w.pid = c.pid AND c.cpu_start BETWEEN w.w_start AND w.w_end)) c
+-- the step: the wrapper's where it saw step boundaries in the call's process, else the
+-- ProfilerStep#N range's, else the wrapper's (nsyscomm/ingest/kineto/profiler_steps.py)
+SELECT c.* EXCLUDE (gtid, step, call_key),
+       CASE WHEN w.saw THEN coalesce(c.step, p.p_step) ELSE coalesce(p.p_step, c.step) END AS step,
+       j.joined
+FROM kept c
+LEFT JOIN call_steps p ON p.call_key = c.call_key
+LEFT JOIN saw_steps w ON w.pid IS NOT DISTINCT FROM c.pid
+LEFT JOIN call_joins j ON j.call_key = c.call_key

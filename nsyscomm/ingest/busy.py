@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:
     import duckdb
@@ -53,33 +54,64 @@ def islands(
     compute: pd.DataFrame | Mapping[str, np.ndarray] | None,
 ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
-    device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays), in any
-    order.
+    device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays, integers
+    of any width as the C scan keeps them; a NULL device NaN or -1), in any order.
     Independent of the calls, so a source can build it while it reads its calls."""
     if compute is None or not len(compute["start"]):
         return {}
-    cpid = np.asarray(compute["pid"], dtype=np.int64)
-    cdev = np.nan_to_num(np.asarray(compute["device"], dtype=np.float64), nan=-1).astype(np.int64)
+    cpid = ints(compute["pid"])
+    cdev = ints(compute["device"])
     cstart = np.asarray(compute["start"], dtype=np.int64)
     cend = np.asarray(compute["end"], dtype=np.int64)
-    # (pid, device) numbered by hashing, then two stable sorts: by start (timsort, fast on the
-    # runs of ordered kernels a report holds), then by that number (a radix sort when it fits 16
-    # bits): faster than np.lexsort((start, device, pid)).
-    # (the intermediates are let go as soon as they are used: 8 bytes a kernel each)
-    dev_code, devs = pd.factorize(cdev)
-    group = pd.factorize(cpid)[0] * len(devs) + dev_code
-    del dev_code
-    order = np.argsort(cstart, kind="stable")
-    group = group.astype(np.int16 if group.max() < 2**15 else np.int64)[order]
-    by_group = np.argsort(group, kind="stable")
-    order = order[by_group]
-    group = group[by_group]
-    del by_group
-    cstart, cend = cstart[order], cend[order]
-    bounds = np.concatenate(([0], np.flatnonzero(np.diff(group)) + 1, [len(group)]))
+    pids = np.unique(cpid)
+    if len(pids) > PAIRS_ONE_AT_A_TIME:
+        return _islands_sorted(cpid, cdev, cstart, cend)
+    # one process, then one of its devices, at a time: the temporaries are that process's
+    # kernels, not the report's. Each pair's kernels sorted by start, a tie kept in the report's
+    # order (stable), as one sort of all the kernels by (pid, device, start) would give them
+    out = {}
+    for p in pids:
+        of_pid = np.flatnonzero(cpid == p)
+        devs = cdev[of_pid]
+        for d in np.unique(devs):
+            rows = of_pid[devs == d]
+            rows = rows[np.argsort(cstart[rows], kind="stable")]
+            out[int(p), int(d)] = _islands(cstart[rows], cend[rows])
+    return out
+
+
+# More processes than this in one report: one sort of all the kernels instead of a pass over
+# them per process
+PAIRS_ONE_AT_A_TIME = 64
+
+
+def ints(a: ArrayLike) -> np.ndarray:
+    """An integer column as it is (any width, no copy), or a float one (NULL as NaN) as int64
+    with -1 for NULL."""
+    arr = np.asarray(a)
+    if arr.dtype.kind in "iu":
+        return arr
+    return np.nan_to_num(np.asarray(a, dtype=np.float64), nan=-1).astype(np.int64)
+
+
+def pair_keys(pid: np.ndarray, dev: np.ndarray) -> np.ndarray:
+    """(pid, device) packed into one int64 per kernel (pids take 24 bits, devices fewer than 32)."""
+    key = pid.astype(np.int64)
+    key <<= 32  # in place: one array of 8 bytes a kernel, not one per step
+    key += dev
+    key += 1
+    return key
+
+
+def _islands_sorted(cpid: np.ndarray, cdev: np.ndarray, cstart: np.ndarray, cend: np.ndarray) -> dict:
+    """islands() for many (pid, device) pairs: the kernels sorted once by (pid, device, start)."""
+    order = np.lexsort((cstart, cdev, cpid))
+    cpid, cdev, cstart, cend = cpid[order], cdev[order], cstart[order], cend[order]
+    del order
+    change = np.flatnonzero((np.diff(cpid) != 0) | (np.diff(cdev) != 0)) + 1
+    bounds = np.concatenate(([0], change, [len(cpid)]))
     return {
-        (int(cpid[order[lo]]), int(cdev[order[lo]])): _islands(cstart[lo:hi], cend[lo:hi])
-        for lo, hi in zip(bounds[:-1], bounds[1:])
+        (int(cpid[lo]), int(cdev[lo])): _islands(cstart[lo:hi], cend[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])
     }
 
 

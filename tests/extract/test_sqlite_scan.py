@@ -421,6 +421,26 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
     assert any("not valid UTF-8" in w for w in scanned.warnings)
 
 
+@needs_scan
+def test_compute_kernels_kept_narrow(tmp_path, monkeypatch):
+    """The scan keeps the compute kernels in 29 bytes each (int32 ids, int64 times, no validity
+    arrays); a device id past 32 bits makes it step aside for DuckDB's copy, with the same extract."""
+    out = nsys_reader._scan(*_opened_args(FSDP))
+    assert out is not None
+    compute = out[0]
+    assert {n: a.dtype.name for n, a in compute.items()} == nsys_reader.COMPUTE_TYPES
+    assert len(compute["start"]) and (compute["name"] >= 0).all()
+    path = _copy(tmp_path)
+    _edit(
+        path,
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1 << 40 WHERE rowid = (SELECT min(rowid) "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName NOT IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%'))",
+    )
+    assert nsys_reader._scan(*_opened_args(path)) is None
+    scanned, copied, seen = _extract_both(path, monkeypatch)
+    _same(scanned, copied)
+
+
 def _opened_args(path: Path):
     from nsyscomm import duck
 

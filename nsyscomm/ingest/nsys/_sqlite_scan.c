@@ -3,8 +3,9 @@
  * (nsyscomm/ingest/nsys/reader.py, _scan()):
  *
  *   kernels   NCCL kernels whole (about 10% of the rows); the compute kernels' process, device,
- *             start, end and name id (for the busy islands, nsyscomm/ingest/busy.py, and the
- *             kernels in each call's gap, nsyscomm/ingest/nsys/gap_kernels.py);
+ *             start, end, name id and whether they have a name (for the busy islands,
+ *             nsyscomm/ingest/busy.py, and the kernels in each call's gap,
+ *             nsyscomm/ingest/nsys/gap_kernels.py), in 29 bytes a kernel (COMPUTE_COLS);
  *   runtime   the launches whose (process, correlation id) is an NCCL kernel's;
  *   NVTX      the ranges whose name can matter (a registered name reader.py passes, or inline
  *             text with one of the prefixes of reader._RANGE_PATTERNS); the wrapper's
@@ -66,6 +67,11 @@ static void span_add(spans_t *s, int64_t pid, int has_start, int64_t start, int 
 
 typedef struct { int64_t *v; uint8_t *ok; } col_t;
 
+/* The compute kernels' columns, each as narrow as its values allow, without validity: the
+ * process (24 bits), the device (-1: none) and the name id (-1: none) as int32, start and end
+ * as int64, and whether the kernel has a name. A value past 32 bits ends the scan (ValueError). */
+#define COMPUTE_COLS 6
+static const int COMPUTE_WIDTH[COMPUTE_COLS] = {4, 4, 8, 8, 4, 1};
 /* NVTX text columns: the name, and the string fields of the wrapper's messages (split_message) */
 #define TEXTS 7
 #define NAME 0
@@ -81,8 +87,10 @@ typedef struct {
     const char *sql;
     int64_t rows;                    /* capacity of each output: the rowid range's length */
     int ncols, ncols2;
-    col_t out[10], out2[5];
-    PyObject *bufs[24];              /* the bytearrays behind out/out2 (values, then validity) */
+    col_t out[10];
+    PyObject *bufs[20];              /* the bytearrays behind out (values, then validity) */
+    char *out2[COMPUTE_COLS];        /* kernels: the compute kernels' columns (COMPUTE_WIDTH) */
+    PyObject *bufs2[COMPUTE_COLS];   /* the bytearrays behind out2 */
     int64_t *text_end[TEXTS];        /* NVTX: end offset of each string in its chunk's text */
     uint8_t *text_ok[TEXTS];         /* NVTX: whether the row has that string (else NULL) */
 } table_t;
@@ -235,14 +243,20 @@ static int kernel_row(thread_t *th, chunk_t *ch, sqlite3_stmt *st) {
         int64_t i = ch->base + ch->n++;
         for (int c = 0; c < 7; c++) put(&t->out[c], i, v[c], ok[c]);
     } else if (ok[0] && ok[1]) {
-        /* device's flag 2: a kernel without a name, a compute kernel only in a report without NCCL
+        /* named 0: a kernel without a name, a compute kernel only in a report without NCCL
          * kernels (sql/compute_kernels.sql: NULL NOT IN (empty set) is true); _scan decides */
+        int64_t dev = ok[2] ? v[2] : -1, name = ok[6] ? v[6] : -1;
+        if (dev < INT32_MIN || dev > INT32_MAX || name < INT32_MIN || name > INT32_MAX) {
+            snprintf(th->err, sizeof th->err, "a device or kernel name id past 32 bits");
+            return -1;
+        }
         int64_t i = ch->base + ch->n2++;
-        put(&t->out2[0], i, ok[5] ? PID_OF(v[5]) : 0, ok[5]);
-        put(&t->out2[1], i, ok[2] ? v[2] : -1, ok[6] ? 1 : 2);
-        put(&t->out2[2], i, v[0], 1);
-        put(&t->out2[3], i, v[1], 1);
-        put(&t->out2[4], i, ok[6] ? v[6] : -1, ok[6]);
+        ((int32_t *)t->out2[0])[i] = ok[5] ? (int32_t)PID_OF(v[5]) : 0;
+        ((int32_t *)t->out2[1])[i] = (int32_t)dev;
+        ((int64_t *)t->out2[2])[i] = v[0];
+        ((int64_t *)t->out2[3])[i] = v[1];
+        ((int32_t *)t->out2[4])[i] = (int32_t)name;
+        ((uint8_t *)t->out2[5])[i] = (uint8_t)ok[6];
     }
     return 0;
 }
@@ -513,12 +527,16 @@ static int setup_table(table_t *t, const char *sql, int64_t lo, int64_t hi, int 
     t->rows = sql && hi >= lo ? hi - lo + 1 : 0;
     t->ncols = ncols; t->ncols2 = ncols2;
     int b = 0;
-    for (int c = 0; c < ncols + ncols2; c++) {
-        col_t *col = c < ncols ? &t->out[c] : &t->out2[c - ncols];
+    for (int c = 0; c < ncols; c++) {
+        col_t *col = &t->out[c];
         if (!(t->bufs[b] = new_buf(t->rows * 8)) || !(t->bufs[b + 1] = new_buf(t->rows))) return -1;
         col->v = (int64_t *)PyByteArray_AS_STRING(t->bufs[b]);
         col->ok = (uint8_t *)PyByteArray_AS_STRING(t->bufs[b + 1]);
         b += 2;
+    }
+    for (int c = 0; c < ncols2; c++) {
+        if (!(t->bufs2[c] = new_buf(t->rows * COMPUTE_WIDTH[c]))) return -1;
+        t->out2[c] = PyByteArray_AS_STRING(t->bufs2[c]);
     }
     for (int k = 0; k < texts; k++)
         if (!(t->text_end[k] = malloc((size_t)(t->rows > 0 ? t->rows : 1) * 8))
@@ -540,21 +558,23 @@ static PyObject *table_result(job_t *j, int which, const char **names, const cha
                 memmove(t->out[k].ok + n, t->out[k].ok + ch->base, (size_t)ch->n);
             }
         if (ch->base != n2)
-            for (int k = 0; k < t->ncols2; k++) {
-                memmove(t->out2[k].v + n2, t->out2[k].v + ch->base, (size_t)ch->n2 * 8);
-                memmove(t->out2[k].ok + n2, t->out2[k].ok + ch->base, (size_t)ch->n2);
-            }
+            for (int k = 0; k < t->ncols2; k++)
+                memmove(t->out2[k] + n2 * COMPUTE_WIDTH[k], t->out2[k] + ch->base * COMPUTE_WIDTH[k],
+                        (size_t)(ch->n2 * COMPUTE_WIDTH[k]));
         n += ch->n; n2 += ch->n2;
     }
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    for (int c = 0; c < t->ncols + t->ncols2; c++) {
-        int64_t rows = c < t->ncols ? n : n2;
+    for (int c = 0; c < t->ncols; c++) {
         PyObject *v = t->bufs[2 * c], *ok = t->bufs[2 * c + 1];
-        if (PyByteArray_Resize(v, (Py_ssize_t)(rows * 8)) < 0 || PyByteArray_Resize(ok, (Py_ssize_t)rows) < 0) goto fail;
+        if (PyByteArray_Resize(v, (Py_ssize_t)(n * 8)) < 0 || PyByteArray_Resize(ok, (Py_ssize_t)n) < 0) goto fail;
         PyObject *pair = PyTuple_Pack(2, v, ok);
-        if (!pair || PyDict_SetItemString(d, c < t->ncols ? names[c] : names2[c - t->ncols], pair) < 0) { Py_XDECREF(pair); goto fail; }
+        if (!pair || PyDict_SetItemString(d, names[c], pair) < 0) { Py_XDECREF(pair); goto fail; }
         Py_DECREF(pair);
+    }
+    for (int c = 0; c < t->ncols2; c++) {
+        if (PyByteArray_Resize(t->bufs2[c], (Py_ssize_t)(n2 * COMPUTE_WIDTH[c])) < 0
+            || PyDict_SetItemString(d, names2[c], t->bufs2[c]) < 0) goto fail;
     }
     for (int k = 0; k < TEXTS && t->text_end[k]; k++) {
         /* each text column as one buffer, its Arrow offsets (int64: large_string) and validity */
@@ -644,7 +664,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         if (!PyBytes_Check(b)) { PyErr_SetString(PyExc_ValueError, "bytes expected"); goto done; }
         j->rel_str[i] = PyBytes_AS_STRING(b); j->rel_len[i] = PyBytes_GET_SIZE(b);
     }
-    if (setup_table(&j->t[KERNELS], ksql, klo, khi, 7, 5, 0) < 0 || setup_table(&j->t[RUNTIME], rsql, rlo, rhi, 4, 0, 0) < 0
+    if (setup_table(&j->t[KERNELS], ksql, klo, khi, 7, COMPUTE_COLS, 0) < 0 || setup_table(&j->t[RUNTIME], rsql, rlo, rhi, 4, 0, 0) < 0
         || setup_table(&j->t[NVTX], nsql, nlo, nhi, 4 + MSG_INTS, 0, TEXTS) < 0)
         goto done;
     int64_t nch = 0;
@@ -678,7 +698,8 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         goto done;
     }
     static const char *kn[] = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"};
-    static const char *kn2[] = {"compute_pid", "compute_device", "compute_start", "compute_end", "compute_name"};
+    static const char *kn2[COMPUTE_COLS] = {"compute_pid", "compute_device", "compute_start", "compute_end",
+                                            "compute_name", "compute_named"};
     static const char *rn[] = {"start", "end", "globalTid", "correlationId"};
     static const char *nn[] = {"start", "end", "globalTid", "parsed", "bytes", "numel", "gsize", "seq", "step", "peer"};
     static const char *tn[TEXTS] = {"name", "op", "api", "dtype", "pg", "granks", "caller"};
@@ -713,7 +734,8 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
 done:
     if (sync) { pthread_mutex_destroy(&j->mu); pthread_cond_destroy(&j->cv); }
     for (int t = 0; t < 3; t++) {
-        for (int b = 0; b < 24; b++) Py_XDECREF(j->t[t].bufs[b]);
+        for (int b = 0; b < 20; b++) Py_XDECREF(j->t[t].bufs[b]);
+        for (int b = 0; b < COMPUTE_COLS; b++) Py_XDECREF(j->t[t].bufs2[b]);
         for (int k = 0; k < TEXTS; k++) { free(j->t[t].text_end[k]); free(j->t[t].text_ok[k]); }
     }
     if (j->chunks)

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nsyscomm.ingest.busy import ints, pair_keys
 from nsyscomm.ingest.extract_type import TABLE
 
 if TYPE_CHECKING:
@@ -50,13 +51,13 @@ def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1) -> pd.DataFram
     if not ok.any():
         return empty
     cpid, cdev, cstart, cend = (_ints(calls[c])[ok] for c in ("pid", "device", "gpu_start", "gpu_end"))
-    kpid = np.asarray(compute["pid"], dtype=np.int64)
-    kdev = _ints_np(compute["device"])
+    # the kernels' columns as they come (the C scan's are int32 but for the times): no copies
+    kkey = pair_keys(ints(compute["pid"]), ints(compute["device"]))
     kstart = np.asarray(compute["start"], dtype=np.int64)
     kend = np.asarray(compute["end"], dtype=np.int64)
-    kname = _ints_np(compute["name"])
+    kname = ints(compute["name"])
 
-    parts = _by_pair(cpid, cdev, cstart, cend, kpid, kdev, kstart, kend, kname, threads)
+    parts = _by_pair(cpid, cdev, cstart, cend, kkey, kstart, kend, kname, threads)
     if not parts:
         return empty
     call, name_id, ns, count = (np.concatenate(a) for a in zip(*parts))
@@ -75,13 +76,12 @@ def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1) -> pd.DataFram
     )
 
 
-def _by_pair(cpid, cdev, cstart, cend, kpid, kdev, kstart, kend, kname, threads: int) -> list[tuple]:
+def _by_pair(cpid, cdev, cstart, cend, kkey, kstart, kend, kname, threads: int) -> list[tuple]:
     """_top_of_pair() of each (pid, device) pair, in the pairs' order, `threads` pairs at a time
-    (numpy and pandas let go of the GIL in their loops). The temporaries are those pairs'
-    kernels, not the report's (docs/performance.md measures the peak)."""
-    ckey = cpid * (1 << 32) + (cdev + 1)
+    (numpy and pandas let go of the GIL in their loops). kkey: the kernels' busy.pair_keys(). The
+    temporaries are those pairs' kernels, not the report's (docs/performance.md measures the peak)."""
+    ckey = pair_keys(cpid, cdev)
     keys, ccode = np.unique(ckey, return_inverse=True)
-    kkey = kpid * (1 << 32) + (kdev + 1)
     named = kname >= 0
 
     def pair(c: int):
@@ -94,14 +94,6 @@ def _by_pair(cpid, cdev, cstart, cend, kpid, kdev, kstart, kend, kname, threads:
         with ThreadPoolExecutor(max_workers=min(threads, len(keys)), thread_name_prefix="nsyscomm-gaps") as pool:
             return [p for p in pool.map(pair, range(len(keys))) if p is not None]
     return [p for p in map(pair, range(len(keys))) if p is not None]
-
-
-def _ints_np(a) -> np.ndarray:
-    """int64 of a numpy column that may hold NaN (NULL): -1 there."""
-    a = np.asarray(a)
-    if a.dtype.kind in "iu":
-        return a.astype(np.int64, copy=False)
-    return np.nan_to_num(a.astype(np.float64, copy=False), nan=-1).astype(np.int64)
 
 
 def _top_of_pair(ci, cstart, cend, kstart, kend, kname):

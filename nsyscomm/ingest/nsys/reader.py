@@ -43,10 +43,14 @@ _RANGE_PATTERNS = ("nsyscomm%", "nccl%", "gloo:%", "ProfilerStep#%")
 _UNPARSED = "false AS parsed, " + ", ".join(f"NULL::{t} AS msg_{f}" for f, t in MESSAGE_FIELDS.items())
 
 
-# Memory the in-memory route takes per kernel at its peak: the compute kernels' process, device,
-# start, end and name with their validity (45 bytes, as _sqlite_scan holds them), and busy.islands()
-# sorting them (43 bytes per kernel measured with tracemalloc, 1.8M kernels); an NCCL kernel
-# held by the scan with its launch takes about as much.
+# The compute kernels' columns as _sqlite_scan keeps them (COMPUTE_WIDTH there; a byte more per
+# kernel says whether it has a name)
+COMPUTE_TYPES = {"pid": "int32", "device": "int32", "start": "int64", "end": "int64", "name": "int32"}
+
+# Memory the in-memory route takes per kernel at its peak: the compute kernels' columns (29 bytes
+# as _sqlite_scan holds them, COMPUTE_TYPES and whether each has a name), their busy islands (24
+# bytes an island, about one a kernel) and what busy.islands() and gap_kernels take meanwhile;
+# an NCCL kernel held by the scan with its launch takes about as much.
 IN_MEMORY_BYTES_PER_KERNEL = 110
 
 
@@ -255,12 +259,11 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     kernels = arrow_table(out["kernels"], kcols)
     launches = arrow_table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
     nvtx = out["nvtx"]
-    compute = {
-        n: np.frombuffer(out["kernels"][f"compute_{n}"][0], np.int64) for n in ("pid", "device", "start", "end", "name")
-    }
+    # as narrow as the scan keeps them (int32 but for the times), read in place
+    compute = {n: np.frombuffer(out["kernels"][f"compute_{n}"], t) for n, t in COMPUTE_TYPES.items()}
     # kernels without a name are compute kernels only in a report without NCCL kernels
     # (sql/compute_kernels.sql: NULL NOT IN (empty set) is true)
-    named = np.frombuffer(out["kernels"]["compute_device"][1], np.uint8) != 2
+    named = np.frombuffer(out["kernels"]["compute_named"], np.uint8).astype(bool)
     if len(kernels) and not named.all():
         compute = {n: a[named] for n, a in compute.items()}
     # from_arrow(): half the cost of register() + CREATE + unregister(), which is most of
