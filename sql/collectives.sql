@@ -66,8 +66,10 @@ p2p AS (
 -- differs between ranks, names nobody. A send without kernels ends no later than its receive did
 -- (p2p above); a receive that ended before its send began says the two ranks' clocks disagree,
 -- and bounds nothing.
+-- (only what the queues and the result read: the windows below sort every column they carry)
 own AS (
-    SELECT *,
+    SELECT call_id, report, pid, device, stream, "group", cpu_start, gpu_start, seq, group_size,
+           sender, receiver, msg,
            CASE WHEN coalesce(init_ns, 0) > 0
                 THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
                 ELSE coalesce(exec_start, gpu_start, cpu_start) END AS own_start,
