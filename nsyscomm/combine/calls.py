@@ -20,10 +20,10 @@ from nsyscomm.ingest.extract_type import TABLES, Extract
 from nsyscomm.ingest.names import canonical_op
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
-# collectives columns computed for the whole job in sql/collectives.sql
 # each call's number in the job, unique: sql/collectives.sql works out the calls' timing on
 # narrow rows (the window functions sort what they carry) and joins it back to the calls by it
 CALL_ID = "call_id"
+# collectives columns computed for the whole job in sql/collectives.sql
 _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "logical_id", "setup")
 
 
