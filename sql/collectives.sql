@@ -1,5 +1,5 @@
 -- The normalized `collectives` table of a whole job (all its reports).
--- Inputs: calls (per-report rows from a source, with report and pid), proc_ranks
+-- Inputs: calls (per-report rows from a source, with report, pid and call_id), proc_ranks
 -- (report, pid -> rank, local_rank, host; chosen in nsyscomm/api.py).
 -- Calls without the wrapper's (group, seq) get seq = their order among the rank's calls
 -- of the same op, and a group size inferred from how many ranks share that seq.
@@ -9,6 +9,9 @@
 -- arrive in the order sent), whatever each side's seq, which counts both directions of a pair.
 -- Stored unsorted: sorting the wide rows cost as much as the rest of the query; readers that
 -- list calls order them (nsyscomm.api.ORDERED).
+-- The window functions below sort every column they carry: they run over `timing`, each call's
+-- few columns that its numbering and spans depend on, and the result joins back to the wide rows
+-- by call_id (each call's number in the job, combine/calls.py) once, at the end.
 -- NOT MATERIALIZED: recomputing this join for each branch below is cheaper than storing it
 WITH ranked AS NOT MATERIALIZED (
     SELECT c.*, m.rank, m.local_rank, m.host,
@@ -17,16 +20,21 @@ WITH ranked AS NOT MATERIALIZED (
     FROM calls c
     LEFT JOIN proc_ranks m ON m.report = c.report AND m.pid = c.pid
 ),
+timing AS (
+    SELECT call_id, report, pid, tid, rank, op, api, "group", group_size, seq, peer, pair, source,
+           cpu_start, cpu_end, gpu_start, gpu_end, stream, device, exec_start, exec_end, init_ns
+    FROM ranked
+),
 -- the window functions run only over the calls that need them (none when the wrapper was on)
 by_order AS (
     -- (calls that tie on time, on two streams or threads, numbered in one order every run)
     SELECT * REPLACE (row_number() OVER (PARTITION BY rank, op
                                          ORDER BY coalesce(exec_start, gpu_start, cpu_start), cpu_start, pid, tid, stream,
                                                   coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq)
-    FROM ranked WHERE seq IS NULL
+    FROM timing WHERE seq IS NULL
 ),
 numbered AS (
-    SELECT * FROM ranked WHERE seq IS NOT NULL
+    SELECT * FROM timing WHERE seq IS NOT NULL
     UNION ALL BY NAME
     SELECT * REPLACE (coalesce(group_size, count(*) OVER (PARTITION BY "group", op, seq)) AS group_size)
     FROM by_order
@@ -58,8 +66,10 @@ p2p AS (
 -- differs between ranks, names nobody. A send without kernels ends no later than its receive did
 -- (p2p above); a receive that ended before its send began says the two ranks' clocks disagree,
 -- and bounds nothing.
+-- (only what the queues and the result read: the windows below sort every column they carry)
 own AS (
-    SELECT *,
+    SELECT call_id, report, pid, device, stream, "group", cpu_start, gpu_start, seq, group_size,
+           sender, receiver, msg,
            CASE WHEN coalesce(init_ns, 0) > 0
                 THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
                 ELSE coalesce(exec_start, gpu_start, cpu_start) END AS own_start,
@@ -79,17 +89,20 @@ own AS (
 -- but one of the calls enqueued before it on the group have ended (the second latest end among
 -- them). Point-to-point calls bypass gloo's queue (the caller's thread hands them to the
 -- transport), so they wait in none.
+-- Each queue's calls go through their own window only: computing both windows over every call
+-- sorted every call twice.
 queues AS (
-    SELECT *,
-           CASE queue
-                WHEN 'stream' THEN max(x_end) OVER (PARTITION BY report, pid, queue, device, stream
-                                                    ORDER BY cpu_start, gpu_start, seq
-                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                WHEN 'group' THEN (max(x_end, 2) OVER (PARTITION BY report, pid, queue, "group"
-                                                       ORDER BY cpu_start, seq
-                                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2]
-           END AS queue_free
-    FROM own
+    SELECT *, max(x_end) OVER (PARTITION BY report, pid, device, stream
+                               ORDER BY cpu_start, gpu_start, seq
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS queue_free
+    FROM own WHERE queue = 'stream'
+    UNION ALL
+    SELECT *, (max(x_end, 2) OVER (PARTITION BY report, pid, "group"
+                                   ORDER BY cpu_start, seq
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2] AS queue_free
+    FROM own WHERE queue = 'group'
+    UNION ALL
+    SELECT *, NULL::BIGINT AS queue_free FROM own WHERE queue IS NULL
 ),
 -- the execution span every analysis reads: the call's own, started no earlier than its queue let
 -- it (never past its end); queued_ns: the part of the time from its enqueue (cpu_start) to its
@@ -101,20 +114,24 @@ spans AS (
     FROM queues
 )
 SELECT
-    report, rank, local_rank, host, pid, tid, op, api, bytes, dtype, numel, "group",
-    group_size::INTEGER AS group_size, group_ranks, seq,
-    caller, step, cpu_start, cpu_end, gpu_start, gpu_end, stream, device,
-    x_start AS exec_start, x_end AS exec_end, x_end - x_start AS duration_ns,
+    c.report, c.rank, c.local_rank, c.host, c.pid, c.tid, c.op, c.api, c.bytes, c.dtype, c.numel, c."group",
+    t.group_size::INTEGER AS group_size, c.group_ranks, t.seq,
+    c.caller, c.step, c.cpu_start, c.cpu_end, c.gpu_start, c.gpu_end, c.stream, c.device,
+    t.x_start AS exec_start, t.x_end AS exec_end, t.x_end - t.x_start AS duration_ns,
     -- (least() skips a NULL: a call with nothing ahead of it waited in no queue)
-    CASE WHEN queue_free IS NULL THEN 0 ELSE greatest(0, least(x_start, queue_free) - cpu_start) END::BIGINT
+    CASE WHEN t.queue_free IS NULL THEN 0 ELSE greatest(0, least(t.x_start, t.queue_free) - c.cpu_start) END::BIGINT
         AS queued_ns,
-    source, kernel, algo, proto, kernels, kernel_ns, peer, pair, busy_at_start, busy_at_end, init_ns,
+    c.source, c.kernel, c.algo, c.proto, c.kernels, c.kernel_ns, c.peer, c.pair, c.busy_at_start, c.busy_at_end,
+    c.init_ns,
     false AS setup,  -- set by combine (sql/setup_calls.sql), once the job's calls are all here
-    wait_start, wait_end,
+    c.wait_start, c.wait_end,
     -- no end seen, or the source says it never completed (more from the flight records: combine)
-    x_end IS NOT NULL AND coalesce(completed, true) AS completed,
-    joined,  -- the step its rank joined at under Join: a shadow call (nsyscomm/capture/join_ranks.py)
+    t.x_end IS NOT NULL AND coalesce(c.completed, true) AS completed,
+    c.joined,  -- the step its rank joined at under Join: a shadow call (nsyscomm/capture/join_ranks.py)
     -- a 64-bit hash of the key: no global sort for an id (collisions: ~1e-9 for 200k collectives)
-    CASE WHEN pair IS NULL THEN (hash("group", pair, op, seq) >> 1)::BIGINT
-         ELSE (hash("group", 'p2p', sender, receiver, msg) >> 1)::BIGINT END AS logical_id
-FROM spans
+    CASE WHEN c.pair IS NULL THEN (hash(c."group", c.pair, c.op, t.seq) >> 1)::BIGINT
+         ELSE (hash(c."group", 'p2p', t.sender, t.receiver, t.msg) >> 1)::BIGINT END AS logical_id
+-- (a LEFT JOIN builds its right side, the narrow one: combine/calls.py disables the optimizer
+-- that would swap them)
+FROM ranked c
+LEFT JOIN spans t USING (call_id)

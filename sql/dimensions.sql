@@ -19,13 +19,13 @@ WITH calls AS (
     WHERE c."group" IS NOT NULL AND NOT c.setup AND c.completed AND c.exec_start IS NOT NULL
 ),
 -- each span's part not covered by the spans of the same rank and communicator that began before it
+-- (one sort for both: a union's length does not depend on the order of spans that start together)
 parts AS (
     SELECT *,
            greatest(0, e - greatest(s, coalesce(max(e) OVER w, s)))    AS comm_ns,
-           greatest(0, we - greatest(s, coalesce(max(we) OVER v, s)))  AS wait_ns
+           greatest(0, we - greatest(s, coalesce(max(we) OVER w, s)))  AS wait_ns
     FROM calls
-    WINDOW w AS (PARTITION BY "group", rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-           v AS (PARTITION BY "group", rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW w AS (PARTITION BY "group", rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 -- the ranks seen in each group, in numeric order (ranks 0, 4, 8, 12: a stride the pattern reads)
 members AS (SELECT DISTINCT "group", rank FROM collectives WHERE "group" IS NOT NULL AND rank IS NOT NULL)

@@ -23,25 +23,37 @@
 -- A rank's first call is measured from the rank's first recorded event (rank_spans.first_ns: its
 -- start, or the capture window's opening), so that what it did before it first met the others (a
 -- checkpoint load, a first batch) is named like any other gap.
-WITH timeline AS (
-    SELECT c.rank, report, pid, tid, device, gpu_start, logical_id, caller, cpu_start, source,
-           exec_start                                   AS arrive,
-           coalesce(lag(exec_end) OVER w, s.first_ns)                       AS prev_done,
-           coalesce(lag(cpu_end) OVER w, s.first_ns)                        AS prev_cpu_end,
-           lag(logical_id) OVER w                                           AS prev_logical,
-           cpu_start - coalesce(lag(cpu_end) OVER w, s.first_ns)            AS host_gap,
-           gpu_start IS NOT NULL                                            AS on_device,
-           busy_at_start - CASE WHEN lag(logical_id) OVER w IS NULL THEN 0 ELSE lag(busy_at_end) OVER w END
-                                                                            AS busy_gap
-    FROM collectives c LEFT JOIN rank_spans s ON s.rank = c.rank
+-- The window sorts every column it carries: it numbers each call's previous one on its rank over
+-- the few columns it reads, and the rest of each call of a late collective joins back by rowid.
+WITH previous AS (
+    SELECT rowid AS row_id, logical_id,
+           lag(exec_end) OVER w     AS prev_exec_end,
+           lag(cpu_end) OVER w      AS prev_cpu_end,
+           lag(logical_id) OVER w   AS prev_logical,
+           lag(busy_at_end) OVER w  AS prev_busy_at_end
+    FROM collectives
     -- (a call's previous one: calls that tie on time ordered by their collective, the same every run)
-    WINDOW w AS (PARTITION BY c.rank ORDER BY exec_start, cpu_start, logical_id)
+    WINDOW w AS (PARTITION BY rank ORDER BY exec_start, cpu_start, logical_id)
 ),
 late AS (
     SELECT * FROM logical_collectives
     -- calls set aside whole as setup and start-up collectives (whose whole skew is the processes'
     -- start-up) name no late rank; a call holding NCCL's init does (its arrivals leave the init out)
     WHERE participants >= 2 AND late_ns > $noise_ns AND completed AND NOT whole_setup AND NOT startup AND NOT shadow
+),
+timeline AS (  -- the calls of the late collectives, each with its previous call on its rank
+    SELECT c.rank, c.report, c.pid, c.tid, c.device, c.gpu_start, c.logical_id, c.caller, c.cpu_start, c.source,
+           c.exec_start                                                     AS arrive,
+           coalesce(p.prev_exec_end, s.first_ns)                            AS prev_done,
+           coalesce(p.prev_cpu_end, s.first_ns)                             AS prev_cpu_end,
+           p.prev_logical,
+           c.cpu_start - coalesce(p.prev_cpu_end, s.first_ns)               AS host_gap,
+           c.gpu_start IS NOT NULL                                          AS on_device,
+           c.busy_at_start - CASE WHEN p.prev_logical IS NULL THEN 0 ELSE p.prev_busy_at_end END
+                                                                            AS busy_gap
+    FROM (SELECT * FROM previous SEMI JOIN late USING (logical_id)) p
+    JOIN collectives c ON c.rowid = p.row_id
+    LEFT JOIN rank_spans s ON s.rank = c.rank
 ),
 members AS (
     SELECT l.logical_id, t.rank, t.rank = l.last_rank AS is_late, t.report, t.pid, t.device, t.gpu_start,

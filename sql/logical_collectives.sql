@@ -13,8 +13,10 @@
 -- Input: collectives.
 WITH arrivals AS (
     -- each call's arrival, and its rank's arrival before it on the same communicator (by time:
-    -- a source's seq need not follow the clock)
-    SELECT *,
+    -- a source's seq need not follow the clock); only the columns read below, which the window
+    -- sorts with it
+    SELECT logical_id, "group", pair, op, seq, bytes, group_size, caller, step, rank, exec_start, duration_ns,
+           completed, init_ns, cpu_start, cpu_end, joined,
            lag(exec_start) OVER (PARTITION BY "group", pair, rank ORDER BY exec_start, seq) AS prev_arrival
     FROM collectives
 ),

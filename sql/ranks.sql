@@ -24,15 +24,12 @@ per_row AS (
     SELECT rank, NULL, s, we, we, false FROM rows WHERE setup AND we > s
 ),
 -- each span's part not covered by the rank's spans that began before it: their sum is the union
-comm_part AS (
-    SELECT rank, greatest(0, e - greatest(s, coalesce(max(e) OVER w, s))) AS ns
+-- (one sort for both: a union's length does not depend on the order of spans that start together)
+parts AS (
+    SELECT rank, greatest(0, e - greatest(s, coalesce(max(e) OVER w, s))) AS comm_ns,
+           greatest(0, we - greatest(s, coalesce(max(we) OVER w, s))) AS wait_ns
     FROM per_row
     WINDOW w AS (PARTITION BY rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
-wait_part AS (
-    SELECT rank, greatest(0, we - greatest(s, coalesce(max(we) OVER w, s))) AS ns
-    FROM per_row
-    WINDOW w AS (PARTITION BY rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 per_rank AS (
     SELECT rank, count(*) FILTER (WHERE counted) AS calls,
@@ -40,15 +37,13 @@ per_rank AS (
                 THEN coalesce(sum(bytes) FILTER (WHERE counted), 0) END AS bytes
     FROM per_row GROUP BY rank
 ),
-comm AS (SELECT rank, sum(ns) AS comm_ns FROM comm_part GROUP BY rank),
-waits AS (SELECT rank, sum(ns) AS wait_ns FROM wait_part GROUP BY rank)
+comm AS (SELECT rank, sum(comm_ns) AS comm_ns, sum(wait_ns) AS wait_ns FROM parts GROUP BY rank)
 SELECT p.rank, s.host, p.calls, p.bytes,
        c.comm_ns / 1e6                                  AS comm_ms,
-       w.wait_ns / 1e6                                  AS wait_ms,
+       c.wait_ns / 1e6                                  AS wait_ms,
        (s.last_ns - s.first_ns) / 1e6                   AS elapsed_ms,
        CASE WHEN s.last_ns > s.first_ns THEN 100.0 * c.comm_ns / (s.last_ns - s.first_ns) END AS comm_pct
 FROM per_rank p
 JOIN comm c ON c.rank = p.rank
-JOIN waits w ON w.rank = p.rank
 LEFT JOIN rank_spans s ON s.rank = p.rank
 ORDER BY p.rank

@@ -24,13 +24,13 @@ c AS (
     WHERE NOT c.setup AND c.exec_start IS NOT NULL AND c.completed AND NOT l.first_meet AND c.step IS DISTINCT FROM (SELECT step FROM tail) AND NOT list_contains(list_transform(string_split($warmup, ','), x -> TRY_CAST(x AS BIGINT)), coalesce(c.step, -1))
 ),
 -- comm and wait as sql/ranks.sql counts them: calls in flight together count once
+-- (one sort for both: a union's length does not depend on the order of spans that start together)
 parts AS (
     SELECT rank, delay_ns,
            greatest(0, e - greatest(s, coalesce(max(e) OVER w, s))) AS comm_part,
-           greatest(0, we - greatest(s, coalesce(max(we) OVER v, s))) AS wait_part
+           greatest(0, we - greatest(s, coalesce(max(we) OVER w, s))) AS wait_part
     FROM c
-    WINDOW w AS (PARTITION BY rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-           v AS (PARTITION BY rank ORDER BY s, we ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW w AS (PARTITION BY rank ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
 SELECT rank, count(*) AS calls, sum(comm_part) / 1e6 AS comm_ms, sum(wait_part) / 1e6 AS wait_ms,
        avg(delay_ns) / 1e6 AS avg_arrival_delay_ms

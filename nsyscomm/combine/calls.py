@@ -20,6 +20,9 @@ from nsyscomm.ingest.extract_type import TABLES, Extract
 from nsyscomm.ingest.names import canonical_op
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
+# each call's number in the job, unique: sql/collectives.sql works out the calls' timing on
+# narrow rows (the window functions sort what they carry) and joins it back to the calls by it
+CALL_ID = "call_id"
 # collectives columns computed for the whole job in sql/collectives.sql
 _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "logical_id", "setup")
 
@@ -44,6 +47,7 @@ class JobCalls:
         self.pids: dict[str, set[int]] = {}  # report -> the processes that made calls
         self._pending: list[tuple[int, str, pa.Table]] = []
         self._rows = 0
+        self._ids = 0  # calls numbered so far: the next call's call_id
         self._stored = False
 
     @functools.cached_property
@@ -103,7 +107,9 @@ class JobCalls:
         t = have[0][2] if len(have) == 1 else _stack_calls([c for _, _, c in have])
         which = np.repeat(np.arange(len(have), dtype=np.int32), [len(c) for _, _, c in have])
         report = pa.DictionaryArray.from_arrays(which, pa.array([r for _, r, _ in have], pa.string()))
-        return fill_op(t.add_column(0, "report", report.cast(pa.string())))
+        ids = pa.array(np.arange(self._ids, self._ids + len(t), dtype=np.int64))
+        self._ids += len(t)
+        return fill_op(t.add_column(0, "report", report.cast(pa.string())).append_column(CALL_ID, ids))
 
 
 def _stack_calls(tables: list[pa.Table]) -> pa.Table:
@@ -126,11 +132,12 @@ def _stack_calls(tables: list[pa.Table]) -> pa.Table:
 
 def _typed_select(calls: pa.Table | None, name: str) -> str:
     """calls, registered as name, read as the normalized table's columns and types (the ones
-    collectives.sql derives excepted); a column the sources did not give is NULL."""
+    collectives.sql derives excepted), and each call's call_id; a column the sources did not
+    give is NULL."""
     have = set(calls.column_names) if calls is not None else set()
     cols = ", ".join(
         f'CAST("{n}" AS {t}) AS "{n}"' if n in have else f'NULL::{t} AS "{n}"'
-        for n, t in schema.COLLECTIVES
+        for n, t in (*schema.COLLECTIVES, (CALL_ID, "BIGINT"))
         if n not in _DERIVED
     )
     return f"SELECT {cols} FROM {name}" if calls is not None else f"SELECT {cols} WHERE false"

@@ -170,11 +170,11 @@ def test_calls_without_seq_that_tie_on_time_are_numbered_in_one_order():
     con = duck.connect()
     try:
         con.execute(f"CREATE TABLE calls AS {_typed_select(None, '')}")
-        for stream in (7, 3):  # stored in the reverse of the expected order
+        for call_id, stream in enumerate((7, 3)):  # stored in the reverse of the expected order
             con.execute(
-                "INSERT INTO calls (report, pid, tid, op, cpu_start, cpu_end, gpu_start, gpu_end, stream, device) "
-                "VALUES ('r', 1, 1, 'all_reduce', 50, 60, 100, 200, ?, 0)",
-                [stream],
+                "INSERT INTO calls (report, pid, tid, op, cpu_start, cpu_end, gpu_start, gpu_end, stream, device, "
+                "call_id) VALUES ('r', 1, 1, 'all_reduce', 50, 60, 100, 200, ?, 0, ?)",
+                [stream, call_id],
             )
         con.execute(
             "CREATE TABLE proc_ranks AS SELECT 'r' AS report, 1::BIGINT AS pid, 0 AS rank, 0 AS local_rank, "

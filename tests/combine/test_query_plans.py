@@ -1,0 +1,89 @@
+"""How the job's queries run, not only what they give (their figures are the samples' truth and
+the goldens): a window function sorts every column it carries, so the windows over every call
+carry the few columns they read; sql/collectives.sql sends each call through the window of its
+own queue only; the union of a rank's spans takes one sort for its comm and its wait. Checked
+on DuckDB's profile of each query over the bundled samples."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import nsyscomm
+from nsyscomm import duck
+from nsyscomm.discover import sample_jobs
+
+# columns of the wide rows that no window of sql/collectives.sql reads
+WIDE_ONLY = {"caller", "kernel", "algo", "proto", "dtype", "group_ranks", "busy_at_start", "busy_at_end"}
+# ... and of sql/late_arrivals.sql's window over every call (the late collectives' calls take them)
+LATE_WIDE_ONLY = {"caller", "source", "report", "tid", "device", "busy_at_start"}
+
+
+def _operators(node):
+    yield node
+    for child in node.get("children", []):
+        yield from _operators(child)
+
+
+def _profile(con, tmp_path, name="collectives", params=None):
+    """The WINDOW operators of the named query's run."""
+    out = tmp_path / "profile.json"
+    con.execute("PRAGMA enable_profiling = 'json'")
+    con.execute(f"PRAGMA profiling_output = '{out}'")
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE query_again AS {duck.sql(name)}", params)
+    finally:
+        con.execute("PRAGMA disable_profiling")
+    return [op for op in _operators(json.loads(out.read_text())) if op.get("operator_name") == "WINDOW"]
+
+
+def _projections(op) -> list[str]:
+    got = (op.get("extra_info") or {}).get("Projections") or []
+    return [got] if isinstance(got, str) else list(got)
+
+
+def _carried(window) -> set:
+    """The columns the operators under a window project."""
+    return {c for op in _operators(window) for c in _projections(op)}
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["nccl_streams", "gloo_groups"])
+def sample(request):
+    return nsyscomm.load(sample_jobs()[request.param], cache=False)
+
+
+def test_each_call_goes_through_the_window_of_its_own_queue_only(sample, tmp_path):
+    queued = duck.scalar(
+        sample.con,
+        "SELECT count(*) FROM collectives WHERE gpu_start IS NOT NULL "
+        "OR (source = 'wrapper' AND \"group\" IS NOT NULL AND op NOT IN ('send', 'recv'))",
+    )
+    windows = _profile(sample.con, tmp_path)
+    assert queued and windows
+    # every call of these samples has its sequence number: no numbering window runs, and each
+    # call with a queue (a stream, a gloo group) runs through that queue's window once
+    assert sum(int(w["operator_cardinality"]) for w in windows) == queued
+
+
+@pytest.mark.parametrize(
+    "name, params, over_calls, wide",
+    [
+        ("collectives", None, "", WIDE_ONLY),
+        # (its other windows number a thread's host events)
+        ("late_arrivals", {"noise_ns": 100_000}, "PARTITION BY rank ORDER BY exec_start", LATE_WIDE_ONLY),
+    ],
+)
+def test_the_windows_over_every_call_carry_the_columns_they_read_only(sample, tmp_path, name, params, over_calls, wide):
+    windows = [w for w in _profile(sample.con, tmp_path, name, params) if over_calls in " ".join(_projections(w))]
+    assert windows
+    for w in windows:
+        assert not _carried(w) & wide, (name, w["extra_info"], _carried(w) & wide)
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [("ranks", None), ("steady_ranks", {"warmup": ""}), ("dimensions", None)],
+)
+def test_a_union_of_spans_takes_one_sort_for_comm_and_wait(sample, tmp_path, name, params):
+    assert len(_profile(sample.con, tmp_path, name, params)) == 1
