@@ -294,6 +294,8 @@ def test_ctrl_c_that_cut_an_extension_import_is_one_line_and_130(monkeypatch, ca
             raise ImportError("initialization failed") from e
 
     monkeypatch.setattr(cli.importlib, "import_module", cut)
+    # an earlier test in the same process may have loaded the command already
+    monkeypatch.delitem(cli.main.commands, "gate", raising=False)
     with pytest.raises(SystemExit) as e:
         cli.entry(["gate", "--help"])
     assert e.value.code == 130 and capsys.readouterr().err.strip() == "nsyscomm: interrupted"
