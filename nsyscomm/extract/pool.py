@@ -223,9 +223,10 @@ def _in_progress(files, pending, jobs: int, what: str, fix: str) -> str:
 def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
     """On the Dask cluster at ``address``, or on one started in this process for ``local`` (one
     worker of ``jobs`` threads, closed at the end). The workers get absolute paths: their current
-    folder is not this process's."""
+    folder is not this process's. Extracts are taken as they finish, whichever first, and let go
+    of on the cluster at once, as the local pool's are."""
     try:
-        from distributed import Client
+        from distributed import Client, as_completed
     except ImportError:
         raise InputError("--dask needs the distributed package: pip install 'nsyscomm[dask]'") from None
     files = [os.path.abspath(f) for f in files]
@@ -246,10 +247,36 @@ def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
                 f"--dask {address}: no Dask scheduler reached there ({first}); give a running scheduler's "
                 f"address, e.g. tcp://host:8786, or local for a cluster in this process"
             ) from None
-        futures = client.map(_one, files, names, [cache] * len(files), pure=False)
-        out = []
-        for i, fut in enumerate(futures):  # in order; the cluster runs them all meanwhile
-            out.append(keep(i, fut.result()))
-            fut.release()  # the cluster and this client let go of the extract's calls
-            bar.advance()
+        shares = [_host_threads(client)] * len(files)
+        futures = client.map(_one_on_dask, files, names, [cache] * len(files), shares, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list = [None] * len(files)
+        try:
+            for fut, extract in as_completed(futures, loop=client.loop, with_results=True):
+                i = index[fut.key]
+                out[i] = keep(i, extract)
+                fut.release()  # the cluster and this client let go of the extract's calls
+                bar.advance()
+        except BaseException:
+            client.cancel(futures)  # a report's error or Ctrl-C: the cluster stops the rest
+            raise
         return out
+
+
+def _host_threads(client) -> dict[str, int]:
+    """The Dask threads on each host of the cluster, all of its workers' together."""
+    threads: dict[str, int] = {}
+    for w in client.scheduler_info(n_workers=-1)["workers"].values():
+        threads[w["host"]] = threads.get(w["host"], 0) + int(w.get("nthreads") or 1)
+    return threads
+
+
+def _one_on_dask(path: str, name: str, cache: bool, host_threads: dict[str, int]):
+    """One report on a Dask worker, whose DuckDB gets its share of its machine's cores (the cores
+    over the Dask threads on that host), as each local pool worker gets its share: a DuckDB on
+    every core in each thread of each worker made many small reports slower."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    threads = max(1, usable_cores() // max(1, host_threads.get(worker.ip, worker.state.nthreads)))
+    return _one(path, name, cache, threads)

@@ -199,6 +199,22 @@ def _threads_given(path, name, cache, threads):
     return threads
 
 
+def test_dask_workers_share_the_cores(monkeypatch):
+    """On Dask, as in the local pool, each report's DuckDB gets its share of the host's cores (the
+    cores over the cluster's threads there), not every core in each of the threads."""
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(pool, "_one", _threads_given)  # the workers are threads of this process
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        seen = pool._on_dask(
+            ["a", "b", "c"], ["a", "b", "c"], False, cluster.scheduler_address, 2, pool._Bar(False, 3, "t"), pool._as_is
+        )
+    assert seen == [max(1, pool.usable_cores() // 2)] * 3
+
+
 def test_the_workers_share_the_cores(monkeypatch):
     """Each of the two workers' DuckDB gets half of the cores, not all of them. (That the workers
     hold none of the caller's objects, whose destructors would run there without their threads,
