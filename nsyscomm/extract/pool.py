@@ -28,6 +28,10 @@ SERVER_TASKS = 4
 WORKER_TASKS = 4
 # how long --dask waits for its scheduler to answer (seconds)
 DASK_CONNECT_S = 30
+# the reports of one Dask task: a task per report cost the scheduler and the workers more than a
+# small report's extraction; a few tasks per thread still share the reports out evenly
+DASK_TASKS_PER_THREAD = 4
+DASK_MOST_PER_TASK = 16
 
 
 def _one(path: str | Path, name: str, cache: bool, threads: int | None = None):
@@ -247,16 +251,17 @@ def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
                 f"--dask {address}: no Dask scheduler reached there ({first}); give a running scheduler's "
                 f"address, e.g. tcp://host:8786, or local for a cluster in this process"
             ) from None
-        shares = [_host_threads(client)] * len(files)
-        futures = client.map(_one_on_dask, files, names, [cache] * len(files), shares, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
+        host_threads = _host_threads(client)
+        parts = _parts(len(files), sum(host_threads.values()))
+        futures = [client.submit(_some_on_dask, files[p], names[p], cache, host_threads, pure=False) for p in parts]
+        index = {f.key: p for f, p in zip(futures, parts)}
         out: list = [None] * len(files)
         try:
-            for fut, extract in as_completed(futures, loop=client.loop, with_results=True):
-                i = index[fut.key]
-                out[i] = keep(i, extract)
-                fut.release()  # the cluster and this client let go of the extract's calls
-                bar.advance()
+            for fut, extracts in as_completed(futures, loop=client.loop, with_results=True):
+                for i, extract in zip(range(index[fut.key].start, index[fut.key].stop), extracts):
+                    out[i] = keep(i, extract)
+                fut.release()  # the cluster and this client let go of the extracts' calls
+                bar.advance(len(extracts))
         except BaseException:
             client.cancel(futures)  # a report's error or Ctrl-C: the cluster stops the rest
             raise
@@ -271,12 +276,21 @@ def _host_threads(client) -> dict[str, int]:
     return threads
 
 
-def _one_on_dask(path: str, name: str, cache: bool, host_threads: dict[str, int]):
-    """One report on a Dask worker, whose DuckDB gets its share of its machine's cores (the cores
-    over the Dask threads on that host), as each local pool worker gets its share: a DuckDB on
-    every core in each thread of each worker made many small reports slower."""
+def _parts(n: int, threads: int) -> list[slice]:
+    """The reports of each Dask task: consecutive runs, at least DASK_TASKS_PER_THREAD tasks for
+    each of the cluster's threads (so that they all stay busy to the end), at most
+    DASK_MOST_PER_TASK reports in one (a task's extracts are held until it ends)."""
+    size = max(1, min(DASK_MOST_PER_TASK, n // max(1, threads * DASK_TASKS_PER_THREAD)))
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def _some_on_dask(paths: list[str], names: list[str], cache: bool, host_threads: dict[str, int]) -> list:
+    """Some reports on a Dask worker, one after the other, each one's DuckDB on its share of the
+    machine's cores (the cores over the Dask threads on that host), as each local pool worker
+    gets its share: a DuckDB on every core in each thread of each worker made many small reports
+    slower."""
     from distributed import get_worker
 
     worker = get_worker()
     threads = max(1, usable_cores() // max(1, host_threads.get(worker.ip, worker.state.nthreads)))
-    return _one(path, name, cache, threads)
+    return [_one(path, name, cache, threads) for path, name in zip(paths, names)]

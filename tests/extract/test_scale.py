@@ -215,6 +215,29 @@ def test_dask_workers_share_the_cores(monkeypatch):
     assert seen == [max(1, pool.usable_cores() // 2)] * 3
 
 
+def _path_given(path, name, cache, threads):
+    return path
+
+
+def test_dask_tasks_take_several_reports_in_order(monkeypatch):
+    """Many reports go to Dask a few to a task (a task per small report cost more than its
+    extraction), and every extract comes back in its report's place."""
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    assert [len(range(1024)[p]) for p in pool._parts(1024, 2)] == [pool.DASK_MOST_PER_TASK] * (
+        1024 // pool.DASK_MOST_PER_TASK
+    )
+    assert [len(range(3)[p]) for p in pool._parts(3, 2)] == [1, 1, 1]
+    monkeypatch.setattr(pool, "_one", _path_given)
+    files = [f"/r{i}" for i in range(50)]
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        got = pool._on_dask(files, files, False, cluster.scheduler_address, 2, pool._Bar(False, 50, "t"), pool._as_is)
+    assert got == files
+
+
 def test_the_workers_share_the_cores(monkeypatch):
     """Each of the two workers' DuckDB gets half of the cores, not all of them. (That the workers
     hold none of the caller's objects, whose destructors would run there without their threads,
