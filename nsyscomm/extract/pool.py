@@ -28,8 +28,9 @@ SERVER_TASKS = 4
 WORKER_TASKS = 4
 # how long --dask waits for its scheduler to answer (seconds)
 DASK_CONNECT_S = 30
-# the reports of one Dask task: a task per report cost the scheduler and the workers more than a
-# small report's extraction; a few tasks per thread still share the reports out evenly
+# the reports of one Dask task: each task is a round of messages between this client, the
+# scheduler and a worker, which a small report's extraction does not outweigh by much; a few tasks
+# for each thread still share the reports out evenly
 DASK_TASKS_PER_THREAD = 4
 DASK_MOST_PER_TASK = 16
 

@@ -220,8 +220,7 @@ def _path_given(path, name, cache, threads):
 
 
 def test_dask_tasks_take_several_reports_in_order(monkeypatch):
-    """Many reports go to Dask a few to a task (a task per small report cost more than its
-    extraction), and every extract comes back in its report's place."""
+    """Many reports go to Dask a few to a task, and every extract comes back in its report's place."""
     pytest.importorskip("distributed")
     from distributed import LocalCluster
 
