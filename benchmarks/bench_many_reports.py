@@ -29,6 +29,7 @@ import argparse
 import compileall
 import importlib.util
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,7 +79,10 @@ def main(argv=None) -> int:
     if a.baseline:
         return _against_baseline(a, gen, bench, shape, tmp, env)
     if a.dask:
-        return _against_dask(a, gen, bench, shape, tmp, env)
+        try:
+            return _against_dask(a, gen, bench, shape, tmp, env)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # its reports and JSON: nothing left in /tmp
     for n in a.counts:
         folder = tmp / f"n{n}"
         info = gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
