@@ -26,13 +26,14 @@ CODE = """
 import contextlib, os, sys, time
 import nsyscomm.cli
 from nsyscomm.api import load
+from nsyscomm.commands.summarize import emit
 if sys.argv[2] == "warm":
     from nsyscomm.commands import import_summary_stack
     import_summary_stack()
 t0 = time.perf_counter()
 r = load([sys.argv[1]])
 with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-    nsyscomm.cli.emit(r, "text", "GBps", False)
+    emit(r, "text", "GBps", False)
 print(time.perf_counter() - t0)
 """
 

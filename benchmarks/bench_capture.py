@@ -27,10 +27,24 @@ slowest rank; wall and CPU), which leaves out torchrun's and the interpreters' s
 wall time of the bare job; of nsys profile (its own start and its writing of the
 .qdstrm included); of nsyscomm run's job (its log's "job exited ... after S" line). Overheads as
 ratios to the bare job: nsys's = nsys / bare; the wrapper's = run job / nsys job (same flags).
-After the job: nsyscomm run's log (nsyscomm-run.log) gives each stage's seconds (summ.: reading the
-reports; shown: the analyses, which run as the summary is printed, and the printing), and the wait is
-from the job's exit (the log line's UTC stamp, written as the job exits) to the end of nsyscomm
-run, i.e. the printed summary. Prints medians over the repeats, and the load average.
+After the job, what the user waits for, from the application's exit (the job runs under
+`sh -c 'JOB; date > STAMP'`: the stamp is written as the job's last process has exited):
+
+  finish  nsys's own work after the application: from its exit to nsys profile's (under nsyscomm
+          run, to its log's "job exited" line, written as nsys exits)
+  import, export  QdstrmImporter and nsys export (nsys alone: timed here one after the other, as
+          a user runs them; nsyscomm run: its log's stages)
+  summ., shown  nsyscomm run's reading of the export, and its analyses and printing (its log)
+  wait    nsyscomm run: from the application's exit to the summary printed (the log's "analyses
+          and summary printed" stamp); nsys alone: finish + import + export, the report exported
+  exit    nsyscomm run: from the application's exit to nsyscomm run's own exit
+
+The wait of nsyscomm run is compared with two references, per repeat and as medians: nsys alone
+(its own OS-runtime defaults, the manual route: finish + QdstrmImporter + export to SQLite, or to
+Arrow), and nsys's own share of run's wait (its finish, import and export of that very capture,
+from run's log): the second is what a summary that cost nothing would wait. The wait as
+measured before (from nsys's exit, against nsys alone's import and SQLite export without its
+finish) is printed too. Prints medians over the repeats, and the load average.
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ ALL = ("bare", "nsys", "nsys-light", "nsys-wrapped", "run-sqlite", "run-arrow", 
 
 
 TIMING = Path(tempfile.gettempdir()) / f"nsyscomm-bench-loop-{os.getpid()}.txt"
+STAMP = Path(tempfile.gettempdir()) / f"nsyscomm-bench-exit-{os.getpid()}.txt"
 
 
 def job_cmd(a) -> list[str]:
@@ -74,6 +89,20 @@ def job_cmd(a) -> list[str]:
         "--timing",
         str(TIMING),
     ]
+
+
+def stamped(cmd: list[str]) -> list[str]:
+    """cmd run by sh, which writes the wall-clock time into STAMP once cmd has exited: the
+    application's exit, as the user sees it."""
+    script = 'stamp=$1; shift; "$@"; rc=$?; date +%s.%N > "$stamp"; exit $rc'
+    return ["sh", "-c", script, "sh", str(STAMP), *cmd]
+
+
+def app_exit() -> float:
+    """The wall-clock time the last application's exit was stamped."""
+    t = float(STAMP.read_text().split()[0])
+    STAMP.unlink()
+    return t
 
 
 def loop_times() -> dict:
@@ -107,8 +136,9 @@ def nsys_alone(a, tmp: Path, trace: str, post: bool, wrapped: bool = False) -> d
         from nsyscomm.capture.nsys_command import job_env
 
         env = dict(job_env(None), **{flight_record.ENV_DIR: str(out / "records")})
-    cmd = ["nsys", "profile", f"--trace={trace}", *NSYS_FLAGS, "-o", str(out / "report"), *job_cmd(a)]
+    cmd = ["nsys", "profile", f"--trace={trace}", *NSYS_FLAGS, "-o", str(out / "report"), *stamped(job_cmd(a))]
     r = {"job": wall(cmd, env=env)}
+    r["finish"] = time.time() - app_exit()
     if post:
         q = out / "report.qdstrm"
         if q.exists():  # nsys's own import failed (Debian's packages): the launcher's way
@@ -120,12 +150,15 @@ def nsys_alone(a, tmp: Path, trace: str, post: bool, wrapped: bool = False) -> d
             )
             r[f"size {kind}"] = (out / f"report.{kind}").stat().st_size
         r["size nsys-rep"] = rep.stat().st_size
+        r["export"] = r["export sqlite"]  # the manual route's: the table's column
+        r["wait"] = r["finish"] + r.get("import", 0.0) + r["export sqlite"]
+        r["wait arrow"] = r["finish"] + r.get("import", 0.0) + r["export arrow"]
     return r
 
 
 JOB_LINE = re.compile(r"^(\S+) job exited with status \d+ after ([\d.]+) s")
 STAGE = re.compile(r"^\S+ (import|export \(\w+\)|summarize) .* ([\d.]+) s ok$")
-SHOWN = re.compile(r"^\S+ analyses and summary printed ([\d.]+) s$")
+SHOWN = re.compile(r"^(\S+) analyses and summary printed ([\d.]+) s$")
 
 
 def nsyscomm_run(a, tmp: Path, export: str, preset: str, tree: str | None = None) -> dict:
@@ -147,23 +180,29 @@ def nsyscomm_run(a, tmp: Path, export: str, preset: str, tree: str | None = None
         "--preset",
         preset,
         "--",
-        *job_cmd(a),
+        *stamped(job_cmd(a)),
     ]
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env, cwd=tree)
     end = time.time()
+    exited = app_exit()
     r = {"total": time.perf_counter() - t0, "import": 0.0, "export": 0.0, "summarize": 0.0, "shown": 0.0}
+    r["exit"] = end - exited
     for line in (out / "nsyscomm-run.log").read_text().splitlines():
         m = JOB_LINE.match(line)
         if m:
             r["job"] = float(m.group(2))
-            r["wait"] = end - datetime.fromisoformat(m.group(1)).timestamp()
+            nsys_exit = datetime.fromisoformat(m.group(1)).timestamp()
+            r["finish"] = nsys_exit - exited
+            r["from nsys exit"] = end - nsys_exit
         m = STAGE.match(line)
         if m:
             r[m.group(1).split()[0]] += float(m.group(2))
         m = SHOWN.match(line)
         if m:
-            r["shown"] = float(m.group(1))
+            r["shown"] = float(m.group(2))
+            r["wait"] = datetime.fromisoformat(m.group(1)).timestamp() - exited
+    r["own"] = r["finish"] + r["import"] + r["export"]  # nsys's own share of the wait: its finish, import, export
     return r
 
 
@@ -224,7 +263,8 @@ def main() -> None:
     bare_loop = med("bare", "loop")
     print(
         f"{'variant':12s} {'job s':>7s} {'x bare':>7s} {'loop s':>7s} {'x bare':>7s} {'loopCPU':>7s} "
-        f"{'import':>7s} {'export':>7s} {'summ.':>7s} {'shown':>7s} {'wait s':>7s} {'total s':>8s}"
+        f"{'finish':>7s} {'import':>7s} {'export':>7s} {'summ.':>7s} {'shown':>7s} {'wait s':>7s} {'exit s':>7s} "
+        f"{'total s':>8s}"
     )
     for v in variants:
         job, loop = med(v, "job"), med(v, "loop")
@@ -235,7 +275,7 @@ def main() -> None:
             f"{loop / bare_loop:7.3f}" if loop is not None and bare_loop else f"{'-':>7s}",
             f"{med(v, 'loop cpu'):7.2f}" if loop is not None else f"{'-':>7s}",
         ]
-        for k in ("import", "export", "summarize", "shown", "wait", "total"):
+        for k in ("finish", "import", "export", "summarize", "shown", "wait", "exit", "total"):
             x = med(v, k)
             width = 8 if k == "total" else 7
             cells.append(f"{x:{width}.2f}" if x is not None else f"{'-':>{width}s}")
@@ -277,17 +317,38 @@ def main() -> None:
             pairs = [x["loop"] / y["loop"] for x, y in zip(res[v], res[ref]) if "loop" in x and "loop" in y]
             if pairs:
                 print(f"  {v} / {ref} loop, per repeat: " + ", ".join(f"x{p:.3f}" for p in pairs))
-    base = (med("nsys", "import") or 0) + (med("nsys", "export sqlite") or 0) if "nsys" in res else None
+    _waits(res, med)
+
+
+def _waits(res: dict, med) -> None:
+    """The wait after the job of each nsyscomm run variant against nsys alone's and against nsys's
+    own share of that run, medians and per repeat; then as measured before (from nsys's exit)."""
     for v in ("run-sqlite", "run-arrow", "run-light", "run-base"):
-        if v in res and base:
-            per = [
-                x["wait"] / (y.get("import", 0) + y["export sqlite"])
-                for x, y in zip(res[v], res["nsys"])
-                if "wait" in x and "export sqlite" in y
-            ]
+        if v not in res or med(v, "wait") is None:
+            continue
+        w, own = med(v, "wait"), med(v, "own")
+        print(
+            f"\nwait from the application's exit to the summary ({v}): {w:.2f} s (nsyscomm run's own exit "
+            f"{med(v, 'exit'):.2f} s); nsys's own share of it (finish {med(v, 'finish'):.2f} + import "
+            f"{med(v, 'import'):.2f} + export {med(v, 'export'):.2f} s) {own:.2f} s: x{w / own:.2f}; per repeat "
+            + ", ".join(f"x{r['wait'] / r['own']:.2f}" for r in res[v] if "wait" in r)
+        )
+        ref = "nsys-light" if v == "run-light" else "nsys"
+        if ref in res and med(ref, "wait") is not None:
+            for kind, key in (("SQLite", "wait"), ("Arrow", "wait arrow")):
+                m = med(ref, key)
+                print(
+                    f"  against {ref} alone, the manual route (finish {med(ref, 'finish'):.2f} + QdstrmImporter "
+                    f"{med(ref, 'import') or 0:.2f} + export {kind} {m - med(ref, 'finish') - (med(ref, 'import') or 0):.2f} s"
+                    f" = {m:.2f} s): x{w / m:.2f}; per repeat "
+                    + ", ".join(
+                        f"x{x['wait'] / y[key]:.2f}" for x, y in zip(res[v], res[ref]) if "wait" in x and key in y
+                    )
+                )
+            before = (med(ref, "import") or 0) + med(ref, "export sqlite")
             print(
-                f"wait after the job ({v}): {med(v, 'wait'):.2f} s = x{med(v, 'wait') / base:.2f} "
-                f"of import + SQLite export ({base:.2f} s); per repeat " + ", ".join(f"x{r:.2f}" for r in per)
+                f"  as measured before (from nsys's exit to run's exit, against {ref}'s import + SQLite export "
+                f"without its finish): {med(v, 'from nsys exit'):.2f} s = x{med(v, 'from nsys exit') / before:.2f} of {before:.2f} s"
             )
 
 

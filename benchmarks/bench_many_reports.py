@@ -3,6 +3,7 @@
     python benchmarks/bench_many_reports.py [--counts 128 256 512 1024] [--jobs N]
     python benchmarks/bench_many_reports.py --counts 32 --calls-per-report 60000 --memory-limit 500MB
     python benchmarks/bench_many_reports.py --counts 256 --baseline DIR [--runs 3]
+    python benchmarks/bench_many_reports.py --counts 1024 --dask [--jobs N] [--runs 3]
 
 Generates N per-rank reports (benchmarks/gen_large_report.py --per-rank; by default small ones,
 2 steps x 4 layers x 10 kernels each; with --calls-per-report, 10 steps of layers of 4 kernels,
@@ -14,6 +15,12 @@ of the process that combines the reports (its workers each hold one report at a 
 same summarizes, alternating with this one's (the order reverses every run) --runs times; prints
 each one's median and its ratio to the first baseline's, the figure to quote on a shared, busy
 machine.
+
+--dask: the same summarizes on a Dask cluster started here (distributed.LocalCluster: as many
+worker processes of one thread as the local pool has workers, --jobs or the usable cores),
+given to summarize as --dask ADDRESS, alternating with the local pool's (the order reverses every
+run) --runs times; prints each one's median, their ratio, and whether the two JSON summaries are
+identical. The cluster's workers start before the runs, as a cluster a user points --dask at has.
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ import argparse
 import compileall
 import importlib.util
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +67,7 @@ def main(argv=None) -> int:
         help="other checkouts of nsyscomm, run in the same alternation (ratios: to the first)",
     )
     ap.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each checkout per count")
+    ap.add_argument("--dask", action="store_true", help="a local Dask cluster against the local pool, alternated")
     a = ap.parse_args(argv)
     gen, bench = _load("gen_large_report"), _load("bench_summarize")
     shape = dict(steps=2, layers=4, kernels_per_layer=10, nccl_share=0.2)
@@ -67,6 +78,11 @@ def main(argv=None) -> int:
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     if a.baseline:
         return _against_baseline(a, gen, bench, shape, tmp, env)
+    if a.dask:
+        try:
+            return _against_dask(a, gen, bench, shape, tmp, env)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # its reports and JSON: nothing left in /tmp
     for n in a.counts:
         folder = tmp / f"n{n}"
         info = gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
@@ -122,6 +138,54 @@ def _against_baseline(a, gen, bench, shape, tmp: Path, env: dict) -> int:
                 f"{n:5d} reports, {what}: medians "
                 + ", ".join(f"{k} {med[k]:.1f} s" for k in trees)
                 + f"; ratio to the baseline: {ratios} (runs: {runs})",
+                flush=True,
+            )
+    return 0
+
+
+def _summarize_to(out: Path, folder: Path, extra: list[str], env: dict) -> float:
+    """Seconds of one `nsyscomm summarize --format json` of folder in a fresh process, its JSON in out."""
+    code = "import sys; from nsyscomm.cli import entry; entry(sys.argv[1:])"
+    t0 = time.perf_counter()
+    with open(out, "w") as f:
+        subprocess.run(
+            [sys.executable, "-c", code, "summarize", str(folder), "--format", "json", *extra],
+            stdout=f,
+            env=env,
+            check=True,
+            cwd=baseline.RUN_DIR,
+        )
+    return time.perf_counter() - t0
+
+
+def _against_dask(a, gen, bench, shape, tmp: Path, env: dict) -> int:
+    from distributed import LocalCluster
+
+    jobs = a.jobs or len(os.sched_getaffinity(0))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as in _against_baseline: the runs compile nothing
+    compileall.compile_dir(str(HERE.parent / "nsyscomm"), quiet=1)
+    with LocalCluster(
+        n_workers=jobs, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        variants = {"pool": ["--jobs", str(jobs)], "dask": ["--dask", cluster.scheduler_address]}
+        for n in a.counts:
+            folder = tmp / f"n{n}"
+            gen.generate(folder, ranks=n, per_rank=True, quiet=True, **shape)
+            walls: dict = {k: [] for k in variants}
+            docs: dict = {}
+            for r in range(a.runs):
+                for name in list(variants)[:: 1 if r % 2 == 0 else -1]:
+                    out = tmp / f"{name}-{n}.json"
+                    walls[name].append(_summarize_to(out, folder, ["--no-cache", *variants[name]], env))
+                    docs[name] = out.read_text()
+            med = {k: statistics.median(v) for k, v in walls.items()}
+            runs = "; ".join(f"{k} " + " ".join(f"{x:.1f}" for x in v) for k, v in walls.items())
+            print(
+                f"{n:5d} reports, no cache, {jobs} workers: local pool {med['pool']:.1f} s "
+                f"({1000 * med['pool'] / n:.1f} ms/report), Dask LocalCluster {med['dask']:.1f} s "
+                f"({1000 * med['dask'] / n:.1f} ms/report): dask / pool x{med['dask'] / med['pool']:.2f}; "
+                f"JSON {'identical' if docs['pool'] == docs['dask'] else 'DIFFERENT'} (runs: {runs}; "
+                f"load average {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
     return 0

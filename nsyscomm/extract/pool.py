@@ -28,6 +28,11 @@ SERVER_TASKS = 4
 WORKER_TASKS = 4
 # how long --dask waits for its scheduler to answer (seconds)
 DASK_CONNECT_S = 30
+# the reports of one Dask task: each task is a round of messages between this client, the
+# scheduler and a worker, which a small report's extraction does not outweigh by much; a few tasks
+# for each thread still share the reports out evenly
+DASK_TASKS_PER_THREAD = 4
+DASK_MOST_PER_TASK = 16
 
 
 def _one(path: str | Path, name: str, cache: bool, threads: int | None = None):
@@ -223,9 +228,10 @@ def _in_progress(files, pending, jobs: int, what: str, fix: str) -> str:
 def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
     """On the Dask cluster at ``address``, or on one started in this process for ``local`` (one
     worker of ``jobs`` threads, closed at the end). The workers get absolute paths: their current
-    folder is not this process's."""
+    folder is not this process's. Extracts are taken as they finish, whichever first, and let go
+    of on the cluster at once, as the local pool's are."""
     try:
-        from distributed import Client
+        from distributed import Client, as_completed
     except ImportError:
         raise InputError("--dask needs the distributed package: pip install 'nsyscomm[dask]'") from None
     files = [os.path.abspath(f) for f in files]
@@ -246,10 +252,46 @@ def _on_dask(files, names, cache, address, jobs, bar, keep) -> list:
                 f"--dask {address}: no Dask scheduler reached there ({first}); give a running scheduler's "
                 f"address, e.g. tcp://host:8786, or local for a cluster in this process"
             ) from None
-        futures = client.map(_one, files, names, [cache] * len(files), pure=False)
-        out = []
-        for i, fut in enumerate(futures):  # in order; the cluster runs them all meanwhile
-            out.append(keep(i, fut.result()))
-            fut.release()  # the cluster and this client let go of the extract's calls
-            bar.advance()
+        host_threads = _host_threads(client)
+        parts = _parts(len(files), sum(host_threads.values()))
+        futures = [client.submit(_some_on_dask, files[p], names[p], cache, host_threads, pure=False) for p in parts]
+        index = {f.key: p for f, p in zip(futures, parts)}
+        out: list = [None] * len(files)
+        try:
+            for fut, extracts in as_completed(futures, loop=client.loop, with_results=True):
+                for i, extract in zip(range(index[fut.key].start, index[fut.key].stop), extracts):
+                    out[i] = keep(i, extract)
+                fut.release()  # the cluster and this client let go of the extracts' calls
+                bar.advance(len(extracts))
+        except BaseException:
+            client.cancel(futures)  # a report's error or Ctrl-C: the cluster stops the rest
+            raise
         return out
+
+
+def _host_threads(client) -> dict[str, int]:
+    """The Dask threads on each host of the cluster, all of its workers' together."""
+    threads: dict[str, int] = {}
+    for w in client.scheduler_info(n_workers=-1)["workers"].values():
+        threads[w["host"]] = threads.get(w["host"], 0) + int(w.get("nthreads") or 1)
+    return threads
+
+
+def _parts(n: int, threads: int) -> list[slice]:
+    """The reports of each Dask task: consecutive runs, at least DASK_TASKS_PER_THREAD tasks for
+    each of the cluster's threads (so that they all stay busy to the end), at most
+    DASK_MOST_PER_TASK reports in one (a task's extracts are held until it ends)."""
+    size = max(1, min(DASK_MOST_PER_TASK, n // max(1, threads * DASK_TASKS_PER_THREAD)))
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def _some_on_dask(paths: list[str], names: list[str], cache: bool, host_threads: dict[str, int]) -> list:
+    """Some reports on a Dask worker, one after the other, each one's DuckDB on its share of the
+    machine's cores (the cores over the Dask threads on that host), as each local pool worker
+    gets its share: a DuckDB on every core in each thread of each worker made many small reports
+    slower."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    threads = max(1, usable_cores() // max(1, host_threads.get(worker.ip, worker.state.nthreads)))
+    return [_one(path, name, cache, threads) for path, name in zip(paths, names)]

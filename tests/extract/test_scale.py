@@ -199,6 +199,44 @@ def _threads_given(path, name, cache, threads):
     return threads
 
 
+def test_dask_workers_share_the_cores(monkeypatch):
+    """On Dask, as in the local pool, each report's DuckDB gets its share of the host's cores (the
+    cores over the cluster's threads there), not every core in each of the threads."""
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(pool, "_one", _threads_given)  # the workers are threads of this process
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        seen = pool._on_dask(
+            ["a", "b", "c"], ["a", "b", "c"], False, cluster.scheduler_address, 2, pool._Bar(False, 3, "t"), pool._as_is
+        )
+    assert seen == [max(1, pool.usable_cores() // 2)] * 3
+
+
+def _path_given(path, name, cache, threads):
+    return path
+
+
+def test_dask_tasks_take_several_reports_in_order(monkeypatch):
+    """Many reports go to Dask a few to a task, and every extract comes back in its report's place."""
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    assert [len(range(1024)[p]) for p in pool._parts(1024, 2)] == [pool.DASK_MOST_PER_TASK] * (
+        1024 // pool.DASK_MOST_PER_TASK
+    )
+    assert [len(range(3)[p]) for p in pool._parts(3, 2)] == [1, 1, 1]
+    monkeypatch.setattr(pool, "_one", _path_given)
+    files = [f"/r{i}" for i in range(50)]
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        got = pool._on_dask(files, files, False, cluster.scheduler_address, 2, pool._Bar(False, 50, "t"), pool._as_is)
+    assert got == files
+
+
 def test_the_workers_share_the_cores(monkeypatch):
     """Each of the two workers' DuckDB gets half of the cores, not all of them. (That the workers
     hold none of the caller's objects, whose destructors would run there without their threads,
