@@ -13,7 +13,7 @@ import pandas as pd
 
 
 class Model(Protocol):
-    """What these checks read of a nsyscomm.analyses.whatif.Model (which imports this module)."""
+    """What these checks read of a nsyscomm.analyses.whatif_model.Model."""
 
     steps: list
     step_of: np.ndarray
