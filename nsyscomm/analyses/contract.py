@@ -177,6 +177,9 @@ def document(result: Result, by_caller: bool = False) -> dict:
     doc["overlap"] = {
         "per_rank": records(ov[ov["scope"] == "rank"], ov_keys),
         "per_step": records(ov[ov["scope"] == "step"], ov_keys),
+        # an added key: "host" (no call has GPU kernels: gloo, MPI) or "device"; the gate's
+        # single-run margin reads it, since kernel-less calls have overlap rows too
+        "timed_on": result.timed_on,
     }
     doc["steps"] = records(result.step_rows, STEP_KEYS)
     doc.update(set_aside_section(result))

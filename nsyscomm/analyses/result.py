@@ -409,6 +409,13 @@ class Result:
             self.con.execute(duck.sql("timeline_calls"), {"by_step": steps is not None, "lo": lo, "hi": hi})
         )
 
+    @functools.cached_property
+    def timed_on(self) -> str | None:
+        """Where the job's calls were timed: "device" when any call has GPU kernels (NCCL), "host"
+        when none has (gloo, MPI: the host's scheduler is in every figure), None without calls."""
+        has = duck.scalar(self.con, "SELECT bool_or(gpu_start IS NOT NULL) FROM collectives")
+        return None if has is None else ("device" if has else "host")
+
     @property
     def n_calls(self) -> int:
         return int(duck.scalar(self.con, "SELECT count(*) FROM collectives"))

@@ -65,10 +65,16 @@ def noisy_row(row: dict) -> bool:
 
 
 def host_timed(doc: dict) -> bool:
-    """A run without GPU kernels (gloo on CPU): its overlap section has no rank. Every call of it
-    is timed on the host, where the scheduler's noise is in every figure."""
+    """A run without GPU kernels (gloo on CPU): every call of it is timed on the host, where the
+    scheduler's noise is in every figure. The overlap section says so (`timed_on`); a document
+    without that key is host-timed when its overlap section has no rank (kernel-less calls had
+    no overlap rows then)."""
     overlap = doc.get("overlap")
-    return isinstance(overlap, dict) and "per_rank" in overlap and not overlap["per_rank"]
+    if not isinstance(overlap, dict):
+        return False
+    if "timed_on" in overlap:
+        return overlap["timed_on"] == "host"
+    return "per_rank" in overlap and not overlap["per_rank"]
 
 
 def _noisy_run(doc: dict) -> bool:

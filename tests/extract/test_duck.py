@@ -152,6 +152,8 @@ def test_rows_that_tie_on_the_sort_keys_come_out_in_one_order():
         con.execute("ALTER TABLE collectives ADD COLUMN exec_end BIGINT DEFAULT NULL")
         con.execute("ALTER TABLE collectives ADD COLUMN init_ns BIGINT DEFAULT NULL")
         con.execute("ALTER TABLE collectives ADD COLUMN joined BIGINT DEFAULT NULL")
+        for col in ("wait_start", "wait_end", "queued_ns"):
+            con.execute(f"ALTER TABLE collectives ADD COLUMN {col} BIGINT DEFAULT NULL")
         con.execute(
             "UPDATE collectives SET exec_start = coalesce(gpu_start, cpu_start), exec_end = coalesce(gpu_end, cpu_end)"
         )

@@ -10,11 +10,13 @@ tests/cli/test_readme.py (the README's CI example)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from nsyscomm import gate as g
 from nsyscomm.commands.gate import gate as gate_cmd
+from nsyscomm.gate.single_run import host_timed
 
 STEPS = 20
 ELAPSED_MS = 1800.0  # the run's time, as a 20-step gloo job under nsys took
@@ -152,3 +154,15 @@ def test_a_straggler_that_flips_between_identical_runs_is_no_news(tmp_path):
     assert r.exit_code == 0 and "straggler changed" not in r.output, r.output
     slow = {**CPU_SLEEP, "skew": {**CPU_SLEEP["skew"], "straggler_rank": 0}}
     assert "straggler changed" in _gate(tmp_path, [CPU_A], slow).output
+
+
+def test_a_gloo_run_whose_calls_have_overlap_rows_is_host_timed():
+    """Calls without kernels have overlap rows (the part of their run the caller waited through),
+    so an empty overlap section no longer marks a host-timed run: the summary says where its calls
+    were timed (`overlap.timed_on`), and a gloo job keeps the single-run margin."""
+    golden = Path(__file__).resolve().parents[1] / "golden"
+    gloo = json.loads((golden / "gloo_cpu.json").read_text())
+    assert gloo["overlap"]["per_rank"] and gloo["overlap"]["timed_on"] == "host"
+    assert host_timed(gloo)
+    nccl = json.loads((golden / "real_h100_nccl.json").read_text())
+    assert nccl["overlap"]["timed_on"] == "device" and not host_timed(nccl)
