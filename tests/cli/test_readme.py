@@ -106,19 +106,21 @@ def executed(tmp_path_factory) -> Executed:
     return ex
 
 
-# torch's gloo now and then aborts a rank as the process group is torn down, after the job's work,
-# profiled or not (nsyscomm says so and keeps the report; its status is the job's): a README command
-# is run again once then, in a fresh output folder, so that the docs' checks see a whole run
+# torch's gloo now and then aborts a rank as the process group is torn down, after the job's work
+# (nsyscomm says so and keeps the report; its status is the job's): a README command is run again
+# then, in a fresh output folder, so that the docs' checks see a whole run
 TEARDOWN_ABORT = "terminate called without an active exception"
+CAPTURE_TRIES = 3
 
 
 def _capture(text: str, work: Path) -> subprocess.CompletedProcess:
-    r = rb.run(text, work)
-    if r.returncode == 0 or TEARDOWN_ABORT not in r.stderr:
-        return r
     out = re.search(r"--output\s+(\S+)", text)
-    if out:
-        shutil.rmtree(work / out.group(1), ignore_errors=True)
+    for _ in range(CAPTURE_TRIES - 1):
+        r = rb.run(text, work)
+        if r.returncode == 0 or TEARDOWN_ABORT not in r.stderr:
+            return r
+        if out:
+            shutil.rmtree(work / out.group(1), ignore_errors=True)
     return rb.run(text, work)
 
 
