@@ -63,21 +63,103 @@ def islands(
     cdev = ints(compute["device"])
     cstart = np.asarray(compute["start"], dtype=np.int64)
     cend = np.asarray(compute["end"], dtype=np.int64)
-    pids = np.unique(cpid)
+    pids = _distinct(cpid)
     if len(pids) > PAIRS_ONE_AT_A_TIME:
         return _islands_sorted(cpid, cdev, cstart, cend)
-    # one process, then one of its devices, at a time: the temporaries are that process's
-    # kernels, not the report's. Each pair's kernels sorted by start, a tie kept in the report's
-    # order (stable), as one sort of all the kernels by (pid, device, start) would give them
+    # one process at a time, its kernels a slice of the report at a time when they come in start
+    # order (nsys exports them so): the temporaries are a slice's, not the report's. Otherwise
+    # that process's kernels sorted, a tie kept in the report's order, as one sort of all the
+    # kernels by (pid, device, start) would give them
     out = {}
     for p in pids:
-        of_pid = np.flatnonzero(cpid == p)
-        devs = cdev[of_pid]
-        for d in np.unique(devs):
-            rows = of_pid[devs == d]
-            rows = rows[np.argsort(cstart[rows], kind="stable")]
-            out[int(p), int(d)] = _islands(cstart[rows], cend[rows])
+        try:
+            out.update(_islands_in_slices(int(p), cpid, cdev, cstart, cend))
+        except _OutOfOrder:
+            out.update(_islands_of_process(int(p), cpid, cdev, cstart, cend))
     return out
+
+
+SLICE = 1 << 18  # kernels of the report looked at a time
+
+
+class _OutOfOrder(Exception):
+    """A process's kernels on a device do not come in start order."""
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """a's distinct values, sorted, found a slice at a time (a sort of the new ones only)."""
+    known = np.unique(a[:SLICE])
+    for lo in range(SLICE, len(a), SLICE):
+        part = a[lo : lo + SLICE]
+        at = np.minimum(np.searchsorted(known, part), len(known) - 1)
+        new = part[known[at] != part]
+        if len(new):
+            known = np.union1d(known, new)
+    return known
+
+
+def _islands_in_slices(p: int, cpid, cdev, cstart, cend) -> dict:
+    """islands() of process p, its kernels a slice of the report at a time (_OutOfOrder when they
+    do not come in start order)."""
+    merges: dict[int, _Merge] = {}
+    for lo in range(0, len(cstart), SLICE):
+        at = np.flatnonzero(cpid[lo : lo + SLICE] == p)
+        if not len(at):
+            continue
+        at += lo
+        devs = cdev[at]
+        if (devs == devs[0]).all():
+            merges.setdefault(int(devs[0]), _Merge()).add(cstart[at], cend[at])
+            continue
+        for d in np.unique(devs):
+            rows = at[devs == d]
+            merges.setdefault(int(d), _Merge()).add(cstart[rows], cend[rows])
+    return {(p, d): merges[d].islands() for d in sorted(merges)}
+
+
+def _islands_of_process(p: int, cpid, cdev, cstart, cend) -> dict:
+    """islands() of process p, its kernels sorted by (device, start) at once."""
+    out = {}
+    of_pid = np.flatnonzero(cpid == p)
+    devs = cdev[of_pid]
+    for d in np.unique(devs):
+        rows = of_pid[devs == d]
+        rows = rows[np.argsort(cstart[rows], kind="stable")]
+        out[p, int(d)] = _islands(cstart[rows], cend[rows])
+    return out
+
+
+class _Merge:
+    """_islands() of kernels that come in start order, a part at a time: the islands before the
+    last are closed (every later kernel starts after their run ended), the last one may grow."""
+
+    def __init__(self) -> None:
+        self.closed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.last: tuple[int, int, int] | None = None  # its start, end and the busy time before it
+        self.last_start: int | None = None  # the start of the last kernel added
+
+    def add(self, start: np.ndarray, end: np.ndarray) -> None:
+        if (self.last_start is not None and start[0] < self.last_start) or (start[1:] < start[:-1]).any():
+            raise _OutOfOrder
+        self.last_start = int(start[-1])
+        base = 0
+        if self.last is not None:
+            # the last island first, as one kernel of its start and end: every kernel before it
+            # ended before it began, so before the kernels added now too
+            i_start, i_end, base = self.last
+            start, end = np.r_[i_start, start], np.r_[i_end, end]
+        i_starts, i_ends, before = _islands(start, end)
+        before += base
+        self.closed.append((i_starts[:-1], i_ends[:-1], before[:-1]))
+        self.last = (int(i_starts[-1]), int(i_ends[-1]), int(before[-1]))
+
+    def islands(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert self.last is not None
+        i_start, i_end, before = (
+            np.concatenate([part[k] for part in self.closed] + [np.array([last], dtype=np.int64)])
+            for k, last in enumerate(self.last)
+        )
+        return i_start, i_end, before
 
 
 # More processes than this in one report: one sort of all the kernels instead of a pass over
