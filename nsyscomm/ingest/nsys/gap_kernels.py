@@ -70,19 +70,22 @@ def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1, slice_kernels:
     ok = pc.and_(pc.is_valid(calls["gpu_start"]), pc.is_valid(calls["gpu_end"])).to_numpy(zero_copy_only=False)
     if not ok.any():
         return _empty()
+    # one column at a time out of Arrow (whose pool keeps what it freed)
     cpid, cdev, cstart, cend = (_ints(calls[c])[ok] for c in ("pid", "device", "gpu_start", "gpu_end"))
     # the calls by (pid, device), then start (a tie kept in the calls' order)
     order = np.lexsort((cstart, cdev, cpid))
     cpid, cdev, cstart, cend = cpid[order], cdev[order], cstart[order], cend[order]
     del order
     bounds = np.flatnonzero(np.r_[True, (cpid[1:] != cpid[:-1]) | (cdev[1:] != cdev[:-1]), True])
+    pids, devs = cpid[bounds[:-1]], cdev[bounds[:-1]]  # each pair's
+    del cpid, cdev
     # the kernels' columns as they come (the C scan's are int32 but for the times): no copies
     kernels = _Kernels(compute, max(1, slice_kernels))
     rows = _Rows(TOP * len(cstart), kernels.name_dtype())
 
     def pair(i: int) -> int:
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        pid, dev = int(cpid[lo]), int(cdev[lo])
+        pid, dev = int(pids[i]), int(devs[i])
         at = TOP * lo
         try:
             end = _top_of_pair(cstart[lo:hi], cend[lo:hi], kernels.in_slices(pid, dev), rows, at)
