@@ -212,18 +212,15 @@ def busy_at_edges(calls: pa.Table, by_device: dict) -> pa.Table:
         if not by_device:
             return bs, be
         # the calls grouped by (pid, device) with one sort, not one mask per group (a pass over
-        # every call per group); (pid, device) packed into one sortable number (pids
-        # take 24 bits, devices fewer than 32)
-        keys = sorted(by_device)
-        packed = np.array([p * (1 << 32) + d for p, d in keys], np.int64)
-        want = pid * (1 << 32) + dev
-        pos = np.minimum(np.searchsorted(packed, want), len(keys) - 1)
-        code = np.where(packed[pos] == want, pos, -1)
-        order = np.argsort(code, kind="stable")
-        bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
-        for i, key in enumerate(keys):
-            rows = order[bounds[i] : bounds[i + 1]]
-            if len(rows):
+        # every call per group)
+        order = np.lexsort((dev, pid))
+        p, d = pid[order], dev[order]
+        bounds = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (d[1:] != d[:-1]), True])
+        del p, d
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            rows = order[lo:hi]
+            key = (int(pid[rows[0]]), int(dev[rows[0]]))
+            if key in by_device:
                 bs[rows] = _busy_at(start[rows], *by_device[key])
                 be[rows] = _busy_at(end[rows], *by_device[key])
         return bs, be
@@ -260,8 +257,11 @@ def busy_at_edges_in_duckdb(calls: pa.Table, con: duckdb.DuckDBPyConnection) -> 
     return _with_busy(calls, busy)
 
 
-def _ints(col, missing: int = -1) -> np.ndarray:
-    """An Arrow integer column as int64 numpy, NULL as ``missing``."""
+def arrow_ints(col: pa.ChunkedArray, missing: int = -1) -> np.ndarray:
+    """An Arrow integer column as int64 numpy, NULL as ``missing``: its own buffer when it is
+    one of int64 without NULLs (read-only), else a copy."""
+    if col.null_count == 0 and col.type == pa.int64() and col.num_chunks == 1:
+        return col.chunk(0).to_numpy()
     return pc.fill_null(col.cast(pa.int64()), missing).to_numpy()
 
 
@@ -270,15 +270,18 @@ def _with_busy(calls, busy):
     -> the two as arrays, called for the calls with both GPU edges; NULL for the others. In
     Arrow, not pandas: pandas' nullable integers made the same step cost more than the rest."""
     n = calls.num_rows
-    bs = np.zeros(n, dtype=np.int64)
-    be = np.zeros(n, dtype=np.int64)
     gpu = np.zeros(n, dtype=bool)
     if n and "gpu_start" in calls.column_names and "gpu_end" in calls.column_names:
         gpu = pc.and_(pc.is_valid(calls["gpu_start"]), pc.is_valid(calls["gpu_end"])).to_numpy(zero_copy_only=False)
-    if gpu.any():
-        # a call of unknown process or device (its kernel's process and launch both missing) has no islands
-        cols = [_ints(calls[c])[gpu] for c in ("pid", "device", "gpu_start", "gpu_end")]
-        bs[gpu], be[gpu] = busy(*cols)
+    if gpu.all() and n:  # busy()'s arrays are the columns: no copy of them into others
+        bs, be = busy(*(arrow_ints(calls[c]) for c in ("pid", "device", "gpu_start", "gpu_end")))
+    else:
+        bs = np.zeros(n, dtype=np.int64)
+        be = np.zeros(n, dtype=np.int64)
+        if gpu.any():
+            # a call of unknown process or device (its kernel's process and launch both missing) has no islands
+            cols = [arrow_ints(calls[c])[gpu] for c in ("pid", "device", "gpu_start", "gpu_end")]
+            bs[gpu], be[gpu] = busy(*cols)
     mask = ~gpu
     for name, values in (("busy_at_start", bs), ("busy_at_end", be)):
         col = pa.array(values, pa.int64(), mask=mask if mask.any() else None)

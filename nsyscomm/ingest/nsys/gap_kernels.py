@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsyscomm.ingest.busy import ints
+from nsyscomm.ingest.busy import arrow_ints, ints
 from nsyscomm.ingest.extract_type import TABLE
 
 if TYPE_CHECKING:
@@ -55,10 +55,6 @@ DTYPES = {
 }
 
 
-def _ints(col, missing: int = -1) -> np.ndarray:
-    return pc.fill_null(col.cast(pa.int64()), missing).to_numpy()
-
-
 def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1, slice_kernels: int = SLICE) -> pd.DataFrame:
     """Per call with a GPU start: the TOP compute-kernel names (ids, as the report's StringIds)
     by time in its gap, with their summed ns and kernel count, by (pid, device), then the call's
@@ -70,8 +66,8 @@ def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1, slice_kernels:
     ok = pc.and_(pc.is_valid(calls["gpu_start"]), pc.is_valid(calls["gpu_end"])).to_numpy(zero_copy_only=False)
     if not ok.any():
         return _empty()
-    # one column at a time out of Arrow (whose pool keeps what it freed)
-    cpid, cdev, cstart, cend = (_ints(calls[c])[ok] for c in ("pid", "device", "gpu_start", "gpu_end"))
+    keep = slice(None) if ok.all() else ok  # the columns as they are when every call has both
+    cpid, cdev, cstart, cend = (arrow_ints(calls[c])[keep] for c in ("pid", "device", "gpu_start", "gpu_end"))
     # the calls by (pid, device), then start (a tie kept in the calls' order)
     order = np.lexsort((cstart, cdev, cpid))
     cpid, cdev, cstart, cend = cpid[order], cdev[order], cstart[order], cend[order]
