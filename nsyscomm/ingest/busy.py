@@ -176,15 +176,6 @@ def ints(a: ArrayLike) -> np.ndarray:
     return np.nan_to_num(np.asarray(a, dtype=np.float64), nan=-1).astype(np.int64)
 
 
-def pair_keys(pid: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    """(pid, device) packed into one int64 per kernel (pids take 24 bits, devices fewer than 32)."""
-    key = pid.astype(np.int64)
-    key <<= 32  # in place: one array of 8 bytes a kernel, not one per step
-    key += dev
-    key += 1
-    return key
-
-
 def _islands_sorted(cpid: np.ndarray, cdev: np.ndarray, cstart: np.ndarray, cend: np.ndarray) -> dict:
     """islands() for many (pid, device) pairs: the kernels sorted once by (pid, device, start)."""
     order = np.lexsort((cstart, cdev, cpid))

@@ -1,6 +1,7 @@
-"""busy.islands(): the compute kernels' busy islands per (pid, device), made one pair at a time so
-that its temporaries are one pair's kernels, not the report's; the same islands whatever the
-route (one pair at a time, one sort of all, integers of any width)."""
+"""busy.islands(): the compute kernels' busy islands per (pid, device), made a slice of the
+report's kernels at a time (one pair's kernels at once when they are not in start order) so that
+its temporaries are not the report's; the same islands whatever the route (slices, one pair at a
+time, one sort of all, integers of any width)."""
 
 from __future__ import annotations
 
