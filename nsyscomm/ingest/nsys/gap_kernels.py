@@ -119,7 +119,7 @@ class _Kernels:
 
     def name_dtype(self) -> type:
         """int32 for the name ids, unless some do not fit."""
-        fits = self.name.dtype.itemsize <= 4 or not len(self.name) or int(self.name.max()) < 1 << 31
+        fits = self.name.dtype in (np.int8, np.int16, np.int32) or not len(self.name) or int(self.name.max()) < 1 << 31
         return np.int32 if fits else np.int64
 
     def _of(self, pid: int, dev: int, lo: int, hi: int) -> np.ndarray:
