@@ -63,21 +63,103 @@ def islands(
     cdev = ints(compute["device"])
     cstart = np.asarray(compute["start"], dtype=np.int64)
     cend = np.asarray(compute["end"], dtype=np.int64)
-    pids = np.unique(cpid)
+    pids = _distinct(cpid)
     if len(pids) > PAIRS_ONE_AT_A_TIME:
         return _islands_sorted(cpid, cdev, cstart, cend)
-    # one process, then one of its devices, at a time: the temporaries are that process's
-    # kernels, not the report's. Each pair's kernels sorted by start, a tie kept in the report's
-    # order (stable), as one sort of all the kernels by (pid, device, start) would give them
+    # one process at a time, its kernels a slice of the report at a time when they come in start
+    # order (nsys exports them so): the temporaries are a slice's, not the report's. Otherwise
+    # that process's kernels sorted, a tie kept in the report's order, as one sort of all the
+    # kernels by (pid, device, start) would give them
     out = {}
     for p in pids:
-        of_pid = np.flatnonzero(cpid == p)
-        devs = cdev[of_pid]
-        for d in np.unique(devs):
-            rows = of_pid[devs == d]
-            rows = rows[np.argsort(cstart[rows], kind="stable")]
-            out[int(p), int(d)] = _islands(cstart[rows], cend[rows])
+        try:
+            out.update(_islands_in_slices(int(p), cpid, cdev, cstart, cend))
+        except _OutOfOrder:
+            out.update(_islands_of_process(int(p), cpid, cdev, cstart, cend))
     return out
+
+
+SLICE = 1 << 18  # kernels of the report looked at a time
+
+
+class _OutOfOrder(Exception):
+    """A process's kernels on a device do not come in start order."""
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """a's distinct values, sorted, found a slice at a time (a sort of the new ones only)."""
+    known = np.unique(a[:SLICE])
+    for lo in range(SLICE, len(a), SLICE):
+        part = a[lo : lo + SLICE]
+        at = np.minimum(np.searchsorted(known, part), len(known) - 1)
+        new = part[known[at] != part]
+        if len(new):
+            known = np.union1d(known, new)
+    return known
+
+
+def _islands_in_slices(p: int, cpid, cdev, cstart, cend) -> dict:
+    """islands() of process p, its kernels a slice of the report at a time (_OutOfOrder when they
+    do not come in start order)."""
+    merges: dict[int, _Merge] = {}
+    for lo in range(0, len(cstart), SLICE):
+        at = np.flatnonzero(cpid[lo : lo + SLICE] == p)
+        if not len(at):
+            continue
+        at += lo
+        devs = cdev[at]
+        if (devs == devs[0]).all():
+            merges.setdefault(int(devs[0]), _Merge()).add(cstart[at], cend[at])
+            continue
+        for d in np.unique(devs):
+            rows = at[devs == d]
+            merges.setdefault(int(d), _Merge()).add(cstart[rows], cend[rows])
+    return {(p, d): merges[d].islands() for d in sorted(merges)}
+
+
+def _islands_of_process(p: int, cpid, cdev, cstart, cend) -> dict:
+    """islands() of process p, its kernels sorted by (device, start) at once."""
+    out = {}
+    of_pid = np.flatnonzero(cpid == p)
+    devs = cdev[of_pid]
+    for d in np.unique(devs):
+        rows = of_pid[devs == d]
+        rows = rows[np.argsort(cstart[rows], kind="stable")]
+        out[p, int(d)] = _islands(cstart[rows], cend[rows])
+    return out
+
+
+class _Merge:
+    """_islands() of kernels that come in start order, a part at a time: the islands before the
+    last are closed (every later kernel starts after their run ended), the last one may grow."""
+
+    def __init__(self) -> None:
+        self.closed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.last: tuple[int, int, int] | None = None  # its start, end and the busy time before it
+        self.last_start: int | None = None  # the start of the last kernel added
+
+    def add(self, start: np.ndarray, end: np.ndarray) -> None:
+        if (self.last_start is not None and start[0] < self.last_start) or (start[1:] < start[:-1]).any():
+            raise _OutOfOrder
+        self.last_start = int(start[-1])
+        base = 0
+        if self.last is not None:
+            # the last island first, as one kernel of its start and end: every kernel before it
+            # ended before it began, so before the kernels added now too
+            i_start, i_end, base = self.last
+            start, end = np.r_[i_start, start], np.r_[i_end, end]
+        i_starts, i_ends, before = _islands(start, end)
+        before += base
+        self.closed.append((i_starts[:-1], i_ends[:-1], before[:-1]))
+        self.last = (int(i_starts[-1]), int(i_ends[-1]), int(before[-1]))
+
+    def islands(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert self.last is not None
+        i_start, i_end, before = (
+            np.concatenate([part[k] for part in self.closed] + [np.array([last], dtype=np.int64)])
+            for k, last in enumerate(self.last)
+        )
+        return i_start, i_end, before
 
 
 # More processes than this in one report: one sort of all the kernels instead of a pass over
@@ -92,15 +174,6 @@ def ints(a: ArrayLike) -> np.ndarray:
     if arr.dtype.kind in "iu":
         return arr
     return np.nan_to_num(np.asarray(a, dtype=np.float64), nan=-1).astype(np.int64)
-
-
-def pair_keys(pid: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    """(pid, device) packed into one int64 per kernel (pids take 24 bits, devices fewer than 32)."""
-    key = pid.astype(np.int64)
-    key <<= 32  # in place: one array of 8 bytes a kernel, not one per step
-    key += dev
-    key += 1
-    return key
 
 
 def _islands_sorted(cpid: np.ndarray, cdev: np.ndarray, cstart: np.ndarray, cend: np.ndarray) -> dict:
@@ -130,18 +203,15 @@ def busy_at_edges(calls: pa.Table, by_device: dict) -> pa.Table:
         if not by_device:
             return bs, be
         # the calls grouped by (pid, device) with one sort, not one mask per group (a pass over
-        # every call per group); (pid, device) packed into one sortable number (pids
-        # take 24 bits, devices fewer than 32)
-        keys = sorted(by_device)
-        packed = np.array([p * (1 << 32) + d for p, d in keys], np.int64)
-        want = pid * (1 << 32) + dev
-        pos = np.minimum(np.searchsorted(packed, want), len(keys) - 1)
-        code = np.where(packed[pos] == want, pos, -1)
-        order = np.argsort(code, kind="stable")
-        bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
-        for i, key in enumerate(keys):
-            rows = order[bounds[i] : bounds[i + 1]]
-            if len(rows):
+        # every call per group)
+        order = np.lexsort((dev, pid))
+        p, d = pid[order], dev[order]
+        bounds = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (d[1:] != d[:-1]), True])
+        del p, d
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            rows = order[lo:hi]
+            key = (int(pid[rows[0]]), int(dev[rows[0]]))
+            if key in by_device:
                 bs[rows] = _busy_at(start[rows], *by_device[key])
                 be[rows] = _busy_at(end[rows], *by_device[key])
         return bs, be
@@ -178,8 +248,11 @@ def busy_at_edges_in_duckdb(calls: pa.Table, con: duckdb.DuckDBPyConnection) -> 
     return _with_busy(calls, busy)
 
 
-def _ints(col, missing: int = -1) -> np.ndarray:
-    """An Arrow integer column as int64 numpy, NULL as ``missing``."""
+def arrow_ints(col: pa.ChunkedArray, missing: int = -1) -> np.ndarray:
+    """An Arrow integer column as int64 numpy, NULL as ``missing``: its own buffer when it is
+    one of int64 without NULLs (read-only), else a copy."""
+    if col.null_count == 0 and col.type == pa.int64() and col.num_chunks == 1:
+        return col.chunk(0).to_numpy()
     return pc.fill_null(col.cast(pa.int64()), missing).to_numpy()
 
 
@@ -188,15 +261,18 @@ def _with_busy(calls, busy):
     -> the two as arrays, called for the calls with both GPU edges; NULL for the others. In
     Arrow, not pandas: pandas' nullable integers made the same step cost more than the rest."""
     n = calls.num_rows
-    bs = np.zeros(n, dtype=np.int64)
-    be = np.zeros(n, dtype=np.int64)
     gpu = np.zeros(n, dtype=bool)
     if n and "gpu_start" in calls.column_names and "gpu_end" in calls.column_names:
         gpu = pc.and_(pc.is_valid(calls["gpu_start"]), pc.is_valid(calls["gpu_end"])).to_numpy(zero_copy_only=False)
-    if gpu.any():
-        # a call of unknown process or device (its kernel's process and launch both missing) has no islands
-        cols = [_ints(calls[c])[gpu] for c in ("pid", "device", "gpu_start", "gpu_end")]
-        bs[gpu], be[gpu] = busy(*cols)
+    if gpu.all() and n:  # busy()'s arrays are the columns: no copy of them into others
+        bs, be = busy(*(arrow_ints(calls[c]) for c in ("pid", "device", "gpu_start", "gpu_end")))
+    else:
+        bs = np.zeros(n, dtype=np.int64)
+        be = np.zeros(n, dtype=np.int64)
+        if gpu.any():
+            # a call of unknown process or device (its kernel's process and launch both missing) has no islands
+            cols = [arrow_ints(calls[c])[gpu] for c in ("pid", "device", "gpu_start", "gpu_end")]
+            bs[gpu], be[gpu] = busy(*cols)
     mask = ~gpu
     for name, values in (("busy_at_start", bs), ("busy_at_end", be)):
         col = pa.array(values, pa.int64(), mask=mask if mask.any() else None)

@@ -1,6 +1,7 @@
-"""busy.islands(): the compute kernels' busy islands per (pid, device), made one pair at a time so
-that its temporaries are one pair's kernels, not the report's; the same islands whatever the
-route (one pair at a time, one sort of all, integers of any width)."""
+"""busy.islands(): the compute kernels' busy islands per (pid, device), made a slice of the
+report's kernels at a time (one pair's kernels at once when they are not in start order) so that
+its temporaries are not the report's; the same islands whatever the route (slices, one pair at a
+time, one sort of all, integers of any width)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,20 @@ def test_temporaries_are_one_pairs_kernels():
         tracemalloc.stop()
     assert len(got) == 8
     assert peak / n < 15, f"{peak / n:.1f} bytes a kernel"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kernels_read_a_slice_at_a_time_give_the_same_islands(seed, monkeypatch):
+    """Kernels in start order (as nsys exports them), a process's devices interleaved, ties,
+    nested kernels and islands that span slices: the islands made a slice of the report at a
+    time, down to one kernel, are those of one sort of all; kernels out of start order too."""
+    rng = np.random.default_rng(seed)
+    k = _kernels(rng, 3000, 6)
+    k["end"][::97] = k["start"][::97] - 3  # a damaged kernel ending before it starts
+    order = rng.permutation(len(k["start"]))
+    shuffled = {c: a[order] for c, a in k.items()}
+    for kernels in (k, shuffled):
+        whole = busy._islands_sorted(*(busy.ints(kernels[c]) for c in ("pid", "device", "start", "end")))
+        for size in (1, 2, 3, 7, 100, 5000):
+            monkeypatch.setattr(busy, "SLICE", size)
+            _same(busy.islands(kernels), whole)

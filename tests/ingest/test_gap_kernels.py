@@ -4,8 +4,11 @@ not count (before the first call, overlapping the previous call, on another devi
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from nsyscomm.ingest.nsys import gap_kernels as gk
 
@@ -87,3 +90,109 @@ def test_pairs_worked_on_by_several_threads_give_each_its_own_kernels():
         assert set(rows.gpu_start) == {200}
         assert rows["ns"].to_dict() == {p * 100 + m: 10 * (1 + p % 3) for m in range(4)}
         assert rows["count"].to_dict() == {p * 100 + m: 10 for m in range(4)}
+
+
+def _oracle(calls: pa.Table, k: dict) -> list[tuple]:
+    """top_in_gaps() row by row in plain Python: per (pid, device), its calls by start (a tie in
+    their order); a named kernel belongs to the first call starting at or after its end, when the
+    call before that one ended before the kernel began; per call the TOP names by summed time, a
+    tie in the order the names first came in the kernels' order."""
+    rows = [r for r in calls.to_pylist() if r["gpu_start"] is not None and r["gpu_end"] is not None]
+    out = []
+    for pid, dev in sorted({(r["pid"], r["device"]) for r in rows}):
+        mine = sorted((r for r in rows if (r["pid"], r["device"]) == (pid, dev)), key=lambda r: r["gpu_start"])
+        starts = [r["gpu_start"] for r in mine]
+        sums: dict[int, dict[int, list[int]]] = {}
+        for i in range(len(k["start"])):
+            if (k["pid"][i], k["device"][i]) != (pid, dev) or k["name"][i] < 0:
+                continue
+            j = bisect.bisect_left(starts, k["end"][i])
+            if 0 < j < len(mine) and k["start"][i] >= mine[j - 1]["gpu_end"]:
+                s = sums.setdefault(j, {}).setdefault(int(k["name"][i]), [0, 0, i])
+                s[0] += int(k["end"][i] - k["start"][i])
+                s[1] += 1
+        for j in sorted(sums):
+            top = sorted(sums[j].items(), key=lambda kv: (-kv[1][0], kv[1][2]))[: gk.TOP]
+            out += [(pid, dev, starts[j], name, ns, count) for name, (ns, count, _) in top]
+    return out
+
+
+def _random_job(seed: int, pairs: int = 3, calls: int = 12):
+    """Calls of several (pid, device) pairs and their kernels interleaved in start order, as nsys
+    exports them: gaps of many kernels, names that tie, kernels overlapping each other and the
+    calls, unnamed ones, calls with the same start, back-to-back calls without a gap, a call
+    without a GPU time."""
+    rng = np.random.default_rng(seed)
+    crows, k = [], []
+    for p in range(pairs):
+        pid, dev = 100 + p // 2, p % 2
+        t = 0
+        for _ in range(calls):
+            t += int(rng.choice([0, 0, 5, 40, 200]))  # 0: no gap, or the same start as the call before
+            length = int(rng.integers(0, 30))
+            crows.append((pid, dev, t, t + length))
+            gap_end = t + length + int(rng.choice([0, 3, 60, 300]))
+            for _ in range(int(rng.integers(0, 25))):  # kernels from inside the call to past the next one
+                s = int(rng.integers(t, gap_end + 1))
+                k.append((pid, dev, s, s + int(rng.choice([0, 1, 2, 10, 50])), int(rng.integers(-1, 6))))
+            t += length
+    crows.append((100, 0, None, None))
+    rng.shuffle(crows)
+    k.sort(key=lambda r: r[2])  # a stable sort: kernels of one start in the order they were made
+    pid, dev, s, e, name = (np.array(c, dtype=np.int64) for c in zip(*k))
+    compute = {"pid": pid.astype(np.int32), "device": dev.astype(np.int32), "start": s, "end": e}
+    compute["name"] = name.astype(np.int32)
+    c_pid, c_dev, c_s, c_e = zip(*crows)
+    calls = pa.table(
+        {
+            "pid": pa.array(c_pid, pa.int64()),
+            "device": pa.array(c_dev, pa.int64()),
+            "gpu_start": pa.array(c_s, pa.int64()),
+            "gpu_end": pa.array(c_e, pa.int64()),
+        }
+    )
+    return calls, compute
+
+
+def _rows(df) -> list[tuple]:
+    return [tuple(int(v) for v in r) for r in df[gk.COLUMNS].itertuples(index=False)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kernels_read_a_slice_at_a_time_give_the_whole_result(seed):
+    """The rows are the same, in the same order, whatever the slice of kernels looked at a time:
+    one kernel (every call's gap cut at each of its kernels), a few, or all of them."""
+    calls, compute = _random_job(seed)
+    want = _oracle(calls, compute)
+    assert len(want) > 20  # the job has gaps, and ties among their names' times
+    for size in (1, 2, 3, 7, 64, len(compute["start"])):
+        for threads in (1, 3):
+            got = gk.top_in_gaps(calls, compute, threads=threads, slice_kernels=size)
+            assert _rows(got) == want, (size, threads)
+
+
+def test_kernels_out_of_start_order_give_the_same_result():
+    """A report whose kernels are not in start order: a pair whose gap kernels come back to a call
+    already written is worked on whole, with the same rows."""
+    calls, compute = _random_job(7)
+    order = np.random.default_rng(7).permutation(len(compute["start"]))
+    shuffled = {c: a[order] for c, a in compute.items()}
+    want = _oracle(calls, shuffled)
+    assert _rows(gk.top_in_gaps(calls, shuffled, slice_kernels=5)) == want
+    assert _rows(gk.top_in_gaps(calls, shuffled)) == want
+
+
+def test_the_rows_are_as_narrow_as_their_values():
+    """Process, device, name id and count as int32 (the C scan's widths), the times as int64:
+    combine casts them to the declared types."""
+    calls, compute = _random_job(1)
+    got = gk.top_in_gaps(calls, compute)
+    assert dict(got.dtypes.astype(str)) == {
+        "pid": "int32",
+        "device": "int32",
+        "gpu_start": "int64",
+        "name_id": "int32",
+        "ns": "int64",
+        "count": "int32",
+    }
+    assert dict(gk.top_in_gaps(calls, {c: a[:0] for c, a in compute.items()}).dtypes) == dict(got.dtypes)
