@@ -19,8 +19,8 @@ import pyarrow as pa
 from nsyscomm import duck
 
 # Calls per part, at most (ranges and kernels of each part, each): DuckDB's working memory for a
-# part is about 1 KB a call; a part costs a few scans of the report's ranges and kernels, which
-# is what stops it from being smaller.
+# part is about 1 KB a call; each part is planned anew (the query is long) and scans the report's
+# ranges and kernels for its own, which is what stops it from being smaller.
 PART_CALLS = 1 << 17
 # the lookups sql/call_lookups_nsys.sql makes, dropped once the calls are made
 _LOOKUPS = (
