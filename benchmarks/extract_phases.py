@@ -6,8 +6,9 @@ Runs the steps of nsyscomm.ingest.nsys.extract one after the other on the main t
 command runs the busy islands and the gap kernels on a second thread, beside the calls), and
 prints per phase its wall time, the resident memory after it and the peak within it (VmHWM,
 reset before each phase through /proc/self/clear_refs; Linux only). The calls phase is
-sql/calls_nsys.sql into Arrow; the islands, busy and gaps phases are nsyscomm.ingest.busy and
-nsyscomm.ingest.nsys.gap_kernels on the C scan's compute kernels.
+sql/calls_nsys.sql into Arrow, a part of the report at a time (nsyscomm.ingest.nsys.calls); the
+islands, busy and gaps phases are nsyscomm.ingest.busy and nsyscomm.ingest.nsys.gap_kernels on the
+C scan's compute kernels.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main(argv=None) -> int:
     p = _Phases()
     from nsyscomm import duck
     from nsyscomm.ingest import busy
+    from nsyscomm.ingest.nsys import calls as nsys_calls
     from nsyscomm.ingest.nsys import extract, gap_kernels, reader
 
     p.mark("imports")
@@ -65,7 +67,7 @@ def main(argv=None) -> int:
     p.mark("nccl_kernels")
     extract._own_launches(con)
     p.mark("launch owners")
-    calls = con.execute(duck.sql("calls_nsys")).to_arrow_table()
+    calls = nsys_calls.calls(con)
     p.mark("calls")
     by_device = busy.islands(opened.compute)
     p.mark("islands")

@@ -1,72 +1,45 @@
 -- One row per collective call per process of one nsys report (ranks are assigned later,
--- across all reports of the job, in sql/collectives.sql).
--- Inputs: nccl_kernels (sql/nccl_kernels.sql), src_ranges (relevant NVTX ranges; parsed, msg_*:
--- the fields of the wrapper messages the C scan split), ranges (rid: the src_ranges rid, start,
--- end, globalTid, kind, name: those of src_ranges that can own kernels, the nsyscomm wrapper's
--- and PyTorch's nccl:/gloo: record_function ranges, the name only for PyTorch's; made by
--- nsys_sqlite.py).
+-- across all reports of the job, in sql/collectives.sql), for the calls of one part of the
+-- report: the ranges numbered $rid_lo..$rid_hi and the kernels numbered $kid_lo..$kid_hi that no
+-- range owns. nsyscomm/ingest/nsys/calls.py runs it part after part: every join below is keyed
+-- by a range, a kernel, a call or a process, so the parts' rows are the whole report's, and
+-- DuckDB's working memory is one part's, not the report's.
+-- Inputs: nccl_kernels (sql/nccl_kernels.sql), nccl_kernel_names, src_ranges (relevant NVTX
+-- ranges; parsed, msg_*: the fields of the wrapper messages the C scan split), ranges (rid: the
+-- src_ranges rid, start, end, globalTid, kind, name: those of src_ranges that can own kernels, the
+-- nsyscomm wrapper's and PyTorch's nccl:/gloo: record_function ranges, the name only for
+-- PyTorch's; made by nsyscomm/ingest/nsys/extract.py), and the lookups made once per report by
+-- sql/call_lookups_nsys.sql (call_*, and kernel_owners: each kernel's owning range).
 -- Metadata priority per row: wrapper range > PyTorch range > kernel name alone.
 -- exec_start/exec_end: the execution span where this source knows it beyond the call's own range
 -- and kernels (an asynchronous call's completion, docs/architecture.md "Timing model"), else NULL.
-WITH profiler_steps AS (
-    -- torch.profiler's ProfilerStep#N ranges: the step of the calls they hold where the wrapper
-    -- saw no step boundary (step_marked), and of those the wrapper did not label
-    SELECT globalTid, start, "end", TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)', 1) AS BIGINT) AS step
-    FROM src_ranges WHERE name LIKE 'ProfilerStep#%'
+-- step: the wrapper's label, p_step: the ProfilerStep#N range's step; sql/call_steps_nsys.sql
+-- chooses between them once every part is made (the choice depends on all calls of a process).
+WITH owned AS (
+    -- the part's NCCL kernels that its ranges own (kernel_owners); wrapper: whether the owner is
+    -- the wrapper's range, so that each kind of range looks up only its own kernels (a join with
+    -- nothing to look up costs nothing)
+    SELECT * FROM kernel_owners WHERE rid BETWEEN $rid_lo AND $rid_hi
 ),
-step_marked AS (
-    -- the processes with the wrapper's step markers (an optimizer step, a pipeline schedule's
-    -- step, nsyscomm.step(i)): there the wrapper's label is a step, not "no step seen yet"
-    SELECT DISTINCT ((globalTid >> 24) & 16777215) AS pid FROM src_ranges WHERE name LIKE 'nsyscomm.step|%'
-),
-windows AS (
-    -- the wrapper's capture range of each process under `nsyscomm run --steps A:B` (pushed when
-    -- its step A begins, popped when its step B begins). nsys collects from the first process's
-    -- push to the last one's pop, so a rank that left its window early goes on being recorded:
-    -- its calls outside its own range are outside the window. A range without an end (src_ranges
-    -- ends it where it starts) was still open when the capture stopped: open to the capture's end.
-    SELECT ((globalTid >> 24) & 16777215) AS pid, min(start) AS w_start,
-           CASE WHEN max("end") > min(start) THEN max("end") ELSE 9223372036854775807 END AS w_end
-    FROM src_ranges WHERE name = 'nsyscomm.capture' GROUP BY pid
-),
-joins AS (
-    -- a rank that joined early under torch.distributed.algorithms.Join: the wrapper's range over
-    -- its Join.__exit__, where it issues shadow collectives to match the ranks still training
-    -- (nsyscomm/capture/join_ranks.py); step: its step when it joined
-    SELECT ((globalTid >> 24) & 16777215) AS pid, start, "end",
-           TRY_CAST(regexp_extract(name, '\|step=([0-9]+)', 1) AS BIGINT) AS step
-    FROM src_ranges WHERE name LIKE 'nsyscomm.joined|%'
-),
-kernels AS (
-    SELECT * FROM nccl_kernels   -- kid, name_id: sql/nccl_kernels.sql
-),
--- a range owns a kernel when it contains the kernel's launch call on the same thread;
--- grouped calls launch at ncclGroupEnd, which the outer PyTorch/wrapper range still contains
--- innermost (kid, kind, rid): per NCCL kernel and kind of range, the innermost range (latest
--- start) containing the kernel's launch call on the same thread. It is made by nsys_sqlite.py
--- (_LAUNCH_OWNERS, an ASOF join, and _LAUNCH_HOLDERS, a range join for the launches it leaves)
--- in statements of their own: in DuckDB 1.5 any materialized CTE in a query turns IEJoins into
--- quadratic piecewise merge joins.
-owned AS (
-    SELECT k.*,
-           coalesce(w.rid, t.rid) AS rid
-    FROM kernels k
-    LEFT JOIN innermost w ON w.kid = k.kid AND w.kind = 'wrapper'
-    LEFT JOIN innermost t ON t.kid = k.kid AND t.kind = 'torch_range'
+unowned AS (
+    -- the part's NCCL kernels that no range owns (kernel_owners)
+    SELECT k.*
+    FROM kernel_owners o JOIN nccl_kernels k ON k.kid = o.kid
+    WHERE o.rid IS NULL AND o.kid BETWEEN $kid_lo AND $kid_hi
 ),
 by_range AS (
-    -- the first kernel's name tells op, algorithm, protocol and dtype (nccl_kernel_names)
-    SELECT b.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
-    FROM (SELECT rid,
-                 min(kstart)                 AS gpu_start,
-                 max(kend)                   AS gpu_end,
-                 count(*)                    AS kernels,
-                 sum(kend - kstart)::BIGINT  AS kernel_ns,  -- BIGINT, not HUGEINT: Arrow int64, not decimal
-                 arg_min(name_id, kstart)    AS name_id,
-                 arg_min(stream, kstart)     AS stream,
-                 arg_min(device, kstart)     AS device
-          FROM owned WHERE rid IS NOT NULL GROUP BY rid) b
-    JOIN nccl_kernel_names n ON n.id = b.name_id
+    -- name_id: the first kernel's name, which tells op, algorithm, protocol and dtype
+    -- (nccl_kernel_names, joined to the calls: the names' strings are not carried through the
+    -- joins by range)
+    SELECT rid, wrapper,
+           min(kstart)                 AS gpu_start,
+           max(kend)                   AS gpu_end,
+           count(*)                    AS kernels,
+           sum(kend - kstart)::BIGINT  AS kernel_ns,  -- BIGINT, not HUGEINT: Arrow int64, not decimal
+           arg_min(name_id, kstart)    AS name_id,
+           arg_min(stream, kstart)     AS stream,
+           arg_min(device, kstart)     AS device
+    FROM owned GROUP BY rid, wrapper
 ),
 wrapper AS (
     -- a message the C scan split comes with its fields (parsed; nsyscomm.ingest.nsys.scan_arrow.MESSAGE_FIELDS);
@@ -111,26 +84,12 @@ wrapper AS (
                     -- joined before the message is split: a hash join carrying every call's
                     -- list of strings cost more
                     FROM (SELECT r.rid, r.globalTid, r.start, r."end", r.name, r.parsed, COLUMNS('^msg_'),
-                                 b.* EXCLUDE (rid, name_id)
-                          FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rid
-                          WHERE r.parsed OR r.name LIKE 'nsyscomm:%')))
+                                 b.* EXCLUDE (rid, wrapper, name_id),
+                                 n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
+                          FROM src_ranges r LEFT JOIN by_range b ON b.rid = r.rid AND b.wrapper
+                          LEFT JOIN nccl_kernel_names n ON n.id = b.name_id
+                          WHERE (r.parsed OR r.name LIKE 'nsyscomm:%') AND r.rid BETWEEN $rid_lo AND $rid_hi)))
     ) r
-),
-completions AS (
-    -- an asynchronous call's completion mark (emitted on the backend's thread when its work is
-    -- done) and the caller's waits for it (nsyscomm/nvtx_format.py), by the call they name in
-    -- their process: (op, group, seq, peer)
-    SELECT ((globalTid >> 24) & 16777215)                                         AS x_pid,
-           regexp_extract(name, '\|op=([^|]*)', 1)                                AS x_op,
-           regexp_extract(name, '\|pg=([^|]*)', 1)                                AS x_pg,
-           TRY_CAST(regexp_extract(name, '\|seq=([0-9]+)', 1) AS BIGINT)          AS x_seq,
-           TRY_CAST(nullif(regexp_extract(name, '\|peer=(-?[0-9]+)', 1), '') AS INTEGER) AS x_peer,
-           min(start) FILTER (WHERE name LIKE 'nsyscomm.done|%')                  AS done,
-           min(start) FILTER (WHERE name LIKE 'nsyscomm.wait|%')                  AS wait_start,
-           max("end") FILTER (WHERE name LIKE 'nsyscomm.wait|%')                  AS wait_end
-    FROM src_ranges
-    WHERE name LIKE 'nsyscomm.done|%' OR name LIKE 'nsyscomm.wait|%'
-    GROUP BY ALL
 ),
 calls AS (
     SELECT
@@ -155,7 +114,7 @@ calls AS (
         -- the call's own key in this query: its range's number, or its kernel's (below zero)
         rid AS call_key
     FROM wrapper
-    LEFT JOIN completions x
+    LEFT JOIN call_completions x
       ON x.x_pid = ((wrapper.globalTid >> 24) & 16777215) AND x.x_op = wrapper.w_op AND x.x_pg = wrapper.w_pg
          AND x.x_seq = wrapper.w_seq AND x.x_peer IS NOT DISTINCT FROM wrapper.w_peer
     UNION ALL
@@ -165,7 +124,9 @@ calls AS (
         NULL, regexp_replace(r.name, ',\s*op_id\s*=.*$', ''), NULL, b.kdtype, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         r.start, r."end", b.gpu_start, b.gpu_end, b.stream, b.device,
         'torch_range', b.kernel, b.algo, b.proto, b.kernels, b.kernel_ns, NULL, NULL, NULL, NULL, NULL, r.rid
-    FROM ranges r JOIN by_range b ON b.rid = r.rid
+    FROM ranges r JOIN (SELECT b.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
+                        FROM by_range b JOIN nccl_kernel_names n ON n.id = b.name_id
+                        WHERE NOT b.wrapper) b ON b.rid = r.rid
     WHERE r.kind = 'torch_range'
     UNION ALL
     -- kernels no range owns, including kernels whose launch row is outside the capture window
@@ -176,38 +137,38 @@ calls AS (
         launch_start, launch_end, kstart, kend, stream, device,
         'kernel_name', kernel, algo, proto, 1, kend - kstart, NULL, NULL, NULL, NULL, NULL, -1 - kid
     FROM (SELECT o.*, n.name AS kernel, n.op AS kop, n.algo, n.proto, n.dtype AS kdtype
-          FROM owned o JOIN nccl_kernel_names n ON n.id = o.name_id WHERE o.rid IS NULL)
+          FROM unowned o JOIN nccl_kernel_names n ON n.id = o.name_id)
 ),
 -- The calls outside their process's capture window dropped; a process has one window at most
 kept AS (
-    SELECT c.* FROM calls c LEFT JOIN windows w ON w.pid = c.pid
+    SELECT c.* FROM calls c LEFT JOIN call_windows w ON w.pid = c.pid
     WHERE c.cpu_start IS NULL OR w.pid IS NULL OR c.cpu_start BETWEEN w.w_start AND w.w_end
 ),
 -- The per-call lookups below are joined by call_key on narrow rows, never as subqueries that
--- refer to the call or as a window over it: DuckDB would hold every call's columns meanwhile.
+-- refer to the call or as a window over it, nor on the calls themselves: DuckDB would hold every
+-- call's columns meanwhile (a CTE read more than once is materialized).
+-- call_keys: each call's key, thread, process and start, read again from the part's ranges and
+-- kernels (those of ranges that are no call, or of calls outside the window, go unused)
+call_keys AS NOT MATERIALIZED (
+    SELECT rid AS call_key, globalTid AS gtid, ((globalTid >> 24) & 16777215) AS pid, start AS cpu_start
+    FROM ranges WHERE rid BETWEEN $rid_lo AND $rid_hi
+    UNION ALL
+    SELECT -1 - kid, launch_tid, ((coalesce(launch_tid, global_pid) >> 24) & 16777215), launch_start
+    FROM unowned
+),
 -- Each call's ProfilerStep#N range's step
 call_steps AS (
     SELECT c.call_key, max(s.step) AS p_step
-    FROM kept c JOIN profiler_steps s ON s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end"
+    FROM call_keys c JOIN call_profiler_steps s ON s.globalTid = c.gtid AND c.cpu_start BETWEEN s.start AND s."end"
     GROUP BY c.call_key
-),
--- whether the process saw step boundaries: its markers, or a label past step 0
-saw_steps AS (
-    SELECT pid, pid IN (SELECT pid FROM step_marked) OR coalesce(max(step), 0) > 0 AS saw
-    FROM kept GROUP BY pid
 ),
 -- the step at which the call's rank joined, for a call it made after (a shadow)
 call_joins AS (
     SELECT c.call_key, max(j.step) AS joined
-    FROM kept c JOIN joins j ON j.pid = c.pid AND c.cpu_start BETWEEN j.start AND j."end"
+    FROM call_keys c JOIN call_join_ranges j ON j.pid = c.pid AND c.cpu_start BETWEEN j.start AND j."end"
     GROUP BY c.call_key
 )
--- the step: the wrapper's where it saw step boundaries in the call's process, else the
--- ProfilerStep#N range's, else the wrapper's (nsyscomm/ingest/kineto/profiler_steps.py)
-SELECT c.* EXCLUDE (gtid, step, call_key),
-       CASE WHEN w.saw THEN coalesce(c.step, p.p_step) ELSE coalesce(p.p_step, c.step) END AS step,
-       j.joined
+SELECT c.* EXCLUDE (gtid, step, call_key), c.step, p.p_step, j.joined
 FROM kept c
 LEFT JOIN call_steps p ON p.call_key = c.call_key
-LEFT JOIN saw_steps w ON w.pid IS NOT DISTINCT FROM c.pid
 LEFT JOIN call_joins j ON j.call_key = c.call_key

@@ -23,6 +23,7 @@ from nsyscomm.ingest import limits
 from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.names import nccl_kernel_names
+from nsyscomm.ingest.nsys import calls as nsys_calls
 from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics, inside_calls, nccl_payload
 from nsyscomm.ingest.nsys.reader import Opened, fits_in_memory, open_report, read_only_uri, table_columns
 
@@ -33,9 +34,9 @@ ComputeKernels = dict[str, np.ndarray]
 # both, or (None, None) when the islands were made in DuckDB (kernels that do not fit in memory)
 IslandsAndKernels = tuple["Islands | None", "ComputeKernels | None"]
 
-# Input `innermost` of sql/calls_nsys.sql (see there): per NCCL kernel, the innermost range of a
-# kind containing its launch on the same thread; a wrapper range first, and a PyTorch range only
-# for the kernels no wrapper range holds (calls_nsys.sql would not use it: with the wrapper on,
+# Input `innermost` of sql/call_lookups_nsys.sql (see there): per NCCL kernel, the innermost range
+# of a kind containing its launch on the same thread; a wrapper range first, and a PyTorch range
+# only for the kernels no wrapper range holds (the calls would not use it: with the wrapper on,
 # the second lookup has nothing to do, and the lookups cost half). Per kind, first an ASOF join:
 # the range of that kind that started last at or before the launch on its thread; when it still
 # runs at the launch it is the innermost one holding it (any other holder started earlier).
@@ -157,7 +158,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         compute = _start_islands(pool, con, opened, kernels_read)
         _nccl_kernels(con, kernels_read, warnings, report)
         _own_launches(con)
-        calls = con.execute(duck.sql("calls_nsys")).to_arrow_table()
+        calls = nsys_calls.calls(con)
         unlaunched = duck.scalar(con, "SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL")
         if unlaunched:
             warnings.append(

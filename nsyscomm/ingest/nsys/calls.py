@@ -1,0 +1,91 @@
+"""One nsys report's calls (sql/calls_nsys.sql) into Arrow, a part of the report at a time.
+
+The query joins each call's range, kernels, completion, capture window and steps; DuckDB's
+working memory for that (hash tables and materialized rows of every call) is several times the
+calls' Arrow table. Every join in it is keyed by a range, a kernel, a call or a process, so the
+report is cut into parts by range number and kernel number, each part's calls made on their own
+and their Arrow tables put end to end: the working memory is one part's, whatever the report's
+size. Only the step depends on every call of a process (whether the wrapper saw step
+boundaries there): it is chosen once all parts are made (sql/call_steps_nsys.sql).
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import pyarrow as pa
+
+from nsyscomm import duck
+
+# Calls per part, at most (ranges and kernels of each part, each): DuckDB's working memory for a
+# part is about 1 KB a call; each part is planned anew (the query is long) and scans the report's
+# ranges and kernels for its own, which is what stops it from being smaller.
+PART_CALLS = 1 << 17
+# the lookups sql/call_lookups_nsys.sql makes, dropped once the calls are made
+_LOOKUPS = (
+    "call_profiler_steps",
+    "call_step_marks",
+    "call_windows",
+    "call_join_ranges",
+    "call_completions",
+    "kernel_owners",
+)
+_NONE = 1 << 62  # a bound no range or kernel number reaches
+
+
+def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.Table:
+    """The report's calls (sql/calls_nsys.sql's columns but p_step, step chosen), part_calls
+    (default PART_CALLS) at most per part; con holds src_ranges, ranges, nccl_kernels,
+    nccl_kernel_names and innermost (nsyscomm.ingest.nsys.extract)."""
+    con.execute(duck.sql("call_lookups_nsys"))
+    try:
+        query = duck.sql("calls_nsys")
+        bounds = _parts(con, part_calls or PART_CALLS)
+        parts = [con.execute(query, b).to_arrow_table() for b in bounds]
+        rows = pa.concat_tables(parts)
+        del parts
+        return _with_steps(con, rows)
+    finally:
+        for t in _LOOKUPS:
+            con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
+        # DuckDB reads each part's ranges through pyarrow's scanner, which copies the rows it
+        # keeps into pyarrow's memory pool; the pool would keep that memory once freed
+        pa.default_memory_pool().release_unused()
+
+
+def _parts(con: duckdb.DuckDBPyConnection, part_calls: int) -> list[dict[str, int]]:
+    """The parts' bounds (rid_lo, rid_hi, kid_lo, kid_hi): as many parts as it takes to hold the
+    ranges that can be calls, and the kernels, part_calls of each at most in each part if they
+    are spread evenly; the first part's bounds start below every number, the last one's end above."""
+    ((r_lo, r_hi, ranges),) = con.execute("SELECT min(rid), max(rid), count(*) FROM ranges").fetchall()
+    ((k_lo, k_hi, kernels),) = con.execute("SELECT min(kid), max(kid), count(*) FROM kernel_owners").fetchall()
+    n = max(1, math.ceil(max(ranges, kernels) / part_calls))
+    r_lo, r_step = (r_lo, math.ceil((r_hi - r_lo + 1) / n)) if ranges else (0, 0)
+    k_lo, k_step = (k_lo, math.ceil((k_hi - k_lo + 1) / n)) if kernels else (0, 0)
+    parts = []
+    for i in range(n):
+        parts.append(
+            {
+                "rid_lo": -_NONE if i == 0 else r_lo + i * r_step,
+                "rid_hi": _NONE if i == n - 1 else r_lo + (i + 1) * r_step - 1,
+                "kid_lo": -_NONE if i == 0 else k_lo + i * k_step,
+                "kid_hi": _NONE if i == n - 1 else k_lo + (i + 1) * k_step - 1,
+            }
+        )
+    return parts
+
+
+def _with_steps(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Table:
+    """rows with each call's step chosen (sql/call_steps_nsys.sql), p_step dropped."""
+    # the columns the step reads, alone: DuckDB reads a registered table through pyarrow's
+    # scanner, which copies the columns it reads
+    con.register("call_rows", rows.select(["pid", "step", "p_step"]))
+    try:
+        saw = duck.scalar(con, duck.sql("steps_seen_nsys"))
+        step = con.execute(duck.sql("call_steps_nsys"), {"saw": saw}).to_arrow_table().column(0)
+    finally:
+        con.unregister("call_rows")
+    i = rows.column_names.index("step")
+    rows = rows.set_column(i, "step", step)
+    return rows.remove_column(rows.column_names.index("p_step"))
