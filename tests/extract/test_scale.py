@@ -143,7 +143,9 @@ def test_calls_past_a_batch_go_to_the_jobs_database_with_the_same_result(per_ran
         held.clear()
         got = api.load([folder], jobs=jobs, cache=False)
         assert _result_json(got) == ref
-        assert got.con.execute("SELECT count(*) FROM calls_in").fetchone()[0] == total
+        assert got.con.execute("SELECT count(*) FROM collectives").fetchone()[0] == total
+        # and let go of once the collectives table holds them
+        assert not got.con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'calls_in'").fetchone()[0]
         assert max(held) < 2 * info["collectives_per_rank"]  # never a whole batch left in Arrow
     # under a memory limit, a quarter of it makes a batch
     monkeypatch.setattr(combine_calls, "BATCH_CALLS", 1_000_000)
