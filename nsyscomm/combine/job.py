@@ -83,22 +83,22 @@ def combine(
         "local_rank::INTEGER AS local_rank, host::VARCHAR AS host",
     )
     # every per-report table the analyses read, typed as nsyscomm.ingest.extract_type.TABLES
-    # declares them; the largest (made_late) is copied while the collectives are made (each copy
-    # keeps one core busy), unless the clocks are shifted below, which updates it
+    # declares them; the largest (made_late) once the collectives are made, unless the clocks are
+    # shifted below, which updates it
     late = [] if shifted else [t for t in TABLES if t.made_late]
     register_report_tables(con, extracts, [t for t in TABLES if t not in late])
-    made_late = register_report_tables(con, extracts, late, soon=True)
     if shifted:
         clocks.shift(con, offsets)
     release_arrow_memory()  # what the extraction's Arrow tables and the extracts' rows held
     create_collectives(con)
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
-    # the job's database holds every call and table now: the other copies go
-    for made in made_late:
-        made.result()
+    # the job's database holds every call now: their Arrow copy goes, and the largest per-report
+    # tables take its place, each copied while the steps below run (a copy keeps one core busy;
+    # made beside the collectives, they added to that query's peak)
     calls.release()
     release_arrow_memory()
+    made_late = register_report_tables(con, extracts, late, soon=True)
     setup.mark_unfinished(con, sources)
     joined.align_steps(con)
     if any(e.windowed for e in extracts):
@@ -140,6 +140,9 @@ def combine(
         )
     if unsized:
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
+    for made in made_late:
+        made.result()
+    release_arrow_memory()  # the stacked rows they were copied from
     out = Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
     out.selection = selection
     return out
