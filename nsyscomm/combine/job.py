@@ -116,7 +116,7 @@ def combine(
         select.keep(con, selection)
         select.clip_spans(con, selection)
         parts = begin_overlap(con)
-    # what the warnings below count, in one scan of the calls
+    # what the warnings below count, in one scan of the collectives
     max_n, unsized = duck.one_row(con, duck.sql("job_checks"))
     max_n = int(max_n)
     factors = pd.DataFrame(
