@@ -26,6 +26,7 @@ call once per scope) took both cores for several times what this takes on one.
 from __future__ import annotations
 
 from concurrent.futures import Future
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -34,6 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsyscomm import duck
+
+T = TypeVar("T")
 
 _CALLS = """SELECT rank, step, report, pid, device, gpu_start AS s, gpu_end AS e, busy_at_start, busy_at_end
             FROM collectives WHERE gpu_start IS NOT NULL"""
@@ -53,10 +56,14 @@ _SUMS = """SELECT rank, step, count(*) AS calls, sum(comm_rank_ns) AS comm_rank_
                   sum(exposed_step_ns) AS exposed_step_ns
            FROM call_parts GROUP BY rank, step"""
 
-# The most calls one pass holds (their parts take about 150 bytes each): past it, the reports are
-# taken a group at a time. A report is never split: a call's part depends only on the calls of
-# its own process and device.
+# The most calls one query reads (their columns take about 70 bytes each): past it, the reports
+# are taken a group at a time. A report is never split: a call's part depends only on the calls
+# of its own process and device.
 CHUNK_CALLS = 1_000_000
+# The most calls one pass of the numpy arrays holds (they take a few hundred bytes a call at
+# their peak, beside the job's database at its largest): past it, a group's processes are taken
+# a few at a time, each process whole.
+PASS_CALLS = 250_000
 
 
 def parts(con: duckdb.DuckDBPyConnection) -> pa.Table:
@@ -65,26 +72,44 @@ def parts(con: duckdb.DuckDBPyConnection) -> pa.Table:
     each call adds to the union of communication (comm_*_ns) and of the part of that no compute
     hides (exposed_*_ns); NULL where SQL's arithmetic on NULL times would give only NULLs."""
     sums = []
-    for reports in _chunks(con.execute(_REPORTS).fetchall()):
+    counts: list[tuple[str, int]] = con.execute(_REPORTS).fetchall()
+    for reports in _chunks(counts):
         for query, make in ((_CALLS, _call_parts), (_CPU_CALLS, _cpu_call_parts)):
             q, params = (query, None) if reports is None else (query + _OF_REPORTS, {"reports": reports})
-            con.register("call_parts", make(con.execute(q, params).to_arrow_table()))
-            try:
-                sums.append(con.execute(_SUMS).to_arrow_table())
-            finally:
-                con.unregister("call_parts")
+            for calls in _by_process(con.execute(q, params).to_arrow_table()):
+                con.register("call_parts", make(calls))
+                try:
+                    sums.append(con.execute(_SUMS).to_arrow_table())
+                finally:
+                    con.unregister("call_parts")
     return pa.concat_tables(sums)
 
 
-def _chunks(counts: list[tuple[str, int]]) -> list[list[str] | None]:
-    """The reports (with their calls) in groups of at most CHUNK_CALLS calls; [None]: all at once."""
-    if sum(n for _, n in counts) <= CHUNK_CALLS:
+def _by_process(t: pa.Table) -> list[pa.Table]:
+    """t's calls in parts of at most PASS_CALLS calls (or one process's, where it has more),
+    each process's calls in one part."""
+    if len(t) <= PASS_CALLS:
+        return [t]
+    process = _groups([_codes(t["report"]), *_ints(t["pid"])])
+    counts = np.bincount(process)
+    part_of = np.empty(len(counts), np.int64)
+    for i, group in enumerate(_chunks(list(enumerate(counts.tolist())), PASS_CALLS)):
+        part_of[group] = i
+    part = part_of[process]
+    return [t.filter(pa.array(part == i)) for i in range(int(part.max()) + 1)]
+
+
+def _chunks(counts: list[tuple[T, int]], most: int | None = None) -> list[list[T] | None]:
+    """The keys (reports, with their calls) in groups of at most `most` calls (CHUNK_CALLS), or
+    one key's where it has more; [None]: all at once."""
+    most = CHUNK_CALLS if most is None else most
+    if sum(n for _, n in counts) <= most:
         return [None]
-    out: list[list[str] | None] = []
-    group: list[str] = []
+    out: list[list[T] | None] = []
+    group: list[T] = []
     size = 0
     for report, n in counts:
-        if group and size + n > CHUNK_CALLS:
+        if group and size + n > most:
             out.append(group)
             group, size = [], 0
         group.append(report)

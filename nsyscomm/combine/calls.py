@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsyscomm import duck, schema
-from nsyscomm.ingest.extract_type import TABLES, Extract
+from nsyscomm.ingest.extract_type import TABLES, Extract, Table
 from nsyscomm.ingest.names import canonical_op
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
@@ -49,6 +49,7 @@ class JobCalls:
         self._rows = 0
         self._ids = 0  # calls numbered so far: the next call's call_id
         self._stored = False
+        self._registered = False  # the calls are registered as calls_arrow
 
     @functools.cached_property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -82,8 +83,21 @@ class JobCalls:
         calls = self._stacked()
         if calls is not None:
             self.con.register("calls_arrow", calls)
+            self._registered = True
         select = _typed_select(calls, "calls_arrow")  # names and types from nsyscomm.schema only
         self.con.execute(f"CREATE TEMP VIEW calls_typed AS {select}")
+
+    def release(self) -> None:
+        """Let go of the calls once the collectives table holds them: the views over them
+        (calls_typed, and calls, which combine makes of it) and what they read (the Arrow
+        table, or calls_in)."""
+        self.con.execute("DROP VIEW IF EXISTS calls")
+        self.con.execute("DROP VIEW IF EXISTS calls_typed")
+        if self._stored:
+            self.con.execute("DROP TABLE calls_in")
+        elif self._registered:
+            self.con.unregister("calls_arrow")
+            self._registered = False
 
     def _store(self) -> None:
         calls = self._stacked()
@@ -196,26 +210,47 @@ def register_soon(con: duckdb.DuckDBPyConnection, name: str, df: pd.DataFrame | 
     return duck.on_cursor_soon(con, lambda cur: register(cur, name, df, select), name)
 
 
-def register_report_tables(con: duckdb.DuckDBPyConnection, extracts: list[Extract], late: bool) -> list[Future]:
-    """The job's table of each per-report table that has one (TABLES), every report's rows
+def register_report_tables(
+    con: duckdb.DuckDBPyConnection, extracts: list[Extract], tables: Iterable[Table] = TABLES, soon: bool = False
+) -> list[Future]:
+    """The job's table of each of these per-report tables that has one, every report's rows
     stacked and typed as declared, and for the tables that may be absent, the reports that have
-    them. late: the tables marked made_late are copied on a cursor of their own (register_soon);
-    their futures are returned."""
+    them; the extracts of the list are replaced by ones without those rows (let_go). soon: each
+    copied on a cursor of its own (register_soon); their futures are returned."""
     futures = []
-    for t in TABLES:
+    for t in tables:
         if t.job_table is None:
             continue
         rows: pd.DataFrame | pa.Table = (stack_arrow if t.stacked_in_arrow else stack)(extracts, t.name, t.column_names)
+        have = [e.report for e in extracts if getattr(e, t.name, None) is not None]
+        let_go(extracts, t)
         if t.op_from_api:
             rows = fill_op(rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows, preserve_index=False))
-        if late and t.made_late:
+        if soon:
             futures.append(register_soon(con, t.job_table, rows, t.job_select()))
         else:
             register(con, t.job_table, rows, t.job_select())
         if t.reports_table is not None:
-            have = [e.report for e in extracts if getattr(e, t.name, None) is not None]
             register(con, t.reports_table, pd.DataFrame({"report": have}, dtype=object), "report::VARCHAR AS report")
     return futures
+
+
+def let_go(extracts: list[Extract], table: Table) -> None:
+    """Replace each extract of the list by one whose table has no rows, once they are stacked for
+    the job's database: the extracts' copies of a large job's rows would otherwise stay beside the
+    database's for as long as the list does."""
+    for i, e in enumerate(extracts):
+        rows = getattr(e, table.name, None)
+        if rows is not None:
+            # not a slice: that would keep the buffers
+            empty = rows.schema.empty_table() if isinstance(rows, pa.Table) else rows.iloc[0:0].copy()
+            extracts[i] = replace(e, **{table.name: empty})
+
+
+def release_arrow_memory() -> None:
+    """Hand back to the system the memory pyarrow's pool keeps after its tables are gone (its
+    allocator keeps it for later tables: the extraction's, which a job does not read again)."""
+    pa.default_memory_pool().release_unused()
 
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:

@@ -18,10 +18,11 @@ from nsyscomm.combine.calls import (
     create_collectives,
     register,
     register_report_tables,
+    release_arrow_memory,
 )
 from nsyscomm.combine.ranks import assign_ranks
 from nsyscomm.combine.select import Selection
-from nsyscomm.ingest.extract_type import Extract
+from nsyscomm.ingest.extract_type import TABLES, Extract
 
 
 def combine(
@@ -34,7 +35,8 @@ def combine(
     """The extracts of a job's reports -> its Result. calls: their calls, gathered as they
     arrived (load() does that); by default taken from the extracts. sources: the input paths,
     whose flight records (beside the reports) tell the calls that never completed. selection:
-    only those steps and ops (every call by default)."""
+    only those steps and ops (every call by default). Once the job's database holds the per-report
+    tables, the list's extracts are replaced by ones without their rows (calls.let_go)."""
     selection = selection or Selection()
     if calls is None:
         calls = JobCalls()
@@ -48,16 +50,20 @@ def combine(
     warnings += rank_warnings
     calls.finish()  # view calls_typed
     # absurd timestamps (end before start) would give negative latencies: leave those calls out
-    skipped, backwards = duck.one_row(
+    where = "op IS NOT NULL AND (cpu_end < cpu_start OR gpu_end < gpu_start) IS NOT TRUE"
+    # and, of the calls kept, those matched across ranks by call order only (no nsyscomm or NCCL
+    # payload metadata, and no sequence number from their source: sql/collectives.sql numbers those)
+    skipped, backwards, by_order = duck.one_row(
         con,
         "SELECT count(*) FILTER (WHERE op IS NULL), "
-        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start) FROM calls_typed",
+        "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start), "
+        f"count(*) FILTER (WHERE {where} AND seq IS NULL "
+        "AND source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace', 'nccl_inspector')) FROM calls_typed",
     )
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
     if backwards:
         warnings.append(f"{backwards} call(s) end before they start (corrupt timestamps): left out")
-    where = "op IS NOT NULL AND (cpu_end < cpu_start OR gpu_end < gpu_start) IS NOT TRUE"
     if shifted:
         # each report's clock offset (_shift) applies to its calls as they are read
         con.execute("CREATE TEMP TABLE report_offsets (report VARCHAR, off BIGINT)")
@@ -77,14 +83,22 @@ def combine(
         "local_rank::INTEGER AS local_rank, host::VARCHAR AS host",
     )
     # every per-report table the analyses read, typed as nsyscomm.ingest.extract_type.TABLES
-    # declares them; the largest is made while the collectives are (each copy keeps one core
-    # busy), unless the clocks are shifted below, which updates it
-    made_late = register_report_tables(con, extracts, late=not shifted)
+    # declares them; the largest (made_late) once the collectives are made, unless the clocks are
+    # shifted below, which updates it
+    late = [] if shifted else [t for t in TABLES if t.made_late]
+    register_report_tables(con, extracts, [t for t in TABLES if t not in late])
     if shifted:
         clocks.shift(con, offsets)
+    release_arrow_memory()  # what the extraction's Arrow tables and the extracts' rows held
     create_collectives(con)
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
+    # the job's database holds every call now: their Arrow copy goes, and the largest per-report
+    # tables take its place, each copied while the steps below run (a copy keeps one core busy;
+    # made beside the collectives, they added to that query's peak)
+    calls.release()
+    release_arrow_memory()
+    made_late = register_report_tables(con, extracts, late, soon=True)
     setup.mark_unfinished(con, sources)
     joined.align_steps(con)
     if any(e.windowed for e in extracts):
@@ -102,8 +116,8 @@ def combine(
         select.keep(con, selection)
         select.clip_spans(con, selection)
         parts = begin_overlap(con)
-    # what the warnings below count, in one scan of the calls
-    max_n, by_order, unsized = duck.one_row(con, duck.sql("job_checks"))
+    # what the warnings below count, in one scan of the collectives
+    max_n, unsized = duck.one_row(con, duck.sql("job_checks"))
     max_n = int(max_n)
     factors = pd.DataFrame(
         [(op, n, busbw.busbw_factor(op, n)) for op in busbw.OPS for n in range(1, max(2, max_n) + 1)],
@@ -128,6 +142,7 @@ def combine(
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
     for made in made_late:
         made.result()
+    release_arrow_memory()  # the stacked rows they were copied from
     out = Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
     out.selection = selection
     return out

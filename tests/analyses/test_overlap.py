@@ -202,6 +202,25 @@ def test_exposed_communication_is_the_union_minus_compute(seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_processes_taken_a_few_at_a_time_give_the_same_result(seed, monkeypatch):
+    """Past overlap.PASS_CALLS, a query's calls go through the numpy pass a few processes at a
+    time (each process whole, a report's processes apart): the same result as in one pass."""
+    calls, _ = _job(seed)
+    # a process the source gave no pid is one too
+    calls["pid"] = calls["pid"].astype("Int64").mask((calls["report"] == "b.sqlite") & (calls["pid"] == 200))
+    whole = _overlap(calls)
+    passes = []
+    real = overlap._call_parts
+    monkeypatch.setattr(overlap, "_call_parts", lambda t: passes.append(t) or real(t))
+    monkeypatch.setattr(overlap, "PASS_CALLS", 1)  # every process on its own
+    pd.testing.assert_frame_equal(_overlap(calls), whole)
+    got = [set(zip(p["report"].to_pylist(), p["pid"].to_pylist())) for p in passes]
+    assert sorted(map(str, got)) == sorted(
+        map(str, [{("a.sqlite", 100)}, {("a.sqlite", 200)}, {("b.sqlite", 100)}, {("b.sqlite", None)}])
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_reports_taken_a_group_at_a_time_give_the_same_result(seed, monkeypatch):
     """Past overlap.CHUNK_CALLS, the calls are taken a group of reports at a time (their parts
     summed per rank and step in each): the same result as in one pass."""
