@@ -254,19 +254,24 @@ def test_ddp_buckets_are_waited_for_at_the_end_of_backward(job):
 
 def test_ddp_buckets_are_exposed_inside_backward(job):
     """A gloo DDP bucket is exposed while backward's finalize waits for it (the wrapper's wait):
-    per step of the DDP loop (steps 1.. hold one backward each), some of it is exposed, and the
-    exposed time lies within the communication and within the backward as the program timed it.
-    (No lower bound from one bucket's synchronous time: a bucket launched before backward's last
+    per step of the DDP loop (steps 1.. hold one backward each), the exposed time lies within the
+    communication and within the backward as the program timed it, and over the loop some of it
+    is exposed. (No lower bound per step: a bucket whose all-reduce the backend's thread finished
+    before the rank's finalize waited for it was hidden whole, which a busy machine makes
+    happen; nor from one bucket's synchronous time: a bucket launched before backward's last
     kernels overlaps them, on a busy machine almost whole.)"""
     res, own, profiler, _ = job
     if profiler != "nsys":
         pytest.skip("torch.profiler's traces hold no wait ranges")
     ov = res.overlap
     per_step = ov[(ov["scope"] == "step") & ov["step"].notna()]
+    total = 0.0
     for rank in (0, 1):
         for step in range(1, len(own[rank]["backward_ns"])):
             row = per_step[(per_step["rank"] == rank) & (per_step["step"] == step)]
             assert len(row) == 1, per_step
             exposed, busy = row["exposed_ns"].iloc[0] / MS, row["comm_busy_ns"].iloc[0] / MS
             backward = own[rank]["backward_ns"][step] / MS
-            assert 0 < exposed <= min(busy, backward), (rank, step, exposed, busy, backward)
+            assert 0 <= exposed <= min(busy, backward), (rank, step, exposed, busy, backward)
+            total += exposed
+    assert total > 0, per_step
