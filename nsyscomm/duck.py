@@ -380,6 +380,15 @@ def frame(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return arrow_frame(cur.to_arrow_table())
 
 
+def release_arrow_memory() -> None:
+    """Hand back to the system the memory pyarrow's pool keeps after its tables are gone: its
+    allocator keeps freed memory for later tables, and the tables a stage lets go of (the
+    extraction's copies, the rows a job has moved into its database) are not read again."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
 def frame_arrow(df: pd.DataFrame) -> pa.Table:
     """arrow_frame()'s way back: a pandas frame as an Arrow table without its index or pandas'
     schema metadata, as the sources hand over calls they built in pandas (Extract.calls)."""

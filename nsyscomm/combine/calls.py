@@ -247,12 +247,6 @@ def let_go(extracts: list[Extract], table: Table) -> None:
             extracts[i] = replace(e, **{table.name: empty})
 
 
-def release_arrow_memory() -> None:
-    """Hand back to the system the memory pyarrow's pool keeps after its tables are gone (its
-    allocator keeps it for later tables: the extraction's, which a job does not read again)."""
-    pa.default_memory_pool().release_unused()
-
-
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which

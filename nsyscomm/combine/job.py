@@ -18,7 +18,6 @@ from nsyscomm.combine.calls import (
     create_collectives,
     register,
     register_report_tables,
-    release_arrow_memory,
 )
 from nsyscomm.combine.ranks import assign_ranks
 from nsyscomm.combine.select import Selection
@@ -89,7 +88,7 @@ def combine(
     register_report_tables(con, extracts, [t for t in TABLES if t not in late])
     if shifted:
         clocks.shift(con, offsets)
-    release_arrow_memory()  # what the extraction's Arrow tables and the extracts' rows held
+    duck.release_arrow_memory()  # what the extraction's Arrow tables and the extracts' rows held
     create_collectives(con)
     if shifted:
         warnings += clocks.refine(con, extracts[0].report, create_collectives)
@@ -97,7 +96,7 @@ def combine(
     # tables take its place, each copied while the steps below run (a copy keeps one core busy;
     # made beside the collectives, they added to that query's peak)
     calls.release()
-    release_arrow_memory()
+    duck.release_arrow_memory()
     made_late = register_report_tables(con, extracts, late, soon=True)
     setup.mark_unfinished(con, sources)
     joined.align_steps(con)
@@ -142,7 +141,7 @@ def combine(
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
     for made in made_late:
         made.result()
-    release_arrow_memory()  # the stacked rows they were copied from
+    duck.release_arrow_memory()  # the stacked rows they were copied from
     out = Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
     out.selection = selection
     return out

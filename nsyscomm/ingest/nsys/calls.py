@@ -51,7 +51,7 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
         # DuckDB reads each part's ranges through pyarrow's scanner, which copies the rows it
         # keeps into pyarrow's memory pool; the pool would keep that memory once freed
-        pa.default_memory_pool().release_unused()
+        duck.release_arrow_memory()
 
 
 def _parts(con: duckdb.DuckDBPyConnection, part_calls: int) -> list[dict[str, int]]:
