@@ -65,36 +65,80 @@ def step_periods(sim: list[list[dict]]) -> list[float]:
     return [ends[0] - first] + [b - a for a, b in zip(ends, ends[1:])]
 
 
+def gloo_ranks(rep: Report) -> list:
+    """The two ranks: one python process each with a gloo worker thread (tid pid + 1), each with
+    the wrapper's rank marker."""
+    procs = [rep.process(100 + 10 * r, "python3", {100 + 10 * r: "python3", 101 + 10 * r: "gloo"}) for r in (0, 1)]
+    for r, p in enumerate(procs):
+        rep.mark(p, p.pid, T0 - MS, registered=fmt.format_rank_marker(r, r, 2, "h"), domain=1)
+    return procs
+
+
+def enqueue(
+    rep: Report,
+    proc,
+    op: str,
+    seq: int,
+    start: int,
+    end: int,
+    *,
+    nbytes: int,
+    step: int,
+    caller: str,
+    async_op: bool = True,
+) -> None:
+    """The wrapper's range over a call's enqueue on group 0 of 2 ranks (times in ns)."""
+    msg = fmt.format_collective(
+        op,
+        api=op,
+        bytes=nbytes,
+        dtype="float32",
+        numel=nbytes // 4,
+        pg=0,
+        gsize=2,
+        seq=seq,
+        async_op=async_op,
+        step=step,
+        caller=caller,
+    )
+    rep.range(proc, proc.pid, start, end, registered=msg, domain=1)
+
+
+def done(rep: Report, proc, t: int, op: str, seq: int) -> None:
+    """A call's completion mark, on the backend's thread (tid pid + 1), as the wrapper's future
+    callback emits it."""
+    rep.mark(proc, proc.pid + 1, t, registered=fmt.format_done(fmt.format_ident(op, 0, seq)), domain=1)
+
+
+def wait(rep: Report, proc, start: int, end: int, op: str, seq: int) -> None:
+    """The caller's wait for a call (Work.wait), on its own thread."""
+    rep.range(proc, proc.pid, start, end, registered=fmt.format_wait(fmt.format_ident(op, 0, seq)), domain=1)
+
+
 def write(path: Path, sim: list[list[dict]]) -> Path:
     """The report of a simulated job, one process per rank (the calls' completion marks on a
     second thread, as the wrapper's future callbacks emit them)."""
     rep = Report(path.name, cuda=False)
-    procs = [rep.process(100 + 10 * r, "python3", {100 + 10 * r: "python3", 101 + 10 * r: "gloo"}) for r in (0, 1)]
+    procs = gloo_ranks(rep)
     ns = lambda ms: T0 + round(ms * MS)  # noqa: E731
-    for r, p in enumerate(procs):
-        rep.mark(p, p.pid, T0 - MS, registered=fmt.format_rank_marker(r, r, 2, "h"), domain=1)
     seq = 0
     for step, rows in enumerate(sim):
         for i in range(len(rows) // 2):
             for r, p in enumerate(procs):
                 c = rows[2 * i + r]
-                msg = fmt.format_collective(
+                enqueue(
+                    rep,
+                    p,
                     "broadcast",
-                    api="broadcast",
-                    bytes=BYTES,
-                    dtype="float32",
-                    numel=BYTES // 4,
-                    pg=0,
-                    gsize=2,
-                    seq=seq,
-                    async_op=True,
+                    seq,
+                    ns(c["issue"]),
+                    ns(c["issue"] + ISSUE_MS),
+                    nbytes=BYTES,
                     step=step,
                     caller="zero.py:40 step",
                 )
-                ident = fmt.format_ident("broadcast", 0, seq)
-                rep.range(p, p.pid, ns(c["issue"]), ns(c["issue"] + ISSUE_MS), registered=msg, domain=1)
-                rep.mark(p, p.pid + 1, ns(c["end"]), registered=fmt.format_done(ident), domain=1)
-                rep.range(p, p.pid, ns(c["wait"][0]), ns(c["wait"][1]), registered=fmt.format_wait(ident), domain=1)
+                done(rep, p, ns(c["end"]), "broadcast", seq)
+                wait(rep, p, ns(c["wait"][0]), ns(c["wait"][1]), "broadcast", seq)
             seq += 1
     write_sqlite(rep, path, seed=0)
     return path

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 import nsyscomm
-from nsyscomm import nvtx_format as fmt
 from nsyscomm.synth import Report, write_sqlite
 from nsyscomm.views import trace as tr
+from tests.support import async_jobs
 
 from .test_trace import validate
 
@@ -20,29 +20,7 @@ BYTES = 4 << 20
 
 
 def _call(rep, proc, op, seq, start, end, *, asy=True):
-    msg = fmt.format_collective(
-        op,
-        api=op,
-        bytes=BYTES,
-        dtype="float32",
-        numel=BYTES // 4,
-        pg=0,
-        gsize=2,
-        seq=seq,
-        async_op=asy,
-        step=0,
-        caller="job.py:1 main",
-    )
-    rep.range(proc, proc.pid, start, end, registered=msg, domain=1)
-
-
-def _done(rep, proc, t, op, seq):
-    # on the backend's thread (tid pid + 1), as the wrapper's future callback emits it
-    rep.mark(proc, proc.pid + 1, t, registered=fmt.format_done(fmt.format_ident(op, 0, seq)), domain=1)
-
-
-def _wait(rep, proc, start, end, op, seq):
-    rep.range(proc, proc.pid, start, end, registered=fmt.format_wait(fmt.format_ident(op, 0, seq)), domain=1)
+    async_jobs.enqueue(rep, proc, op, seq, start, end, nbytes=BYTES, step=0, caller="job.py:1 main", async_op=asy)
 
 
 # construction: (rank, op, seq) -> the execution span nsyscomm must find (docs/architecture.md,
@@ -61,15 +39,14 @@ def job(tmp_path_factory):
     synchronous all_reduce, and an async broadcast nobody waits for (as DDP's buckets)."""
     tmp = tmp_path_factory.mktemp("trace_async")
     rep = Report("job.sqlite", cuda=False)
-    procs = [rep.process(100 + 10 * r, "python3", {100 + 10 * r: "python3", 101 + 10 * r: "gloo"}) for r in range(2)]
+    procs = async_jobs.gloo_ranks(rep)
     for r, p in enumerate(procs):
-        rep.mark(p, p.pid, T0 - MS, registered=fmt.format_rank_marker(r, r, 2, "h"), domain=1)
         _call(rep, p, "all_reduce", 0, T0 + r * 50_000, T0 + r * 50_000 + 100_000)
-        _done(rep, p, T0 + 8 * MS + r * 10_000, "all_reduce", 0)
+        async_jobs.done(rep, p, T0 + 8 * MS + r * 10_000, "all_reduce", 0)
         _call(rep, p, "all_reduce", 1, T0 + 20 * MS, T0 + 24 * MS, asy=False)
         _call(rep, p, "broadcast", 2, T0 + 30 * MS, T0 + 30 * MS + 200_000)
-        _done(rep, p, T0 + 37 * MS, "broadcast", 2)
-    _wait(rep, procs[0], T0 + 2 * MS, T0 + 6 * MS, "all_reduce", 0)
+        async_jobs.done(rep, p, T0 + 37 * MS, "broadcast", 2)
+    async_jobs.wait(rep, procs[0], T0 + 2 * MS, T0 + 6 * MS, "all_reduce", 0)
     write_sqlite(rep, tmp / "job.sqlite", seed=0)
     res = nsyscomm.load(tmp / "job.sqlite")
     table = {
