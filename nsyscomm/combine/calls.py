@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsyscomm import duck, schema
+from nsyscomm import duck, schema, temp_folders
 from nsyscomm.ingest.extract_type import TABLES, Extract, Table
 from nsyscomm.ingest.names import canonical_op
 
@@ -33,6 +33,12 @@ _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "l
 # calls of the 6M-row benchmark report).
 BATCH_CALLS = 1_000_000
 ARROW_BYTES_PER_CALL = 300
+# From this many calls on, the job's database is a file in a folder of the process's own
+# (nsyscomm.temp_folders), not memory: DuckDB compresses a file's tables as it writes them (the
+# collectives table about ten times) and can evict their pages, where every byte of an in-memory
+# table stays resident. A smaller job keeps its database in memory: the file costs its set-up
+# and writes, a fixed cost that a report of few calls would notice (docs/performance.md, "Memory").
+FILE_CALLS = 50_000
 
 
 class JobCalls:
@@ -54,12 +60,25 @@ class JobCalls:
     @functools.cached_property
     def con(self) -> duckdb.DuckDBPyConnection:
         """The job's database, with the memory limit in force when it is made: at first use, when
-        the process pool's workers have forked (a fork would not take a database's threads along)."""
-        return duck.connect()
+        the process pool's workers have forked (a fork would not take a database's threads along).
+        In memory, or a file (FILE_CALLS) once the calls are that many (all of them taken, or
+        past a batch) or the memory is limited, where the file's folder can be made."""
+        folder = temp_folders.job_folder() if self._ids + self._rows >= FILE_CALLS or duck.limited() else None
+        if folder is None:
+            return duck.connect()
+        try:
+            con = duck.connect(folder=folder)
+        except BaseException:
+            temp_folders.remove_now(folder)
+            raise
+        temp_folders.remove_with(folder, con)
+        return con
 
     @functools.cached_property
     def batch(self) -> int:
         """The most calls held in Arrow: BATCH_CALLS, or fewer under the database's memory limit."""
+        if not duck.limited():
+            return BATCH_CALLS
         limit = duck.memory_limit_bytes(self.con)
         return BATCH_CALLS if limit is None else max(1, min(BATCH_CALLS, limit // 4 // ARROW_BYTES_PER_CALL))
 
@@ -103,7 +122,7 @@ class JobCalls:
         calls = self._stacked()
         if not self._stored:
             select = _typed_select(None, "")
-            self.con.execute(f"CREATE TEMP TABLE calls_in AS {select}")
+            self.con.execute(f"CREATE TABLE calls_in AS {select}")
             self._stored = True
         self.con.register("calls_batch", calls)
         try:
