@@ -20,10 +20,11 @@ from nsyscomm.ingest.extract_type import TABLES, Extract, Table
 from nsyscomm.ingest.names import canonical_op
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
-# each call's number in the job, unique: sql/collectives.sql works out the calls' timing on
-# narrow rows (the window functions sort what they carry) and joins it back to the calls by it
+# each call's number in the job, unique: sql/call_spans.sql works out the calls' timing on
+# narrow rows (the window functions sort what they carry), and sql/collectives.sql joins it back
+# to the calls by it
 CALL_ID = "call_id"
-# collectives columns computed for the whole job in sql/collectives.sql
+# collectives columns computed for the whole job (sql/calls_ranked.sql, call_spans.sql, collectives.sql)
 _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "logical_id", "setup")
 
 
@@ -108,8 +109,9 @@ class JobCalls:
 
     def release(self) -> None:
         """Let go of the calls once the collectives table holds them: the views over them
-        (calls_typed, and calls, which combine makes of it) and what they read (the Arrow
-        table, or calls_in)."""
+        (calls_typed, calls, which combine makes of it, and calls_ranked) and what they read
+        (the Arrow table, or calls_in)."""
+        self.con.execute("DROP VIEW IF EXISTS calls_ranked")
         self.con.execute("DROP VIEW IF EXISTS calls")
         self.con.execute("DROP VIEW IF EXISTS calls_typed")
         if self._stored:
@@ -267,11 +269,17 @@ def let_go(extracts: list[Extract], table: Table) -> None:
 
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
+    """The table collectives from the view calls: each call's number and span first, on narrow
+    rows (call_spans, dropped once joined), then the wide rows with them. Two queries: in one,
+    the window functions' working memory stayed taken while the join ran."""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW calls_ranked AS {duck.sql('calls_ranked')}")
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which
     # doubles its cost. Without that optimizer, a LEFT JOIN builds its right side, proc_ranks.
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
         con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
     finally:
         con.execute("RESET disabled_optimizers")
+        con.execute("DROP TABLE IF EXISTS call_spans")
