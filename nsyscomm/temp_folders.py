@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import weakref
@@ -48,7 +47,7 @@ def base() -> str:
 @functools.cache
 def _host() -> str:
     """This machine's name as a folder name may hold it."""
-    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+    return re.sub(r"[^A-Za-z0-9.-]", "_", os.uname().nodename if hasattr(os, "uname") else "") or "host"
 
 
 def _name(prefix: str) -> str:
@@ -84,7 +83,9 @@ def job_folder() -> str | None:
 
 def remove_with(path: str, con: object) -> None:
     """Remove the job folder at path once con (its database's connection) is freed."""
-    _job_folders[path] = weakref.finalize(con, _remove, path)
+    fin = weakref.finalize(con, _remove, path)
+    fin.atexit = False  # at the exit, remove_all closes the database first
+    _job_folders[path] = fin
 
 
 def remove_now(path: str) -> None:
