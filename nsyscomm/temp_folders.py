@@ -101,7 +101,7 @@ def remove_all() -> None:
             continue
         con = fin.peek()[0] if fin is not None and fin.alive else None
         if con is not None:
-            # no checkpoint to write: the file goes next
+            # closed first: an open database writes its file and its log until it is closed
             with contextlib.suppress(Exception):
                 con.close()
         _remove(path)
