@@ -9,7 +9,9 @@
 -- arrive in the order sent), whatever each side's seq, which counts both directions of a pair.
 -- The window functions below sort every column they carry: they run over `timing`, each call's
 -- few columns that its numbering and spans depend on.
-WITH timing AS (
+-- NOT MATERIALIZED: each of the two branches below reads its own calls (with a seq, without one)
+-- from the calls again, where a stored copy of every call's row would be held through the query
+WITH timing AS NOT MATERIALIZED (
     SELECT call_id, report, pid, tid, rank, op, api, "group", group_size, seq, peer, pair, source,
            cpu_start, cpu_end, gpu_start, gpu_end, stream, device, exec_start, exec_end, init_ns
     FROM calls_ranked
