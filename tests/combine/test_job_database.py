@@ -96,7 +96,7 @@ def test_the_job_folder_is_gone_after_the_summary(tmp_path, what, status):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
-def test_a_job_folder_outlives_no_signal(tmp_path, sig):
+def test_a_job_folder_outlives_no_signal(tmp_path, monkeypatch, sig):
     """Ended by a signal in the job stage: SIGTERM (143) and Ctrl-C (130) remove the folder on
     the way out; SIGKILL leaves it, and the next process to open a database removes it."""
     proc = _child("wait", sample("synthetic_ddp_4rank.sqlite"), tmp_path)
@@ -113,12 +113,11 @@ def test_a_job_folder_outlives_no_signal(tmp_path, sig):
             proc.wait()
     if sig == signal.SIGKILL:
         assert folder.exists()
+        monkeypatch.setenv("NSYSCOMM_TEMP_DIR", str(tmp_path / "base"))
         temp_folders.sweep.cache_clear()
-        os.environ["NSYSCOMM_TEMP_DIR"] = str(tmp_path / "base")
         try:
             temp_folders.sweep()
         finally:
-            del os.environ["NSYSCOMM_TEMP_DIR"]
             temp_folders.sweep.cache_clear()
     else:
         assert proc.returncode == (143 if sig == signal.SIGTERM else 130), (tmp_path / "err").read_text()
