@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 
-from nsyscomm import settings
+from nsyscomm import settings, temp_folders
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,12 +42,14 @@ def _sqlite_extension() -> str:
 MEMORY_LIMIT_ENV = "NSYSCOMM_MEMORY_LIMIT"
 # Where they spill (default: the system's temporary folder), never the current folder (DuckDB's
 # default for in-memory databases, ./.tmp): a folder of its own per database, which DuckDB
-# creates on the first spill and removes when the database closes.
+# creates on the first spill and removes when the database closes (nsyscomm.temp_folders).
 TEMP_DIR_ENV = "NSYSCOMM_TEMP_DIR"
-_databases = itertools.count()
 
 
-def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(sqlite: bool = False, threads: int | None = None, folder: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A database in memory, or with folder (nsyscomm.temp_folders.job_folder) a file there: DuckDB
+    compresses a file's tables as it writes them, and can evict their pages past its memory limit;
+    an in-memory table is neither."""
     # Auto-install/auto-load off: a profiler on a cluster node must never reach the network.
     config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": False,
@@ -70,13 +70,13 @@ def connect(sqlite: bool = False, threads: int | None = None) -> duckdb.DuckDBPy
         # installed and checked with our own code (duckdb-extension-sqlite-scanner); nothing else
         # is loaded: LOAD below names that file, auto-loading is off and no user SQL runs here.
         config["allow_unsigned_extensions"] = True
-    base = settings.temp_dir() or tempfile.gettempdir()
-    config["temp_directory"] = os.path.join(base, f"nsyscomm-spill-{os.getpid()}-{next(_databases)}")
+    temp_folders.sweep()
+    config["temp_directory"] = temp_folders.spill_folder()
     limit = _limit()
     if limit:
         config["memory_limit"] = _share_of_ram(limit) if limit.endswith("%") else limit
     try:
-        con = duckdb.connect(config=config)
+        con = duckdb.connect(os.path.join(folder, "job.duckdb") if folder else ":memory:", config=config)
     except duckdb.Error as e:
         if not limit:
             raise
@@ -322,6 +322,11 @@ def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
         return int(float(value) * _UNITS[unit])
     except (ValueError, KeyError):
         return None
+
+
+def limited() -> bool:
+    """Whether a memory limit is set for this process's databases."""
+    return bool(_limit())
 
 
 def _limit() -> str:

@@ -32,7 +32,12 @@ VARIABLES: tuple[Variable, ...] = (
     # where and how the analysis runs
     Variable("NSYSCOMM_CACHE_DIR", USER, "$XDG_CACHE_HOME/nsyscomm, else ~/.cache/nsyscomm", "extract cache folder"),
     Variable("NSYSCOMM_MEMORY_LIMIT", USER, "DuckDB's default (80% of RAM)", "DuckDB memory per process"),
-    Variable("NSYSCOMM_TEMP_DIR", USER, "the system's temporary folder", "where DuckDB spills past the limit"),
+    Variable(
+        "NSYSCOMM_TEMP_DIR",
+        USER,
+        "the system's temporary folder",
+        "where DuckDB spills past the limit, and a large job's database",
+    ),
     Variable("NSYSCOMM_STALL_TIMEOUT", USER, "600 (seconds)", "an extraction worker finishing nothing this long"),
     # limits on hostile input
     Variable(

@@ -15,15 +15,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsyscomm import duck, schema
+from nsyscomm import duck, schema, temp_folders
 from nsyscomm.ingest.extract_type import TABLES, Extract, Table
 from nsyscomm.ingest.names import canonical_op
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
-# each call's number in the job, unique: sql/collectives.sql works out the calls' timing on
-# narrow rows (the window functions sort what they carry) and joins it back to the calls by it
+# each call's number in the job, unique: sql/call_spans.sql works out the calls' timing on
+# narrow rows (the window functions sort what they carry), and sql/collectives.sql joins it back
+# to the calls by it
 CALL_ID = "call_id"
-# collectives columns computed for the whole job in sql/collectives.sql
+# collectives columns computed for the whole job (sql/calls_ranked.sql, call_spans.sql, collectives.sql)
 _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "logical_id", "setup")
 
 
@@ -33,6 +34,13 @@ _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "l
 # calls of the 6M-row benchmark report).
 BATCH_CALLS = 1_000_000
 ARROW_BYTES_PER_CALL = 300
+# From this many calls on, the job's database is a file in a folder of the process's own
+# (nsyscomm.temp_folders), not memory: DuckDB compresses a file's tables as it writes them (the
+# collectives table about ten times) and can evict their pages, where every byte of an in-memory
+# table stays resident. The compression costs time for every row written, and the memory it
+# saves is worth that time only once the job's tables are a large share of the process's memory:
+# a smaller job keeps its database in memory (docs/performance.md, "Memory", measures both).
+FILE_CALLS = 400_000
 
 
 class JobCalls:
@@ -54,12 +62,25 @@ class JobCalls:
     @functools.cached_property
     def con(self) -> duckdb.DuckDBPyConnection:
         """The job's database, with the memory limit in force when it is made: at first use, when
-        the process pool's workers have forked (a fork would not take a database's threads along)."""
-        return duck.connect()
+        the process pool's workers have forked (a fork would not take a database's threads along).
+        In memory, or a file (FILE_CALLS) once the calls are that many (all of them taken, or
+        past a batch) or the memory is limited, where the file's folder can be made."""
+        folder = temp_folders.job_folder() if self._ids + self._rows >= FILE_CALLS or duck.limited() else None
+        if folder is None:
+            return duck.connect()
+        try:
+            con = duck.connect(folder=folder)
+        except BaseException:
+            temp_folders.remove_now(folder)
+            raise
+        temp_folders.remove_with(folder, con)
+        return con
 
     @functools.cached_property
     def batch(self) -> int:
         """The most calls held in Arrow: BATCH_CALLS, or fewer under the database's memory limit."""
+        if not duck.limited():
+            return BATCH_CALLS
         limit = duck.memory_limit_bytes(self.con)
         return BATCH_CALLS if limit is None else max(1, min(BATCH_CALLS, limit // 4 // ARROW_BYTES_PER_CALL))
 
@@ -89,8 +110,9 @@ class JobCalls:
 
     def release(self) -> None:
         """Let go of the calls once the collectives table holds them: the views over them
-        (calls_typed, and calls, which combine makes of it) and what they read (the Arrow
-        table, or calls_in)."""
+        (calls_typed, calls, which combine makes of it, and calls_ranked) and what they read
+        (the Arrow table, or calls_in)."""
+        self.con.execute("DROP VIEW IF EXISTS calls_ranked")
         self.con.execute("DROP VIEW IF EXISTS calls")
         self.con.execute("DROP VIEW IF EXISTS calls_typed")
         if self._stored:
@@ -103,7 +125,7 @@ class JobCalls:
         calls = self._stacked()
         if not self._stored:
             select = _typed_select(None, "")
-            self.con.execute(f"CREATE TEMP TABLE calls_in AS {select}")
+            self.con.execute(f"CREATE TABLE calls_in AS {select}")
             self._stored = True
         self.con.register("calls_batch", calls)
         try:
@@ -248,11 +270,17 @@ def let_go(extracts: list[Extract], table: Table) -> None:
 
 
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
+    """The table collectives from the view calls: each call's number and span first, on narrow
+    rows (call_spans, dropped once joined), then the wide rows with them. Two queries: in one,
+    the window functions' working memory stayed taken while the join ran."""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW calls_ranked AS {duck.sql('calls_ranked')}")
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which
     # doubles its cost. Without that optimizer, a LEFT JOIN builds its right side, proc_ranks.
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
         con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
     finally:
         con.execute("RESET disabled_optimizers")
+        con.execute("DROP TABLE IF EXISTS call_spans")

@@ -51,7 +51,7 @@ def combine(
     # absurd timestamps (end before start) would give negative latencies: leave those calls out
     where = "op IS NOT NULL AND (cpu_end < cpu_start OR gpu_end < gpu_start) IS NOT TRUE"
     # and, of the calls kept, those matched across ranks by call order only (no nsyscomm or NCCL
-    # payload metadata, and no sequence number from their source: sql/collectives.sql numbers those)
+    # payload metadata, and no sequence number from their source: sql/call_spans.sql numbers those)
     skipped, backwards, by_order = duck.one_row(
         con,
         "SELECT count(*) FILTER (WHERE op IS NULL), "

@@ -35,7 +35,7 @@ def mark_setup(con: duckdb.DuckDBPyConnection) -> int:
         return 0
     con.execute("UPDATE collectives SET setup = true WHERE logical_id IN (SELECT logical_id FROM setup_ids)")
     # a call holding NCCL's init ranges is setup for its time only: its arrival leaves the init
-    # out (sql/collectives.sql), so a rank late to it beyond the init is named late; one set aside
+    # out (sql/call_spans.sql), so a rank late to it beyond the init is named late; one set aside
     # by its length alone is setup whole, its skew too (nothing there tells an init from a late rank)
     con.execute(
         "UPDATE logical_collectives SET setup = true, whole_setup = s.how <> 'nccl_init' "

@@ -37,7 +37,7 @@ from multiprocessing import context, process, spawn
 from types import FrameType
 from typing import Any
 
-from nsyscomm import settings
+from nsyscomm import settings, temp_folders
 from nsyscomm.errors import InputError, Terminated
 
 WORKER_NAME = "nsyscomm-extract"
@@ -248,7 +248,9 @@ def sigterm_ends_workers() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # a job's database made meanwhile keeps SIGTERM raising Terminated (nsyscomm.temp_folders)
+        after = temp_folders.raise_terminated_handler() if temp_folders.holds_sigterm() else signal.SIG_DFL
+        signal.signal(signal.SIGTERM, after)
 
 
 def stop(pool: ProcessPoolExecutor) -> None:

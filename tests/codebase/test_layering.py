@@ -36,6 +36,7 @@ BASE = (
     "nsyscomm.settings",
     "nsyscomm.schema",
     "nsyscomm.duck",
+    "nsyscomm.temp_folders",
     "nsyscomm.bundled",
     "nsyscomm.busbw",
     "nsyscomm.nvtx_format",

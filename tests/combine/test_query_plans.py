@@ -1,6 +1,6 @@
 """How the job's queries run, not only what they give (their figures are the samples' truth and
 the goldens): a window function sorts every column it carries, so the windows over every call
-carry the few columns they read; sql/collectives.sql sends each call through the window of its
+carry the few columns they read; sql/call_spans.sql sends each call through the window of its
 own queue only; the union of a rank's spans takes one sort for its comm and its wait. Checked
 on DuckDB's profile of each query over the bundled samples."""
 
@@ -15,7 +15,7 @@ from nsyscomm import duck
 from nsyscomm.combine.calls import JobCalls
 from nsyscomm.discover import sample_jobs
 
-# columns of the wide rows that no window of sql/collectives.sql reads
+# columns of the wide rows that no window of sql/call_spans.sql reads
 WIDE_ONLY = {"caller", "kernel", "algo", "proto", "dtype", "group_ranks", "busy_at_start", "busy_at_end"}
 # ... and of sql/late_arrivals.sql's window over every call (the late collectives' calls take them)
 LATE_WIDE_ONLY = {"caller", "source", "report", "tid", "device", "busy_at_start"}
@@ -27,7 +27,7 @@ def _operators(node):
         yield from _operators(child)
 
 
-def _profile(con, tmp_path, name="collectives", params=None):
+def _profile(con, tmp_path, name="call_spans", params=None):
     """The WINDOW operators of the named query's run."""
     out = tmp_path / "profile.json"
     con.execute("PRAGMA enable_profiling = 'json'")
@@ -52,7 +52,7 @@ def _carried(window) -> set:
 @pytest.fixture(scope="module", params=[0, 2], ids=["nccl_streams", "gloo_groups"])
 def sample(request):
     # the job keeps its calls (combine lets them go once the collectives table holds them), so
-    # that sql/collectives.sql can run again over them
+    # that sql/call_spans.sql can run again over them
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(JobCalls, "release", lambda self: None)
         return nsyscomm.load(sample_jobs()[request.param], cache=False)
@@ -74,7 +74,7 @@ def test_each_call_goes_through_the_window_of_its_own_queue_only(sample, tmp_pat
 @pytest.mark.parametrize(
     "name, params, over_calls, wide",
     [
-        ("collectives", None, "", WIDE_ONLY),
+        ("call_spans", None, "", WIDE_ONLY),
         # (its other windows number a thread's host events)
         ("late_arrivals", {"noise_ns": 100_000}, "PARTITION BY rank ORDER BY exec_start", LATE_WIDE_ONLY),
     ],

@@ -167,7 +167,7 @@ def test_calls_without_seq_that_tie_on_time_are_numbered_in_one_order():
     """Two NCCL kernels of one rank with no wrapper metadata, started at the same nanosecond on
     two streams: their seq (the order among the rank's calls of that op, which matches them
     across ranks) goes to the lower stream first, whatever order the calls were stored in."""
-    from nsyscomm.combine.calls import _typed_select
+    from nsyscomm.combine.calls import _typed_select, create_collectives
 
     con = duck.connect()
     try:
@@ -182,7 +182,8 @@ def test_calls_without_seq_that_tie_on_time_are_numbered_in_one_order():
             "CREATE TABLE proc_ranks AS SELECT 'r' AS report, 1::BIGINT AS pid, 0 AS rank, 0 AS local_rank, "
             "NULL::VARCHAR AS host"
         )
-        got = con.execute(f"SELECT stream, seq FROM ({duck.sql('collectives')}) ORDER BY seq").fetchall()
+        create_collectives(con)
+        got = con.execute("SELECT stream, seq FROM collectives ORDER BY seq").fetchall()
     finally:
         con.close()
     assert got == [(3, 0), (7, 1)]

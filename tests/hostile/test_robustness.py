@@ -379,6 +379,8 @@ def test_no_report_string_is_formatted_into_sql():
         "_col(k, 'globalPid')",
         "duck.sql('nccl_kernels')",
         "duck.sql('collectives')",
+        "duck.sql('calls_ranked')",
+        "duck.sql('call_spans')",
         "duck.sql('logical_collectives')",
         "duck.sql('setup_calls')",
         "duck.sql('first_meetings')",

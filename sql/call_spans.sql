@@ -1,0 +1,117 @@
+-- Each call's number and execution span in the job, on narrow rows (the table call_spans, which
+-- sql/collectives.sql joins back to the wide rows by call_id, each call's number in the job:
+-- combine/calls.py). A query of its own, so that the working memory of its window functions is
+-- free again before that join runs.
+-- Calls without the wrapper's (group, seq) get seq = their order among the rank's calls
+-- of the same op, and a group size inferred from how many ranks share that seq.
+-- A point-to-point message is its send and its receive: the n-th send from one rank to another in
+-- a communicator pairs with the n-th receive there from that rank (messages between two ranks
+-- arrive in the order sent), whatever each side's seq, which counts both directions of a pair.
+-- The window functions below sort every column they carry: they run over `timing`, each call's
+-- few columns that its numbering and spans depend on.
+-- NOT MATERIALIZED: each of the two branches below reads its own calls (with a seq, without one)
+-- from the calls again, where a stored copy of every call's row would be held through the query
+WITH timing AS NOT MATERIALIZED (
+    SELECT call_id, report, pid, tid, rank, op, api, "group", group_size, seq, peer, pair, source,
+           cpu_start, cpu_end, gpu_start, gpu_end, stream, device, exec_start, exec_end, init_ns
+    FROM calls_ranked
+),
+-- the window functions run only over the calls that need them (none when the wrapper was on)
+by_order AS (
+    -- (calls that tie on time, on two streams or threads, numbered in one order every run)
+    SELECT * REPLACE (row_number() OVER (PARTITION BY rank, op
+                                         ORDER BY coalesce(exec_start, gpu_start, cpu_start), cpu_start, pid, tid, stream,
+                                                  coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq)
+    FROM timing WHERE seq IS NULL
+),
+numbered AS (
+    SELECT * FROM timing WHERE seq IS NOT NULL
+    UNION ALL BY NAME
+    SELECT * REPLACE (coalesce(group_size, count(*) OVER (PARTITION BY "group", op, seq)) AS group_size)
+    FROM by_order
+),
+-- each message's place among the messages from its sender to its receiver
+messages AS (
+    SELECT *, row_number() OVER (PARTITION BY "group", sender, receiver, op ORDER BY seq, exec_start, cpu_start) - 1 AS msg
+    FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS sender,
+                    CASE WHEN op = 'send' THEN peer ELSE rank END AS receiver
+          FROM numbered WHERE pair IS NOT NULL)
+),
+-- a send's work is done once its receive has the data: its execution ends no later than its
+-- receive's, where the receive's end is a completion (its kernels', its completion mark or the
+-- end of its caller's wait -- the source's exec_end --, or a synchronous receive's return). An
+-- asynchronous receive with neither (irecv, batch_isend_irecv) ends at its enqueue: no bound.
+p2p AS (
+    SELECT *, min(CASE WHEN op = 'recv' AND (exec_end IS NOT NULL OR gpu_end IS NOT NULL
+                                             OR coalesce(api, '') NOT IN ('irecv', 'batch_isend_irecv'))
+                       THEN coalesce(exec_end, gpu_end, cpu_end) END)
+                  OVER (PARTITION BY "group", sender, receiver, msg) AS recv_done
+    FROM messages
+    UNION ALL BY NAME
+    SELECT * FROM numbered WHERE pair IS NULL
+),
+-- each call's own span: the source's where it knows when the work ran, else the kernels', else
+-- the host range. A call holding NCCL's communicator initialization (init_ns) starts its execution
+-- where its kernel would have started without the init (never before the call): the init is
+-- setup, but a rank that came late to the call stays late, and the init's own length, which
+-- differs between ranks, names nobody. A send without kernels ends no later than its receive did
+-- (p2p above); a receive that ended before its send began says the two ranks' clocks disagree,
+-- and bounds nothing.
+-- (only what the queues and the result read: the windows below sort every column they carry)
+own AS (
+    SELECT call_id, report, pid, device, stream, "group", cpu_start, gpu_start, seq, group_size,
+           sender, receiver, msg,
+           CASE WHEN coalesce(init_ns, 0) > 0
+                THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
+                ELSE coalesce(exec_start, gpu_start, cpu_start) END AS own_start,
+           CASE WHEN op = 'send' AND gpu_end IS NULL AND recv_done >= coalesce(exec_start, cpu_start)
+                THEN least(coalesce(exec_end, cpu_end), recv_done)
+                ELSE coalesce(exec_end, gpu_end, cpu_end) END AS x_end,
+           CASE WHEN gpu_start IS NOT NULL THEN 'stream'
+                WHEN source = 'wrapper' AND "group" IS NOT NULL AND op NOT IN ('send', 'recv') THEN 'group'
+           END AS queue
+    FROM p2p
+),
+-- the queue each call waits in (docs/architecture.md, "Timing model": work issued to one queue
+-- runs in order) and when it had a place free there: a call's execution cannot start before.
+-- NCCL: its CUDA stream, one kernel at a time (the kernels' start already waits; the queue
+-- tells how long the call waited behind the calls ahead). gloo: its process group, whose two
+-- worker threads take the calls from one queue in the order enqueued, so a call starts once all
+-- but one of the calls enqueued before it on the group have ended (the second latest end among
+-- them). Point-to-point calls bypass gloo's queue (the caller's thread hands them to the
+-- transport), so they wait in none.
+-- Each queue's calls go through their own window only: computing both windows over every call
+-- sorted every call twice.
+queues AS (
+    SELECT *, max(x_end) OVER (PARTITION BY report, pid, device, stream
+                               ORDER BY cpu_start, gpu_start, seq
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS queue_free
+    FROM own WHERE queue = 'stream'
+    UNION ALL
+    SELECT *, (max(x_end, 2) OVER (PARTITION BY report, pid, "group"
+                                   ORDER BY cpu_start, seq
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2] AS queue_free
+    FROM own WHERE queue = 'group'
+    UNION ALL
+    SELECT *, NULL::BIGINT AS queue_free FROM own WHERE queue IS NULL
+),
+-- the execution span every analysis reads: the call's own, started no earlier than its queue let
+-- it (never past its end); queued_ns: the part of the time from its enqueue (cpu_start) to its
+-- execution that it waited behind the calls ahead of it on its queue
+spans AS (
+    SELECT *,
+           CASE WHEN queue = 'group' AND queue_free > own_start
+                THEN least(queue_free, coalesce(x_end, queue_free)) ELSE own_start END AS x_start
+    FROM queues
+)
+SELECT
+    call_id,     -- the call (calls.call_id)
+    seq,         -- its number among its communicator's calls of its op (the source's, else by order)
+    group_size,  -- its communicator's size (the source's, else the ranks that share its seq)
+    sender,      -- point-to-point: the sending rank (NULL for a collective)
+    receiver,    -- point-to-point: the receiving rank (NULL for a collective)
+    msg,         -- point-to-point: the message's number from sender to receiver (NULL for a collective)
+    x_start,     -- the start of its execution span (ns)
+    x_end,       -- the end of its execution span (ns; NULL: never seen to end)
+    queue_free   -- when the calls ahead of it on its queue had ended (ns; NULL: no queue, or none ahead)
+FROM spans
