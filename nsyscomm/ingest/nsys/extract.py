@@ -157,6 +157,10 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # compute busy islands do not depend on the calls: made on a second core meanwhile
         compute = _start_islands(pool, con, opened, kernels_read)
         _nccl_kernels(con, kernels_read, warnings, report)
+        if opened.compute is not None:
+            # the C scan's src_kernels holds the NCCL kernels alone, all in nccl_kernels now (the
+            # islands are made of its arrays, not of this table)
+            con.execute("DROP TABLE src_kernels")
         _own_launches(con)
         calls = nsys_calls.calls(con)
         unlaunched = duck.scalar(con, "SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL")
@@ -171,11 +175,12 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         # NCCL's communicator init inside the calls; copies as the device time of calls without a kernel
         calls, _copied = inside_calls.apply(con, tables, calls, warnings, report)
+        windowed = bool(duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name = 'nsyscomm.capture'"))
+        _drop_rows(con, compute)
         calls, gap_rows = _busy_at_edges(pool, con, calls, compute)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = _session_start(con, tables)
         version = _version(con, tables)
-        windowed = bool(duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name = 'nsyscomm.capture'"))
         host_calls, host_ranges = _host_tables(con, tables, opened.long_ranges)
         gaps = gap_names = None
         if gap_rows is not None:
@@ -227,6 +232,37 @@ def _process_spans(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     con.execute("DROP VIEW src_events")
     con.execute("DROP TABLE IF EXISTS src_nvtx")
     return spans
+
+
+# The report's rows the calls are made of (kernels, launches, ranges and the lookups between
+# them), in the tables and views nsyscomm.ingest.nsys.reader and the steps above make: none is
+# read once the calls are complete. compute_islands (the busy islands made in DuckDB) stays.
+_ROW_VIEWS = ("src_ranges", "src_ranges_all")  # src_ranges_all: the C scan's ranges in Arrow, else a view
+_ROW_TABLES = (
+    "src_kernels",
+    "nccl_kernels",
+    "nccl_kernel_names",
+    "ranges",
+    "unheld",
+    "held",
+    "range_threads",
+    "range_rows",  # the ranges DuckDB copied (under the view src_ranges_all)
+    "rel_strings",
+)
+
+
+def _drop_rows(con: duckdb.DuckDBPyConnection, compute: Future[IslandsAndKernels]) -> None:
+    """Drop the report's rows once the calls are complete, and hand their memory back to the
+    system before the steps after (the kernels in each call's gap, the OS-runtime calls), which
+    would otherwise add their peak to it. Waits for the busy islands: made in DuckDB, they read
+    src_kernels."""
+    compute.result()
+    for v in _ROW_VIEWS:  # names from the fixed lists above
+        con.execute(f"DROP VIEW IF EXISTS {v}")
+    for t in _ROW_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    duck.release_arrow_memory()
+    duck.release_duckdb_memory(con)
 
 
 def _nccl_kernel_names(con: duckdb.DuckDBPyConnection, opened: Opened) -> None:
