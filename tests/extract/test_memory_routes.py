@@ -175,3 +175,28 @@ def test_the_rows_are_dropped_once_the_calls_are_complete(route, monkeypatch):
         assert "src_kernels" not in seen["calls"]
     else:
         assert "compute_islands" in seen["after"]  # what the busy times are read from
+
+
+@pytest.mark.skipif(nsys_reader.sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
+def test_the_islands_are_made_after_the_calls(monkeypatch):
+    """The busy islands are made as the busy times at the calls' edges read them, once the
+    report's rows are let go of, not beside the calls query (where they added to its peak)."""
+    made, at_calls = [], []
+    real_slices, real_process, real_calls = (
+        busy._islands_in_slices,
+        busy._islands_of_process,
+        nsys_extract.nsys_calls.calls,
+    )
+    monkeypatch.setattr(busy, "_islands_in_slices", lambda *a: made.append(a[0]) or real_slices(*a))
+    monkeypatch.setattr(busy, "_islands_of_process", lambda *a: made.append(a[0]) or real_process(*a))
+
+    def calls(con, *args):
+        got = real_calls(con, *args)
+        at_calls.append(len(made))
+        return got
+
+    monkeypatch.setattr(nsys_extract.nsys_calls, "calls", calls)
+    ex = nsys_extract.extract(SAMPLES / "synthetic_fsdp_8rank.sqlite")
+    assert at_calls == [0]
+    assert len(set(made)) == 8  # each process's, once
+    assert ex.calls["busy_at_end"].null_count < ex.calls.num_rows

@@ -20,15 +20,22 @@ import pyarrow as pa
 from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
-from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
+from nsyscomm.ingest.busy import (
+    IslandsByProcess,
+    busy_at_edges,
+    busy_at_edges_in_duckdb,
+    islands_by_process,
+    islands_in_duckdb,
+)
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys import calls as nsys_calls
 from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics, inside_calls, nccl_payload
 from nsyscomm.ingest.nsys.reader import Opened, fits_in_memory, open_report, read_only_uri, table_columns
 
-# (pid, device) -> the compute kernels' busy islands: starts, ends, busy time before each
-Islands = dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# (pid, device) -> the compute kernels' busy islands: starts, ends, busy time before each; made
+# a process at a time as they are read (busy.islands_by_process)
+Islands = dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | IslandsByProcess
 # the compute kernels' columns (pid, device, start, end, name) as numpy arrays
 ComputeKernels = dict[str, np.ndarray]
 # both, or (None, None) when the islands were made in DuckDB (kernels that do not fit in memory)
@@ -154,7 +161,8 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     try:
         spans = _process_spans(con)
         _nccl_kernel_names(con, opened)
-        # compute busy islands do not depend on the calls: made on a second core meanwhile
+        # the compute kernels for the busy islands, read on a second core meanwhile where DuckDB
+        # holds them
         compute = _start_islands(pool, con, opened, kernels_read)
         _nccl_kernels(con, kernels_read, warnings, report)
         if opened.compute is not None:
@@ -290,9 +298,10 @@ def _nccl_kernel_names(con: duckdb.DuckDBPyConnection, opened: Opened) -> None:
 def _start_islands(
     pool: ThreadPoolExecutor, con: duckdb.DuckDBPyConnection, opened: Opened, kernels_read: threading.Event
 ) -> Future[IslandsAndKernels]:
-    """The compute kernels' busy islands, made on the pool's thread."""
+    """The compute kernels' busy islands, to be made as they are read after the calls (made on
+    the pool's thread in DuckDB where the kernels do not fit in memory)."""
     if opened.compute is not None:
-        return pool.submit(lambda c: (islands(c), c), opened.compute)
+        return pool.submit(lambda c: (islands_by_process(c), c), opened.compute)
     kernels = duck.scalar(con, "SELECT count(*) FROM src_kernels")
     return pool.submit(_compute_islands, con, kernels_read, fits_in_memory(kernels, duck.memory_limit_bytes(con)))
 
@@ -394,7 +403,7 @@ def _look_up_held(con: duckdb.DuckDBPyConnection) -> None:
 def _compute_islands(
     con: duckdb.DuckDBPyConnection, kernels_read: threading.Event, in_memory: bool
 ) -> IslandsAndKernels:
-    """The islands as busy.islands() makes them and the compute kernels' arrays, or (None, None):
+    """The islands as busy.islands_by_process() makes them and the compute kernels' arrays, or (None, None):
     the islands made as table compute_islands instead (busy.islands_in_duckdb), for kernels that
     do not fit in memory."""
     cur = duck.quiet(con.cursor())
@@ -409,7 +418,7 @@ def _compute_islands(
         # peak on a large report)
         kernels_read.wait()
         cur.execute("DROP TABLE IF EXISTS src_kernels")
-        return islands(compute), compute
+        return islands_by_process(compute), compute
     finally:
         cur.close()
 
