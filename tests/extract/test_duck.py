@@ -120,9 +120,10 @@ def _rss_mb() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory read from /proc")
-def test_dropped_tables_memory_goes_back_to_the_system():
+def test_dropped_tables_memory_goes_back_to_the_system(monkeypatch):
     """connect()'s database keeps what a dropped table held (its allocator's flush thresholds);
     release_duckdb_memory() hands it back, and leaves the thread count as it was."""
+    monkeypatch.delenv(duck.MEMORY_LIMIT_ENV, raising=False)  # the table in memory, not spilled
     con = duck.connect(threads=2)
     con.execute("CREATE TABLE big AS SELECT i::BIGINT AS a, i::BIGINT AS b FROM range(20000000) t(i)")  # 320 MB
     held = _rss_mb()
