@@ -3,12 +3,13 @@
     python benchmarks/extract_phases.py REPORT.sqlite
 
 Runs the steps of nsyscomm.ingest.nsys.extract one after the other on the main thread (the
-command runs the busy islands and the gap kernels on a second thread, beside the calls), and
+command runs the gap kernels on a second thread, beside the busy times), and
 prints per phase its wall time, the resident memory after it and the peak within it (VmHWM,
 reset before each phase through /proc/self/clear_refs; Linux only). The calls phase is
-sql/calls_nsys.sql into Arrow, a part of the report at a time (nsyscomm.ingest.nsys.calls); the
-islands, busy and gaps phases are nsyscomm.ingest.busy and nsyscomm.ingest.nsys.gap_kernels on the
-C scan's compute kernels.
+sql/calls_nsys.sql into Arrow, a part of the report at a time (nsyscomm.ingest.nsys.calls); then
+the report's rows are dropped and their memory handed back; the busy phase (the islands made a
+process at a time as it reads them) and the gaps phase are nsyscomm.ingest.busy and
+nsyscomm.ingest.nsys.gap_kernels on the C scan's compute kernels.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 
@@ -64,14 +66,17 @@ def main(argv=None) -> int:
     read = threading.Event()
     read.set()
     extract._nccl_kernels(con, read, [], "report")
+    con.execute("DROP TABLE src_kernels")  # as the extraction does on the C scan's route
     p.mark("nccl_kernels")
     extract._own_launches(con)
     p.mark("launch owners")
     calls = nsys_calls.calls(con)
     p.mark("calls")
-    by_device = busy.islands(opened.compute)
-    p.mark("islands")
-    calls = busy.busy_at_edges(calls, by_device)
+    done: Future = Future()
+    done.set_result(None)
+    extract._drop_rows(con, done)
+    p.mark("drop rows")
+    calls = busy.busy_at_edges(calls, busy.islands_by_process(opened.compute))
     p.mark("busy")
     gaps = gap_kernels.top_in_gaps(calls, opened.compute, duck.threads(con))
     p.mark("gaps")

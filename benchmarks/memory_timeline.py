@@ -6,7 +6,7 @@ own peak, which is often higher.
 
 Samples the process's resident memory (VmRSS) every 0.1 s on a thread of its own, with the
 nsyscomm function each other thread is in; the extraction ends when `extract_many` returns.
-Prints the peaks (MB) and where the later one came; --out writes the timeline, a line a sample.
+Prints the peaks (MB), overall, of the extraction and after it, and where they came; --out writes the timeline, a line a sample.
 Run it with another checkout's interpreter (its nsyscomm importable) for the figures before.
 """
 
@@ -75,6 +75,10 @@ def main(argv=None) -> int:
             f.writelines(f"{t:7.2f} {mb:6d} {where}\n" for t, mb, where in rows)
     peak = max(rows, key=lambda r: r[1])
     print(f"{a.report}: peak RSS {peak[1]} MB at {peak[0]:.1f} s ({peak[2] or '-'})")
+    during = [r for r in rows if done and r[0] <= done[0]]
+    if during:
+        top = max(during, key=lambda r: r[1])
+        print(f"the extraction (to {done[0]:.1f} s): peak {top[1]} MB at {top[0]:.1f} s ({top[2] or '-'})")
     after = [r for r in rows if done and r[0] > done[0]]
     if after:
         top = max(after, key=lambda r: r[1])

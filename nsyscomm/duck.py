@@ -394,6 +394,18 @@ def release_arrow_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
+def release_duckdb_memory(con: duckdb.DuckDBPyConnection) -> None:
+    """Hand back to the system the memory con's database keeps once its tables are dropped and
+    its queries done. connect() has DuckDB's allocator keep freed memory (its flush thresholds),
+    so that one query's memory serves the next without page faults; a stage calls this where
+    what it let go of is not needed again (a report's rows once its calls are made, a part's
+    working memory before the next part's). DuckDB flushes its allocator whenever the number of
+    threads of its database changes: the count is set to one more and back."""
+    n = threads(con)
+    con.execute(f"SET threads = {n + 1}")
+    con.execute(f"SET threads = {n}")
+
+
 def frame_arrow(df: pd.DataFrame) -> pa.Table:
     """arrow_frame()'s way back: a pandas frame as an Arrow table without its index or pandas'
     schema metadata, as the sources hand over calls they built in pandas (Extract.calls)."""

@@ -59,24 +59,65 @@ def islands(
     Independent of the calls, so a source can build it while it reads its calls."""
     if compute is None or not len(compute["start"]):
         return {}
-    cpid = ints(compute["pid"])
-    cdev = ints(compute["device"])
-    cstart = np.asarray(compute["start"], dtype=np.int64)
-    cend = np.asarray(compute["end"], dtype=np.int64)
-    pids = _distinct(cpid)
+    by_process = IslandsByProcess(compute)
+    pids = _distinct(by_process.pid)
     if len(pids) > PAIRS_ONE_AT_A_TIME:
-        return _islands_sorted(cpid, cdev, cstart, cend)
-    # one process at a time, its kernels a slice of the report at a time when they come in start
-    # order (nsys exports them so): the temporaries are a slice's, not the report's. Otherwise
-    # that process's kernels sorted, a tie kept in the report's order, as one sort of all the
-    # kernels by (pid, device, start) would give them
+        return _islands_sorted(by_process.pid, by_process.device, by_process.start, by_process.end)
     out = {}
     for p in pids:
-        try:
-            out.update(_islands_in_slices(int(p), cpid, cdev, cstart, cend))
-        except _OutOfOrder:
-            out.update(_islands_of_process(int(p), cpid, cdev, cstart, cend))
+        out.update(by_process.of(int(p)))
     return out
+
+
+def islands_by_process(
+    compute: pd.DataFrame | Mapping[str, np.ndarray] | None,
+) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | IslandsByProcess:
+    """islands() for busy_at_edges(), made a process at a time as it asks for them
+    (IslandsByProcess): one process's islands held at once, not the report's (24 bytes an
+    island, as many as the kernels where they leave the device idle between them). Past
+    PAIRS_ONE_AT_A_TIME processes, islands() whole (one sort of all the kernels)."""
+    if compute is None or not len(compute["start"]):
+        return {}
+    by_process = IslandsByProcess(compute)
+    if len(_distinct(by_process.pid)) > PAIRS_ONE_AT_A_TIME:
+        return islands(compute)
+    return by_process
+
+
+class IslandsByProcess:
+    """(pid, device) -> islands() of that pair, made for the whole process when one of its pairs
+    is first asked for and let go of when another process's is: busy_at_edges() asks for the
+    pairs in order of process. The kernels' columns are held as they come (no copies)."""
+
+    def __init__(self, compute: pd.DataFrame | Mapping[str, np.ndarray]) -> None:
+        self.pid, self.device = ints(compute["pid"]), ints(compute["device"])
+        self.start = np.asarray(compute["start"], dtype=np.int64)
+        self.end = np.asarray(compute["end"], dtype=np.int64)
+        self._pid: int | None = None
+        self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(len(self.start))
+
+    def __contains__(self, pair: tuple[int, int]) -> bool:
+        return pair in self.of(pair[0])
+
+    def __getitem__(self, pair: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.of(pair[0])[pair]
+
+    def of(self, p: int) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The islands of process p's pairs, the process's kernels a slice of the report at a time
+        when they come in start order (nsys exports them so): the temporaries are a slice's, not
+        the report's. Otherwise that process's kernels sorted, a tie kept in the report's order,
+        as one sort of all the kernels by (pid, device, start) would give them."""
+        if p != self._pid:
+            self._pairs = {}  # the last process's, let go of before this one's are made
+            try:
+                self._pairs = _islands_in_slices(p, self.pid, self.device, self.start, self.end)
+            except _OutOfOrder:
+                self._pairs = _islands_of_process(p, self.pid, self.device, self.start, self.end)
+            self._pid = p
+        return self._pairs
 
 
 SLICE = 1 << 18  # kernels of the report looked at a time
@@ -195,15 +236,15 @@ def busy_before(calls: pa.Table, compute: pd.DataFrame | Mapping[str, np.ndarray
     return busy_at_edges(calls, islands(compute))
 
 
-def busy_at_edges(calls: pa.Table, by_device: dict) -> pa.Table:
-    """busy_before() with the islands already made (islands())."""
+def busy_at_edges(calls: pa.Table, by_device: dict | IslandsByProcess) -> pa.Table:
+    """busy_before() with the islands made (islands()) or made as asked for (islands_by_process())."""
 
     def busy(pid, dev, start, end):
         bs, be = np.zeros(len(pid), dtype=np.int64), np.zeros(len(pid), dtype=np.int64)
         if not by_device:
             return bs, be
         # the calls grouped by (pid, device) with one sort, not one mask per group (a pass over
-        # every call per group)
+        # every call per group); in order of process, as islands_by_process() makes them
         order = np.lexsort((dev, pid))
         p, d = pid[order], dev[order]
         bounds = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (d[1:] != d[:-1]), True])

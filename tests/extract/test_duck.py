@@ -114,6 +114,26 @@ def test_memory_limit_in_bytes(limit, expected):
     con.close()
 
 
+def _rss_mb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="resident memory read from /proc")
+def test_dropped_tables_memory_goes_back_to_the_system(monkeypatch):
+    """connect()'s database keeps what a dropped table held (its allocator's flush thresholds);
+    release_duckdb_memory() hands it back, and leaves the thread count as it was."""
+    monkeypatch.delenv(duck.MEMORY_LIMIT_ENV, raising=False)  # the table in memory, not spilled
+    con = duck.connect(threads=2)
+    con.execute("CREATE TABLE big AS SELECT i::BIGINT AS a, i::BIGINT AS b FROM range(20000000) t(i)")  # 320 MB
+    held = _rss_mb()
+    con.execute("DROP TABLE big")
+    duck.release_duckdb_memory(con)
+    assert _rss_mb() < held - 200, (held, _rss_mb())
+    assert duck.threads(con) == 2
+    con.close()
+
+
 def test_memory_limit_in_a_form_not_known_is_none():
     class Shows:  # what a later DuckDB might state
         def execute(self, sql):

@@ -119,3 +119,84 @@ def test_the_route_follows_the_memory_limit(monkeypatch):
         opened = nsys_reader.open_report(fsdp)
         opened.con.close()
         assert (opened.compute is not None) == in_memory, per_kernel
+
+
+# what the calls are made of: kernels, launches, ranges and the lookups between them
+_ROWS = {
+    "src_kernels",
+    "src_runtime",
+    "nccl_kernels",
+    "innermost",
+    "ranges",
+    "range_rows",
+    "src_ranges",
+    "src_ranges_all",
+}
+
+
+def _objects(con) -> set[str]:
+    """The tables and views of the report's database (the report itself, attached as r, left out)."""
+    return {
+        n
+        for (n,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name IN ('memory', 'temp') "
+            "UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal AND database_name IN ('memory', 'temp')"
+        ).fetchall()
+    }
+
+
+@pytest.mark.parametrize("route", ["scan", "copy"])
+def test_the_rows_are_dropped_once_the_calls_are_complete(route, monkeypatch):
+    """The steps after the calls (the kernels in each call's gap, the OS-runtime calls) run beside
+    none of the report's rows; on the C scan's route its NCCL kernels go once nccl_kernels holds
+    them, before the calls are made."""
+    if route == "scan" and nsys_reader.sqlite_scan_module() is None:
+        pytest.skip("no C scan: every report is read by DuckDB")
+    if route == "copy":
+        monkeypatch.setattr(nsys_reader, "IN_MEMORY_BYTES_PER_KERNEL", 1 << 50)
+    seen: dict[str, set[str]] = {}
+    real_calls, real_busy = nsys_extract.nsys_calls.calls, nsys_extract._busy_at_edges
+
+    def calls(con, *args):
+        seen["calls"] = _objects(con)
+        return real_calls(con, *args)
+
+    def busy(pool, con, calls, compute):
+        seen["after"] = _objects(con)
+        return real_busy(pool, con, calls, compute)
+
+    monkeypatch.setattr(nsys_extract.nsys_calls, "calls", calls)
+    monkeypatch.setattr(nsys_extract, "_busy_at_edges", busy)
+    ex = nsys_extract.extract(SAMPLES / "synthetic_fsdp_8rank.sqlite")
+    assert ex.calls.num_rows
+    assert {"nccl_kernels", "src_ranges"} <= seen["calls"]  # the check sees the tables that are there
+    assert not seen["after"] & _ROWS
+    if route == "scan":
+        assert "src_kernels" not in seen["calls"]
+    else:
+        assert "compute_islands" in seen["after"]  # what the busy times are read from
+
+
+@pytest.mark.skipif(nsys_reader.sqlite_scan_module() is None, reason="no C scan: every report is read by DuckDB")
+def test_the_islands_are_made_after_the_calls(monkeypatch):
+    """The busy islands are made as the busy times at the calls' edges read them, once the
+    report's rows are let go of, not beside the calls query (where they added to its peak)."""
+    made, at_calls = [], []
+    real_slices, real_process, real_calls = (
+        busy._islands_in_slices,
+        busy._islands_of_process,
+        nsys_extract.nsys_calls.calls,
+    )
+    monkeypatch.setattr(busy, "_islands_in_slices", lambda *a: made.append(a[0]) or real_slices(*a))
+    monkeypatch.setattr(busy, "_islands_of_process", lambda *a: made.append(a[0]) or real_process(*a))
+
+    def calls(con, *args):
+        got = real_calls(con, *args)
+        at_calls.append(len(made))
+        return got
+
+    monkeypatch.setattr(nsys_extract.nsys_calls, "calls", calls)
+    ex = nsys_extract.extract(SAMPLES / "synthetic_fsdp_8rank.sqlite")
+    assert at_calls == [0]
+    assert len(set(made)) == 8  # every process's, after the calls
+    assert ex.calls["busy_at_end"].null_count < ex.calls.num_rows

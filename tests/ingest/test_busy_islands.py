@@ -8,6 +8,8 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from nsyscomm.ingest import busy
@@ -104,3 +106,41 @@ def test_kernels_read_a_slice_at_a_time_give_the_same_islands(seed, monkeypatch)
         for size in (1, 2, 3, 7, 100, 5000):
             monkeypatch.setattr(busy, "SLICE", size)
             _same(busy.islands(kernels), whole)
+
+
+def _edges(rng, n: int, hi: int) -> pa.Table:
+    """Calls on the kernels' processes and devices, on a process without kernels and without a
+    known process or device, some without a GPU end."""
+    s = rng.integers(-50, hi + 50, size=n)
+    e = s + rng.integers(0, 500, size=n)
+    return pa.table(
+        {
+            "pid": pa.array(rng.choice([1000, 1001, 1002, 1003, -1], size=n)),
+            "device": pa.array(rng.choice([-1, 0, 1, 2], size=n)),
+            "gpu_start": pa.array(s),
+            "gpu_end": pa.array(e, mask=rng.random(n) < 0.1),
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_islands_made_a_process_at_a_time_give_the_same_busy_times(seed, monkeypatch):
+    """busy_at_edges() over islands_by_process(): the busy times of islands() made whole, with
+    one process's islands held at any time, every process's in turn."""
+    rng = np.random.default_rng(seed)
+    k = _kernels(rng, 5000, 12)  # processes 1000-1002, devices -1 to 2
+    calls = _edges(rng, 3000, int(k["end"].max()))
+    whole = busy.busy_at_edges(calls, busy.islands(k))
+    by_process = busy.islands_by_process(k)
+    assert isinstance(by_process, busy.IslandsByProcess)
+    held = []
+    real = busy._busy_at
+    monkeypatch.setattr(busy, "_busy_at", lambda t, *i: held.append({p for p, _ in by_process._pairs}) or real(t, *i))
+    got = busy.busy_at_edges(calls, by_process)
+    assert got.equals(whole)
+    assert len(held) > 12 and all(len(h) == 1 for h in held), held
+    assert {next(iter(h)) for h in held} == {1000, 1001, 1002}
+    assert pc.sum(got["busy_at_end"]).as_py() > 0  # not a comparison of zeros
+    # past PAIRS_ONE_AT_A_TIME processes: islands() whole
+    monkeypatch.setattr(busy, "PAIRS_ONE_AT_A_TIME", 2)
+    _same(busy.islands_by_process(k), busy.islands(k))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from nsyscomm import nvtx_format
+from nsyscomm import duck, nvtx_format
 from nsyscomm.ingest.nsys import calls as nsys_calls
 from nsyscomm.ingest.nsys import extract
 from nsyscomm.synth import LAUNCH_DRIVER, Report, write_sqlite
@@ -107,6 +107,25 @@ def test_parts_give_the_rows_of_the_whole(tmp_path, monkeypatch):
     assert (done["exec_start"], done["exec_end"]) == (t0 + 610 * US, t0 + 690 * US)
     c = [r for r in rows if r["pid"] == 300]
     assert [r["source"] for r in c] == ["kernel_name"] * 7
+
+
+def test_duckdbs_memory_goes_back_before_each_part(tmp_path, monkeypatch):
+    """What DuckDB's allocator kept of the work before a part (the lookups', the last part's) is
+    handed back before the part is made, so that the parts' working memory is not added up."""
+    path = tmp_path / "parts.sqlite"
+    _report(path)
+    made, events = [], []
+    real_parts, real_release = nsys_calls._parts, duck.release_duckdb_memory
+    monkeypatch.setattr(nsys_calls, "_parts", lambda con, n: made.append(real_parts(con, n)) or made[-1])
+    monkeypatch.setattr(nsys_calls, "PART_CALLS", 2)
+    monkeypatch.setattr(duck, "release_duckdb_memory", lambda con: events.append("release") or real_release(con))
+    real_sql = duck.sql
+    monkeypatch.setattr(duck, "sql", lambda name: events.append(name) or real_sql(name))
+    extract.extract(path)
+    at = events.index("calls_nsys")
+    # the query is read once, then each part is made after a release
+    assert events[at + 1 : at + 1 + len(made[0])] == ["release"] * len(made[0])
+    assert len(made[0]) > 10
 
 
 @pytest.mark.parametrize("part_calls", [1, 3, 1 << 20])

@@ -37,12 +37,20 @@ _NONE = 1 << 62  # a bound no range or kernel number reaches
 def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.Table:
     """The report's calls (sql/calls_nsys.sql's columns but p_step, step chosen), part_calls
     (default PART_CALLS) at most per part; con holds src_ranges, ranges, nccl_kernels,
-    nccl_kernel_names and innermost (nsyscomm.ingest.nsys.extract)."""
+    nccl_kernel_names and innermost (nsyscomm.ingest.nsys.extract), innermost dropped once read."""
     con.execute(duck.sql("call_lookups_nsys"))
     try:
+        # the kernels' owners are in kernel_owners now; nothing else reads innermost
+        con.execute("DROP TABLE IF EXISTS innermost")
         query = duck.sql("calls_nsys")
         bounds = _parts(con, part_calls or PART_CALLS)
-        parts = [con.execute(query, b).to_arrow_table() for b in bounds]
+        parts = []
+        for b in bounds:
+            # what DuckDB's allocator kept of the work before (the lookups' and the last part's
+            # working memory, several times a part's calls) goes back to the system first: else
+            # every part's calls would be added on top of it, and the peak grow with the parts
+            duck.release_duckdb_memory(con)
+            parts.append(con.execute(query, b).to_arrow_table())
         rows = pa.concat_tables(parts)
         del parts
         return _with_steps(con, rows)

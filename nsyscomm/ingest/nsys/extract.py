@@ -20,15 +20,22 @@ import pyarrow as pa
 from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import limits
-from nsyscomm.ingest.busy import busy_at_edges, busy_at_edges_in_duckdb, islands, islands_in_duckdb
+from nsyscomm.ingest.busy import (
+    IslandsByProcess,
+    busy_at_edges,
+    busy_at_edges_in_duckdb,
+    islands_by_process,
+    islands_in_duckdb,
+)
 from nsyscomm.ingest.extract_type import Extract
 from nsyscomm.ingest.names import nccl_kernel_names
 from nsyscomm.ingest.nsys import calls as nsys_calls
 from nsyscomm.ingest.nsys import gap_kernels, gpu_metrics, inside_calls, nccl_payload
 from nsyscomm.ingest.nsys.reader import Opened, fits_in_memory, open_report, read_only_uri, table_columns
 
-# (pid, device) -> the compute kernels' busy islands: starts, ends, busy time before each
-Islands = dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# (pid, device) -> the compute kernels' busy islands: starts, ends, busy time before each; made
+# a process at a time as they are read (busy.islands_by_process)
+Islands = dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | IslandsByProcess
 # the compute kernels' columns (pid, device, start, end, name) as numpy arrays
 ComputeKernels = dict[str, np.ndarray]
 # both, or (None, None) when the islands were made in DuckDB (kernels that do not fit in memory)
@@ -154,9 +161,14 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
     try:
         spans = _process_spans(con)
         _nccl_kernel_names(con, opened)
-        # compute busy islands do not depend on the calls: made on a second core meanwhile
+        # the compute kernels for the busy islands, read on a second core meanwhile where DuckDB
+        # holds them
         compute = _start_islands(pool, con, opened, kernels_read)
         _nccl_kernels(con, kernels_read, warnings, report)
+        if opened.compute is not None:
+            # the C scan's src_kernels holds the NCCL kernels alone, all in nccl_kernels now (the
+            # islands are made of its arrays, not of this table)
+            con.execute("DROP TABLE src_kernels")
         _own_launches(con)
         calls = nsys_calls.calls(con)
         unlaunched = duck.scalar(con, "SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL")
@@ -171,11 +183,12 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         calls, markers = nccl_payload.apply(con, tables, calls, markers, warnings, report, path)
         # NCCL's communicator init inside the calls; copies as the device time of calls without a kernel
         calls, _copied = inside_calls.apply(con, tables, calls, warnings, report)
+        windowed = bool(duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name = 'nsyscomm.capture'"))
+        _drop_rows(con, compute)
         calls, gap_rows = _busy_at_edges(pool, con, calls, compute)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
         session = _session_start(con, tables)
         version = _version(con, tables)
-        windowed = bool(duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name = 'nsyscomm.capture'"))
         host_calls, host_ranges = _host_tables(con, tables, opened.long_ranges)
         gaps = gap_names = None
         if gap_rows is not None:
@@ -229,6 +242,37 @@ def _process_spans(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return spans
 
 
+# The report's rows the calls are made of (kernels, launches, ranges and the lookups between
+# them), in the tables and views nsyscomm.ingest.nsys.reader and the steps above make: none is
+# read once the calls are complete. compute_islands (the busy islands made in DuckDB) stays.
+_ROW_VIEWS = ("src_ranges", "src_ranges_all")  # src_ranges_all: the C scan's ranges in Arrow, else a view
+_ROW_TABLES = (
+    "src_kernels",
+    "nccl_kernels",
+    "nccl_kernel_names",
+    "ranges",
+    "unheld",
+    "held",
+    "range_threads",
+    "range_rows",  # the ranges DuckDB copied (under the view src_ranges_all)
+    "rel_strings",
+)
+
+
+def _drop_rows(con: duckdb.DuckDBPyConnection, compute: Future[IslandsAndKernels]) -> None:
+    """Drop the report's rows once the calls are complete, and hand their memory back to the
+    system before the steps after (the kernels in each call's gap, the OS-runtime calls), which
+    would otherwise add their peak to it. Waits for the busy islands: made in DuckDB, they read
+    src_kernels."""
+    compute.result()
+    for v in _ROW_VIEWS:  # names from the fixed lists above
+        con.execute(f"DROP VIEW IF EXISTS {v}")
+    for t in _ROW_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    duck.release_arrow_memory()
+    duck.release_duckdb_memory(con)
+
+
 def _nccl_kernel_names(con: duckdb.DuckDBPyConnection, opened: Opened) -> None:
     """Table nccl_kernel_names: what each NCCL kernel name of the report says (op, algorithm,
     protocol, reduction, type)."""
@@ -254,9 +298,10 @@ def _nccl_kernel_names(con: duckdb.DuckDBPyConnection, opened: Opened) -> None:
 def _start_islands(
     pool: ThreadPoolExecutor, con: duckdb.DuckDBPyConnection, opened: Opened, kernels_read: threading.Event
 ) -> Future[IslandsAndKernels]:
-    """The compute kernels' busy islands, made on the pool's thread."""
+    """The compute kernels' busy islands, to be made as they are read after the calls (made on
+    the pool's thread in DuckDB where the kernels do not fit in memory)."""
     if opened.compute is not None:
-        return pool.submit(lambda c: (islands(c), c), opened.compute)
+        return pool.submit(lambda c: (islands_by_process(c), c), opened.compute)
     kernels = duck.scalar(con, "SELECT count(*) FROM src_kernels")
     return pool.submit(_compute_islands, con, kernels_read, fits_in_memory(kernels, duck.memory_limit_bytes(con)))
 
@@ -358,7 +403,7 @@ def _look_up_held(con: duckdb.DuckDBPyConnection) -> None:
 def _compute_islands(
     con: duckdb.DuckDBPyConnection, kernels_read: threading.Event, in_memory: bool
 ) -> IslandsAndKernels:
-    """The islands as busy.islands() makes them and the compute kernels' arrays, or (None, None):
+    """The islands as busy.islands_by_process() makes them and the compute kernels' arrays, or (None, None):
     the islands made as table compute_islands instead (busy.islands_in_duckdb), for kernels that
     do not fit in memory."""
     cur = duck.quiet(con.cursor())
@@ -373,7 +418,7 @@ def _compute_islands(
         # peak on a large report)
         kernels_read.wait()
         cur.execute("DROP TABLE IF EXISTS src_kernels")
-        return islands(compute), compute
+        return islands_by_process(compute), compute
     finally:
         cur.close()
 
