@@ -53,7 +53,7 @@ def main(argv=None) -> int:
             samples.append((time.perf_counter() - t0, _rss_mb(), _where()))
 
     threading.Thread(target=sample, daemon=True).start()
-    from nsyscomm.__main__ import entry
+    from nsyscomm.cli import entry  # the command, without the program's quick exit
     from nsyscomm.extract import pool
 
     extract_many = pool.extract_many

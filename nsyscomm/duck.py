@@ -229,7 +229,8 @@ def close_soon(con: duckdb.DuckDBPyConnection) -> None:
     """Close ``con`` on a thread of its own: freeing a large report's database takes time that the
     next steps need not wait for. Under a memory limit it closes now: the
     next report's database needs that memory, and the spill folder must be gone. The thread is
-    not a daemon: the process waits for it before it exits."""
+    not a daemon: a library caller's process waits for it before it exits (the nsyscomm program
+    leaves without waiting: nsyscomm.__main__)."""
     if _limit() or not _room_for_threads(1):
         con.close()
     else:

@@ -107,6 +107,20 @@ def remove_all() -> None:
         _remove(path)
 
 
+def remove_spill_folders() -> None:
+    """Remove this process's spill folders: for a process that leaves without closing its
+    databases (nsyscomm.__main__), which would have removed them."""
+    root = base()
+    mine = f"{SPILL_PREFIX}{_host()}-{os.getpid()}-"
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(mine):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
 atexit.register(remove_all)
 
 

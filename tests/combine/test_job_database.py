@@ -49,7 +49,7 @@ def begin_overlap(con):
         time.sleep(600)
     return overlap(con)
 job.begin_overlap = begin_overlap
-from nsyscomm.cli import entry
+from nsyscomm.__main__ import entry  # the program as its console script runs it
 entry()
 """
 
