@@ -424,12 +424,24 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
 @needs_scan
 def test_compute_kernels_kept_narrow(tmp_path, monkeypatch):
     """The scan keeps the compute kernels in 29 bytes each (int32 ids, int64 times, no validity
-    arrays); a device id past 32 bits makes it step aside for DuckDB's copy, with the same extract."""
+    arrays), held narrower still (compute_columns.narrow: the ids as their values allow, the end
+    as a uint32 duration), the ends exact; a device id past 32 bits makes it step aside for
+    DuckDB's copy, with the same extract."""
     out = nsys_reader._scan(*_opened_args(FSDP))
     assert out is not None
     compute = out[0]
-    assert {n: a.dtype.name for n, a in compute.items()} == nsys_reader.COMPUTE_TYPES
+    wide = nsys_reader.COMPUTE_TYPES
+    assert set(compute) == set(wide) - {"end"} | {"duration"} and compute["duration"].dtype == np.uint32
+    assert compute["start"].dtype == np.int64
+    assert all(compute[n].itemsize < np.dtype(wide[n]).itemsize for n in ("device", "name"))
     assert len(compute["start"]) and (compute["name"] >= 0).all()
+    with sqlite3.connect(FSDP) as db:
+        ends = db.execute(
+            'SELECT sum("end"), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL '
+            "WHERE shortName NOT IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%')"
+        ).fetchone()
+    made = compute["start"] + compute["duration"]
+    assert (made.dtype, int(made.sum()), len(made)) == (np.int64, *ends)
     path = _copy(tmp_path)
     _edit(
         path,

@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsyscomm.ingest.busy import arrow_ints, ints
+from nsyscomm.ingest.busy import KernelEnds, arrow_ints, ints
 from nsyscomm.ingest.extract_type import TABLE
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class _Kernels:
     def __init__(self, compute: dict, slice_kernels: int) -> None:
         self.pid, self.device, self.name = ints(compute["pid"]), ints(compute["device"]), ints(compute["name"])
         self.start = np.asarray(compute["start"], dtype=np.int64)
-        self.end = np.asarray(compute["end"], dtype=np.int64)
+        self.end = KernelEnds(compute, self.start)
         self.slice = slice_kernels
 
     def name_dtype(self) -> type:
@@ -136,7 +136,7 @@ class _Kernels:
             hi = lo + self.slice
             at = self._of(pid, dev, lo, hi)
             if len(at):
-                yield self.start[lo:hi][at], self.end[lo:hi][at], self.name[lo:hi][at]
+                yield self.start[lo:hi][at], self.end[lo + at], self.name[lo:hi][at]
 
     def all_of(self, pid: int, dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pair's named kernels at once."""
