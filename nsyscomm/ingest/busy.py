@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import ArrayLike
 
+from nsyscomm.ingest import compute_columns
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -56,14 +58,14 @@ def islands(
     """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
     device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays, integers
     of any width; a NULL device NaN or -1; the end as a duration where
-    nsyscomm.ingest.nsys.compute_columns.narrow made it one), in any order.
+    nsyscomm.ingest.compute_columns.narrow made it one), in any order.
     Independent of the calls, so a source can build it while it reads its calls."""
-    if compute is None or not len(compute["start"]):
+    if compute is None or not compute_columns.count(compute):
         return {}
     by_process = IslandsByProcess(compute)
     pids = _distinct(by_process.pid)
     if len(pids) > PAIRS_ONE_AT_A_TIME:
-        return _islands_sorted(by_process.pid, by_process.device, by_process.start, by_process.end[:])
+        return _islands_sorted(by_process.pid, by_process.device, by_process.start[:], by_process.end[:])
     out = {}
     for p in pids:
         out.update(by_process.of(int(p)))
@@ -77,7 +79,7 @@ def islands_by_process(
     (IslandsByProcess): one process's islands held at once, not the report's (24 bytes an
     island, as many as the kernels where they leave the device idle between them). Past
     PAIRS_ONE_AT_A_TIME processes, islands() whole (one sort of all the kernels)."""
-    if compute is None or not len(compute["start"]):
+    if compute is None or not compute_columns.count(compute):
         return {}
     by_process = IslandsByProcess(compute)
     if len(_distinct(by_process.pid)) > PAIRS_ONE_AT_A_TIME:
@@ -92,8 +94,8 @@ class IslandsByProcess:
 
     def __init__(self, compute: pd.DataFrame | Mapping[str, np.ndarray]) -> None:
         self.pid, self.device = ints(compute["pid"]), ints(compute["device"])
-        self.start = np.asarray(compute["start"], dtype=np.int64)
-        self.end = KernelEnds(compute, self.start)
+        self.start = compute_columns.starts(compute)
+        self.end = compute_columns.KernelEnds(compute, self.start)
         self._pid: int | None = None
         self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -122,27 +124,6 @@ class IslandsByProcess:
 
 
 SLICE = 1 << 18  # kernels of the report looked at a time
-
-
-class KernelEnds:
-    """The compute kernels' ends as int64, by position (a slice, an index array): their column
-    end, or their start plus their duration (nsyscomm.ingest.nsys.compute_columns.narrow, the
-    narrower form held meanwhile), added where they are read."""
-
-    def __init__(self, compute: pd.DataFrame | Mapping[str, np.ndarray], start: np.ndarray) -> None:
-        wide = "end" in compute
-        self._end = np.asarray(compute["end"], dtype=np.int64) if wide else None
-        self._duration = None if wide else np.asarray(compute["duration"])
-        self._start = start
-
-    def __len__(self) -> int:
-        return len(self._start)
-
-    def __getitem__(self, at) -> np.ndarray:
-        if self._end is not None:
-            return self._end[at]
-        assert self._duration is not None
-        return self._start[at] + self._duration[at]
 
 
 class _OutOfOrder(Exception):

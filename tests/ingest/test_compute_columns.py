@@ -1,4 +1,4 @@
-"""nsyscomm.ingest.nsys.compute_columns: the compute kernels' columns held narrower, exactly. The
+"""nsyscomm.ingest.compute_columns: the compute kernels' columns held narrower, exactly. The
 busy islands and the kernels in each call's gap made of the narrow columns equal those made of
 the C scan's widths, on kernels with known values, and a column whose values do not fit a
 narrower type stays as it is."""
@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from nsyscomm.ingest import busy
-from nsyscomm.ingest.nsys import compute_columns, gap_kernels
+from nsyscomm.ingest import busy, compute_columns
+from nsyscomm.ingest.nsys import gap_kernels
 
 WIDE = {"pid": np.int32, "device": np.int32, "start": np.int64, "end": np.int64, "name": np.int32}
 
@@ -60,11 +60,15 @@ def test_narrow_columns_give_the_islands_and_gaps_of_the_wide_ones(monkeypatch, 
     assert {c: a.dtype for c, a in narrow.items()} == {
         "pid": np.int32,
         "device": np.int8,
-        "start": np.int64,
+        "start_base": np.int64,
+        "start_offset": np.uint32,
         "duration": np.uint32,
         "name": np.int32,
     }
-    assert (narrow["start"] + narrow["duration"] == wide["end"]).all()
+    starts = compute_columns.starts(narrow)
+    assert len(narrow["start_base"]) == -(-len(wide["start"]) // (1 << compute_columns.BLOCK_BITS))
+    assert (starts[:] == wide["start"]).all() and (starts[[5, 4096, 4097]] == wide["start"][[5, 4096, 4097]]).all()
+    assert (compute_columns.KernelEnds(narrow, starts)[3:9000] == wide["end"][3:9000]).all()
     assert _islands(narrow) == _islands(wide)
     calls = _calls(wide)
     made = gap_kernels.top_in_gaps(calls, narrow, slice_kernels=1000)
@@ -88,4 +92,15 @@ def test_ids_take_the_narrowest_type_that_holds_them():
     assert narrow["device"].dtype == np.int16 and (narrow["device"] == wide["device"]).all()
     assert narrow["pid"].dtype == np.int32
     empty = compute_columns.narrow({c: np.array([], t) for c, t in WIDE.items()})
-    assert empty["duration"].dtype == np.uint32 and not len(empty["pid"])
+    assert empty["duration"].dtype == np.uint32 and not len(empty["pid"]) and not compute_columns.count(empty)
+
+
+def test_starts_whose_block_spans_past_32_bits_stay_as_they_are():
+    """A block of kernels whose starts span 4.29 s or more: the starts kept as int64, the same
+    islands."""
+    wide = _kernels()
+    wide["start"][100:] += 1 << 32
+    wide["end"][100:] += 1 << 32
+    narrow = compute_columns.narrow(dict(wide))
+    assert "start_offset" not in narrow and narrow["start"] is wide["start"] and "duration" in narrow
+    assert _islands(narrow) == _islands(wide)

@@ -31,8 +31,8 @@ import duckdb
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import limits
-from nsyscomm.ingest.nsys import compute_columns, sqlite_guard
+from nsyscomm.ingest import compute_columns, limits
+from nsyscomm.ingest.nsys import sqlite_guard
 from nsyscomm.ingest.nsys.scan_arrow import MESSAGE_FIELDS, arrow_table, ranges_table, sqlite_scan_module
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
