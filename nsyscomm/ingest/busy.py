@@ -57,8 +57,8 @@ def islands(
 ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
     device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays, integers
-    of any width; a NULL device NaN or -1; the end as a duration where
-    nsyscomm.ingest.compute_columns.narrow made it one), in any order.
+    of any width; a NULL device NaN or -1; or the narrow form of
+    nsyscomm.ingest.compute_columns.narrow, the times as offsets), in any order.
     Independent of the calls, so a source can build it while it reads its calls."""
     if compute is None or not compute_columns.count(compute):
         return {}

@@ -426,8 +426,8 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
 def test_compute_kernels_kept_narrow(tmp_path, monkeypatch):
     """The scan keeps the compute kernels in 29 bytes each (int32 ids, int64 times, no validity
     arrays), held narrower still (compute_columns.narrow: the ids as their values allow, the end
-    as a uint32 duration), the ends exact; a device id past 32 bits makes it step aside for
-    DuckDB's copy, with the same extract."""
+    as a uint32 duration, the start as a uint32 offset), the times exact; a device id past 32
+    bits makes it step aside for DuckDB's copy, with the same extract."""
     out = nsys_reader._scan(*_opened_args(FSDP))
     assert out is not None
     compute = out[0]

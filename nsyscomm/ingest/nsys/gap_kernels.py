@@ -60,7 +60,7 @@ def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1, slice_kernels:
     """Per call with a GPU start: the TOP compute-kernel names (ids, as the report's StringIds)
     by time in its gap, with their summed ns and kernel count, by (pid, device), then the call's
     start, then time. compute: numpy arrays pid, device, start, end, name (name -1 or NULL:
-    unnamed, left out). threads: how many (pid, device) pairs are worked on at once;
+    unnamed, left out), or their narrow form (nsyscomm.ingest.compute_columns.narrow). threads: how many (pid, device) pairs are worked on at once;
     slice_kernels: how many of the report's kernels are looked at a time."""
     if (
         not calls.num_rows
