@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     p = _Phases()
     from nsyscomm import duck
-    from nsyscomm.ingest import busy
+    from nsyscomm.ingest import busy, compute_columns
     from nsyscomm.ingest.nsys import calls as nsys_calls
     from nsyscomm.ingest.nsys import extract, gap_kernels, reader
 
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     p.mark("busy")
     gaps = gap_kernels.top_in_gaps(calls, opened.compute, duck.threads(con))
     p.mark("gaps")
-    n = len(opened.compute["start"])
+    n = compute_columns.count(opened.compute)
     print(f"{calls.num_rows:,} calls, {n:,} compute kernels, {len(gaps):,} gap rows")
     return 0
 

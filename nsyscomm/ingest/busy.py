@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import ArrayLike
 
+from nsyscomm.ingest import compute_columns
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -55,14 +57,15 @@ def islands(
 ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(pid, device) -> compute busy islands (starts, ends, busy time before each). compute: pid,
     device, start, end of the compute kernels (a DataFrame or a dict of numpy arrays, integers
-    of any width as the C scan keeps them; a NULL device NaN or -1), in any order.
+    of any width; a NULL device NaN or -1; or the narrow form of
+    nsyscomm.ingest.compute_columns.narrow, the times as offsets), in any order.
     Independent of the calls, so a source can build it while it reads its calls."""
-    if compute is None or not len(compute["start"]):
+    if compute is None or not compute_columns.count(compute):
         return {}
     by_process = IslandsByProcess(compute)
     pids = _distinct(by_process.pid)
     if len(pids) > PAIRS_ONE_AT_A_TIME:
-        return _islands_sorted(by_process.pid, by_process.device, by_process.start, by_process.end)
+        return _islands_sorted(by_process.pid, by_process.device, by_process.start[:], by_process.end[:])
     out = {}
     for p in pids:
         out.update(by_process.of(int(p)))
@@ -76,7 +79,7 @@ def islands_by_process(
     (IslandsByProcess): one process's islands held at once, not the report's (24 bytes an
     island, as many as the kernels where they leave the device idle between them). Past
     PAIRS_ONE_AT_A_TIME processes, islands() whole (one sort of all the kernels)."""
-    if compute is None or not len(compute["start"]):
+    if compute is None or not compute_columns.count(compute):
         return {}
     by_process = IslandsByProcess(compute)
     if len(_distinct(by_process.pid)) > PAIRS_ONE_AT_A_TIME:
@@ -91,8 +94,8 @@ class IslandsByProcess:
 
     def __init__(self, compute: pd.DataFrame | Mapping[str, np.ndarray]) -> None:
         self.pid, self.device = ints(compute["pid"]), ints(compute["device"])
-        self.start = np.asarray(compute["start"], dtype=np.int64)
-        self.end = np.asarray(compute["end"], dtype=np.int64)
+        self.start = compute_columns.starts(compute)
+        self.end = compute_columns.KernelEnds(compute, self.start)
         self._pid: int | None = None
         self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 

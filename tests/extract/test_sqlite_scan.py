@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nsyscomm.ingest import compute_columns
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
 from tests.conftest import ROOT, real_nsys_files
@@ -379,7 +380,7 @@ def test_same_extract_without_nccl_kernels(tmp_path, monkeypatch):
         "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid % 5 = 0",
     )
     scanned, copied, seen = _extract_both(path, monkeypatch)
-    assert seen[0] is not None and len(seen[0]["start"])
+    assert seen[0] is not None and compute_columns.count(seen[0])
     _same(scanned, copied)
 
 
@@ -424,12 +425,26 @@ def test_text_that_is_not_utf8_takes_the_copy(tmp_path, monkeypatch):
 @needs_scan
 def test_compute_kernels_kept_narrow(tmp_path, monkeypatch):
     """The scan keeps the compute kernels in 29 bytes each (int32 ids, int64 times, no validity
-    arrays); a device id past 32 bits makes it step aside for DuckDB's copy, with the same extract."""
+    arrays), held narrower still (compute_columns.narrow: the ids as their values allow, the end
+    as a uint32 duration, the start as a uint32 offset), the times exact; a device id past 32
+    bits makes it step aside for DuckDB's copy, with the same extract."""
     out = nsys_reader._scan(*_opened_args(FSDP))
     assert out is not None
     compute = out[0]
-    assert {n: a.dtype.name for n, a in compute.items()} == nsys_reader.COMPUTE_TYPES
-    assert len(compute["start"]) and (compute["name"] >= 0).all()
+    wide = nsys_reader.COMPUTE_TYPES
+    assert set(compute) == {"pid", "device", "name", "start_base", "start_offset", "duration"}
+    assert (compute["start_offset"].dtype, compute["duration"].dtype) == (np.uint32, np.uint32)
+    assert all(compute[n].itemsize < np.dtype(wide[n]).itemsize for n in ("device", "name"))
+    assert compute_columns.count(compute) and (compute["name"] >= 0).all()
+    with sqlite3.connect(FSDP) as db:
+        times = db.execute(
+            'SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL '
+            "WHERE shortName NOT IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%') ORDER BY rowid"
+        ).fetchall()
+    starts = compute_columns.starts(compute)
+    every = slice(0, len(starts))
+    made = np.stack([starts[every], compute_columns.KernelEnds(compute, starts)[every]], axis=1)
+    assert made.dtype == np.int64 and made.tolist() == [list(t) for t in times]
     path = _copy(tmp_path)
     _edit(
         path,
@@ -492,7 +507,7 @@ def test_same_extract_over_many_chunks_and_threads(tmp_path, monkeypatch):
         "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN 70000 AND 140000",
     )  # a gap in the rowids
     scanned, copied, seen = _extract_both(path, monkeypatch)
-    assert len(seen[0]["start"]) > 150_000
+    assert compute_columns.count(seen[0]) > 150_000
     _same(scanned, copied)
 
 

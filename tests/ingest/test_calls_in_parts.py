@@ -128,6 +128,29 @@ def test_duckdbs_memory_goes_back_before_each_part(tmp_path, monkeypatch):
     assert len(made[0]) > 10
 
 
+def test_the_step_is_chosen_after_the_lookups_are_let_go(tmp_path, monkeypatch):
+    """The step, chosen once every part's calls are held, reads call_step_marks alone: the other
+    lookups are dropped and DuckDB's memory handed back before it, so that its work is not added
+    on top of them and of the last part's working memory."""
+    path = tmp_path / "parts.sqlite"
+    _report(path)
+    events, tables = [], []
+    real_release, real_steps = duck.release_duckdb_memory, nsys_calls._with_steps
+
+    def steps(con, rows):
+        tables.append({t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()})
+        events.append("steps")
+        return real_steps(con, rows)
+
+    monkeypatch.setattr(nsys_calls, "PART_CALLS", 2)
+    monkeypatch.setattr(duck, "release_duckdb_memory", lambda con: events.append("release") or real_release(con))
+    monkeypatch.setattr(nsys_calls, "_with_steps", steps)
+    extract.extract(path)
+    assert events[events.index("steps") - 1] == "release"
+    assert "call_step_marks" in tables[0]
+    assert not tables[0] & (set(nsys_calls._LOOKUPS) - {"call_step_marks"})
+
+
 @pytest.mark.parametrize("part_calls", [1, 3, 1 << 20])
 def test_a_report_without_ranges_or_kernels_has_no_calls(tmp_path, monkeypatch, part_calls):
     """Nothing to cut: no calls, the columns of the whole."""

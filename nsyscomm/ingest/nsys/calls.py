@@ -53,6 +53,13 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             parts.append(con.execute(query, b).to_arrow_table())
         rows = pa.concat_tables(parts)
         del parts
+        # the step reads call_step_marks alone: the other lookups (kernel_owners the largest) and
+        # the last part's working memory go back to the system before it, else its work would be
+        # added on top of them at the end of the calls, when every part's calls are held
+        for t in _LOOKUPS:
+            if t != "call_step_marks":
+                con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
+        duck.release_duckdb_memory(con)
         return _with_steps(con, rows)
     finally:
         for t in _LOOKUPS:

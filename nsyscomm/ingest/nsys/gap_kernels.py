@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nsyscomm.ingest import compute_columns
 from nsyscomm.ingest.busy import arrow_ints, ints
 from nsyscomm.ingest.extract_type import TABLE
 
@@ -59,9 +60,14 @@ def top_in_gaps(calls: pa.Table, compute: dict, threads: int = 1, slice_kernels:
     """Per call with a GPU start: the TOP compute-kernel names (ids, as the report's StringIds)
     by time in its gap, with their summed ns and kernel count, by (pid, device), then the call's
     start, then time. compute: numpy arrays pid, device, start, end, name (name -1 or NULL:
-    unnamed, left out). threads: how many (pid, device) pairs are worked on at once;
+    unnamed, left out), or their narrow form (nsyscomm.ingest.compute_columns.narrow). threads: how many (pid, device) pairs are worked on at once;
     slice_kernels: how many of the report's kernels are looked at a time."""
-    if not calls.num_rows or compute is None or not len(compute["start"]) or "gpu_start" not in calls.column_names:
+    if (
+        not calls.num_rows
+        or compute is None
+        or not compute_columns.count(compute)
+        or "gpu_start" not in calls.column_names
+    ):
         return _empty()
     ok = pc.and_(pc.is_valid(calls["gpu_start"]), pc.is_valid(calls["gpu_end"])).to_numpy(zero_copy_only=False)
     if not ok.any():
@@ -113,8 +119,8 @@ class _Kernels:
 
     def __init__(self, compute: dict, slice_kernels: int) -> None:
         self.pid, self.device, self.name = ints(compute["pid"]), ints(compute["device"]), ints(compute["name"])
-        self.start = np.asarray(compute["start"], dtype=np.int64)
-        self.end = np.asarray(compute["end"], dtype=np.int64)
+        self.start = compute_columns.starts(compute)
+        self.end = compute_columns.KernelEnds(compute, self.start)
         self.slice = slice_kernels
 
     def name_dtype(self) -> type:
@@ -136,7 +142,7 @@ class _Kernels:
             hi = lo + self.slice
             at = self._of(pid, dev, lo, hi)
             if len(at):
-                yield self.start[lo:hi][at], self.end[lo:hi][at], self.name[lo:hi][at]
+                yield self.start[lo + at], self.end[lo + at], self.name[lo:hi][at]
 
     def all_of(self, pid: int, dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pair's named kernels at once."""

@@ -31,7 +31,7 @@ import duckdb
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import limits
+from nsyscomm.ingest import compute_columns, limits
 from nsyscomm.ingest.nsys import sqlite_guard
 from nsyscomm.ingest.nsys.scan_arrow import MESSAGE_FIELDS, arrow_table, ranges_table, sqlite_scan_module
 
@@ -259,13 +259,15 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     kernels = arrow_table(out["kernels"], kcols)
     launches = arrow_table(out["runtime"], ["start", "end", "globalTid", "correlationId"])
     nvtx = out["nvtx"]
-    # as narrow as the scan keeps them (int32 but for the times), read in place
-    compute = {n: np.frombuffer(out["kernels"][f"compute_{n}"], t) for n, t in COMPUTE_TYPES.items()}
+    # as the scan keeps them (int32 but for the times), read in place, then made narrower for
+    # the time they are held (compute_columns)
+    compute = {n: np.frombuffer(out["kernels"].pop(f"compute_{n}"), t) for n, t in COMPUTE_TYPES.items()}
     # kernels without a name are compute kernels only in a report without NCCL kernels
     # (sql/compute_kernels.sql: NULL NOT IN (empty set) is true)
     named = np.frombuffer(out["kernels"]["compute_named"], np.uint8).astype(bool)
     if len(kernels) and not named.all():
         compute = {n: a[named] for n, a in compute.items()}
+    compute = compute_columns.narrow(compute)
     # from_arrow(): half the cost of register() + CREATE + unregister(), which is most of
     # what a small report costs here
     con.from_arrow(kernels).create("src_kernels")
