@@ -272,7 +272,9 @@ def let_go(extracts: list[Extract], table: Table) -> None:
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     """The table collectives from the view calls: each call's number and span first, on narrow
     rows (call_spans, dropped once joined), then the wide rows with them. Two queries: in one,
-    the window functions' working memory stayed taken while the join ran."""
+    the window functions' working memory stayed taken while the join ran. DuckDB's allocator
+    keeps what a query freed (duck.connect), so each query's working memory is handed back after
+    it: the join's otherwise came on top of the windows', and the next steps' on top of both."""
     con.execute(f"CREATE OR REPLACE TEMP VIEW calls_ranked AS {duck.sql('calls_ranked')}")
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which
@@ -280,7 +282,9 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
+        duck.release_duckdb_memory(con)
         con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
     finally:
         con.execute("RESET disabled_optimizers")
         con.execute("DROP TABLE IF EXISTS call_spans")
+    duck.release_duckdb_memory(con)
