@@ -33,6 +33,11 @@ _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "l
 # tens of millions of calls). In Arrow a call takes about 290 bytes (286 measured for the 200k
 # calls of the 6M-row benchmark report).
 BATCH_CALLS = 1_000_000
+# The most calls whose collectives rows one statement writes (create_collectives): DuckDB holds
+# the rows a statement adds to a table whole and uncompressed until it commits (about 530 bytes
+# a call; a database file then compresses them to about 50), so the wide rows of a large job go
+# in slices of this many calls, each statement's rows let go of before the next.
+JOIN_CALLS = 200_000
 ARROW_BYTES_PER_CALL = 300
 # From this many calls on, the job's database is a file in a folder of the process's own
 # (nsyscomm.temp_folders), not memory: DuckDB compresses a file's tables as it writes them (the
@@ -283,8 +288,18 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
         duck.release_duckdb_memory(con)
-        con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
+        _join_spans(con)
     finally:
         con.execute("RESET disabled_optimizers")
         con.execute("DROP TABLE IF EXISTS call_spans")
     duck.release_duckdb_memory(con)
+
+
+def _join_spans(con: duckdb.DuckDBPyConnection) -> None:
+    """The table collectives: sql/collectives.sql over the calls numbered 0 to JOIN_CALLS, then
+    each next slice of JOIN_CALLS numbers appended, in the calls' order."""
+    select = duck.sql("collectives")
+    ids = duck.scalar(con, "SELECT coalesce(max(call_id) + 1, 0) FROM call_spans")
+    con.execute(f"CREATE TABLE collectives AS {select}", {"lo": 0, "hi": JOIN_CALLS})
+    for lo in range(JOIN_CALLS, ids, JOIN_CALLS):
+        con.execute(f"INSERT INTO collectives {select}", {"lo": lo, "hi": lo + JOIN_CALLS})
