@@ -297,7 +297,7 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
 
 def _join_spans(con: duckdb.DuckDBPyConnection) -> None:
     """The table collectives: sql/collectives.sql over the calls numbered 0 to JOIN_CALLS, then
-    each next slice of JOIN_CALLS numbers appended, in the calls' order."""
+    each next slice of JOIN_CALLS numbers appended (the table is stored unsorted either way)."""
     select = duck.sql("collectives")
     ids = duck.scalar(con, "SELECT coalesce(max(call_id) + 1, 0) FROM call_spans")
     con.execute(f"CREATE TABLE collectives AS {select}", {"lo": 0, "hi": JOIN_CALLS})

@@ -42,9 +42,9 @@ def test_the_job_keeps_one_copy_of_the_rows():
 
 def test_the_collectives_queries_hand_back_their_working_memory(monkeypatch):
     """DuckDB's allocator keeps what a query freed (duck.connect's flush thresholds): the window
-    functions' working memory is handed back before the join that builds the collectives, and
-    that join's once the table is made (at four times the benchmark report, the job stage's peak
-    was the two queries' memory held together)."""
+    functions' working memory is handed back before the join that builds the collectives, that
+    join's once the table is made, and the whole job stage's before the analyses (at four times
+    the benchmark report, each stage's peak was its queries' memory on top of the last's)."""
     from nsyscomm import duck
 
     seen = []
@@ -53,11 +53,12 @@ def test_the_collectives_queries_hand_back_their_working_memory(monkeypatch):
     def spy(con):
         tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         if "proc_ranks" in tables:  # the job's database (the extraction's hands back too)
-            seen.append(("call_spans" in tables, "collectives" in tables))
+            seen.append(("call_spans" in tables, "collectives" in tables, "busbw_factors" in tables))
         release(con)
 
     monkeypatch.setattr(duck, "release_duckdb_memory", spy)
     e = cached_extract(Path(sample_jobs()[0]), "ddp.sqlite", cache=False)
     combine([e])
-    # (call_spans made, collectives made): after the windows, then after the join
-    assert seen[:2] == [(True, False), (False, True)]
+    # (call_spans made, collectives made, the job stage done): after the windows, after the
+    # join, and once the job's tables are all made, before the analyses' queries
+    assert seen == [(True, False, False), (False, True, False), (False, True, True)]
