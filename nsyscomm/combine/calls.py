@@ -33,11 +33,6 @@ _DERIVED = ("rank", "local_rank", "host", "duration_ns", "queued_ns", "pair", "l
 # tens of millions of calls). In Arrow a call takes about 290 bytes (286 measured for the 200k
 # calls of the 6M-row benchmark report).
 BATCH_CALLS = 1_000_000
-# The most calls whose collectives rows one statement writes (create_collectives): DuckDB holds
-# the rows a statement adds to a table whole and uncompressed until it commits (about 530 bytes
-# a call; a database file then compresses them to about 50), so the wide rows of a large job go
-# in slices of this many calls, each statement's rows let go of before the next.
-JOIN_CALLS = 200_000
 ARROW_BYTES_PER_CALL = 300
 # From this many calls on, the job's database is a file in a folder of the process's own
 # (nsyscomm.temp_folders), not memory: DuckDB compresses a file's tables as it writes them (the
@@ -46,6 +41,11 @@ ARROW_BYTES_PER_CALL = 300
 # saves is worth that time only once the job's tables are a large share of the process's memory:
 # a smaller job keeps its database in memory (docs/performance.md, "Memory", measures both).
 FILE_CALLS = 400_000
+# The most calls whose collectives rows one statement writes (create_collectives): DuckDB holds
+# the rows a statement adds to a table whole and uncompressed until it commits (about 530 bytes
+# a call; a database file then compresses them to about 50), so the wide rows of a large job go
+# in slices of this many calls, each statement's rows let go of before the next.
+JOIN_CALLS = 200_000
 
 
 class JobCalls:
