@@ -26,3 +26,6 @@ SELECT
 -- that would swap them)
 FROM calls_ranked c
 LEFT JOIN call_spans t USING (call_id)
+-- the calls numbered from $lo to before $hi: combine/calls.py writes a large job's rows a slice
+-- at a time
+WHERE c.call_id >= $lo AND c.call_id < $hi

@@ -41,6 +41,11 @@ ARROW_BYTES_PER_CALL = 300
 # saves is worth that time only once the job's tables are a large share of the process's memory:
 # a smaller job keeps its database in memory (docs/performance.md, "Memory", measures both).
 FILE_CALLS = 400_000
+# The most calls whose collectives rows one statement writes (create_collectives): DuckDB holds
+# the rows a statement adds to a table whole and uncompressed until it commits (about 530 bytes
+# a call; a database file then compresses them to about 50), so the wide rows of a large job go
+# in slices of this many calls, each statement's rows let go of before the next.
+JOIN_CALLS = 200_000
 
 
 class JobCalls:
@@ -272,7 +277,9 @@ def let_go(extracts: list[Extract], table: Table) -> None:
 def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     """The table collectives from the view calls: each call's number and span first, on narrow
     rows (call_spans, dropped once joined), then the wide rows with them. Two queries: in one,
-    the window functions' working memory stayed taken while the join ran."""
+    the window functions' working memory stayed taken while the join ran. DuckDB's allocator
+    keeps what a query freed (duck.connect), so each query's working memory is handed back after
+    it: the join's otherwise came on top of the windows', and the next steps' on top of both."""
     con.execute(f"CREATE OR REPLACE TEMP VIEW calls_ranked AS {duck.sql('calls_ranked')}")
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which
@@ -280,7 +287,19 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
-        con.execute(f"CREATE TABLE collectives AS {duck.sql('collectives')}")
+        duck.release_duckdb_memory(con)
+        _join_spans(con)
     finally:
         con.execute("RESET disabled_optimizers")
         con.execute("DROP TABLE IF EXISTS call_spans")
+    duck.release_duckdb_memory(con)
+
+
+def _join_spans(con: duckdb.DuckDBPyConnection) -> None:
+    """The table collectives: sql/collectives.sql over the calls numbered 0 to JOIN_CALLS, then
+    each next slice of JOIN_CALLS numbers appended (the table is stored unsorted either way)."""
+    select = duck.sql("collectives")
+    ids = duck.scalar(con, "SELECT coalesce(max(call_id) + 1, 0) FROM call_spans")
+    con.execute(f"CREATE TABLE collectives AS {select}", {"lo": 0, "hi": JOIN_CALLS})
+    for lo in range(JOIN_CALLS, ids, JOIN_CALLS):
+        con.execute(f"INSERT INTO collectives {select}", {"lo": lo, "hi": lo + JOIN_CALLS})

@@ -142,6 +142,9 @@ def combine(
     for made in made_late:
         made.result()
     duck.release_arrow_memory()  # the stacked rows they were copied from
+    # and what DuckDB's allocator kept of the job stage's queries (duck.connect): the analyses'
+    # queries would otherwise add their working memory on top of it
+    duck.release_duckdb_memory(con)
     out = Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
     out.selection = selection
     return out

@@ -38,3 +38,27 @@ def test_the_job_keeps_one_copy_of_the_rows():
     with pytest.raises(duckdb.CatalogException):
         res.con.execute("SELECT count(*) FROM calls_arrow")
     assert res.con.execute("SELECT count(*) FROM collectives").fetchone()[0] == len(e.calls)
+
+
+def test_the_collectives_queries_hand_back_their_working_memory(monkeypatch):
+    """DuckDB's allocator keeps what a query freed (duck.connect's flush thresholds): the window
+    functions' working memory is handed back before the join that builds the collectives, that
+    join's once the table is made, and the whole job stage's before the analyses (at four times
+    the benchmark report, each stage's peak was its queries' memory on top of the last's)."""
+    from nsyscomm import duck
+
+    seen = []
+    release = duck.release_duckdb_memory
+
+    def spy(con):
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if "proc_ranks" in tables:  # the job's database (the extraction's hands back too)
+            seen.append(("call_spans" in tables, "collectives" in tables, "busbw_factors" in tables))
+        release(con)
+
+    monkeypatch.setattr(duck, "release_duckdb_memory", spy)
+    e = cached_extract(Path(sample_jobs()[0]), "ddp.sqlite", cache=False)
+    combine([e])
+    # (call_spans made, collectives made, the job stage done): after the windows, after the
+    # join, and once the job's tables are all made, before the analyses' queries
+    assert seen == [(True, False, False), (False, True, False), (False, True, True)]
