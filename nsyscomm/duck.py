@@ -401,7 +401,11 @@ def release_duckdb_memory(con: duckdb.DuckDBPyConnection) -> None:
     so that one query's memory serves the next without page faults; a stage calls this where
     what it let go of is not needed again (a report's rows once its calls are made, a part's
     working memory before the next part's). DuckDB flushes its allocator whenever the number of
-    threads of its database changes: the count is set to one more and back."""
+    threads of its database changes: the count is set to one more and back. Not under a limit
+    on tasks with no room for that thread: the memory then stays where it is, and nothing fails.
+    """
+    if not _room_for_threads(1):
+        return
     n = threads(con)
     con.execute(f"SET threads = {n + 1}")
     con.execute(f"SET threads = {n}")
