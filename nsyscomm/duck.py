@@ -411,6 +411,11 @@ def release_duckdb_memory(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"SET threads = {n}")
 
 
+def on_file(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether con's database is a file (connect's folder), not memory."""
+    return bool(scalar(con, "SELECT path IS NOT NULL FROM duckdb_databases() WHERE database_name = current_database()"))
+
+
 def frame_arrow(df: pd.DataFrame) -> pa.Table:
     """arrow_frame()'s way back: a pandas frame as an Arrow table without its index or pandas'
     schema metadata, as the sources hand over calls they built in pandas (Extract.calls)."""

@@ -287,12 +287,21 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
-        duck.release_duckdb_memory(con)
+        hand_back(con)
         _join_spans(con)
     finally:
         con.execute("RESET disabled_optimizers")
         con.execute("DROP TABLE IF EXISTS call_spans")
-    duck.release_duckdb_memory(con)
+    hand_back(con)
+
+
+def hand_back(con: duckdb.DuckDBPyConnection) -> None:
+    """What DuckDB's allocator kept of the job stage's queries handed back to the system
+    (duck.release_duckdb_memory) where the job's database is a file: a large job, or memory
+    limited (JobCalls.con). A smaller job's database is in memory, and its next queries would
+    take the memory back at once, in page faults, for little."""
+    if duck.on_file(con):
+        duck.release_duckdb_memory(con)
 
 
 def _join_spans(con: duckdb.DuckDBPyConnection) -> None:

@@ -16,6 +16,7 @@ from nsyscomm.combine.calls import (
     TIME_COLS,
     JobCalls,
     create_collectives,
+    hand_back,
     register,
     register_report_tables,
 )
@@ -144,7 +145,7 @@ def combine(
     duck.release_arrow_memory()  # the stacked rows they were copied from
     # and what DuckDB's allocator kept of the job stage's queries (duck.connect): the analyses'
     # queries would otherwise add their working memory on top of it
-    duck.release_duckdb_memory(con)
+    hand_back(con)
     out = Result(con, [e.report for e in extracts], warnings, by_caller, overlap_parts=parts)
     out.selection = selection
     return out

@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from nsyscomm.combine import calls as calls_module
 from nsyscomm.combine import combine
 from nsyscomm.discover import sample_jobs
 from nsyscomm.extract.cache import cached_extract
@@ -58,6 +59,9 @@ def test_the_collectives_queries_hand_back_their_working_memory(monkeypatch):
 
     monkeypatch.setattr(duck, "release_duckdb_memory", spy)
     e = cached_extract(Path(sample_jobs()[0]), "ddp.sqlite", cache=False)
+    combine([e])  # a small job: its database in memory, which would take the memory back at once
+    assert seen == []
+    monkeypatch.setattr(calls_module, "FILE_CALLS", 0)  # as a large job's: a file
     combine([e])
     # (call_spans made, collectives made, the job stage done): after the windows, after the
     # join, and once the job's tables are all made, before the analyses' queries
