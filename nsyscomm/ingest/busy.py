@@ -14,6 +14,7 @@ limit: a report larger than RAM never has its kernels held whole.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -60,15 +61,12 @@ def islands(
     of any width; a NULL device NaN or -1; or the narrow form of
     nsyscomm.ingest.compute_columns.narrow, the times as offsets), in any order.
     Independent of the calls, so a source can build it while it reads its calls."""
-    if compute is None or not compute_columns.count(compute):
-        return {}
-    by_process = IslandsByProcess(compute)
-    pids = _distinct(by_process.pid)
-    if len(pids) > PAIRS_ONE_AT_A_TIME:
-        return _islands_sorted(by_process.pid, by_process.device, by_process.start[:], by_process.end[:])
+    made = islands_by_process(compute)
+    if not isinstance(made, IslandsByProcess):
+        return made
     out = {}
-    for p in pids:
-        out.update(by_process.of(int(p)))
+    for p in made.pids:
+        out.update(made.of(int(p)))
     return out
 
 
@@ -78,12 +76,12 @@ def islands_by_process(
     """islands() for busy_at_edges(), made a process at a time as it asks for them
     (IslandsByProcess): one process's islands held at once, not the report's (24 bytes an
     island, as many as the kernels where they leave the device idle between them). Past
-    PAIRS_ONE_AT_A_TIME processes, islands() whole (one sort of all the kernels)."""
+    PAIRS_ONE_AT_A_TIME processes, every pair's at once (one sort of all the kernels)."""
     if compute is None or not compute_columns.count(compute):
         return {}
     by_process = IslandsByProcess(compute)
-    if len(_distinct(by_process.pid)) > PAIRS_ONE_AT_A_TIME:
-        return islands(compute)
+    if len(by_process.pids) > PAIRS_ONE_AT_A_TIME:
+        return _islands_sorted(by_process.pid, by_process.device, by_process.start[:], by_process.end[:])
     return by_process
 
 
@@ -98,6 +96,11 @@ class IslandsByProcess:
         self.end = compute_columns.KernelEnds(compute, self.start)
         self._pid: int | None = None
         self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    @functools.cached_property
+    def pids(self) -> np.ndarray:
+        """The processes with compute kernels, sorted (one pass over every kernel)."""
+        return _distinct(self.pid)
 
     def __bool__(self) -> bool:
         return bool(len(self.start))
