@@ -50,8 +50,13 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.-]", "_", os.uname().nodename if hasattr(os, "uname") else "") or "host"
 
 
+def _own(prefix: str) -> str:
+    """The start of the names of this process's folders of a kind (prefix)."""
+    return f"{prefix}{_host()}-{os.getpid()}-"
+
+
 def _name(prefix: str) -> str:
-    return f"{prefix}{_host()}-{os.getpid()}-{next(_numbers)}"
+    return f"{_own(prefix)}{next(_numbers)}"
 
 
 def spill_folder() -> str:
@@ -97,7 +102,7 @@ def remove_all() -> None:
     """Close the databases of the job folders left and remove the folders (at the exit; a
     process forked from this one has the list too, not the folders)."""
     for path, fin in list(_job_folders.items()):
-        if not os.path.basename(path).startswith(f"{JOB_PREFIX}{_host()}-{os.getpid()}-"):
+        if not os.path.basename(path).startswith(_own(JOB_PREFIX)):
             continue
         con = fin.peek()[0] if fin is not None and fin.alive else None
         if con is not None:
@@ -111,7 +116,7 @@ def remove_spill_folders() -> None:
     """Remove this process's spill folders: for a process that leaves without closing its
     databases (nsyscomm.__main__), which would have removed them."""
     root = base()
-    mine = f"{SPILL_PREFIX}{_host()}-{os.getpid()}-"
+    mine = _own(SPILL_PREFIX)
     try:
         names = os.listdir(root)
     except OSError:
