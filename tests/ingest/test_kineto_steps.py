@@ -152,8 +152,8 @@ SCHEDULED = conftest.DATA / "scheduled_profile.py"
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
 def test_real_gloo_job_with_a_profiler_schedule(tmp_path):
-    """A real 2-rank gloo job profiled by torch.profiler with schedule(wait=1, warmup=1, active=2)
-    over 5 iterations of 3 collectives: the schedule records iterations 2 and 3 (its own numbers,
+    """A real 2-rank gloo job profiled by torch.profiler with schedule(wait=1, warmup=1, active=2,
+    repeat=1) over 5 iterations of 3 collectives: the schedule records iterations 2 and 3 (its own numbers,
     the independent figure), so the calls are those of steps 2 and 3, 3 per step and rank, and the
     first of them is no start-up."""
     pytest.importorskip("torch")
