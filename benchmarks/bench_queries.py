@@ -6,7 +6,8 @@ on one job database, alternated, best of N, and whether they give the same rows.
 The job's database is this checkout's (nsyscomm.load of the report, extract cache as usual);
 both versions of each query run over it as CREATE TABLE ... AS (so that no time goes into
 handing rows to Python), in the same process, seconds apart: the ratio holds on a loaded machine
-where whole runs drift. collectives.sql is compared on the columns of the collectives table.
+where whole runs drift. collectives.sql is not among them: the job lets go of the calls it reads
+once the collectives table is made (combine/calls.py), so it is timed whole by bench_combine.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from nsyscomm import duck
 from nsyscomm.analyses.late import NOISE_NS
 
 QUERIES = {  # name -> parameters
-    "collectives": None,
     "logical_collectives": None,
     "late_arrivals": {"noise_ns": NOISE_NS},
     "ranks": None,
@@ -39,8 +39,6 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", nargs="*", default=list(QUERIES))
     a = ap.parse_args(argv)
     con = nsyscomm.load(a.report).con
-    # as combine/calls.py runs collectives.sql
-    con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     print(f"report {a.report}, best of {a.runs}, load average {os.getloadavg()[0]:.1f}")
     for name in a.queries:
         params = QUERIES.get(name)
