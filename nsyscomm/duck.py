@@ -487,6 +487,11 @@ def arrow_frame(t: pa.Table) -> pd.DataFrame:
             cols[name] = pd.Series([None] * len(col), dtype=object)  # as .df(): all-NULL text is None
         else:
             cols[name] = col.to_pandas()
-    # copy=False: the columns stay blocks of their own; pandas would otherwise stack the integer
-    # columns into one 2D block, a copy of them all
-    return pd.DataFrame(cols, columns=t.column_names, copy=False) if cols else pd.DataFrame(columns=t.column_names)
+    if not cols:
+        return pd.DataFrame(columns=t.column_names)
+    if len(cols) < t.num_columns:  # a name twice: each place holds the last column of that name
+        return pd.DataFrame(cols, columns=t.column_names, copy=False)
+    # the columns' arrays, not their Series: pandas aligns Series on their index, which for a small
+    # result cost more than the conversion. copy=False: the columns stay blocks of their own;
+    # pandas would otherwise stack the integer columns into one 2D block, a copy of them all
+    return pd.DataFrame({name: s.array for name, s in cols.items()}, copy=False)
