@@ -1,7 +1,8 @@
 """A small report summarized without a cache, beside nsys-ai's NCCL breakdown of the same file:
-wall time and peak RSS of each, every variant in a fresh process, alternated run by run so that
-the machine's changing load falls on all of them alike; medians, and the median of the per-run
-ratios.
+wall time, CPU time (user and system, every thread) and peak RSS of each, every variant in a
+fresh process, alternated run by run so that the machine's changing load falls on all of them
+alike; medians, and the median of the per-run ratios. On a busy machine the CPU time moves
+less with the load than the wall time does.
 
     python benchmarks/bench_small_report.py [REPORT] [--runs 15] [--nsys-ai VENV/bin/nsys-ai]
         [--nsys-ai-home DIR] [--baseline DIR]
@@ -18,9 +19,9 @@ DuckDB's extension folder under HOME and never downloads it here: --nsys-ai-home
 its runs get, where this script installs the extension from nsyscomm's own package
 (duckdb-extension-sqlite-scanner) once. Without --nsys-ai, nsyscomm's variants run alone.
 
---baseline DIR: nsyscomm's variants also run from another checkout (PYTHONPATH=DIR), in the same
-alternation. "the libraries' imports alone" is the floor: click, rich, DuckDB, numpy, pyarrow
-and pandas imported, nothing else done.
+--baseline DIR: nsyscomm's variants (text and JSON) also run from another checkout
+(PYTHONPATH=DIR), in the same alternation. "the libraries' imports alone" is the floor: click,
+rich, DuckDB, numpy, pyarrow and pandas imported, nothing else done.
 
 What each prints is checked to agree once: rank 0's communication time (nsyscomm's JSON) and
 the sum of GPU 0's NCCL kernels (nsys-ai's breakdown).
@@ -49,8 +50,8 @@ RUN_CLI = "import sys; from nsyscomm.__main__ import entry; sys.argv[0] = 'nsysc
 IMPORTS = "import click, rich.console, duckdb, numpy, pyarrow, pyarrow.dataset, pandas"
 
 
-def run(cmd: list[str], env: dict) -> tuple[float, float, str]:
-    """(wall s, peak RSS MB, stdout) of one run of cmd."""
+def run(cmd: list[str], env: dict) -> tuple[float, float, str, float]:
+    """(wall s, peak RSS MB, stdout, CPU s: user and system) of one run of cmd."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=baseline.RUN_DIR)
     assert p.stdout is not None
@@ -60,7 +61,7 @@ def run(cmd: list[str], env: dict) -> tuple[float, float, str]:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)}: exit status {p.returncode}")
-    return wall, usage.ru_maxrss / 1024, out.decode(errors="replace")
+    return wall, usage.ru_maxrss / 1024, out.decode(errors="replace"), usage.ru_utime + usage.ru_stime
 
 
 def capture_s(report: Path) -> tuple[float, float]:
@@ -110,6 +111,10 @@ def main() -> None:
         baseline.check(args.baseline, benv)
         base_cli = RUN_CLI.replace("nsyscomm.__main__", "nsyscomm.cli")  # older trees have no __main__
         cases["baseline: summarize --no-cache (text)"] = ([py, "-c", base_cli, *summarize[3:]], benv)
+        cases["baseline: summarize --no-cache --format json"] = (
+            [py, "-c", base_cli, *summarize[3:], "--format", "json"],
+            benv,
+        )
     if args.nsys_ai:
         lo, hi = capture_s(report)
         aenv = nsys_ai_env(args.nsys_ai_home, args.nsys_ai)
@@ -126,33 +131,40 @@ def main() -> None:
 
     walls: dict[str, list[float]] = {name: [] for name in cases}
     rss: dict[str, list[float]] = {name: [] for name in cases}
+    cpus: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.runs):
         for name, (cmd, e) in cases.items():
-            w, m, _ = run(cmd, e)
+            w, m, _, c = run(cmd, e)
             walls[name].append(w)
             rss[name].append(m)
+            cpus[name].append(c)
     print(
         f"# {args.runs} runs each, alternated; load average {os.getloadavg()[0]:.2f} (1 min) at the end; "
         f"{os.cpu_count()} cores"
     )
-    print(f"{'variant':46s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'peak RSS MB':>12s}")
+    # CPU time (user + system, all threads) moves less than wall time with the machine's load
+    print(f"{'variant':46s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'CPU s':>6s} {'peak RSS MB':>12s}")
     for name in cases:
         ts = walls[name]
         print(
-            f"{name:46s} {statistics.median(ts):9.3f} {min(ts):7.3f} {max(ts):7.3f} {statistics.median(rss[name]):12.0f}"
+            f"{name:46s} {statistics.median(ts):9.3f} {min(ts):7.3f} {max(ts):7.3f} "
+            f"{statistics.median(cpus[name]):6.3f} {statistics.median(rss[name]):12.0f}"
         )
-    mine = walls["nsyscomm summarize --no-cache (text)"]
-    for other in (
-        "the libraries' imports alone",
-        "nsys-ai nccl --gpu 0 (no cache)",
-        "baseline: summarize --no-cache (text)",
-    ):
-        if other in walls:
-            ratios = [a / b for a, b in zip(mine, walls[other])]
-            print(
-                f"# summarize (text) / {other}: median per run x{statistics.median(ratios):.2f} "
-                f"(x{min(ratios):.2f}-x{max(ratios):.2f})"
-            )
+    for fmt in ("text", "json"):
+        mine = next(n for n in cases if n.startswith("nsyscomm summarize") and (fmt == "json") == n.endswith("json"))
+        for other in (
+            "the libraries' imports alone",
+            "nsys-ai nccl --gpu 0 (no cache)",
+            f"baseline: {mine.removeprefix('nsyscomm ')}",
+        ):
+            if other not in walls:
+                continue
+            for what, of in (("wall", walls), ("CPU", cpus)):
+                ratios = [a / b for a, b in zip(of[mine], of[other])]
+                print(
+                    f"# summarize ({fmt}) / {other}, {what}: median per run x{statistics.median(ratios):.2f} "
+                    f"(x{min(ratios):.2f}-x{max(ratios):.2f})"
+                )
 
 
 if __name__ == "__main__":

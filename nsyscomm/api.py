@@ -61,7 +61,7 @@ def load(
     names = report_names(files)
     from nsyscomm.extract import pool  # jobs/cache/dask: parallel extraction, Parquet cache, Dask cluster
 
-    with duck.memory_limit(memory_limit):
+    with duck.memory_limit(memory_limit), duck.small_input(files):
         calls = JobCalls()
         extracts = pool.extract_many(files, names, jobs=jobs, cache=cache, dask=dask, consume=calls.add)
         if not merge:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,6 +46,14 @@ MEMORY_LIMIT_ENV = "NSYSCOMM_MEMORY_LIMIT"
 # creates on the first spill and removes when the database closes (nsyscomm.temp_folders).
 TEMP_DIR_ENV = "NSYSCOMM_TEMP_DIR"
 
+# Inputs this small, all of them together (bytes on disk), are analysed by DuckDB on one thread
+# (small_input): their tables hold thousands of rows, and a query over them, planned and run in
+# milliseconds, spent more time handing its few tasks between threads than working; on a busy
+# machine it also waited for a thread of its own to be scheduled (docs/performance.md, "A small
+# report").
+SMALL_INPUT_BYTES = 16 * 2**20
+_small_input: contextvars.ContextVar[bool] = contextvars.ContextVar("nsyscomm_small_input", default=False)
+
 
 def connect(sqlite: bool = False, threads: int | None = None, folder: str | None = None) -> duckdb.DuckDBPyConnection:
     """A database in memory, or with folder (nsyscomm.temp_folders.job_folder) a file there: DuckDB
@@ -55,6 +64,8 @@ def connect(sqlite: bool = False, threads: int | None = None, folder: str | None
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
     }
+    if threads is None and _small_input.get():
+        threads = 1
     threads = within_task_limit(threads)
     if threads:
         config["threads"] = threads
@@ -288,6 +299,34 @@ def _room_for_threads(n: int) -> bool:
     return room is None or room[0] - room[1] - n >= TASK_HEADROOM
 
 
+def input_bytes(paths: Iterable[str | os.PathLike]) -> int:
+    """The size on disk of these inputs: a file's, a folder's files' (one level: a report
+    folder of per-table files); one that cannot be read counts as large."""
+    total = 0
+    for p in paths:
+        try:
+            if os.path.isdir(p):
+                total += sum(f.stat().st_size for f in Path(p).iterdir() if f.is_file())
+            else:
+                total += os.path.getsize(p)
+        except OSError:
+            return SMALL_INPUT_BYTES
+    return total
+
+
+@contextlib.contextmanager
+def small_input(paths: Iterable[str | os.PathLike]) -> Iterator[bool]:
+    """Inside the block, the databases this thread makes without a thread count of their own run
+    on one thread when the inputs at paths are small (SMALL_INPUT_BYTES), and hand no memory
+    back (release_duckdb_memory: a small job holds little). Yields whether they are."""
+    small = input_bytes(paths) < SMALL_INPUT_BYTES
+    token = _small_input.set(small)
+    try:
+        yield small
+    finally:
+        _small_input.reset(token)
+
+
 @contextlib.contextmanager
 def memory_limit(limit: str | None) -> Iterator[None]:
     """Set MEMORY_LIMIT_ENV for the databases made inside the block (and the worker processes
@@ -403,8 +442,9 @@ def release_duckdb_memory(con: duckdb.DuckDBPyConnection) -> None:
     working memory before the next part's). DuckDB flushes its allocator whenever the number of
     threads of its database changes: the count is set to one more and back. Not under a limit
     on tasks with no room for that thread: the memory then stays where it is, and nothing fails.
+    Nor for a small input (small_input): what it would hand back is a few MB, for three queries.
     """
-    if not _room_for_threads(1):
+    if _small_input.get() or not _room_for_threads(1):
         return
     n = threads(con)
     con.execute(f"SET threads = {n + 1}")
@@ -447,6 +487,11 @@ def arrow_frame(t: pa.Table) -> pd.DataFrame:
             cols[name] = pd.Series([None] * len(col), dtype=object)  # as .df(): all-NULL text is None
         else:
             cols[name] = col.to_pandas()
-    # copy=False: the columns stay blocks of their own; pandas would otherwise stack the integer
-    # columns into one 2D block, a copy of them all
-    return pd.DataFrame(cols, columns=t.column_names, copy=False) if cols else pd.DataFrame(columns=t.column_names)
+    if not cols:
+        return pd.DataFrame(columns=t.column_names)
+    if len(cols) < t.num_columns:  # a name twice: each place holds the last column of that name
+        return pd.DataFrame(cols, columns=t.column_names, copy=False)
+    # the columns' arrays, not their Series: pandas aligns Series on their index, which for a small
+    # result cost more than the conversion. copy=False: the columns stay blocks of their own;
+    # pandas would otherwise stack the integer columns into one 2D block, a copy of them all
+    return pd.DataFrame({name: s.array for name, s in cols.items()}, copy=False)

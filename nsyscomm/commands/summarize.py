@@ -250,7 +250,7 @@ def _head_start(path: str, memory_limit: str | None, cache: bool) -> bool:
     try:
         if not p.is_file() or not nsys_reader.is_sqlite(p) or (cache and report_cache.has(p, p.name)):
             return False
-        with duck.memory_limit(memory_limit):
+        with duck.memory_limit(memory_limit), duck.small_input([p]):
             nsys_reader.head_start(p)
         return True
     except Exception as e:  # noqa: BLE001 - only a head start: the ordinary path reports any problem

@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +150,11 @@ def _within_task_limit(jobs: int) -> int:
 
 def _daemonic() -> bool:
     """Whether this process is a daemonic one of multiprocessing's (a multiprocessing.Pool's
-    worker, a Process(daemon=True)): it may start no process of its own."""
-    import multiprocessing
-
-    return bool(multiprocessing.current_process().daemon)
+    worker, a Process(daemon=True)): it may start no process of its own. Such a process runs
+    multiprocessing's code from its start: where multiprocessing was never imported, the process
+    is no such one, and a run of one report, which starts no pool, does not import it."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is not None and bool(multiprocessing.current_process().daemon)
 
 
 def _as_is(i: int, extract):
@@ -176,6 +176,8 @@ def _on_pool(files, names, cache, jobs, bar, keep) -> list:
 
 
 def _collect(files, names, cache, jobs, threads, stall, bar, keep, out) -> list:
+    from concurrent.futures.process import BrokenProcessPool
+
     from nsyscomm.extract import workers
 
     pool = workers.start(jobs)

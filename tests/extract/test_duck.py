@@ -236,3 +236,48 @@ def test_sql_and_samples_are_those_of_the_imported_tree(tmp_path):
     assert Path(sql) == tmp_path / "sql"
     assert Path(samples) == tmp_path / "sample_reports"
     assert summary == "SELECT 'the copy''s own SQL' AS marker"
+
+
+def test_a_small_inputs_databases_run_on_one_thread(tmp_path):
+    """Inside small_input() of inputs under SMALL_INPUT_BYTES, a database made without a thread
+    count runs on one thread, and release_duckdb_memory() changes nothing; a thread count asked
+    for is kept, and outside the block (or for larger inputs) DuckDB's default holds."""
+    default = duck.threads(duck.connect())
+    small = tmp_path / "small.sqlite"
+    small.write_bytes(b"x" * 1000)
+    statements: list[str] = []
+
+    class Recorded:  # a connection that records what it is asked
+        def execute(self, sql):
+            statements.append(sql)
+            return self
+
+        def fetchone(self):
+            return (1,)
+
+    with duck.small_input([small]) as is_small:
+        assert is_small
+        assert duck.threads(duck.connect()) == 1
+        assert duck.threads(duck.connect(threads=2)) == 2
+        duck.release_duckdb_memory(Recorded())  # type: ignore[arg-type]
+        assert statements == []
+    assert duck.threads(duck.connect()) == default
+    duck.release_duckdb_memory(Recorded())  # type: ignore[arg-type]
+    assert statements[-2:] == ["SET threads = 2", "SET threads = 1"]
+    large = tmp_path / "large.sqlite"
+    with open(large, "wb") as f:
+        f.truncate(duck.SMALL_INPUT_BYTES)  # sparse: its size, not its bytes, is what counts
+    with duck.small_input([large]) as is_small:
+        assert not is_small
+        assert duck.threads(duck.connect()) == default
+    with duck.small_input([small, tmp_path / "gone.sqlite"]) as is_small:
+        assert not is_small  # a size that cannot be read counts as large
+
+
+def test_a_small_input_is_measured_with_its_folders_files(tmp_path):
+    """A report folder (per-table files) counts with its files' sizes."""
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "a.arrow").write_bytes(b"x" * 300)
+    (folder / "b.arrow").write_bytes(b"x" * 200)
+    assert duck.input_bytes([folder, folder / "a.arrow"]) == 800

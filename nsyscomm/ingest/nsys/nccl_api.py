@@ -6,6 +6,7 @@ ncclGroupStart/ncclGroupEnd on a thread). Facts in docs/architecture.md, "Facts 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, SupportsInt
 
 import pandas as pd
@@ -139,8 +140,9 @@ def _unit(gtid, start, end, members, comm_sizes, grouped: bool) -> dict:
     comms = {m.comm for m in members if present(m.comm)}
     comm = next(iter(comms)) if len(comms) == 1 else None
     n = comm_sizes.get(comm) if comm is not None else None
-    names = pd.Series([m.name for m in members]).value_counts()
-    api = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in names.items())
+    # most often first, ties in the order met (pandas' value_counts, a thousand times its cost per unit)
+    names = Counter(m.name for m in members).most_common()
+    api = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in names)
     if grouped:
         api = f"ncclGroupEnd({api})"
     redops = {redop_name(m.redop) for m in members if present(m.redop)}
