@@ -31,8 +31,9 @@ def narrow(calls: pa.Table) -> pa.Table:
         if c is kept:
             # a copy even where the column is kept as it is: each column DuckDB exports holds
             # every column of its batch (one release of the batch's memory), so one kept as it is
-            # would keep the wide rows whole
-            c = pa.chunked_array([c.combine_chunks()]) if len(c) else c
+            # would keep the wide rows whole. Chunk by chunk: DuckDB scans an Arrow table's
+            # batches in parallel, and one chunk would be one batch
+            c = pa.chunked_array([pa.concat_arrays([chunk]) for chunk in c.chunks], type=c.type)
         cols.append(c)
     return pa.table(cols, names=calls.column_names)
 
