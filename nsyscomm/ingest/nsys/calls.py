@@ -67,8 +67,6 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         duck.release_duckdb_memory(con)
         rows = widen(parts, wide[0])
         del parts
-        # the narrow parts' memory, which pyarrow's pool would keep, back before the step's query
-        duck.release_arrow_memory()
         return _with_steps(con, rows)
     finally:
         for t in _LOOKUPS:
