@@ -4,9 +4,10 @@ The query joins each call's range, kernels, completion, capture window and steps
 working memory for that (hash tables and materialized rows of every call) is several times the
 calls' Arrow table. Every join in it is keyed by a range, a kernel, a call or a process, so the
 report is cut into parts by range number and kernel number, each part's calls made on their own
-and their Arrow tables put end to end: the working memory is one part's, whatever the report's
-size. Only the step depends on every call of a process (whether the wrapper saw step
-boundaries there): it is chosen once all parts are made (sql/call_steps_nsys.sql).
+and their Arrow tables, held narrow meanwhile (nsyscomm.ingest.narrow), put end to end: the
+working memory is one part's, whatever the report's size. Only the step depends on every call of
+a process (whether the wrapper saw step boundaries there): it is chosen once all parts are made
+(sql/call_steps_nsys.sql).
 """
 
 from __future__ import annotations
