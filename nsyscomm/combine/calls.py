@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from nsyscomm import duck, schema, temp_folders
 from nsyscomm.ingest.extract_type import TABLES, Extract, Table
 from nsyscomm.ingest.names import canonical_op
+from nsyscomm.ingest.narrow import narrow
 
 TIME_COLS = ("cpu_start", "cpu_end", "gpu_start", "gpu_end", "exec_start", "exec_end")
 # each call's number in the job, unique: sql/call_spans.sql works out the calls' timing on
@@ -93,7 +94,9 @@ class JobCalls:
         """Take the calls of extract e, the i-th report; returns e without them."""
         self.pids[e.report] = {int(p) for p in pc.unique(e.calls["pid"]).drop_null().to_pylist()}
         if len(e.calls):
-            self._pending.append((i, e.report, e.calls))
+            # held narrow (a third of the bytes at 800k calls) until the collectives table holds
+            # them: the typed view casts each column back to the normalized table's type
+            self._pending.append((i, e.report, narrow(e.calls)))
             self._rows += len(e.calls)
             if self._rows >= self.batch:
                 self._store()
@@ -156,19 +159,25 @@ class JobCalls:
 def _stack_calls(tables: list[pa.Table]) -> pa.Table:
     """Calls of several reports in one table, by column name; a column one report lacks is NULL
     there. A column the reports type differently (a source that left it all NULL typed it as
-    pandas could: a trace's callers as doubles) takes the normalized table's type first."""
+    pandas could: a trace's callers as doubles; narrow() made it as narrow as each report's
+    values) takes the normalized table's type first."""
     types: dict[str, set] = {}
     for t in tables:
         for f in t.schema:
             types.setdefault(f.name, set()).add(f.type)
     target = schema.arrow_types()
-    mixed = {n for n, ts in types.items() if len(ts) > 1 and n in target}
+    mixed = {n for n, ts in types.items() if len(ts) > 1}
     if mixed:
-        tables = [
-            t.cast(pa.schema([pa.field(f.name, target[f.name]) if f.name in mixed else f for f in t.schema]))
-            for t in tables
-        ]
+        tables = [t.cast(pa.schema([_common(f, target) if f.name in mixed else f for f in t.schema])) for t in tables]
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _common(f: pa.Field, target: dict) -> pa.Field:
+    """The type a column the reports type differently takes: the normalized table's, else its
+    values' own where it is dictionary-encoded (narrow), which concat_tables then promotes."""
+    if f.name in target:
+        return pa.field(f.name, target[f.name])
+    return pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
 
 
 def _typed_select(calls: pa.Table | None, name: str) -> str:

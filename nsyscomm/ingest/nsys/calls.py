@@ -4,9 +4,10 @@ The query joins each call's range, kernels, completion, capture window and steps
 working memory for that (hash tables and materialized rows of every call) is several times the
 calls' Arrow table. Every join in it is keyed by a range, a kernel, a call or a process, so the
 report is cut into parts by range number and kernel number, each part's calls made on their own
-and their Arrow tables put end to end: the working memory is one part's, whatever the report's
-size. Only the step depends on every call of a process (whether the wrapper saw step
-boundaries there): it is chosen once all parts are made (sql/call_steps_nsys.sql).
+and their Arrow tables, held narrow meanwhile (nsyscomm.ingest.narrow), put end to end: the
+working memory is one part's, whatever the report's size. Only the step depends on every call of
+a process (whether the wrapper saw step boundaries there): it is chosen once all parts are made
+(sql/call_steps_nsys.sql).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from nsyscomm import duck
+from nsyscomm.ingest.narrow import narrow, widen
 
 # Calls per part, at most (ranges and kernels of each part, each): DuckDB's working memory for a
 # part is about 1 KB a call; each part is planned anew (the query is long) and scans the report's
@@ -45,14 +47,18 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         query = duck.sql("calls_nsys")
         bounds = _parts(con, part_calls or PART_CALLS)
         parts = []
+        wide = []  # the parts' schema, as the query gives it (there is one part at least)
         for b in bounds:
             # what DuckDB's allocator kept of the work before (the lookups' and the last part's
             # working memory, several times a part's calls) goes back to the system first: else
             # every part's calls would be added on top of it, and the peak grow with the parts
             duck.release_duckdb_memory(con)
-            parts.append(con.execute(query, b).to_arrow_table())
-        rows = pa.concat_tables(parts)
-        del parts
+            part = con.execute(query, b).to_arrow_table()
+            wide = [part.schema]
+            # held narrow while the next parts are made (a third of the bytes), made wide again
+            # once every part is made and the lookups are dropped
+            parts.append(narrow(part))
+            del part
         # the step reads call_step_marks alone: the other lookups (kernel_owners the largest) and
         # the last part's working memory go back to the system before it, else its work would be
         # added on top of them at the end of the calls, when every part's calls are held
@@ -60,6 +66,8 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             if t != "call_step_marks":
                 con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
         duck.release_duckdb_memory(con)
+        rows = widen(parts, wide[0])
+        del parts
         return _with_steps(con, rows)
     finally:
         for t in _LOOKUPS:
