@@ -51,7 +51,7 @@ _CPU_CALLS = """SELECT rank, step, report, pid, exec_start AS s, exec_end AS e,
                   AND (wait_end IS NOT NULL OR (exec_start = cpu_start AND exec_end = cpu_end))"""
 # the calls of one pass's processes (a process: its report and pid, which may be NULL)
 _OF_PROCESSES = """SEMI JOIN (SELECT unnest($reports::VARCHAR[]) AS pass_report, unnest($pids::BIGINT[]) AS pass_pid)
-                   ON pass_report = report AND pass_pid IS NOT DISTINCT FROM pid"""
+                   ON pass_report IS NOT DISTINCT FROM report AND pass_pid IS NOT DISTINCT FROM pid"""
 _PROCESSES = "SELECT report, pid, count(*) FROM collectives GROUP BY ALL ORDER BY ALL"
 _SUMS = """SELECT rank, step, count(*) AS calls, sum(comm_rank_ns) AS comm_rank_ns,
                   sum(exposed_rank_ns) AS exposed_rank_ns, sum(comm_step_ns) AS comm_step_ns,
