@@ -239,8 +239,8 @@ def _query(con: duckdb.DuckDBPyConnection, records: pd.DataFrame) -> tuple[pd.Da
 def mismatch_rows(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """sql/hang_mismatches.sql's rows over the table or view hang_calls: the keys that may differ
     first (sql/hang_maybe.sql, a small table), then the exact comparison of their calls, only
-    when there are any. In one query DuckDB held a copy of every call for the comparison even
-    when no key could differ."""
+    when there are any: DuckDB plans the comparison over a copy of every call, which most jobs,
+    whose calls all agree, need not pay for."""
     cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_maybe AS {duck.sql('hang_maybe')}")
     try:
         if not duck.scalar(cur, "SELECT count(*) FROM hang_maybe"):

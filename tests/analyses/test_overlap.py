@@ -170,7 +170,8 @@ def _expected(calls, compute, by_step):
     return rows
 
 
-def _overlap(calls) -> pd.DataFrame:
+def _collectives(calls):
+    """A database whose collectives table holds these calls."""
     con = duck.connect()
     con.register("calls_df", calls)
     con.execute(
@@ -181,7 +182,11 @@ def _overlap(calls) -> pd.DataFrame:
         "exec_start::BIGINT AS exec_start, exec_end::BIGINT AS exec_end, "
         "wait_start::BIGINT AS wait_start, wait_end::BIGINT AS wait_end, 'wrapper' AS source FROM calls_df"
     )
-    return Result(con, ["a.sqlite", "b.sqlite"]).overlap
+    return con
+
+
+def _overlap(calls) -> pd.DataFrame:
+    return Result(_collectives(calls), ["a.sqlite", "b.sqlite"]).overlap
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -252,16 +257,7 @@ def test_each_pass_reads_only_its_processes_calls(seed, monkeypatch):
     of the job (a process whole, NULL pids too), and the parts are the same as in one pass."""
     calls, _ = _job(seed)
     calls["pid"] = calls["pid"].astype("Int64").mask((calls["report"] == "b.sqlite") & (calls["pid"] == 200))
-    con = duck.connect()
-    con.register("calls_df", calls)
-    con.execute(
-        "CREATE TABLE collectives AS SELECT report, pid::BIGINT AS pid, rank::INTEGER AS rank, "
-        "device::INTEGER AS device, step::BIGINT AS step, gpu_start::BIGINT AS gpu_start, "
-        "gpu_end::BIGINT AS gpu_end, busy_at_start::BIGINT AS busy_at_start, "
-        "busy_at_end::BIGINT AS busy_at_end, cpu_start::BIGINT AS cpu_start, cpu_end::BIGINT AS cpu_end, "
-        "exec_start::BIGINT AS exec_start, exec_end::BIGINT AS exec_end, "
-        "wait_start::BIGINT AS wait_start, wait_end::BIGINT AS wait_end, 'wrapper' AS source FROM calls_df"
-    )
+    con = _collectives(calls)
     order = ["rank", "step"]
     whole = overlap.parts(con).to_pandas().groupby(order, dropna=False).sum().sort_index()
     largest = int(calls.groupby(["report", "pid"], dropna=False).size().max())
@@ -271,3 +267,7 @@ def test_each_pass_reads_only_its_processes_calls(seed, monkeypatch):
     pd.testing.assert_frame_equal(got, whole)
     assert counting.rows and max(counting.rows) <= largest < len(calls)
     con.close()
+    # the processes in passes of at most `most` calls, in their order; one larger alone
+    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2)], 1) == [["a"], ["b"], ["c"]]
+    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2), ("d", 5)], 4) == [["a", "b"], ["c"], ["d"]]
+    assert overlap._chunks([("a", 3), ("b", 1)], 4) == [None]
