@@ -8,25 +8,17 @@
 -- The keys that differ are found in one aggregation; only their calls are unpivoted. A key is
 -- compared only when at least two ranks hold it, each once: a trace of one rank, or a source
 -- whose seq is not unique per call (a PyTorch profiler trace's kernels), shows no desync.
--- A cheaper pass first keeps the keys whose calls are not all alike: one 64-bit hash of the
--- compared fields per call, its min and max per key (two calls that differ hash alike once in
--- 2^64). The distinct counts, five hash tables per key, run on those keys only: in most jobs none.
--- Inputs: hang_calls.
-WITH maybe AS (
-    SELECT "group", seq
-    FROM (SELECT "group", seq,
-                 hash(op, CASE WHEN op <> 'all_to_all' THEN bytes END, nullif(dtype, ''), group_size, group_ranks) AS h
-          FROM hang_calls)
-    GROUP BY ALL
-    HAVING count(*) > 1 AND min(h) <> max(h)
-),
-bad AS (
+-- A cheaper pass first keeps the keys whose calls are not all alike (sql/hang_maybe.sql, the
+-- table hang_maybe); the distinct counts, five hash tables per key, run on those keys only: in
+-- most jobs none, and then this query is not run (nsyscomm.analyses.hang).
+-- Inputs: hang_calls, hang_maybe.
+WITH bad AS (
     SELECT "group", seq,
            count(DISTINCT op) > 1 AS op_differs,
            count(DISTINCT bytes) FILTER (WHERE op <> 'all_to_all') > 1 AS bytes_differs,
            count(DISTINCT nullif(dtype, '')) > 1 AS dtype_differs,
            count(DISTINCT group_size::VARCHAR || ':' || group_ranks) > 1 AS members_differ
-    FROM hang_calls JOIN maybe USING ("group", seq) GROUP BY ALL
+    FROM hang_calls JOIN hang_maybe USING ("group", seq) GROUP BY ALL
     HAVING count(DISTINCT rank) > 1 AND count(*) = count(DISTINCT rank)
        AND (op_differs OR bytes_differs OR dtype_differs OR members_differ)
 ),

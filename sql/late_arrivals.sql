@@ -164,20 +164,26 @@ user_ranges AS (
     SELECT logical_id, name, max(least("end", cpu_start) - greatest(start, prev_cpu_end)) AS ns
     FROM in_gap WHERE kind = 'nvtx' GROUP BY ALL
 ),
-member_kernels AS (  -- names are per report (StringIds): joined here, for late collectives only
-    SELECT m.logical_id, m.rank, m.is_late, n.name, g.ns
+kernel_names AS (  -- names are per report (StringIds): each name one number across the job
+    SELECT report, name_id, name, CASE WHEN name IS NOT NULL THEN dense_rank() OVER (ORDER BY name) END AS name_no
+    FROM gap_kernel_names
+),
+member_kernels AS (  -- joined here, for late collectives only
+    SELECT m.logical_id, m.rank, m.is_late, n.name_no, g.ns
     FROM members m
     JOIN gap_kernels g ON g.report = m.report AND g.pid = m.pid AND g.device = m.device
          AND g.gpu_start = m.gpu_start
-    JOIN gap_kernel_names n ON n.report = g.report AND n.name_id = g.name_id
+    JOIN kernel_names n ON n.report = g.report AND n.name_id = g.name_id
 ),
 kernel_extra AS (
-    SELECT k.logical_id, k.name, any_value(k.ns) - median(coalesce(o.ns, 0)) AS extra
-    FROM member_kernels k
-    JOIN members m ON m.logical_id = k.logical_id AND NOT m.is_late
-    LEFT JOIN member_kernels o ON o.logical_id = k.logical_id AND o.rank = m.rank AND o.name = k.name
-    WHERE k.is_late
-    GROUP BY ALL
+    SELECT e.logical_id, n.name, e.extra
+    FROM (SELECT k.logical_id, k.name_no, any_value(k.ns) - median(coalesce(o.ns, 0)) AS extra
+          FROM member_kernels k
+          JOIN members m ON m.logical_id = k.logical_id AND NOT m.is_late
+          LEFT JOIN member_kernels o ON o.logical_id = k.logical_id AND o.rank = m.rank AND o.name_no = k.name_no
+          WHERE k.is_late
+          GROUP BY ALL) e
+    LEFT JOIN (SELECT DISTINCT name_no, name FROM kernel_names) n ON n.name_no = e.name_no
 )
 SELECT r.*,
        (SELECT string_agg(name || ' +' || round(extra / 1e6, 3) || ' ms', ', ' ORDER BY extra DESC, name)

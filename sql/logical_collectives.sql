@@ -11,14 +11,18 @@
 -- of them, and is counted once, at the first (docs/architecture.md, "Timing model").
 -- completed: every call of it completed (collectives.completed); one that did not has no latency.
 -- Input: collectives.
-WITH arrivals AS (
-    -- each call's arrival, and its rank's arrival before it on the same communicator (by time:
-    -- a source's seq need not follow the clock); only the columns read below, which the window
-    -- sorts with it
-    SELECT logical_id, "group", pair, op, seq, bytes, group_size, caller, step, rank, exec_start, duration_ns,
-           completed, init_ns, cpu_start, cpu_end, joined,
+WITH previous AS (
+    -- each call's rank's arrival before it on the same communicator (by time: a source's seq
+    -- need not follow the clock); the window sorts only the columns it reads and the call's
+    -- row number, by which the rest of the call joins back
+    SELECT rowid AS row_id,
            lag(exec_start) OVER (PARTITION BY "group", pair, rank ORDER BY exec_start, seq) AS prev_arrival
     FROM collectives
+),
+arrivals AS (
+    SELECT c.logical_id, c."group", c.pair, c.op, c.seq, c.bytes, c.group_size, c.caller, c.step, c.rank,
+           c.exec_start, c.duration_ns, c.completed, c.init_ns, c.cpu_start, c.cpu_end, c.joined, p.prev_arrival
+    FROM collectives c JOIN previous p ON p.row_id = c.rowid
 ),
 logical AS (
 SELECT

@@ -218,7 +218,7 @@ def _query(con: duckdb.DuckDBPyConnection, records: pd.DataFrame) -> tuple[pd.Da
             ("CREATE OR REPLACE TEMP VIEW hang_calls AS " if lone else "CREATE OR REPLACE TEMP TABLE hang_calls AS ")
             + duck.sql("hang_calls")
         )
-        mism_rows = cur.execute(duck.sql("hang_mismatches")).df()
+        mism_rows = mismatch_rows(cur)
         if lone:
             blocked_rows = pd.DataFrame(columns=["group", "seq", "role"])
             frontier = pd.DataFrame(columns=["group", "rank", "last_entered", "last_finished"])
@@ -234,6 +234,20 @@ def _query(con: duckdb.DuckDBPyConnection, records: pd.DataFrame) -> tuple[pd.Da
     finally:
         cur.close()
     return mism_rows, blocked_rows, frontier
+
+
+def mismatch_rows(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """sql/hang_mismatches.sql's rows over the table or view hang_calls: the keys that may differ
+    first (sql/hang_maybe.sql, a small table), then the exact comparison of their calls, only
+    when there are any: DuckDB plans the comparison over a copy of every call, which most jobs,
+    whose calls all agree, need not pay for."""
+    cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_maybe AS {duck.sql('hang_maybe')}")
+    try:
+        if not duck.scalar(cur, "SELECT count(*) FROM hang_maybe"):
+            return pd.DataFrame(columns=["group", "seq", "field", "rank", "value"])
+        return cur.execute(duck.sql("hang_mismatches")).df()
+    finally:
+        cur.execute("DROP TABLE hang_maybe")
 
 
 def _mismatches(mism_rows: pd.DataFrame) -> list[dict]:

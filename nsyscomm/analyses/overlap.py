@@ -39,31 +39,30 @@ from nsyscomm import duck
 T = TypeVar("T")
 
 _CALLS = """SELECT rank, step, report, pid, device, gpu_start AS s, gpu_end AS e, busy_at_start, busy_at_end
-            FROM collectives WHERE gpu_start IS NOT NULL"""
-_OF_REPORTS = " AND report IN (SELECT unnest($reports))"
+            FROM collectives {only} WHERE gpu_start IS NOT NULL"""
 # calls without kernels: execution (s, e) and the part of it the caller waited through (ws, we);
 # not a Flight Recorder's, which records device work (NCCL's) with neither kernels nor a caller
 _CPU_CALLS = """SELECT rank, step, report, pid, exec_start AS s, exec_end AS e,
                        CASE WHEN wait_end IS NOT NULL THEN greatest(exec_start, wait_start) ELSE exec_start END AS ws,
                        CASE WHEN wait_end IS NOT NULL THEN least(exec_end, wait_end) ELSE exec_end END AS we
-                FROM collectives
+                FROM collectives {only}
                 WHERE gpu_start IS NULL AND exec_start IS NOT NULL AND exec_end IS NOT NULL
                   AND source IS DISTINCT FROM 'flight_recorder'
                   AND (wait_end IS NOT NULL OR (exec_start = cpu_start AND exec_end = cpu_end))"""
-_REPORTS = "SELECT report, count(*) FROM collectives GROUP BY report ORDER BY report"
+# the calls of one pass's processes (a process: its report and pid, which may be NULL)
+_OF_PROCESSES = """SEMI JOIN (SELECT unnest($reports::VARCHAR[]) AS pass_report, unnest($pids::BIGINT[]) AS pass_pid)
+                   ON pass_report IS NOT DISTINCT FROM report AND pass_pid IS NOT DISTINCT FROM pid"""
+_PROCESSES = "SELECT report, pid, count(*) FROM collectives GROUP BY ALL ORDER BY ALL"
 _SUMS = """SELECT rank, step, count(*) AS calls, sum(comm_rank_ns) AS comm_rank_ns,
                   sum(exposed_rank_ns) AS exposed_rank_ns, sum(comm_step_ns) AS comm_step_ns,
                   sum(exposed_step_ns) AS exposed_step_ns
            FROM call_parts GROUP BY rank, step"""
 
-# The most calls one query reads (their columns take about 70 bytes each): past it, the reports
-# are taken a group at a time. A report is never split: a call's part depends only on the calls
-# of its own process and device.
-CHUNK_CALLS = 1_000_000
-# The most calls one pass of the numpy arrays holds (they take a few hundred bytes a call at
-# their peak, beside the job's database at its largest): past it, a group's processes are taken
-# a few at a time, each process whole.
-PASS_CALLS = 250_000
+# The most calls one pass reads and holds (their columns take about 70 bytes each as read, and
+# the numpy arrays a few hundred bytes a call at their peak, beside the job's database at its
+# largest): past it, the processes are taken a few at a time, each process whole (a call's part
+# depends only on the calls of its own process and device), each pass read by a query of its own.
+PASS_CALLS = 100_000
 
 
 def parts(con: duckdb.DuckDBPyConnection) -> pa.Table:
@@ -72,47 +71,38 @@ def parts(con: duckdb.DuckDBPyConnection) -> pa.Table:
     each call adds to the union of communication (comm_*_ns) and of the part of that no compute
     hides (exposed_*_ns); NULL where SQL's arithmetic on NULL times would give only NULLs."""
     sums = []
-    counts: list[tuple[str, int]] = con.execute(_REPORTS).fetchall()
-    for reports in _chunks(counts):
+    counts = [((report, pid), n) for report, pid, n in con.execute(_PROCESSES).fetchall()]
+    for processes in _chunks(counts):
+        if processes is None:
+            only, params = "", None
+        else:
+            only = _OF_PROCESSES
+            params = {"reports": [r for r, _ in processes], "pids": [p for _, p in processes]}
         for query, make in ((_CALLS, _call_parts), (_CPU_CALLS, _cpu_call_parts)):
-            q, params = (query, None) if reports is None else (query + _OF_REPORTS, {"reports": reports})
-            for calls in _by_process(con.execute(q, params).to_arrow_table()):
-                con.register("call_parts", make(calls))
-                try:
-                    sums.append(con.execute(_SUMS).to_arrow_table())
-                finally:
-                    con.unregister("call_parts")
+            calls = con.execute(query.format(only=only), params).to_arrow_table()
+            con.register("call_parts", make(calls))
+            del calls
+            try:
+                sums.append(con.execute(_SUMS).to_arrow_table())
+            finally:
+                con.unregister("call_parts")
     return pa.concat_tables(sums)
 
 
-def _by_process(t: pa.Table) -> list[pa.Table]:
-    """t's calls in parts of at most PASS_CALLS calls (or one process's, where it has more),
-    each process's calls in one part."""
-    if len(t) <= PASS_CALLS:
-        return [t]
-    process = _groups([_codes(t["report"]), *_ints(t["pid"])])
-    counts = np.bincount(process)
-    part_of = np.empty(len(counts), np.int64)
-    for i, group in enumerate(_chunks(list(enumerate(counts.tolist())), PASS_CALLS)):
-        part_of[group] = i
-    part = part_of[process]
-    return [t.filter(pa.array(part == i)) for i in range(int(part.max()) + 1)]
-
-
 def _chunks(counts: list[tuple[T, int]], most: int | None = None) -> list[list[T] | None]:
-    """The keys (reports, with their calls) in groups of at most `most` calls (CHUNK_CALLS), or
+    """The keys (processes, with their calls) in groups of at most `most` calls (PASS_CALLS), or
     one key's where it has more; [None]: all at once."""
-    most = CHUNK_CALLS if most is None else most
+    most = PASS_CALLS if most is None else most
     if sum(n for _, n in counts) <= most:
         return [None]
     out: list[list[T] | None] = []
     group: list[T] = []
     size = 0
-    for report, n in counts:
+    for key, n in counts:
         if group and size + n > most:
             out.append(group)
             group, size = [], 0
-        group.append(report)
+        group.append(key)
         size += n
     return out + [group]
 

@@ -104,9 +104,6 @@ def combine(
     if any(e.windowed for e in extracts):
         cut = window.trim_partial_steps(con)
         warnings += [cut] if cut else []
-    # each call's part of exposed communication (numpy, one core) is made meanwhile: the steps
-    # below and the first views are DuckDB queries on one core too
-    parts = begin_overlap(con) if not selection else None
     # plain tables, not TEMP ones, from here on: the views' queries run on cursors too (Result.prefetch)
     con.execute(f"CREATE TABLE rank_spans AS {duck.sql('rank_spans')}")
     con.execute(f"CREATE TABLE logical_collectives AS {duck.sql('logical_collectives')}")
@@ -115,7 +112,6 @@ def combine(
     if selection:  # the asked-for steps and ops, once the whole job's setup and first meetings are known
         select.keep(con, selection)
         select.clip_spans(con, selection)
-        parts = begin_overlap(con)
     # what the warnings below count, in one scan of the collectives
     max_n, unsized = duck.one_row(con, duck.sql("job_checks"))
     max_n = int(max_n)
@@ -140,6 +136,11 @@ def combine(
         )
     if unsized:
         warnings.append(f"{unsized} call(s) of unknown message size: no bandwidth for them")
+    # each call's part of exposed communication (numpy, one core) is made once the steps above
+    # are done (their queries' working memory, the logical collectives' the largest, is not
+    # added to its arrays), while the largest per-report tables may still be copying and beside
+    # the first views' queries
+    parts = begin_overlap(con)
     for made in made_late:
         made.result()
     duck.release_arrow_memory()  # the stacked rows they were copied from

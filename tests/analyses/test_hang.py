@@ -431,6 +431,7 @@ def test_mismatch_query_finds_exactly_the_differing_keys():
     import random
 
     from nsyscomm import duck
+    from nsyscomm.analyses.hang import mismatch_rows
 
     rng = random.Random(7)
     calls = []
@@ -458,7 +459,7 @@ def test_mismatch_query_finds_exactly_the_differing_keys():
             "seq BIGINT, op VARCHAR, bytes BIGINT, dtype VARCHAR)"
         )
         con.executemany("INSERT INTO hang_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)", calls)
-        got = con.execute(duck.sql("hang_mismatches")).fetchall()
+        got = list(mismatch_rows(con).itertuples(index=False, name=None))
     finally:
         con.close()
     want = _mismatches_by_brute_force(calls)

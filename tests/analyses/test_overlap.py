@@ -170,7 +170,8 @@ def _expected(calls, compute, by_step):
     return rows
 
 
-def _overlap(calls) -> pd.DataFrame:
+def _collectives(calls):
+    """A database whose collectives table holds these calls."""
     con = duck.connect()
     con.register("calls_df", calls)
     con.execute(
@@ -181,7 +182,11 @@ def _overlap(calls) -> pd.DataFrame:
         "exec_start::BIGINT AS exec_start, exec_end::BIGINT AS exec_end, "
         "wait_start::BIGINT AS wait_start, wait_end::BIGINT AS wait_end, 'wrapper' AS source FROM calls_df"
     )
-    return Result(con, ["a.sqlite", "b.sqlite"]).overlap
+    return con
+
+
+def _overlap(calls) -> pd.DataFrame:
+    return Result(_collectives(calls), ["a.sqlite", "b.sqlite"]).overlap
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -220,19 +225,49 @@ def test_processes_taken_a_few_at_a_time_give_the_same_result(seed, monkeypatch)
     )
 
 
+class _Counting:
+    """A connection that counts the rows each query of the calls gives back as Arrow."""
+
+    def __init__(self, con):
+        self.con, self.rows = con, []
+
+    def execute(self, *args):
+        rel = self.con.execute(*args)
+        counting = self
+
+        class _Rel:
+            def to_arrow_table(self):
+                t = rel.to_arrow_table()
+                if "FROM collectives" in args[0]:
+                    counting.rows.append(t.num_rows)
+                return t
+
+            def fetchall(self):
+                return rel.fetchall()
+
+        return _Rel()
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_reports_taken_a_group_at_a_time_give_the_same_result(seed, monkeypatch):
-    """Past overlap.CHUNK_CALLS, the calls are taken a group of reports at a time (their parts
-    summed per rank and step in each): the same result as in one pass."""
+def test_each_pass_reads_only_its_processes_calls(seed, monkeypatch):
+    """Past overlap.PASS_CALLS, each pass's query reads its own processes' calls, not every call
+    of the job (a process whole, NULL pids too), and the parts are the same as in one pass."""
     calls, _ = _job(seed)
-    whole = _overlap(calls)
-    groups = []
-    real = overlap._chunks
-    monkeypatch.setattr(overlap, "_chunks", lambda counts: groups.append(real(counts)) or groups[-1])
-    monkeypatch.setattr(overlap, "CHUNK_CALLS", 1)  # every report on its own
-    pd.testing.assert_frame_equal(_overlap(calls), whole)
-    assert groups == [[["a.sqlite"], ["b.sqlite"]]]
-    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2)]) == [["a"], ["b"], ["c"]]
-    monkeypatch.setattr(overlap, "CHUNK_CALLS", 4)
-    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2), ("d", 5)]) == [["a", "b"], ["c"], ["d"]]
-    assert overlap._chunks([("a", 3), ("b", 1)]) == [None]
+    calls["pid"] = calls["pid"].astype("Int64").mask((calls["report"] == "b.sqlite") & (calls["pid"] == 200))
+    con = _collectives(calls)
+    order = ["rank", "step"]
+    whole = overlap.parts(con).to_pandas().groupby(order, dropna=False).sum().sort_index()
+    largest = int(calls.groupby(["report", "pid"], dropna=False).size().max())
+    monkeypatch.setattr(overlap, "PASS_CALLS", largest)
+    counting = _Counting(con)
+    got = overlap.parts(counting).to_pandas().groupby(order, dropna=False).sum().sort_index()
+    pd.testing.assert_frame_equal(got, whole)
+    assert counting.rows and max(counting.rows) <= largest < len(calls)
+    con.close()
+    # the processes in passes of at most `most` calls, in their order; one larger alone
+    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2)], 1) == [["a"], ["b"], ["c"]]
+    assert overlap._chunks([("a", 3), ("b", 1), ("c", 2), ("d", 5)], 4) == [["a", "b"], ["c"], ["d"]]
+    assert overlap._chunks([("a", 3), ("b", 1)], 4) == [None]

@@ -19,6 +19,8 @@ from nsyscomm.discover import sample_jobs
 WIDE_ONLY = {"caller", "kernel", "algo", "proto", "dtype", "group_ranks", "busy_at_start", "busy_at_end"}
 # ... and of sql/late_arrivals.sql's window over every call (the late collectives' calls take them)
 LATE_WIDE_ONLY = {"caller", "source", "report", "tid", "device", "busy_at_start"}
+# ... and of sql/logical_collectives.sql's window over every call (the aggregate reads them)
+LOGICAL_WIDE_ONLY = {"caller", "op", "bytes", "group_size", "step", "duration_ns", "init_ns", "cpu_end", "joined"}
 
 
 def _operators(node):
@@ -27,8 +29,8 @@ def _operators(node):
         yield from _operators(child)
 
 
-def _profile(con, tmp_path, name="call_spans", params=None):
-    """The WINDOW operators of the named query's run."""
+def _profile(con, tmp_path, name="call_spans", params=None, operator="WINDOW"):
+    """The operators of the named query's run whose name holds `operator` (WINDOW by default)."""
     out = tmp_path / "profile.json"
     con.execute("PRAGMA enable_profiling = 'json'")
     con.execute(f"PRAGMA profiling_output = '{out}'")
@@ -36,7 +38,7 @@ def _profile(con, tmp_path, name="call_spans", params=None):
         con.execute(f"CREATE OR REPLACE TEMP TABLE query_again AS {duck.sql(name)}", params)
     finally:
         con.execute("PRAGMA disable_profiling")
-    return [op for op in _operators(json.loads(out.read_text())) if op.get("operator_name") == "WINDOW"]
+    return [op for op in _operators(json.loads(out.read_text())) if operator in (op.get("operator_name") or "")]
 
 
 def _projections(op) -> list[str]:
@@ -77,6 +79,7 @@ def test_each_call_goes_through_the_window_of_its_own_queue_only(sample, tmp_pat
         ("call_spans", None, "", WIDE_ONLY),
         # (its other windows number a thread's host events)
         ("late_arrivals", {"noise_ns": 100_000}, "PARTITION BY rank ORDER BY exec_start", LATE_WIDE_ONLY),
+        ("logical_collectives", None, "LAG(exec_start)", LOGICAL_WIDE_ONLY),
     ],
 )
 def test_the_windows_over_every_call_carry_the_columns_they_read_only(sample, tmp_path, name, params, over_calls, wide):
@@ -92,3 +95,20 @@ def test_the_windows_over_every_call_carry_the_columns_they_read_only(sample, tm
 )
 def test_a_union_of_spans_takes_one_sort_for_comm_and_wait(sample, tmp_path, name, params):
     assert len(_profile(sample.con, tmp_path, name, params)) == 1
+
+
+def test_the_hang_calls_look_the_records_up_without_holding_every_call(sample, tmp_path):
+    """sql/hang_calls.sql leaves out the calls the flight records hold by a join on the records,
+    not by a correlated NOT EXISTS, which DuckDB plans as a delim join: that holds every call's
+    columns before it looks them up."""
+    from nsyscomm.analyses import hang
+
+    cur = sample.con.cursor()
+    try:
+        cur.register("hang_records_df", hang.read_dumps([]))
+        cols = ", ".join(f'"{c}"::{t} AS "{c}"' for c, t in hang._RECORD_TYPES.items())
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_records AS SELECT {cols} FROM hang_records_df")
+        assert _profile(cur, tmp_path, "hang_calls", operator="JOIN")
+        assert not _profile(cur, tmp_path, "hang_calls", operator="DELIM")
+    finally:
+        cur.close()
