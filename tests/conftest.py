@@ -100,6 +100,15 @@ def job_did_its_work(exit_code: int, messages, ranks_done: int, world: int) -> b
     return ranks_done == world and (exit_code == 0 or TEARDOWN in text)
 
 
+def aborted_in_teardown(torchrun_stderr: str) -> bool:
+    """A bare torchrun job (no `nsyscomm run` to read its flight records) that failed because
+    torch aborted a rank as its process exited: std::terminate's line and torchrun's SIGABRT.
+    Only with the ranks' own marks that their work was done (done files written after their last
+    collective): torch's gloo does that now and then, profiled or not, with no Python frame left
+    (docs/capture.md, "A job that fails in its teardown"), most often on a busy machine."""
+    return "terminate called without an active exception" in torchrun_stderr and "(SIGABRT)" in torchrun_stderr
+
+
 def done_ranks(done_dir: Path, pattern: str = "done.*") -> int:
     """How many ranks wrote their done file (DONE_ENV) in done_dir."""
     return len(list(Path(done_dir).glob(pattern)))

@@ -1,9 +1,6 @@
 """A 2-rank gloo job profiled by torch.profiler with a schedule, as users profile a window of
 training: 5 iterations of 3 collectives (all_reduce, an async all_reduce waited on, broadcast),
-prof.step() after each; schedule(wait=1, warmup=1, active=2, repeat=1) records iterations 2 and 3.
-One cycle, as torch's own example has it: a second cycle would start the profiler again at once
-after the first one's save, and torch's profiler now and then aborts a process that stops and
-starts again in quick succession (terminate called without an active exception). Writes
+prof.step() after each; schedule(wait=1, warmup=1, active=2) records iterations 2 and 3. Writes
 TRACES/rank<R>.json (the profiler's trace) and DONE/done<R>.json (the iterations the schedule
 itself says it recorded): python scheduled_profile.py TRACES DONE."""
 
@@ -18,7 +15,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 out, done = sys.argv[1], sys.argv[2]
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-plan = schedule(wait=1, warmup=1, active=2, repeat=1)
+plan = schedule(wait=1, warmup=1, active=2)
 recorded = [i for i in range(5) if plan(i) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)]
 
 
