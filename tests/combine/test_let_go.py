@@ -66,3 +66,31 @@ def test_the_collectives_queries_hand_back_their_working_memory(monkeypatch):
     # (call_spans made, collectives made, the job stage done): after the windows, after the
     # join, and once the job's tables are all made, before the analyses' queries
     assert seen == [(True, False, False), (False, True, False), (False, True, True)]
+
+
+def test_a_file_databases_collectives_queries_run_on_one_thread(monkeypatch):
+    """Where the job's database is a file (a large job), the windows and the join that make the
+    collectives run on one thread, whose buffers alone count toward the job's peak; the database
+    has its threads back for the analyses. In memory they keep every thread."""
+    from nsyscomm import duck
+
+    seen = []
+    sql = duck.sql
+
+    def spy(name):
+        if name in ("call_spans", "collectives"):
+            seen.append((name, duck.threads(job.con)))
+        return sql(name)
+
+    monkeypatch.setattr(duck, "sql", spy)
+    e = cached_extract(Path(sample_jobs()[0]), "ddp.sqlite", cache=False)
+    for file in (False, True):
+        monkeypatch.setattr(calls_module, "FILE_CALLS", 0 if file else calls_module.BATCH_CALLS)
+        job = calls_module.JobCalls()
+        threads = 2
+        job.con.execute(f"SET threads = {threads}")  # a 2-core machine's, on any machine
+        seen.clear()
+        res = combine([e], calls=job)
+        want = 1 if file else threads
+        assert seen == [("call_spans", want), ("collectives", want)], file
+        assert duck.threads(res.con) == threads
