@@ -387,6 +387,7 @@ def test_no_report_string_is_formatted_into_sql():
         "duck.sql('rank_spans')",
         "duck.sql('compute_kernels')",
         "duck.sql('compute_islands')",
+        "duck.sql('hang_maybe')",
         "_sqlite_extension()",
         "quoted",
         "name",
