@@ -294,8 +294,7 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which
     # doubles its cost. Without that optimizer, a LEFT JOIN builds its right side, proc_ranks.
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
-    threads = duck.threads(con)
-    one = _one_thread(con)
+    restore = _one_thread(con)
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
         hand_back(con)
@@ -303,22 +302,24 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     finally:
         con.execute("RESET disabled_optimizers")
         con.execute("DROP TABLE IF EXISTS call_spans")
-        if one:
-            con.execute(f"SET threads = {threads}")
+        if restore:
+            con.execute(f"SET threads = {restore}")
     hand_back(con)
 
 
-def _one_thread(con: duckdb.DuckDBPyConnection) -> bool:
+def _one_thread(con: duckdb.DuckDBPyConnection) -> int | None:
     """Run the collectives' two queries on one thread where the job's database is a file (a
-    large job, or memory limited: JobCalls.con); returns whether it does. Each thread of the
-    windows and of the join holds its own sort and hash buffers of the calls, and there the
-    writing of the file's compressed rows, on one thread either way, sets the pace: a second
-    thread added its buffers to the job's peak and saved no time. In memory, a second thread
-    makes them faster (docs/performance.md, "Memory", measures both)."""
-    if not duck.on_file(con) or duck.threads(con) == 1:
-        return False
+    large job, or memory limited: JobCalls.con); returns the thread count to restore after
+    them, None where it is left as it is. Each thread of the windows and of the join holds its
+    own sort and hash buffers of the calls, and there the writing of the file's compressed rows,
+    on one thread either way, sets the pace: a second thread added its buffers to the job's peak
+    and saved no time. In memory, a second thread makes them faster (docs/performance.md,
+    "Memory", measures both)."""
+    threads = duck.threads(con)
+    if not duck.on_file(con) or threads == 1:
+        return None
     con.execute("SET threads = 1")
-    return True
+    return threads
 
 
 def hand_back(con: duckdb.DuckDBPyConnection) -> None:
