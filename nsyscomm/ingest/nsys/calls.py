@@ -47,14 +47,14 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         query = duck.sql("calls_nsys")
         bounds = _parts(con, part_calls or PART_CALLS)
         parts = []
-        wide = []  # the parts' schema, as the query gives it (there is one part at least)
+        wide = None  # the parts' schema, as the query gives it
         for b in bounds:
             # what DuckDB's allocator kept of the work before (the lookups' and the last part's
             # working memory, several times a part's calls) goes back to the system first: else
             # every part's calls would be added on top of it, and the peak grow with the parts
             duck.release_duckdb_memory(con)
             part = con.execute(query, b).to_arrow_table()
-            wide = [part.schema]
+            wide = part.schema
             # held narrow while the next parts are made (a third of the bytes), made wide again
             # once every part is made and the lookups are dropped
             parts.append(narrow(part))
@@ -66,7 +66,8 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             if t != "call_step_marks":
                 con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
         duck.release_duckdb_memory(con)
-        rows = widen(parts, wide[0])
+        assert wide is not None  # _parts gives one part at least
+        rows = widen(parts, wide)
         del parts
         return _with_steps(con, rows)
     finally:
