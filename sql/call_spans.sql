@@ -19,7 +19,8 @@ WITH timing AS NOT MATERIALIZED (
     FROM calls_ranked
 ),
 -- the calls without a seq numbered by order (none when the wrapper was on): call_id, seq, group_size
--- (calls that tie on time, on two streams or threads, numbered in one order every run)
+-- (calls that tie on time, on two streams or threads, numbered in one order every run). Stored,
+-- narrow: each reading of `numbered` reads it, where its windows would run again.
 by_order AS MATERIALIZED (
     SELECT call_id, seq, coalesce(group_size, count(*) OVER (PARTITION BY "group", op, seq)) AS group_size
     FROM (SELECT call_id, "group", op, group_size,
@@ -28,7 +29,7 @@ by_order AS MATERIALIZED (
                                              coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq
           FROM timing WHERE seq IS NULL)
 ),
--- every call with its seq and group size (a call with a seq has exactly one of the two)
+-- every call with its seq and group size: its own seq, or else by_order's
 numbered AS NOT MATERIALIZED (
     SELECT t.* REPLACE (coalesce(t.seq, o.seq) AS seq, coalesce(o.group_size, t.group_size) AS group_size)
     FROM timing t
@@ -46,7 +47,8 @@ messages AS (
 -- receive's, where the receive's end is a completion (its kernels', its completion mark or the
 -- end of its caller's wait -- the source's exec_end --, or a synchronous receive's return). An
 -- asynchronous receive with neither (irecv, batch_isend_irecv) ends at its enqueue: no bound.
--- (the point-to-point calls only: call_id, sender, receiver, msg, recv_done)
+-- (the point-to-point calls only: call_id, sender, receiver, msg, recv_done; stored, narrow: each
+-- reading of `own` reads it)
 p2p AS MATERIALIZED (
     SELECT call_id, sender, receiver, msg,
            min(CASE WHEN op = 'recv' AND (exec_end IS NOT NULL OR gpu_end IS NOT NULL
@@ -84,9 +86,9 @@ own AS NOT MATERIALIZED (
 -- worker threads take the calls from one queue in the order enqueued, so a call starts once all
 -- but one of the calls enqueued before it on the group have ended (the second latest end among
 -- them). Point-to-point calls bypass gloo's queue (the caller's thread hands them to the
--- transport), so they wait in none (no row here).
+-- transport), so they wait in none.
 -- Each queue's calls go through their own window only: computing both windows over every call
--- sorted every call twice. (call_id, queue_free)
+-- sorted every call twice. (call_id, queue_free; a call of no queue has no row)
 queues AS (
     SELECT call_id, max(x_end) OVER (PARTITION BY report, pid, device, stream
                                      ORDER BY cpu_start, gpu_start, seq
