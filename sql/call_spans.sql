@@ -7,32 +7,38 @@
 -- A point-to-point message is its send and its receive: the n-th send from one rank to another in
 -- a communicator pairs with the n-th receive there from that rank (messages between two ranks
 -- arrive in the order sent), whatever each side's seq, which counts both directions of a pair.
--- The window functions below sort every column they carry: they run over `timing`, each call's
--- few columns that its numbering and spans depend on.
--- NOT MATERIALIZED: each of the two branches below reads its own calls (with a seq, without one)
--- from the calls again, where a stored copy of every call's row would be held through the query
+-- The window functions below sort every column they carry, and DuckDB stores whole a CTE that is
+-- read twice: so each window sorts only the calls it numbers, with the columns its partitions,
+-- orders and result need, and gives narrow rows (call_id and what it computed), which the calls,
+-- read again, join back by call_id. `timing`, `numbered` and `own` are NOT MATERIALIZED: each
+-- reader recomputes them from the calls, where a stored copy of every call's row would be held
+-- through the query.
 WITH timing AS NOT MATERIALIZED (
     SELECT call_id, report, pid, tid, rank, op, api, "group", group_size, seq, peer, pair, source,
            cpu_start, cpu_end, gpu_start, gpu_end, stream, device, exec_start, exec_end, init_ns
     FROM calls_ranked
 ),
--- the window functions run only over the calls that need them (none when the wrapper was on)
-by_order AS (
-    -- (calls that tie on time, on two streams or threads, numbered in one order every run)
-    SELECT * REPLACE (row_number() OVER (PARTITION BY rank, op
-                                         ORDER BY coalesce(exec_start, gpu_start, cpu_start), cpu_start, pid, tid, stream,
-                                                  coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq)
-    FROM timing WHERE seq IS NULL
+-- the calls without a seq numbered by order (none when the wrapper was on): call_id, seq, group_size
+-- (calls that tie on time, on two streams or threads, numbered in one order every run). Stored,
+-- narrow: each reading of `numbered` reads it, where its windows would run again.
+by_order AS MATERIALIZED (
+    SELECT call_id, seq, coalesce(group_size, count(*) OVER (PARTITION BY "group", op, seq)) AS group_size
+    FROM (SELECT call_id, "group", op, group_size,
+                 row_number() OVER (PARTITION BY rank, op
+                                    ORDER BY coalesce(exec_start, gpu_start, cpu_start), cpu_start, pid, tid, stream,
+                                             coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq
+          FROM timing WHERE seq IS NULL)
 ),
-numbered AS (
-    SELECT * FROM timing WHERE seq IS NOT NULL
-    UNION ALL BY NAME
-    SELECT * REPLACE (coalesce(group_size, count(*) OVER (PARTITION BY "group", op, seq)) AS group_size)
-    FROM by_order
+-- every call with its seq and group size: its own seq, or else by_order's
+numbered AS NOT MATERIALIZED (
+    SELECT t.* REPLACE (coalesce(t.seq, o.seq) AS seq, coalesce(o.group_size, t.group_size) AS group_size)
+    FROM timing t
+    LEFT JOIN by_order o USING (call_id)
 ),
 -- each message's place among the messages from its sender to its receiver
 messages AS (
-    SELECT *, row_number() OVER (PARTITION BY "group", sender, receiver, op ORDER BY seq, exec_start, cpu_start) - 1 AS msg
+    SELECT call_id, op, api, "group", sender, receiver, exec_end, gpu_end, cpu_end,
+           row_number() OVER (PARTITION BY "group", sender, receiver, op ORDER BY seq, exec_start, cpu_start) - 1 AS msg
     FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS sender,
                     CASE WHEN op = 'send' THEN peer ELSE rank END AS receiver
           FROM numbered WHERE pair IS NOT NULL)
@@ -41,14 +47,15 @@ messages AS (
 -- receive's, where the receive's end is a completion (its kernels', its completion mark or the
 -- end of its caller's wait -- the source's exec_end --, or a synchronous receive's return). An
 -- asynchronous receive with neither (irecv, batch_isend_irecv) ends at its enqueue: no bound.
-p2p AS (
-    SELECT *, min(CASE WHEN op = 'recv' AND (exec_end IS NOT NULL OR gpu_end IS NOT NULL
-                                             OR coalesce(api, '') NOT IN ('irecv', 'batch_isend_irecv'))
-                       THEN coalesce(exec_end, gpu_end, cpu_end) END)
-                  OVER (PARTITION BY "group", sender, receiver, msg) AS recv_done
+-- (the point-to-point calls only: call_id, sender, receiver, msg, recv_done; stored, narrow: each
+-- reading of `own` reads it)
+p2p AS MATERIALIZED (
+    SELECT call_id, sender, receiver, msg,
+           min(CASE WHEN op = 'recv' AND (exec_end IS NOT NULL OR gpu_end IS NOT NULL
+                                          OR coalesce(api, '') NOT IN ('irecv', 'batch_isend_irecv'))
+                    THEN coalesce(exec_end, gpu_end, cpu_end) END)
+               OVER (PARTITION BY "group", sender, receiver, msg) AS recv_done
     FROM messages
-    UNION ALL BY NAME
-    SELECT * FROM numbered WHERE pair IS NULL
 ),
 -- each call's own span: the source's where it knows when the work ran, else the kernels', else
 -- the host range. A call holding NCCL's communicator initialization (init_ns) starts its execution
@@ -57,20 +64,20 @@ p2p AS (
 -- differs between ranks, names nobody. A send without kernels ends no later than its receive did
 -- (p2p above); a receive that ended before its send began says the two ranks' clocks disagree,
 -- and bounds nothing.
--- (only what the queues and the result read: the windows below sort every column they carry)
-own AS (
+own AS NOT MATERIALIZED (
     SELECT call_id, report, pid, device, stream, "group", cpu_start, gpu_start, seq, group_size,
-           sender, receiver, msg,
+           p.sender, p.receiver, p.msg,
            CASE WHEN coalesce(init_ns, 0) > 0
                 THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
                 ELSE coalesce(exec_start, gpu_start, cpu_start) END AS own_start,
-           CASE WHEN op = 'send' AND gpu_end IS NULL AND recv_done >= coalesce(exec_start, cpu_start)
-                THEN least(coalesce(exec_end, cpu_end), recv_done)
+           CASE WHEN op = 'send' AND gpu_end IS NULL AND p.recv_done >= coalesce(exec_start, cpu_start)
+                THEN least(coalesce(exec_end, cpu_end), p.recv_done)
                 ELSE coalesce(exec_end, gpu_end, cpu_end) END AS x_end,
            CASE WHEN gpu_start IS NOT NULL THEN 'stream'
                 WHEN source = 'wrapper' AND "group" IS NOT NULL AND op NOT IN ('send', 'recv') THEN 'group'
            END AS queue
-    FROM p2p
+    FROM numbered
+    LEFT JOIN p2p p USING (call_id)
 ),
 -- the queue each call waits in (docs/architecture.md, "Timing model": work issued to one queue
 -- runs in order) and when it had a place free there: a call's execution cannot start before.
@@ -81,28 +88,29 @@ own AS (
 -- them). Point-to-point calls bypass gloo's queue (the caller's thread hands them to the
 -- transport), so they wait in none.
 -- Each queue's calls go through their own window only: computing both windows over every call
--- sorted every call twice.
+-- sorted every call twice. (call_id, queue_free; a call of no queue has no row)
 queues AS (
-    SELECT *, max(x_end) OVER (PARTITION BY report, pid, device, stream
-                               ORDER BY cpu_start, gpu_start, seq
-                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS queue_free
+    SELECT call_id, max(x_end) OVER (PARTITION BY report, pid, device, stream
+                                     ORDER BY cpu_start, gpu_start, seq
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS queue_free
     FROM own WHERE queue = 'stream'
     UNION ALL
-    SELECT *, (max(x_end, 2) OVER (PARTITION BY report, pid, "group"
-                                   ORDER BY cpu_start, seq
-                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2] AS queue_free
+    SELECT call_id, (max(x_end, 2) OVER (PARTITION BY report, pid, "group"
+                                         ORDER BY cpu_start, seq
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2] AS queue_free
     FROM own WHERE queue = 'group'
-    UNION ALL
-    SELECT *, NULL::BIGINT AS queue_free FROM own WHERE queue IS NULL
 ),
 -- the execution span every analysis reads: the call's own, started no earlier than its queue let
 -- it (never past its end); queued_ns: the part of the time from its enqueue (cpu_start) to its
 -- execution that it waited behind the calls ahead of it on its queue
+-- (a LEFT JOIN builds its right side, the narrow rows of the windows: combine/calls.py disables
+-- the optimizer that would swap them)
 spans AS (
-    SELECT *,
-           CASE WHEN queue = 'group' AND queue_free > own_start
-                THEN least(queue_free, coalesce(x_end, queue_free)) ELSE own_start END AS x_start
-    FROM queues
+    SELECT own.*, q.queue_free,
+           CASE WHEN queue = 'group' AND q.queue_free > own_start
+                THEN least(q.queue_free, coalesce(x_end, q.queue_free)) ELSE own_start END AS x_start
+    FROM own
+    LEFT JOIN queues q USING (call_id)
 )
 SELECT
     call_id,     -- the call (calls.call_id)

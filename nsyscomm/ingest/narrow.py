@@ -58,11 +58,15 @@ def _dictionary(c: pa.ChunkedArray, pool: pa.MemoryPool) -> pa.ChunkedArray:
 
 
 def widen(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    """Narrowed tables (narrow()) back to schema, the one they had, put end to end."""
+    """Narrowed tables (narrow()) back to schema, the one they had, put end to end. A column at
+    a time, each let go of in the narrow tables once widened (the list's tables are replaced by
+    ones without it): the narrow columns are not held beside the whole wide table."""
     pool = _POOL()
-    return pa.concat_tables(
-        [
-            pa.table([pc.cast(c, f.type, memory_pool=pool) for c, f in zip(t.columns, schema)], schema=schema)
-            for t in tables
-        ]
-    )
+    cols = []
+    for f in schema:
+        chunks = []
+        for i, t in enumerate(tables):
+            chunks.extend(pc.cast(t.column(0), f.type, memory_pool=pool).chunks)
+            tables[i] = t.remove_column(0)
+        cols.append(pa.chunked_array(chunks, type=f.type))
+    return pa.table(cols, schema=schema)

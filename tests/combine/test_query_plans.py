@@ -17,6 +17,9 @@ from nsyscomm.discover import sample_jobs
 
 # columns of the wide rows that no window of sql/call_spans.sql reads
 WIDE_ONLY = {"caller", "kernel", "algo", "proto", "dtype", "group_ranks", "busy_at_start", "busy_at_end"}
+# ... and that sql/call_spans.sql's queue windows need not sort either: the columns of the span that
+# are not the queue's partition, order or x_end join back by call_id
+QUEUE_WIDE_ONLY = WIDE_ONLY | {"group_size", "sender", "receiver", "msg", "tid", "api", "init_ns", "peer"}
 # ... and of sql/late_arrivals.sql's window over every call (the late collectives' calls take them)
 LATE_WIDE_ONLY = {"caller", "source", "report", "tid", "device", "busy_at_start"}
 # ... and of sql/logical_collectives.sql's window over every call (the aggregate reads them)
@@ -87,6 +90,20 @@ def test_the_windows_over_every_call_carry_the_columns_they_read_only(sample, tm
     assert windows
     for w in windows:
         assert not _carried(w) & wide, (name, w["extra_info"], _carried(w) & wide)
+
+
+def test_the_spans_windows_sort_narrow_rows_and_no_call_is_stored(sample, tmp_path):
+    """sql/call_spans.sql's queue windows carry each call's number, partition, order and end only
+    (the rest joins back by call_id), and the query stores no CTE of every call: DuckDB stores a
+    CTE read twice whole, every column of every call. Only the narrow rows of the calls numbered
+    by order and of the point-to-point calls are stored."""
+    ctes = _profile(sample.con, tmp_path, operator="CTE")
+    stored = {(op.get("extra_info") or {}).get("CTE Name") for op in ctes if op["operator_name"] == "CTE"}
+    assert stored == {"by_order", "p2p"}
+    queues = [w for w in _profile(sample.con, tmp_path) if "x_end" in " ".join(_projections(w))]
+    assert len(queues) == 2  # a stream's, a gloo group's
+    for w in queues:
+        assert not _carried(w) & QUEUE_WIDE_ONLY, _carried(w) & QUEUE_WIDE_ONLY
 
 
 @pytest.mark.parametrize(

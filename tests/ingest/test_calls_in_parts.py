@@ -130,25 +130,37 @@ def test_duckdbs_memory_goes_back_before_each_part(tmp_path, monkeypatch):
 
 def test_the_step_is_chosen_after_the_lookups_are_let_go(tmp_path, monkeypatch):
     """The step, chosen once every part's calls are held, reads call_step_marks alone: the other
-    lookups are dropped and DuckDB's memory handed back before it, so that its work is not added
-    on top of them and of the last part's working memory."""
+    lookups and the ranges the parts were cut from are dropped and DuckDB's memory handed back
+    before it, so that its work is not added on top of them and of the last part's working
+    memory; and it reads the parts still narrow, before the calls are made wide (every column
+    but its three), so the wide calls are not held beside its work."""
     path = tmp_path / "parts.sqlite"
     _report(path)
     events, tables = [], []
-    real_release, real_steps = duck.release_duckdb_memory, nsys_calls._with_steps
+    real_release, real_steps, real_widen = duck.release_duckdb_memory, nsys_calls._steps, nsys_calls.widen
 
-    def steps(con, rows):
+    def steps(con, parts, wide):
         tables.append({t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()})
         events.append("steps")
-        return real_steps(con, rows)
+        return real_steps(con, parts, wide)
+
+    def widen(parts, schema):
+        events.append("widen all" if "cpu_start" in schema.names else f"widen {','.join(schema.names)}")
+        return real_widen(parts, schema)
 
     monkeypatch.setattr(nsys_calls, "PART_CALLS", 2)
     monkeypatch.setattr(duck, "release_duckdb_memory", lambda con: events.append("release") or real_release(con))
-    monkeypatch.setattr(nsys_calls, "_with_steps", steps)
+    monkeypatch.setattr(nsys_calls, "_steps", steps)
+    monkeypatch.setattr(nsys_calls, "widen", widen)
     extract.extract(path)
-    assert events[events.index("steps") - 1] == "release"
+    at = events.index("steps")
+    assert events[at - 1] == "release"
+    # the step's three columns widened for it, the whole calls only after it
+    assert [e for e in events if e.startswith("widen")] == ["widen pid,step,p_step", "widen all"]
+    assert events.index("widen all") > at
     assert "call_step_marks" in tables[0]
     assert not tables[0] & (set(nsys_calls._LOOKUPS) - {"call_step_marks"})
+    assert not tables[0] & {"ranges", "held", "unheld", "range_threads"}
 
 
 @pytest.mark.parametrize("part_calls", [1, 3, 1 << 20])

@@ -33,13 +33,17 @@ _LOOKUPS = (
     "call_completions",
     "kernel_owners",
 )
+# the ranges that can be calls and the launch owners' lookups (nsyscomm.ingest.nsys.extract):
+# nothing after the calls reads them
+_RANGE_TABLES = ("ranges", "held", "unheld", "range_threads")
 _NONE = 1 << 62  # a bound no range or kernel number reaches
 
 
 def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.Table:
     """The report's calls (sql/calls_nsys.sql's columns but p_step, step chosen), part_calls
     (default PART_CALLS) at most per part; con holds src_ranges, ranges, nccl_kernels,
-    nccl_kernel_names and innermost (nsyscomm.ingest.nsys.extract), innermost dropped once read."""
+    nccl_kernel_names and innermost (nsyscomm.ingest.nsys.extract); innermost, ranges and the
+    launch owners' lookups (held, unheld, range_threads) dropped once read."""
     con.execute(duck.sql("call_lookups_nsys"))
     try:
         # the kernels' owners are in kernel_owners now; nothing else reads innermost
@@ -59,17 +63,21 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             # once every part is made and the lookups are dropped
             parts.append(narrow(part))
             del part
-        # the step reads call_step_marks alone: the other lookups (kernel_owners the largest) and
-        # the last part's working memory go back to the system before it, else its work would be
-        # added on top of them at the end of the calls, when every part's calls are held
-        for t in _LOOKUPS:
+        # the step reads call_step_marks alone: the other lookups (kernel_owners the largest), the
+        # ranges the parts were cut from and the last part's working memory go back to the system
+        # before it, else its work would be added on top of them at the end of the calls, when
+        # every part's calls are held; and it reads the narrow parts, before the calls are made
+        # wide again, which the steps after the calls (until the report's rows are dropped) hold
+        for t in (*_LOOKUPS, *_RANGE_TABLES):
             if t != "call_step_marks":
-                con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
+                con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed lists above
         duck.release_duckdb_memory(con)
         assert wide is not None  # _parts gives one part at least
+        step = _steps(con, parts, wide)
         rows = widen(parts, wide)
         del parts
-        return _with_steps(con, rows)
+        rows = rows.set_column(rows.column_names.index("step"), "step", step)
+        return rows.remove_column(rows.column_names.index("p_step"))
     finally:
         for t in _LOOKUPS:
             con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed list above
@@ -100,16 +108,16 @@ def _parts(con: duckdb.DuckDBPyConnection, part_calls: int) -> list[dict[str, in
     return parts
 
 
-def _with_steps(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Table:
-    """rows with each call's step chosen (sql/call_steps_nsys.sql), p_step dropped."""
-    # the columns the step reads, alone: DuckDB reads a registered table through pyarrow's
-    # scanner, which copies the columns it reads
-    con.register("call_rows", rows.select(["pid", "step", "p_step"]))
+def _steps(con: duckdb.DuckDBPyConnection, parts: list[pa.Table], wide: pa.Schema) -> pa.ChunkedArray:
+    """Each call's step (sql/call_steps_nsys.sql), in the order of the parts' rows (narrowed:
+    nsyscomm.ingest.narrow), from the columns it reads, typed as the query gave them."""
+    cols = ["pid", "step", "p_step"]
+    # those columns alone, wide: DuckDB reads a registered table through pyarrow's scanner, which
+    # copies the columns it reads
+    rows = widen([p.select(cols) for p in parts], pa.schema([wide.field(c) for c in cols]))
+    con.register("call_rows", rows)
     try:
         saw = duck.scalar(con, duck.sql("steps_seen_nsys"))
-        step = con.execute(duck.sql("call_steps_nsys"), {"saw": saw}).to_arrow_table().column(0)
+        return con.execute(duck.sql("call_steps_nsys"), {"saw": saw}).to_arrow_table().column(0)
     finally:
         con.unregister("call_rows")
-    i = rows.column_names.index("step")
-    rows = rows.set_column(i, "step", step)
-    return rows.remove_column(rows.column_names.index("p_step"))
