@@ -20,11 +20,11 @@ def dumps(result: Result, by_caller: bool = False) -> str:
 
 
 def indented(doc: object) -> str:
-    """json.dumps(doc, indent=2, allow_nan=False), character for character, in about two thirds
-    of its time: with an indent, Python's json encodes in Python, one generator per container,
-    where this joins each container's items at once (the strings are still encoded by json's C
-    encoder). A value json refuses (a NaN or infinity, an object it does not know) is refused
-    with json's error."""
+    """json.dumps(doc, indent=2, allow_nan=False), character for character: with an indent,
+    Python's json encodes in Python, one generator per container, where this joins each
+    container's items at once (the strings are still encoded by json's C encoder), the view's
+    largest document being thousands of flat rows. A value json refuses (a NaN or infinity, an
+    object it does not know) is refused with json's error."""
     return _value(doc, "")
 
 
