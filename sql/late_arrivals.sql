@@ -15,7 +15,7 @@
 -- ranges would count twice in a sum).
 -- For a late rank on a device, the compute kernels queued ahead of the call since the previous one,
 -- by name (gap_kernels: the TOP names per call, nsyscomm/ingest/nsys/gap_kernels.py), against the same
--- names on the other ranks (their median; a name not among another rank's top counts 0 there):
+-- names on the other ranks (the median over their calls; a name not among a call's top counts 0 there):
 -- slower_kernels, the three that ran longest beyond the others, each explaining at least 5% of the
 -- late rank's extra busy time (a few microseconds of jitter on a 1 ms excess names nothing).
 -- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports, gap_kernels,
@@ -175,14 +175,19 @@ member_kernels AS (  -- joined here, for late collectives only
          AND g.gpu_start = m.gpu_start
     JOIN kernel_names n ON n.report = g.report AND n.name_id = g.name_id
 ),
-kernel_extra AS (
+kernel_extra AS (  -- per late collective and kernel name of its late rank: how much longer it ran
+    -- there than the median of the other members' calls, each call its time of that name or 0:
+    -- one pass over the members' kernels gathers the late call's time and the others' times, where
+    -- pairing each late kernel with every other member and looking its name up in that member's
+    -- kernels is a join as large as the members' kernels
     SELECT e.logical_id, n.name, e.extra
-    FROM (SELECT k.logical_id, k.name_no, any_value(k.ns) - median(coalesce(o.ns, 0)) AS extra
-          FROM member_kernels k
-          JOIN members m ON m.logical_id = k.logical_id AND NOT m.is_late
-          LEFT JOIN member_kernels o ON o.logical_id = k.logical_id AND o.rank = m.rank AND o.name_no = k.name_no
-          WHERE k.is_late
-          GROUP BY ALL) e
+    FROM (SELECT k.logical_id, k.name_no,
+                 k.ns - list_median(list_concat(k.others, list_resize([0], c.calls - len(k.others), 0))) AS extra
+          FROM (SELECT logical_id, name_no, any_value(ns) FILTER (WHERE is_late) AS ns,
+                       coalesce(list(coalesce(ns, 0)) FILTER (WHERE NOT is_late), []) AS others
+                FROM member_kernels GROUP BY logical_id, name_no HAVING bool_or(is_late)) k
+          JOIN (SELECT logical_id, count(*) AS calls FROM members WHERE NOT is_late GROUP BY logical_id) c
+            ON c.logical_id = k.logical_id) e
     LEFT JOIN (SELECT DISTINCT name_no, name FROM kernel_names) n ON n.name_no = e.name_no
 )
 SELECT r.*,
