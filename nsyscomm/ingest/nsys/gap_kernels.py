@@ -249,28 +249,40 @@ class _Rows:
         return pd.DataFrame(self.cols, copy=False)
 
 
-def names_of(gaps: pd.DataFrame, con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+def names_of(gaps: pd.DataFrame, con: duckdb.DuckDBPyConnection, known: dict[int, str] | None = None) -> pd.DataFrame:
     """The kernel names of gaps' name ids (name_id, name), from the attached report's StringIds
-    (r), cut to the name bound (nsyscomm.ingest.limits). A few distinct names for up to millions
-    of gap rows: the rows keep their ids, and names are joined only where a late arrival is
-    described (sql/late_arrivals.sql)."""
-    from nsyscomm.ingest import limits
-
+    (r), cut to the name bound (nsyscomm.ingest.limits): those of ``known`` (names_of_ids(), read
+    ahead) where given. A few distinct names for up to millions of gap rows: the rows keep their
+    ids, and names are joined only where a late arrival is described (sql/late_arrivals.sql)."""
     ids = pd.DataFrame({"id": np.unique(gaps["name_id"].to_numpy()).astype(np.int64)})
     if ids.empty:
         return pd.DataFrame({"name_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
-    con.register("gap_kernel_ids", ids)
-    try:
-        names = dict(
-            con.execute(
-                f"SELECT s.id, {limits.cut_sql('s.value')} FROM r.StringIds s WHERE s.id IN (SELECT id FROM gap_kernel_ids)"
-            ).fetchall()
-        )
-    finally:
-        con.unregister("gap_kernel_ids")
+    names = known if known is not None else names_of_ids(ids["id"].to_numpy(), con)
     return pd.DataFrame(
         {
             "name_id": ids["id"],
             "name": pd.Series([names.get(int(i), f"kernel #{int(i)}") for i in ids["id"]], dtype=object),
         }
     )
+
+
+def compute_names(compute: dict, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """names_of_ids() of every compute kernel's name id: those of any call's gap among them, read
+    before the gaps are known (nsyscomm.ingest.nsys.extract reads them while the calls are made)."""
+    return names_of_ids(np.unique(ints(compute["name"])).astype(np.int64), con)
+
+
+def names_of_ids(ids: np.ndarray, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """id -> the string of that id in the attached report's StringIds (r), cut to the name bound
+    (nsyscomm.ingest.limits); an id it lacks is left out."""
+    from nsyscomm.ingest import limits
+
+    con.register("gap_kernel_ids", pd.DataFrame({"id": ids}))
+    try:
+        return dict(
+            con.execute(
+                f"SELECT s.id, {limits.cut_sql('s.value')} FROM r.StringIds s WHERE s.id IN (SELECT id FROM gap_kernel_ids)"
+            ).fetchall()
+        )
+    finally:
+        con.unregister("gap_kernel_ids")
