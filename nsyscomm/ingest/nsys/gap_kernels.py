@@ -121,6 +121,9 @@ class _Kernels:
         self.pid, self.device, self.name = ints(compute["pid"]), ints(compute["device"]), ints(compute["name"])
         self.start = compute_columns.starts(compute)
         self.end = compute_columns.KernelEnds(compute, self.start)
+        # the narrow form's durations: the ends made from the starts already read back, not from
+        # the starts read back a second time (KernelEnds)
+        self.duration = None if "end" in compute else np.asarray(compute["duration"])
         self.slice = slice_kernels
 
     def name_dtype(self) -> type:
@@ -142,12 +145,17 @@ class _Kernels:
             hi = lo + self.slice
             at = self._of(pid, dev, lo, hi)
             if len(at):
-                yield self.start[lo + at], self.end[lo + at], self.name[lo:hi][at]
+                yield (*self._times(lo + at), self.name[lo:hi][at])
 
     def all_of(self, pid: int, dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pair's named kernels at once."""
         at = self._of(pid, dev, 0, len(self.start))
-        return self.start[at], self.end[at], self.name[at]
+        return (*self._times(at), self.name[at])
+
+    def _times(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends (int64) of the kernels at these positions."""
+        start = self.start[at]
+        return start, (start + self.duration[at] if self.duration is not None else self.end[at])
 
 
 def _top_of_pair(cstart, cend, kernels: Iterable[tuple], rows: _Rows, at: int) -> int:
