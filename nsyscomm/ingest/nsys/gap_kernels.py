@@ -124,6 +124,8 @@ class _Kernels:
         # the narrow form's durations: the ends made from the starts already read back, not from
         # the starts read back a second time (KernelEnds)
         self.duration = None if "end" in compute else np.asarray(compute["duration"])
+        # where every kernel is named, the names are not looked at again for each pair
+        self.all_named = not len(self.name) or int(self.name.min()) >= 0
         self.slice = slice_kernels
 
     def name_dtype(self) -> type:
@@ -135,7 +137,8 @@ class _Kernels:
         """Where the pair's named kernels are among kernels lo to hi (positions from lo)."""
         m = self.pid[lo:hi] == pid
         m &= self.device[lo:hi] == dev
-        m &= self.name[lo:hi] >= 0
+        if not self.all_named:
+            m &= self.name[lo:hi] >= 0
         return np.flatnonzero(m)
 
     def in_slices(self, pid: int, dev: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
