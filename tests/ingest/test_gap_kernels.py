@@ -196,3 +196,21 @@ def test_the_rows_are_as_narrow_as_their_values():
         "count": "int32",
     }
     assert dict(gk.top_in_gaps(calls, {c: a[:0] for c, a in compute.items()}).dtypes) == dict(got.dtypes)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_the_narrow_kernels_give_the_rows_of_the_wide_ones(shuffled):
+    """The compute kernels as the extraction holds them (compute_columns.narrow: starts as offsets
+    from a block's base, ends as durations), in start order or not (each pair's kernels then
+    worked on whole), give the rows of their wide columns."""
+    from nsyscomm.ingest import compute_columns
+
+    calls, compute = _random_job(3)
+    if shuffled:
+        order = np.random.default_rng(3).permutation(len(compute["start"]))
+        compute = {c: a[order] for c, a in compute.items()}
+    want = _rows(gk.top_in_gaps(calls, compute, slice_kernels=5))
+    narrow = compute_columns.narrow(dict(compute))
+    assert "duration" in narrow and "start_offset" in narrow  # the narrow form, not the wide one
+    for threads in (1, 3):
+        assert _rows(gk.top_in_gaps(calls, narrow, threads=threads, slice_kernels=5)) == want

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from nsyscomm import duck
 from nsyscomm.errors import InputError
-from nsyscomm.ingest import limits
+from nsyscomm.ingest import compute_columns, limits
 from nsyscomm.ingest.busy import (
     IslandsByProcess,
     busy_at_edges,
@@ -154,9 +154,10 @@ def _utf8_copy(path: Path, dst: Path) -> tuple[Path, int]:
 def _extract(path: Path, report: str, threads: int | None) -> Extract:
     from nsyscomm.ingest.nsys import arrow as nsys_arrow  # an Arrow export, read without SQLite
 
-    opened = nsys_arrow.open_export(path, threads) if nsys_arrow.is_export(path) else open_report(path, threads)
+    arrow = nsys_arrow.is_export(path)
+    opened = nsys_arrow.open_export(path, threads) if arrow else open_report(path, threads)
     con, tables, warnings = opened.con, opened.tables, opened.warnings
-    pool = ThreadPoolExecutor(max_workers=1)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsyscomm-extract")
     kernels_read = threading.Event()  # set once nothing but the busy islands reads src_kernels
     try:
         spans = _process_spans(con)
@@ -170,6 +171,7 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
             # islands are made of its arrays, not of this table)
             con.execute("DROP TABLE src_kernels")
         _own_launches(con)
+        beside = _start_report_reads(pool, con, tables, opened, attached=not arrow)
         calls = nsys_calls.calls(con)
         unlaunched = duck.scalar(con, "SELECT count(*) FROM nccl_kernels WHERE launch_start IS NULL")
         if unlaunched:
@@ -184,16 +186,16 @@ def _extract(path: Path, report: str, threads: int | None) -> Extract:
         # NCCL's communicator init inside the calls; copies as the device time of calls without a kernel
         calls, _copied = inside_calls.apply(con, tables, calls, warnings, report)
         windowed = bool(duck.scalar(con, "SELECT count(*) FROM src_ranges WHERE name = 'nsyscomm.capture'"))
+        # beside the calls, or here once the report's rows are let go of (_drop_rows)
+        read = beside.result() if beside is not None else None
         _drop_rows(con, compute)
         calls, gap_rows = _busy_at_edges(pool, con, calls, compute)
         links = gpu_metrics.link_usage(con, tables, calls, warnings, report)
-        session = _session_start(con, tables)
-        version = _version(con, tables)
-        host_calls, host_ranges = _host_tables(con, tables, opened.long_ranges)
+        session, version, host_calls, host_ranges, names = read or _report_reads(con, tables, opened, None)
         gaps = gap_names = None
         if gap_rows is not None:
             gaps = gap_rows.result()
-            gap_names = gap_kernels.names_of(gaps, con)
+            gap_names = gap_kernels.names_of(gaps, con, names)
     finally:
         kernels_read.set()
         pool.shutdown(wait=True)  # its cursor reads con
@@ -355,6 +357,48 @@ def _busy_at_edges(
     del kernels
     calls = busy_at_edges(calls, by_device) if by_device is not None else busy_at_edges_in_duckdb(calls, con)
     return calls, gap_rows
+
+
+# what _report_reads() gives: the session's start, the nsys version, the long host calls and NVTX
+# ranges (_host_tables), and the compute kernels' names by id (None: read once the gaps are known)
+ReportReads = tuple[int | None, str | None, pd.DataFrame | None, pd.DataFrame | None, dict[int, str] | None]
+
+
+def _start_report_reads(
+    pool: ThreadPoolExecutor,
+    con: duckdb.DuckDBPyConnection,
+    tables: dict[str, set[str]],
+    opened: Opened,
+    attached: bool,
+) -> Future[ReportReads] | None:
+    """_report_reads() on the pool's thread, on a cursor of its own, while this thread makes the
+    calls: none of them reads the calls, and the calls' statements keep one core busy, not two
+    (each part's tables hold fewer rows than DuckDB hands a thread at a time). None, to be read
+    on this thread once the report's rows are let go of (_drop_rows), where the database runs on
+    one thread (a small report, a pool worker's share of the cores), under a memory limit (the
+    two queries' working memory would meet under it), or where the report is not an attached
+    SQLite file (an Arrow export's tables are this connection's own, which a cursor does not see)."""
+    if not attached or duck.limited() or duck.threads(con) < 2:
+        return None
+    cur = duck.quiet(con.cursor())
+
+    def run() -> ReportReads:
+        try:
+            return _report_reads(cur, tables, opened, opened.compute)
+        finally:
+            cur.close()
+
+    return pool.submit(run)
+
+
+def _report_reads(
+    con: duckdb.DuckDBPyConnection, tables: dict[str, set[str]], opened: Opened, compute: ComputeKernels | None
+) -> ReportReads:
+    """What the extraction reads from the attached report (r) alone; the compute kernels' names
+    when ``compute`` is given (gap_kernels.compute_names: those of the gaps are among them)."""
+    host_calls, host_ranges = _host_tables(con, tables, opened.long_ranges)
+    names = gap_kernels.compute_names(compute, con) if compute is not None and compute_columns.count(compute) else None
+    return _session_start(con, tables), _version(con, tables), host_calls, host_ranges, names
 
 
 def _session_start(con: duckdb.DuckDBPyConnection, tables: dict[str, set[str]]) -> int | None:

@@ -121,6 +121,11 @@ class _Kernels:
         self.pid, self.device, self.name = ints(compute["pid"]), ints(compute["device"]), ints(compute["name"])
         self.start = compute_columns.starts(compute)
         self.end = compute_columns.KernelEnds(compute, self.start)
+        # the narrow form's durations: the ends made from the starts already read back, not from
+        # the starts read back a second time (KernelEnds)
+        self.duration = None if "end" in compute else np.asarray(compute["duration"])
+        # where every kernel is named, the names are not looked at again for each pair
+        self.all_named = not len(self.name) or int(self.name.min()) >= 0
         self.slice = slice_kernels
 
     def name_dtype(self) -> type:
@@ -132,7 +137,8 @@ class _Kernels:
         """Where the pair's named kernels are among kernels lo to hi (positions from lo)."""
         m = self.pid[lo:hi] == pid
         m &= self.device[lo:hi] == dev
-        m &= self.name[lo:hi] >= 0
+        if not self.all_named:
+            m &= self.name[lo:hi] >= 0
         return np.flatnonzero(m)
 
     def in_slices(self, pid: int, dev: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -142,12 +148,17 @@ class _Kernels:
             hi = lo + self.slice
             at = self._of(pid, dev, lo, hi)
             if len(at):
-                yield self.start[lo + at], self.end[lo + at], self.name[lo:hi][at]
+                yield (*self._times(lo + at), self.name[lo:hi][at])
 
     def all_of(self, pid: int, dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pair's named kernels at once."""
         at = self._of(pid, dev, 0, len(self.start))
-        return self.start[at], self.end[at], self.name[at]
+        return (*self._times(at), self.name[at])
+
+    def _times(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends (int64) of the kernels at these positions."""
+        start = self.start[at]
+        return start, (start + self.duration[at] if self.duration is not None else self.end[at])
 
 
 def _top_of_pair(cstart, cend, kernels: Iterable[tuple], rows: _Rows, at: int) -> int:
@@ -249,28 +260,40 @@ class _Rows:
         return pd.DataFrame(self.cols, copy=False)
 
 
-def names_of(gaps: pd.DataFrame, con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+def names_of(gaps: pd.DataFrame, con: duckdb.DuckDBPyConnection, known: dict[int, str] | None = None) -> pd.DataFrame:
     """The kernel names of gaps' name ids (name_id, name), from the attached report's StringIds
-    (r), cut to the name bound (nsyscomm.ingest.limits). A few distinct names for up to millions
-    of gap rows: the rows keep their ids, and names are joined only where a late arrival is
-    described (sql/late_arrivals.sql)."""
-    from nsyscomm.ingest import limits
-
+    (r), cut to the name bound (nsyscomm.ingest.limits): those of ``known`` (names_of_ids(), read
+    ahead) where given. A few distinct names for up to millions of gap rows: the rows keep their
+    ids, and names are joined only where a late arrival is described (sql/late_arrivals.sql)."""
     ids = pd.DataFrame({"id": np.unique(gaps["name_id"].to_numpy()).astype(np.int64)})
     if ids.empty:
         return pd.DataFrame({"name_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
-    con.register("gap_kernel_ids", ids)
-    try:
-        names = dict(
-            con.execute(
-                f"SELECT s.id, {limits.cut_sql('s.value')} FROM r.StringIds s WHERE s.id IN (SELECT id FROM gap_kernel_ids)"
-            ).fetchall()
-        )
-    finally:
-        con.unregister("gap_kernel_ids")
+    names = known if known is not None else names_of_ids(ids["id"].to_numpy(), con)
     return pd.DataFrame(
         {
             "name_id": ids["id"],
             "name": pd.Series([names.get(int(i), f"kernel #{int(i)}") for i in ids["id"]], dtype=object),
         }
     )
+
+
+def compute_names(compute: dict, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """names_of_ids() of every compute kernel's name id: those of any call's gap among them, read
+    before the gaps are known (nsyscomm.ingest.nsys.extract reads them while the calls are made)."""
+    return names_of_ids(np.unique(ints(compute["name"])).astype(np.int64), con)
+
+
+def names_of_ids(ids: np.ndarray, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """id -> the string of that id in the attached report's StringIds (r), cut to the name bound
+    (nsyscomm.ingest.limits); an id it lacks is left out."""
+    from nsyscomm.ingest import limits
+
+    con.register("gap_kernel_ids", pd.DataFrame({"id": ids}))
+    try:
+        return dict(
+            con.execute(
+                f"SELECT s.id, {limits.cut_sql('s.value')} FROM r.StringIds s WHERE s.id IN (SELECT id FROM gap_kernel_ids)"
+            ).fetchall()
+        )
+    finally:
+        con.unregister("gap_kernel_ids")
