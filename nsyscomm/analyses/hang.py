@@ -208,12 +208,22 @@ def _query(con: duckdb.DuckDBPyConnection, records: pd.DataFrame) -> tuple[pd.Da
     and these records."""
     cur = duck.quiet(con.cursor())
     try:
-        cur.register("hang_records_df", records)
-        cols = ", ".join(f'"{c}"::{t} AS "{c}"' for c, t in _RECORD_TYPES.items())
-        cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_records AS SELECT {cols} FROM hang_records_df")
+        if records.empty:  # most jobs: declared, not copied from an empty frame (a scan set up for nothing)
+            cols = ", ".join(f'"{c}" {t}' for c, t in _RECORD_TYPES.items())
+            cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_records ({cols})")
+        else:
+            cur.register("hang_records_df", records)
+            cols = ", ".join(f'"{c}"::{t} AS "{c}"' for c, t in _RECORD_TYPES.items())
+            cur.execute(f"CREATE OR REPLACE TEMP TABLE hang_records AS SELECT {cols} FROM hang_records_df")
         # reports alone with every call closed cannot show a blocked collective (nsys closes a range
-        # left open at the process's end): only the mismatches are looked for, in one scan of a view
-        lone = records.empty and not duck.scalar(cur, "SELECT count(*) FROM collectives WHERE cpu_end IS NULL")
+        # left open at the process's end): only the mismatches are looked for, in one scan of a view.
+        # The calls counted are those sql/hang_calls.sql keeps: a point-to-point call, or one without
+        # a seq or rank (a send's kernel seen without its host range), is not looked at there
+        lone = records.empty and not duck.scalar(
+            cur,
+            "SELECT count(*) FROM collectives WHERE cpu_end IS NULL "
+            "AND op NOT IN ('send', 'recv') AND seq IS NOT NULL AND rank IS NOT NULL",
+        )
         cur.execute(
             ("CREATE OR REPLACE TEMP VIEW hang_calls AS " if lone else "CREATE OR REPLACE TEMP TABLE hang_calls AS ")
             + duck.sql("hang_calls")

@@ -262,13 +262,26 @@ def register_report_tables(
         let_go(extracts, t)
         if t.op_from_api:
             rows = fill_op(rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows, preserve_index=False))
-        if soon:
+        if not len(rows):
+            create_empty(con, t.job_table, t.job_columns())
+        elif soon:
             futures.append(register_soon(con, t.job_table, rows, t.job_select()))
         else:
             register(con, t.job_table, rows, t.job_select())
         if t.reports_table is not None:
-            register(con, t.reports_table, pd.DataFrame({"report": have}, dtype=object), "report::VARCHAR AS report")
+            name = t.reports_table
+            create_empty(con, name, [("report", "VARCHAR")])
+            if have:
+                con.execute(f"INSERT INTO {name} SELECT unnest($1::VARCHAR[])", [have])
     return futures
+
+
+def create_empty(con: duckdb.DuckDBPyConnection, name: str, columns: list[tuple[str, str]]) -> None:
+    """The table of these (name, SQL type) columns with no rows, as register() makes it of rows
+    that are absent: declared, not copied from an empty frame, whose scan DuckDB sets up as for
+    any frame (most of a small report's tables are empty)."""
+    cols = ", ".join(f'"{n}" {t}' for n, t in columns)
+    con.execute(f"CREATE TABLE {name} ({cols})")  # not TEMP: see Result.prefetch
 
 
 def let_go(extracts: list[Extract], table: Table) -> None:

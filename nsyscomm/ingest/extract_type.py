@@ -41,11 +41,14 @@ class Table:
     def column_names(self) -> list[str]:
         return [n for n, _, _ in self.columns]
 
+    def job_columns(self) -> list[tuple[str, str]]:
+        """(name, SQL type) of the job table's columns: report first, then every column the job keeps."""
+        return [("report", "VARCHAR")] + [(n, t) for n, t, _ in self.columns if n not in self.reader_only]
+
     def job_select(self) -> str:
-        """The SELECT list that types the stacked rows as the job table: report first, then every
-        column the job keeps, cast to its declared type."""
-        cols = [("report", "VARCHAR")] + [(n, t) for n, t, _ in self.columns if n not in self.reader_only]
-        return ", ".join(f'"{n}"::{t} AS "{n}"' for n, t in cols)
+        """The SELECT list that types the stacked rows as the job table: each of job_columns()
+        cast to its declared type."""
+        return ", ".join(f'"{n}"::{t} AS "{n}"' for n, t in self.job_columns())
 
 
 # the calls' own columns: the normalized table's, less what combine gives them (their report and

@@ -466,3 +466,26 @@ def test_mismatch_query_finds_exactly_the_differing_keys():
     assert len(want) > 100 and {f for *_, f, _ in want} == {"op", "bytes", "dtype", "group_membership"}
     assert {(g, seq, f, r) for g, seq, f, r, _ in got} == want
     assert len(got) == len(want)
+
+
+def test_a_report_whose_only_open_calls_are_sends_takes_the_lone_path(monkeypatch):
+    """The 2xH100 window export has two send kernels without their host ranges (no end on the
+    host): no collective the diagnosis reads is left open, so the blocked-call and frontier
+    queries are not run, and the diagnosis is still ok."""
+    from nsyscomm import duck
+
+    path = real_file("nsys/nsys2026.2_2xH100_nccl_window.sqlite")
+    asked: list[str] = []
+    real_sql = duck.sql
+
+    def sql(name: str) -> str:
+        asked.append(name)
+        return real_sql(name)
+
+    result = load([path], cache=False)
+    open_ops = result.con.execute("SELECT DISTINCT op FROM collectives WHERE cpu_end IS NULL").fetchall()
+    assert open_ops == [("send",)]
+    monkeypatch.setattr(duck, "sql", sql)
+    h = result.hang
+    assert h["status"] == "ok" and h["blocked"] == [] and h["mismatches"] == []
+    assert "hang_calls" in asked and "hang_blocked" not in asked and "hang_frontier" not in asked
