@@ -163,6 +163,27 @@ def test_the_step_is_chosen_after_the_lookups_are_let_go(tmp_path, monkeypatch):
     assert not tables[0] & {"ranges", "held", "unheld", "range_threads"}
 
 
+@pytest.mark.parametrize(("part_calls", "narrowed"), [(2, True), (1 << 20, False)])
+def test_only_calls_of_several_parts_wait_narrow(tmp_path, monkeypatch, part_calls, narrowed):
+    """Each part's calls wait narrow while the next parts are made; a report of one part makes
+    nothing after them, so its calls are neither made narrow nor wide again, and the step reads
+    them as the query gave them: the same rows and types either way (the test above)."""
+    path = tmp_path / "parts.sqlite"
+    _report(path)
+    events = []
+    real_narrow, real_widen = nsys_calls.narrow, nsys_calls.widen
+    monkeypatch.setattr(nsys_calls, "PART_CALLS", part_calls)
+    monkeypatch.setattr(nsys_calls, "narrow", lambda t: events.append("narrow") or real_narrow(t))
+    monkeypatch.setattr(
+        nsys_calls,
+        "widen",
+        lambda ts, s: events.append("widen all" if "cpu_start" in s.names else "") or real_widen(ts, s),
+    )
+    calls = extract.extract(path).calls
+    assert calls.num_rows == 35
+    assert ("narrow" in events, "widen all" in events) == (narrowed, narrowed)
+
+
 @pytest.mark.parametrize("part_calls", [1, 3, 1 << 20])
 def test_a_report_without_ranges_or_kernels_has_no_calls(tmp_path, monkeypatch, part_calls):
     """Nothing to cut: no calls, the columns of the whole."""

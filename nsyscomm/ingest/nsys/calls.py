@@ -52,6 +52,9 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         bounds = _parts(con, part_calls or PART_CALLS)
         parts = []
         wide = None  # the parts' schema, as the query gives it
+        # a report of one part holds nothing else of its calls while they wait: they are not
+        # made narrow and wide again for nothing
+        one = len(bounds) == 1
         for b in bounds:
             # what DuckDB's allocator kept of the work before (the lookups' and the last part's
             # working memory, several times a part's calls) goes back to the system first: else
@@ -61,7 +64,7 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             wide = part.schema
             # held narrow while the next parts are made (a third of the bytes), made wide again
             # once every part is made and the lookups are dropped
-            parts.append(narrow(part))
+            parts.append(part if one else narrow(part))
             del part
         # the step reads call_step_marks alone: the other lookups (kernel_owners the largest), the
         # ranges the parts were cut from and the last part's working memory go back to the system
@@ -74,7 +77,7 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         duck.release_duckdb_memory(con)
         assert wide is not None  # _parts gives one part at least
         step = _steps(con, parts, wide)
-        rows = widen(parts, wide)
+        rows = parts[0] if one else widen(parts, wide)
         del parts
         rows = rows.set_column(rows.column_names.index("step"), "step", step)
         return rows.remove_column(rows.column_names.index("p_step"))
@@ -109,8 +112,8 @@ def _parts(con: duckdb.DuckDBPyConnection, part_calls: int) -> list[dict[str, in
 
 
 def _steps(con: duckdb.DuckDBPyConnection, parts: list[pa.Table], wide: pa.Schema) -> pa.ChunkedArray:
-    """Each call's step (sql/call_steps_nsys.sql), in the order of the parts' rows (narrowed:
-    nsyscomm.ingest.narrow), from the columns it reads, typed as the query gave them."""
+    """Each call's step (sql/call_steps_nsys.sql), in the order of the parts' rows (narrowed or
+    not: nsyscomm.ingest.narrow), from the columns it reads, typed as the query gave them."""
     cols = ["pid", "step", "p_step"]
     # those columns alone, wide: DuckDB reads a registered table through pyarrow's scanner, which
     # copies the columns it reads
