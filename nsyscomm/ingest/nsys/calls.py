@@ -52,10 +52,7 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         bounds = _parts(con, part_calls or PART_CALLS)
         parts = []
         wide = None  # the parts' schema, as the query gives it
-        # a report of one part holds nothing else of its calls while they wait: they are not
-        # made narrow and wide again for nothing
-        one = len(bounds) == 1
-        for b in bounds:
+        for i, b in enumerate(bounds):
             # what DuckDB's allocator kept of the work before (the lookups' and the last part's
             # working memory, several times a part's calls) goes back to the system first: else
             # every part's calls would be added on top of it, and the peak grow with the parts
@@ -63,21 +60,24 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             part = con.execute(query, b).to_arrow_table()
             wide = part.schema
             # held narrow while the next parts are made (a third of the bytes), made wide again
-            # once every part is made and the lookups are dropped
-            parts.append(part if one else narrow(part))
+            # once every part is made and the lookups are dropped; the last part (the only one
+            # of a small report) has no part made after it: it stays as the query gave it, and
+            # is not narrowed beside its query's working memory only to be made wide again
+            parts.append(part if i == len(bounds) - 1 else narrow(part))
             del part
         # the step reads call_step_marks alone: the other lookups (kernel_owners the largest), the
         # ranges the parts were cut from and the last part's working memory go back to the system
         # before it, else its work would be added on top of them at the end of the calls, when
-        # every part's calls are held; and it reads the narrow parts, before the calls are made
-        # wide again, which the steps after the calls (until the report's rows are dropped) hold
+        # every part's calls are held; and it reads the parts as they wait, before the calls are
+        # made wide again, which the steps after the calls (until the report's rows are dropped)
+        # hold
         for t in (*_LOOKUPS, *_RANGE_TABLES):
             if t != "call_step_marks":
                 con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed lists above
         duck.release_duckdb_memory(con)
         assert wide is not None  # _parts gives one part at least
         step = _steps(con, parts, wide)
-        rows = parts[0] if one else widen(parts, wide)
+        rows = widen(parts, wide)  # the last part's columns as they are (no copy)
         del parts
         rows = rows.set_column(rows.column_names.index("step"), "step", step)
         return rows.remove_column(rows.column_names.index("p_step"))
