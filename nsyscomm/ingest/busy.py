@@ -94,6 +94,9 @@ class IslandsByProcess:
         self.pid, self.device = ints(compute["pid"]), ints(compute["device"])
         self.start = compute_columns.starts(compute)
         self.end = compute_columns.KernelEnds(compute, self.start)
+        # the narrow form's durations: the ends made from the starts already read back, not from
+        # the starts read back a second time (KernelEnds)
+        self.duration = None if "end" in compute else np.asarray(compute["duration"])
         self._pid: int | None = None
         self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -119,11 +122,16 @@ class IslandsByProcess:
         if p != self._pid:
             self._pairs = {}  # the last process's, let go of before this one's are made
             try:
-                self._pairs = _islands_in_slices(p, self.pid, self.device, self.start, self.end)
+                self._pairs = _islands_in_slices(p, self.pid, self.device, self.times)
             except _OutOfOrder:
-                self._pairs = _islands_of_process(p, self.pid, self.device, self.start, self.end)
+                self._pairs = _islands_of_process(p, self.pid, self.device, self.times)
             self._pid = p
         return self._pairs
+
+    def times(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends (int64) of the kernels at these positions."""
+        start = self.start[at]
+        return start, (start + self.duration[at] if self.duration is not None else self.end[at])
 
 
 SLICE = 1 << 18  # kernels of the report looked at a time
@@ -145,34 +153,34 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return known
 
 
-def _islands_in_slices(p: int, cpid, cdev, cstart, cend) -> dict:
+def _islands_in_slices(p: int, cpid, cdev, times) -> dict:
     """islands() of process p, its kernels a slice of the report at a time (_OutOfOrder when they
-    do not come in start order)."""
+    do not come in start order); times(positions) gives the kernels' starts and ends."""
     merges: dict[int, _Merge] = {}
-    for lo in range(0, len(cstart), SLICE):
+    for lo in range(0, len(cpid), SLICE):
         at = np.flatnonzero(cpid[lo : lo + SLICE] == p)
         if not len(at):
             continue
         at += lo
         devs = cdev[at]
         if (devs == devs[0]).all():
-            merges.setdefault(int(devs[0]), _Merge()).add(cstart[at], cend[at])
+            merges.setdefault(int(devs[0]), _Merge()).add(*times(at))
             continue
         for d in np.unique(devs):
-            rows = at[devs == d]
-            merges.setdefault(int(d), _Merge()).add(cstart[rows], cend[rows])
+            merges.setdefault(int(d), _Merge()).add(*times(at[devs == d]))
     return {(p, d): merges[d].islands() for d in sorted(merges)}
 
 
-def _islands_of_process(p: int, cpid, cdev, cstart, cend) -> dict:
-    """islands() of process p, its kernels sorted by (device, start) at once."""
+def _islands_of_process(p: int, cpid, cdev, times) -> dict:
+    """islands() of process p, its kernels sorted by (device, start) at once; times(positions)
+    gives the kernels' starts and ends."""
     out = {}
     of_pid = np.flatnonzero(cpid == p)
     devs = cdev[of_pid]
     for d in np.unique(devs):
-        rows = of_pid[devs == d]
-        rows = rows[np.argsort(cstart[rows], kind="stable")]
-        out[p, int(d)] = _islands(cstart[rows], cend[rows])
+        start, end = times(of_pid[devs == d])
+        order = np.argsort(start, kind="stable")
+        out[p, int(d)] = _islands(start[order], end[order])
     return out
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from nsyscomm.ingest import busy
+from nsyscomm.ingest import busy, compute_columns
 
 
 def _kernels(rng, n: int, pairs: int, dtype=np.int32) -> dict:
@@ -144,3 +144,29 @@ def test_islands_made_a_process_at_a_time_give_the_same_busy_times(seed, monkeyp
     # past PAIRS_ONE_AT_A_TIME processes: islands() whole
     monkeypatch.setattr(busy, "PAIRS_ONE_AT_A_TIME", 2)
     _same(busy.islands_by_process(k), busy.islands(k))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_narrow_kernels_read_each_start_back_once(shuffle, monkeypatch):
+    """Kernels held narrow (compute_columns.narrow: a start an offset from its block's base, an
+    end a duration): the islands made a process at a time take each kernel's end from its start
+    just read back, not from KernelEnds, which reads the start back a second time; the islands
+    are those of the wide kernels, in start order or not."""
+    rng = np.random.default_rng(5)
+    k = _kernels(rng, 20_000, 6)
+    if shuffle:
+        order = rng.permutation(len(k["start"]))
+        k = {c: a[order] for c, a in k.items()}
+    narrow = compute_columns.narrow(dict(k))
+    assert "start_offset" in narrow and "duration" in narrow
+    ends_read = []
+    real = compute_columns.KernelEnds.__getitem__
+    monkeypatch.setattr(compute_columns.KernelEnds, "__getitem__", lambda s, at: ends_read.append(1) or real(s, at))
+    monkeypatch.setattr(busy, "SLICE", 4096)
+    by_process = busy.islands_by_process(narrow)
+    assert isinstance(by_process, busy.IslandsByProcess)
+    got = {}
+    for p in by_process.pids:
+        got.update(by_process.of(int(p)))
+    assert not ends_read
+    _same(got, busy._islands_sorted(*(busy.ints(k[c]) for c in ("pid", "device", "start", "end"))))

@@ -163,6 +163,36 @@ def test_the_step_is_chosen_after_the_lookups_are_let_go(tmp_path, monkeypatch):
     assert not tables[0] & {"ranges", "held", "unheld", "range_threads"}
 
 
+@pytest.mark.parametrize("part_calls", [2, 1 << 20])
+def test_every_part_but_the_last_waits_narrow(tmp_path, monkeypatch, part_calls):
+    """Each part's calls wait narrow while the next parts are made; the last part (the only one
+    of a report of one part) has none made after it, so it is not narrowed and is made wide
+    again as it is, without a copy: the same rows and types either way (the test above)."""
+    path = tmp_path / "parts.sqlite"
+    _report(path)
+    made, narrowed, wide_last = [], [], []
+    real_parts, real_narrow, real_widen = nsys_calls._parts, nsys_calls.narrow, nsys_calls.widen
+
+    def widen(tables, schema):
+        if "cpu_start" in schema.names:
+            wide_last.append(tables[-1].schema == schema)
+            last = [c for c in tables[-1].column("cpu_start").chunks if len(c)]
+            out = real_widen(tables, schema)
+            if last:  # the last part's column, not copied
+                assert out.column("cpu_start").chunks[-1].buffers()[1].address == last[-1].buffers()[1].address
+            return out
+        return real_widen(tables, schema)
+
+    monkeypatch.setattr(nsys_calls, "PART_CALLS", part_calls)
+    monkeypatch.setattr(nsys_calls, "_parts", lambda con, n: made.append(real_parts(con, n)) or made[-1])
+    monkeypatch.setattr(nsys_calls, "narrow", lambda t: narrowed.append(t.num_rows) or real_narrow(t))
+    monkeypatch.setattr(nsys_calls, "widen", widen)
+    calls = extract.extract(path).calls
+    assert calls.num_rows == 35
+    assert len(narrowed) == len(made[0]) - 1
+    assert wide_last == [True]
+
+
 @pytest.mark.parametrize("part_calls", [1, 3, 1 << 20])
 def test_a_report_without_ranges_or_kernels_has_no_calls(tmp_path, monkeypatch, part_calls):
     """Nothing to cut: no calls, the columns of the whole."""

@@ -52,7 +52,7 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
         bounds = _parts(con, part_calls or PART_CALLS)
         parts = []
         wide = None  # the parts' schema, as the query gives it
-        for b in bounds:
+        for i, b in enumerate(bounds):
             # what DuckDB's allocator kept of the work before (the lookups' and the last part's
             # working memory, several times a part's calls) goes back to the system first: else
             # every part's calls would be added on top of it, and the peak grow with the parts
@@ -60,21 +60,24 @@ def calls(con: duckdb.DuckDBPyConnection, part_calls: int | None = None) -> pa.T
             part = con.execute(query, b).to_arrow_table()
             wide = part.schema
             # held narrow while the next parts are made (a third of the bytes), made wide again
-            # once every part is made and the lookups are dropped
-            parts.append(narrow(part))
+            # once every part is made and the lookups are dropped; the last part (the only one
+            # of a small report) has no part made after it: it stays as the query gave it, and
+            # is not narrowed beside its query's working memory only to be made wide again
+            parts.append(part if i == len(bounds) - 1 else narrow(part))
             del part
         # the step reads call_step_marks alone: the other lookups (kernel_owners the largest), the
         # ranges the parts were cut from and the last part's working memory go back to the system
         # before it, else its work would be added on top of them at the end of the calls, when
-        # every part's calls are held; and it reads the narrow parts, before the calls are made
-        # wide again, which the steps after the calls (until the report's rows are dropped) hold
+        # every part's calls are held; and it reads the parts as they wait, before the calls are
+        # made wide again, which the steps after the calls (until the report's rows are dropped)
+        # hold
         for t in (*_LOOKUPS, *_RANGE_TABLES):
             if t != "call_step_marks":
                 con.execute(f"DROP TABLE IF EXISTS {t}")  # names from the fixed lists above
         duck.release_duckdb_memory(con)
         assert wide is not None  # _parts gives one part at least
         step = _steps(con, parts, wide)
-        rows = widen(parts, wide)
+        rows = widen(parts, wide)  # the last part's columns as they are (no copy)
         del parts
         rows = rows.set_column(rows.column_names.index("step"), "step", step)
         return rows.remove_column(rows.column_names.index("p_step"))
@@ -109,8 +112,8 @@ def _parts(con: duckdb.DuckDBPyConnection, part_calls: int) -> list[dict[str, in
 
 
 def _steps(con: duckdb.DuckDBPyConnection, parts: list[pa.Table], wide: pa.Schema) -> pa.ChunkedArray:
-    """Each call's step (sql/call_steps_nsys.sql), in the order of the parts' rows (narrowed:
-    nsyscomm.ingest.narrow), from the columns it reads, typed as the query gave them."""
+    """Each call's step (sql/call_steps_nsys.sql), in the order of the parts' rows (narrowed or
+    not: nsyscomm.ingest.narrow), from the columns it reads, typed as the query gave them."""
     cols = ["pid", "step", "p_step"]
     # those columns alone, wide: DuckDB reads a registered table through pyarrow's scanner, which
     # copies the columns it reads
