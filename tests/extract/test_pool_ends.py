@@ -48,7 +48,10 @@ def _caller(folder: Path, tmp: Path, err: Path) -> subprocess.Popen:
     written to ``err`` (a pipe would stay open as long as any process left behind holds it)."""
     code = (
         "import tests.extract.test_pool_workers as t; from nsyscomm.extract import pool; pool._one = t._sleeps\n"
-        "from nsyscomm.cli import entry; entry()"
+        # the program as its console script runs it: its exit skips the interpreter's teardown,
+        # where the exit hook of Python 3.11's process pools can write to a pipe already closed
+        # (an "Exception ignored" traceback after the line), which users never reach
+        "from nsyscomm.__main__ import entry; entry()"
     )
     env = dict(os.environ, PYTHONPATH=_path(), TMPDIR=str(tmp))
     return subprocess.Popen(
