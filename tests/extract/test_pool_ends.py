@@ -17,7 +17,7 @@ import pytest
 
 import nsyscomm
 from tests.conftest import ROOT
-from tests.extract.test_pool_workers import PIDS_ENV, _alive, _noted, _session
+from tests.extract.test_pool_workers import PIDS_ENV, _alive, _noted, _session, stopped_with
 
 # how long the processes of a killed caller may take to end: they end at once when it works, and
 # never (the sleeps last 300 s) when it does not
@@ -100,7 +100,8 @@ def test_a_caller_killed_mid_extraction_leaves_no_process_nor_folder(reports, tm
             p.wait()
     assert (procs, folders) == ([], [])
     if sig == signal.SIGTERM:  # a SIGTERM is a way to end, as Ctrl-C is: one line, 128 + 15
-        assert (p.returncode, err.read_text().strip()) == (143, "nsyscomm: terminated")
+        text = err.read_text()
+        assert stopped_with(p.returncode, text, 143, "nsyscomm: terminated"), text
     else:
         assert p.returncode == -signal.SIGKILL
 
