@@ -10,6 +10,7 @@ package's own folder is searched before the editable install's finder).
 
 from __future__ import annotations
 
+import compileall
 import os
 import subprocess
 import sys
@@ -36,3 +37,20 @@ def check(directory: str | os.PathLike, env: dict) -> None:
             f"--baseline {root}: its runs read the SQL in {sql}, not its own; "
             f"link its SQL into its package: ln -s ../sql {root / 'nsyscomm' / 'sql'}"
         )
+
+
+def environments(env: dict, directory: str | os.PathLike | None) -> tuple[dict, dict | None]:
+    """The environments of this checkout's runs and of directory's (None without one), each tree's
+    .pyc files written first. An installed package has its .pyc files (pip compiles them); with
+    PYTHONDONTWRITEBYTECODE set, as in this project's sandbox, every run would compile the modules
+    changed since the last run that wrote them."""
+    import nsyscomm
+
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    compileall.compile_dir(os.path.dirname(nsyscomm.__file__), quiet=1)
+    if directory is None:
+        return env, None
+    compileall.compile_dir(os.path.join(directory, "nsyscomm"), quiet=1)
+    base_env = dict(env, PYTHONPATH=os.path.abspath(directory))
+    check(directory, base_env)  # its own code and SQL, not this checkout's
+    return env, base_env

@@ -15,7 +15,6 @@ after the read per pair of runs.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import statistics
@@ -24,8 +23,6 @@ import sys
 
 import baseline  # benchmarks/baseline.py, beside this script
 from bench_summarize import warm
-
-import nsyscomm
 
 CODE = """
 import json, os, sys, time
@@ -63,14 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", help="another checkout of nsyscomm (its C extensions built in place)")
     a = ap.parse_args(argv)
     path = os.path.abspath(a.report)
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    compileall.compile_dir(os.path.dirname(nsyscomm.__file__), quiet=1)
-    base_env = None
-    if a.baseline:
-        compileall.compile_dir(os.path.join(a.baseline, "nsyscomm"), quiet=1)
-        base_env = dict(env, PYTHONPATH=os.path.abspath(a.baseline))
-        baseline.check(a.baseline, base_env)
+    env, base_env = baseline.environments(dict(os.environ), a.baseline)
     mine: list[dict] = []
     base: list[dict] = []
     loads = [os.getloadavg()[0]]

@@ -16,7 +16,6 @@ PYTHONDONTWRITEBYTECODE is set).
 from __future__ import annotations
 
 import argparse
-import compileall
 import os
 import resource
 import sqlite3
@@ -28,7 +27,6 @@ import time
 
 import baseline  # benchmarks/baseline.py, beside this script
 
-import nsyscomm
 from nsyscomm.extract.pool import usable_cores  # the cores this process may use, as summarize counts them
 from nsyscomm.ingest.nsys.reader import read_only_uri
 
@@ -111,16 +109,7 @@ def main(argv=None) -> int:
     a.report = os.path.abspath(a.report)  # the runs start in another folder (run())
     limit = ("--memory-limit", a.memory_limit) if a.memory_limit else ()
     env = dict(os.environ, NSYSCOMM_CACHE_DIR=tempfile.mkdtemp(prefix="nsyscomm-bench-cache-"))
-    # an installed package has its .pyc files (pip compiles them); with PYTHONDONTWRITEBYTECODE
-    # set, as in this project's sandbox, every summarize would compile the modules changed since
-    # the last run that wrote them
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    compileall.compile_dir(os.path.dirname(nsyscomm.__file__), quiet=1)
-    base_env = None
-    if a.baseline:
-        compileall.compile_dir(os.path.join(a.baseline, "nsyscomm"), quiet=1)
-        base_env = dict(env, PYTHONPATH=os.path.abspath(a.baseline))
-        baseline.check(a.baseline, base_env)  # its own code and SQL, not this checkout's
+    env, base_env = baseline.environments(env, a.baseline)
     floor_s(a.report)  # warm the page cache
     floors, walls, rsss, floor_cpus, cpus, base_walls = [], [], [], [], [], []
 
