@@ -8,7 +8,9 @@
 -- late_ns: the lateness counted at this collective, the part of its arrival skew (first to last
 -- arrival) that its last rank had not already caused at an earlier collective on the same
 -- communicator: a rank late to the first of several calls queued on a communicator delays each
--- of them, and is counted once, at the first (docs/architecture.md, "Timing model").
+-- of them, and is counted once, at the first; on host-timed collectives, less the part its last
+-- rank was counted late in at collectives of other communicators (docs/architecture.md, "Timing
+-- model").
 -- completed: every call of it completed (collectives.completed); one that did not has no latency.
 -- Input: collectives.
 WITH previous AS (
@@ -21,7 +23,8 @@ WITH previous AS (
 ),
 arrivals AS (
     SELECT c.logical_id, c."group", c.pair, c.op, c.seq, c.bytes, c.group_size, c.caller, c.step, c.rank,
-           c.exec_start, c.duration_ns, c.completed, c.init_ns, c.cpu_start, c.cpu_end, c.joined, p.prev_arrival
+           c.exec_start, c.duration_ns, c.completed, c.init_ns, c.cpu_start, c.cpu_end, c.joined, p.prev_arrival,
+           c.gpu_start, c.source
     FROM collectives c JOIN previous p ON p.row_id = c.rowid
 ),
 logical AS (
@@ -50,6 +53,8 @@ SELECT
          THEN arg_max_null(prev_arrival, exec_start) FILTER (WHERE op = 'send' AND pair IS NOT NULL)
          ELSE arg_max_null(prev_arrival, (exec_start, -rank)) END AS last_prev_arrival,
     bool_and(completed)                         AS completed,
+    -- timed on its ranks' hosts by the calls' own ranges (gloo, MPI): a thread runs one at a time
+    bool_and(gpu_start IS NULL AND source IN ('wrapper', 'torch_range')) AS host_timed,
     -- for sql/setup_calls.sql: the call's time on its fastest rank, host or device, the longer
     -- (NCCL initializes a communicator on the host, before the kernel; the execution span of a
     -- call holding the init counts it, sql/collectives.sql: taken back out here), and NCCL's init
@@ -68,7 +73,30 @@ SELECT
     bool_or(joined IS NOT NULL)                 AS shadow
 FROM arrivals
 GROUP BY logical_id
+),
+-- each collective's lateness window: from its first arrival (or its last rank's arrival at the
+-- collective before on the communicator, when later) to its last arrival
+windows AS (
+    SELECT * EXCLUDE (last_prev_arrival),
+           greatest(first_arrival, coalesce(last_prev_arrival, first_arrival)) AS late_from,
+           greatest(0, last_arrival - late_from)                               AS window_ns
+    FROM logical
 )
-SELECT * EXCLUDE (last_prev_arrival),
-       greatest(0, last_arrival - greatest(first_arrival, coalesce(last_prev_arrival, first_arrival))) AS late_ns
-FROM logical
+-- less, where its ranks are timed on the host, the part of it its last rank was already counted
+-- late in at the earlier collectives it came last to on any communicator (a rank in overlapping
+-- groups keeps a partner waiting on two communicators with one delay): the windows of that rank
+-- that ended inside this one, less the part of the first of them before this one began (a thread's
+-- windows follow each other; a device's streams overlap theirs, and there no window is taken off)
+SELECT * EXCLUDE (host_timed, late_from, window_ns, counted_ns, counted_from),
+       greatest(0, window_ns - coalesce(counted_ns, 0) + greatest(0, late_from - coalesce(counted_from, late_from)))
+           ::BIGINT AS late_ns
+FROM (
+    SELECT *,
+           CASE WHEN host_timed THEN sum(window_ns) OVER counted_in::BIGINT END AS counted_ns,
+           CASE WHEN host_timed THEN min(late_from) OVER counted_in END         AS counted_from
+    FROM windows
+    WINDOW counted_in AS (
+        PARTITION BY last_rank, host_timed ORDER BY last_arrival
+        RANGE BETWEEN greatest(window_ns - 1, 0) PRECEDING AND 1 PRECEDING
+    )
+)

@@ -30,8 +30,10 @@ per_key AS (
            max(latency_ns)                   AS max_ns
     FROM lc GROUP BY ALL
 ),
+-- a call's row is its logical collective's key, its size included: the ranks of an all-to-all
+-- with uneven split sizes each send their own, and all of them took part in it
 row_keys AS (
-    SELECT c.op, c.bytes, l.group_size, CASE WHEN $by_caller THEN l.caller END AS key_caller,
+    SELECT c.op, l.bytes, l.group_size, CASE WHEN $by_caller THEN l.caller END AS key_caller,
            count(DISTINCT c.rank) AS ranks,
            avg(c.queued_ns) AS queued_ns,
            string_agg(DISTINCT c.dtype, ',' ORDER BY c.dtype) AS dtype

@@ -8,11 +8,13 @@ never finished and how each process ended. SQL: sql/hang_*.sql.
 
     {"status": "hung" | "desynced" | "aborted" | "ok",
      "blocked": [{"group", "seq", "op", "bytes", "waiting_ranks", "missing_ranks":
-                  [{"rank", "last_op", "last_seq", "caller", "state"}]}],
+                  [{"rank", "last_op", "last_seq", "caller", "state", "waiting_in"}]}],
      "mismatches": [{"group", "seq", "field", "values_by_rank"}]}
 
-``blocked`` is ordered by when its collective was first entered: the first is the likeliest root
-(the others are often stuck because of it); Flight Recorder's own analyser reports that one.
+``blocked`` is ordered by when its collective was first entered (Flight Recorder's own analyser
+reports the first), except that a collective some of whose missing ranks wait in another blocked
+one (``waiting_in``: held there, not the cause) comes after those none of whose missing ranks
+wait anywhere: the first is the likeliest root (the others are often stuck because of it).
 """
 
 from __future__ import annotations
@@ -314,7 +316,24 @@ def _blocked(blocked_rows: pd.DataFrame, procs: dict, mism_at: set) -> list[dict
                 "missing_ranks": missing,
             }
         )
-    return blocked
+    return _roots_first(blocked)
+
+
+def _roots_first(blocked: list[dict]) -> list[dict]:
+    """A missing rank that waits in another blocked collective is held there, not the cause: each
+    missing rank gets ``waiting_in``, the first blocked collective it waits in (None: it waits in
+    none), and the collectives no such rank keeps blocked come first (stable: each part in the
+    order first entered). A rank stuck outside communication is missing from the collectives of
+    every communicator it belongs to; one of those blocked only by it is the root, whichever of
+    its partners happened to enter the next collective first."""
+    waits: dict[int, dict] = {}
+    for b in blocked:
+        for r in b["waiting_ranks"]:
+            waits.setdefault(r, {"group": b["group"], "seq": b["seq"], "op": b["op"]})
+    for b in blocked:
+        for m in b["missing_ranks"]:
+            m["waiting_in"] = waits.get(m["rank"])
+    return sorted(blocked, key=lambda b: any(m["waiting_in"] for m in b["missing_ranks"]))
 
 
 def _status(mismatches: list[dict], blocked: list[dict], procs: dict) -> str:
@@ -342,7 +361,7 @@ def lines(h: dict) -> list[str]:
         }.get(h["status"], "")
     ]
     for i, b in enumerate(h["blocked"]):
-        root = " (first to block: the likeliest root)" if i == 0 and len(h["blocked"]) > 1 else ""
+        root = " (the likeliest root)" if i == 0 and len(h["blocked"]) > 1 else ""
         size = f", {b['bytes']} B" if b.get("bytes") is not None else ""
         out.append(
             f"  communicator {b['group']}: blocked in {b['op']} seq {b['seq']}{size}{root}; "
@@ -355,7 +374,9 @@ def lines(h: dict) -> list[str]:
                 else "no call on this communicator"
             )
             note = f" ({m['note']})" if m.get("note") else ""
-            out.append(f"    missing rank {m['rank']}: {last}; state {m['state']}{note}")
+            w = m.get("waiting_in")
+            held = f"waiting in communicator {w['group']} {w['op']} seq {w['seq']}; " if w else ""
+            out.append(f"    missing rank {m['rank']}: {held}{last}; state {m['state']}{note}")
     for m in h["mismatches"]:
         vals = list(m["values_by_rank"].items())
         common = max({v for _, v in vals}, key=lambda v: (sum(1 for _, x in vals if x == v), str(v)))
@@ -371,7 +392,7 @@ def _ranks(rs) -> str:
     return ", ".join(map(str, rs)) if rs else "none"
 
 
-_MISSING_KEYS = ("rank", "last_op", "last_seq", "caller", "state")
+_MISSING_KEYS = ("rank", "last_op", "last_seq", "caller", "state", "waiting_in")
 _BLOCKED_KEYS = ("group", "seq", "op", "bytes", "waiting_ranks")
 
 

@@ -156,7 +156,10 @@ def _model(
         step_of = np.where(step.notna(), np.searchsorted(steps, step.fillna(-1).astype(np.int64)), -1)[call]
     else:
         steps, step_of = [None], np.zeros(n, np.int64)
-    bytes_ = ops["bytes"].astype("Int64").astype(str).replace("<NA>", "?")
+    # a call's key is its collective's, as the summary's row: the least size its ranks send, so
+    # that an all-to-all with uneven split sizes is one key, its saving counted once
+    size = ops["bytes"].groupby(ops["sync_id"]).transform("min").fillna(ops["bytes"])
+    bytes_ = size.astype("Int64").astype(str).replace("<NA>", "?")
     key = (ops["op"].astype(str) + " " + bytes_ + " " + ops["caller"].astype(str)).str.strip().to_numpy()[call]
     # ideal: the median over the collective's ranks of the time before it (before each of its
     # parts, on a host-timed job) and of its transfer; a rank that joined early under Join has no

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nsyscomm.analyses.hang import lines
 from nsyscomm.api import load
 from nsyscomm.capture import flight_record as fr
 from nsyscomm.errors import InputError
@@ -94,7 +95,14 @@ def test_text_and_json_show_the_diagnosis_first(hung_job):
                 "bytes": 4096,
                 "waiting_ranks": [0, 2, 3],
                 "missing_ranks": [
-                    {"rank": 1, "last_op": "all_reduce", "last_seq": 2, "caller": STUCK, "state": "stopped"}
+                    {
+                        "rank": 1,
+                        "last_op": "all_reduce",
+                        "last_seq": 2,
+                        "caller": STUCK,
+                        "state": "stopped",
+                        "waiting_in": None,
+                    }
                 ],
             }
         ],
@@ -489,3 +497,33 @@ def test_a_report_whose_only_open_calls_are_sends_takes_the_lone_path(monkeypatc
     h = result.hang
     assert h["status"] == "ok" and h["blocked"] == [] and h["mismatches"] == []
     assert "hang_calls" in asked and "hang_blocked" not in asked and "hang_frontier" not in asked
+
+
+def test_a_rank_stuck_outside_communication_is_the_root_not_the_first_blocked(tmp_path):
+    """Each step an all_reduce on the world of 4 ranks, then one on the subgroup [1, 2]. Rank 1
+    stops after the world's seq 2 (it calls nothing more): rank 2 waits in the subgroup's seq 2,
+    ranks 0 and 3 go on to the world's seq 3 and wait there, entering it first. The world is blocked
+    by ranks 1 and 2, but rank 2 only because it waits in the subgroup: the subgroup, blocked by
+    rank 1 alone, is the root."""
+    world = ("all_reduce", 1024, "float32", CALLER, True)
+    sub = ("all_reduce", 2048, "float32", CALLER, True, 1, (1, 2))
+    calls = {
+        0: [world] * 3 + [world[:4] + (False,)],
+        1: [world, sub] * 2 + [world],
+        2: [world, sub] * 2 + [world, sub[:4] + (False,) + sub[5:]],
+        3: [world] * 3 + [world[:4] + (False,)],
+    }
+    stopped = {r: fr.STOPPED for r in calls}
+    h = load([hs.write_job(tmp_path, calls, records=True, states=stopped)], cache=False).hang
+    assert h["status"] == "hung"
+    got = [
+        (b["group"], b["seq"], b["waiting_ranks"], [(m["rank"], m["waiting_in"]) for m in b["missing_ranks"]])
+        for b in h["blocked"]
+    ]
+    assert got == [
+        ("1", 2, [2], [(1, None)]),
+        ("0", 3, [0, 3], [(1, None), (2, {"group": "1", "seq": 2, "op": "all_reduce"})]),
+    ]
+    text = "\n".join(lines(h))
+    assert "missing rank 2: waiting in communicator 1 all_reduce seq 2" in text
+    assert text.index("communicator 1: blocked") < text.index("communicator 0: blocked")

@@ -8,7 +8,11 @@ writes node0.sqlite, node1.sqlite, ...: iteration i's all-reduces carry step i (
 step 0 is before the first optimizer.step()); after the loop one barrier carries step
 `iterations` (the teardown's, after the last optimizer.step()). Rank `late_rank` arrives
 `late_ns` late at the first all-reduce of every iteration: it is the slow rank, and every other
-rank waits for it."""
+rank waits for it.
+
+With `all_to_all_bytes` (one size per rank), each iteration starts with an all_to_all in which
+rank r sends all_to_all_bytes[r] bytes (uneven split sizes, as MoE token routing sends), and the
+late rank is late to it instead of to the first all-reduce."""
 
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ def loop(
     names: tuple[str, ...] = (),
     host_prefix: str = "node",
     seed: int = 5,
+    all_to_all_bytes: tuple[int, ...] = (),
 ) -> list[Path]:
     """The job's reports, one per node, in folder. world: the world size the markers declare
     (default: nodes x per_node); first_rank: the rank of the first process (a part of a job)."""
@@ -55,26 +60,26 @@ def loop(
             add_rank_marker(rep, sim, rank=rank, local_rank=local, world=world, host=f"{host_prefix}-{node}")
             sims.append(sim)
 
-    def collective(op: str, nbytes: int, step: int, caller: str, late: dict[int, int]) -> None:
+    def collective(op: str, nbytes: int, step: int, caller: str, late: dict[int, int], sizes=()) -> None:
         pend = [
             s.wrapper_collective(
                 s.main,
                 op,
                 api=op,
-                nbytes=nbytes,
+                nbytes=sizes[s.rank - first_rank] if sizes else nbytes,
                 dtype="float32",
                 itemsize=4,
                 pg=0,
                 gsize=world,
                 step=step,
                 caller=caller,
-                kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                kernel="ncclDevKernel_SendRecv" if op == "all_to_all" else "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
                 stream=13,
                 late_ns=late.get(s.rank, 0),
             )
             for s in sims
         ]
-        finish_collective(pend, xfer(nbytes, 50.0), rng)
+        finish_collective(pend, xfer(max(sizes, default=nbytes), 50.0), rng)
         for s in sims:
             s.sync(s.main)
 
@@ -83,6 +88,9 @@ def loop(
             s.advance(s.main, 300_000)
             s.compute(s.main, "ampere_sgemm_128x64_nn", 7, 400_000)
         late = {late_rank: late_ns} if late_rank is not None else {}
+        if all_to_all_bytes:
+            collective("all_to_all", 0, it, "train.py:29 train_step", late, all_to_all_bytes)
+            late = {}
         collective("all_reduce", BUCKET, it, "train.py:30 train_step", late)
         collective("all_reduce", BUCKET, it, "train.py:31 train_step", {})
     collective("barrier", 0, iterations, "train.py:40 main", {})
