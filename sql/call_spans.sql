@@ -13,6 +13,13 @@
 -- read again, join back by call_id. `timing`, `numbered` and `own` are NOT MATERIALIZED: each
 -- reader recomputes them from the calls, where a stored copy of every call's row would be held
 -- through the query.
+-- $unnumbered, $messages, $stream_queues, $group_queues: whether any call may lack a seq, be a
+-- point-to-point call, or wait in a CUDA stream's or a gloo group's queue (combine/calls.py's
+-- Needs, counted as the calls are first read); where none can, that part reads no call (each
+-- would otherwise scan every call to keep none). True for all four gives the same rows.
+-- A process is a rank (proc_ranks gives each process of the job its own), so the windows of a
+-- process's calls partition by it, a number, not by the report's name, a string that each sort
+-- compared row by row; a call without a rank (no process known) keeps its report and pid.
 WITH timing AS NOT MATERIALIZED (
     SELECT call_id, report, pid, tid, rank, op, api, "group", group_size, seq, peer, pair, source,
            cpu_start, cpu_end, gpu_start, gpu_end, stream, device, exec_start, exec_end, init_ns
@@ -27,7 +34,7 @@ by_order AS MATERIALIZED (
                  row_number() OVER (PARTITION BY rank, op
                                     ORDER BY coalesce(exec_start, gpu_start, cpu_start), cpu_start, pid, tid, stream,
                                              coalesce(exec_end, gpu_end, cpu_end)) - 1 AS seq
-          FROM timing WHERE seq IS NULL)
+          FROM timing WHERE $unnumbered AND seq IS NULL)
 ),
 -- every call with its seq and group size: its own seq, or else by_order's
 numbered AS NOT MATERIALIZED (
@@ -41,7 +48,7 @@ messages AS (
            row_number() OVER (PARTITION BY "group", sender, receiver, op ORDER BY seq, exec_start, cpu_start) - 1 AS msg
     FROM (SELECT *, CASE WHEN op = 'send' THEN rank ELSE peer END AS sender,
                     CASE WHEN op = 'send' THEN peer ELSE rank END AS receiver
-          FROM numbered WHERE pair IS NOT NULL)
+          FROM numbered WHERE $messages AND pair IS NOT NULL)
 ),
 -- a send's work is done once its receive has the data: its execution ends no later than its
 -- receive's, where the receive's end is a completion (its kernels', its completion mark or the
@@ -65,7 +72,7 @@ p2p AS MATERIALIZED (
 -- (p2p above); a receive that ended before its send began says the two ranks' clocks disagree,
 -- and bounds nothing.
 own AS NOT MATERIALIZED (
-    SELECT call_id, report, pid, device, stream, "group", cpu_start, gpu_start, seq, group_size,
+    SELECT call_id, report, pid, rank, device, stream, "group", cpu_start, gpu_start, seq, group_size,
            p.sender, p.receiver, p.msg,
            CASE WHEN coalesce(init_ns, 0) > 0
                 THEN greatest(cpu_start, coalesce(exec_start, gpu_start, cpu_start) - init_ns)
@@ -90,15 +97,17 @@ own AS NOT MATERIALIZED (
 -- Each queue's calls go through their own window only: computing both windows over every call
 -- sorted every call twice. (call_id, queue_free; a call of no queue has no row)
 queues AS (
-    SELECT call_id, max(x_end) OVER (PARTITION BY report, pid, device, stream
+    SELECT call_id, max(x_end) OVER (PARTITION BY rank, device, stream, CASE WHEN rank IS NULL THEN report END,
+                                                  CASE WHEN rank IS NULL THEN pid END
                                      ORDER BY cpu_start, gpu_start, seq
                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS queue_free
-    FROM own WHERE queue = 'stream'
+    FROM own WHERE $stream_queues AND queue = 'stream'
     UNION ALL
-    SELECT call_id, (max(x_end, 2) OVER (PARTITION BY report, pid, "group"
+    SELECT call_id, (max(x_end, 2) OVER (PARTITION BY rank, "group", CASE WHEN rank IS NULL THEN report END,
+                                                      CASE WHEN rank IS NULL THEN pid END
                                          ORDER BY cpu_start, seq
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))[2] AS queue_free
-    FROM own WHERE queue = 'group'
+    FROM own WHERE $group_queues AND queue = 'group'
 ),
 -- the execution span every analysis reads: the call's own, started no earlier than its queue let
 -- it (never past its end); queued_ns: the part of the time from its enqueue (cpu_start) to its

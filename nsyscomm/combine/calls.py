@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 
 import duckdb
 import numpy as np
@@ -296,12 +296,37 @@ def let_go(extracts: list[Extract], table: Table) -> None:
             extracts[i] = replace(e, **{table.name: empty})
 
 
-def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
+@dataclass(frozen=True)
+class Needs:
+    """Which parts of sql/call_spans.sql the job's calls can need: whether any call may lack a
+    seq (numbered by order), be a point-to-point call (paired with its message's other side),
+    or wait in a CUDA stream's or a gloo group's queue. Each part left out reads no call; all
+    True (the default) gives the same table. Counted in the scan that first reads the calls
+    (combine), where a condition wider than the part's own is enough: SELECT_NEEDS."""
+
+    unnumbered: bool = True
+    messages: bool = True
+    stream_queues: bool = True
+    group_queues: bool = True
+
+
+# the columns of a query over the calls (calls_typed or calls) that give Needs, in its order
+SELECT_NEEDS = (
+    "coalesce(bool_or(seq IS NULL), false), "
+    "coalesce(bool_or(op IN ('send', 'recv') AND peer IS NOT NULL), false), "
+    "coalesce(bool_or(gpu_start IS NOT NULL), false), "
+    "coalesce(bool_or(gpu_start IS NULL AND source = 'wrapper' AND \"group\" IS NOT NULL "
+    "AND op NOT IN ('send', 'recv')), false)"
+)
+
+
+def create_collectives(con: duckdb.DuckDBPyConnection, needs: Needs = Needs()) -> None:
     """The table collectives from the view calls: each call's number and span first, on narrow
     rows (call_spans, dropped once joined), then the wide rows with them. Two queries: in one,
     the window functions' working memory stayed taken while the join ran. DuckDB's allocator
     keeps what a query freed (duck.connect), so each query's working memory is handed back after
-    it: the join's otherwise came on top of the windows', and the next steps' on top of both."""
+    it: the join's otherwise came on top of the windows', and the next steps' on top of both.
+    needs: the parts of the windows' query the calls need (Needs)."""
     con.execute(f"CREATE OR REPLACE TEMP VIEW calls_ranked AS {duck.sql('calls_ranked')}")
     # DuckDB estimates a registered Arrow table (the calls) at ~1 row, so it would build the hash
     # table of the calls x proc_ranks join on the many calls instead of the few processes, which
@@ -309,7 +334,7 @@ def create_collectives(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
     restore = _one_thread(con)
     try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE call_spans AS {duck.sql('call_spans')}", asdict(needs))
         hand_back(con)
         _join_spans(con)
     finally:

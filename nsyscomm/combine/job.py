@@ -4,6 +4,7 @@ analyses read (logical collectives, rank spans, bus-bandwidth factors) and the j
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import pandas as pd
@@ -13,8 +14,10 @@ from nsyscomm.analyses.overlap import begin_overlap
 from nsyscomm.analyses.result import Result
 from nsyscomm.combine import clocks, joined, select, setup, window
 from nsyscomm.combine.calls import (
+    SELECT_NEEDS,
     TIME_COLS,
     JobCalls,
+    Needs,
     create_collectives,
     hand_back,
     register,
@@ -52,14 +55,17 @@ def combine(
     # absurd timestamps (end before start) would give negative latencies: leave those calls out
     where = "op IS NOT NULL AND (cpu_end < cpu_start OR gpu_end < gpu_start) IS NOT TRUE"
     # and, of the calls kept, those matched across ranks by call order only (no nsyscomm or NCCL
-    # payload metadata, and no sequence number from their source: sql/call_spans.sql numbers those)
-    skipped, backwards, by_order = duck.one_row(
+    # payload metadata, and no sequence number from their source: sql/call_spans.sql numbers those);
+    # and, in the same scan, the parts of sql/call_spans.sql that any call needs (calls.Needs)
+    skipped, backwards, by_order, *need = duck.one_row(
         con,
         "SELECT count(*) FILTER (WHERE op IS NULL), "
         "count(*) FILTER (WHERE cpu_end < cpu_start OR gpu_end < gpu_start), "
         f"count(*) FILTER (WHERE {where} AND seq IS NULL "
-        "AND source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace', 'nccl_inspector')) FROM calls_typed",
+        "AND source NOT IN ('wrapper', 'nccl_payload', 'whatif_trace', 'nccl_inspector')), "
+        f"{SELECT_NEEDS} FROM calls_typed",
     )
+    needs = Needs(*(bool(n) for n in need))
     if skipped:
         warnings.append(f"{skipped} call(s) of unknown operation skipped")
     if backwards:
@@ -90,9 +96,9 @@ def combine(
     if shifted:
         clocks.shift(con, offsets)
     duck.release_arrow_memory()  # what the extraction's Arrow tables and the extracts' rows held
-    create_collectives(con)
+    create_collectives(con, needs)
     if shifted:
-        warnings += clocks.refine(con, extracts[0].report, create_collectives)
+        warnings += clocks.refine(con, extracts[0].report, functools.partial(create_collectives, needs=needs))
     # the job's database holds every call now: their Arrow copy goes, and the largest per-report
     # tables take its place, each copied while the steps below run (a copy keeps one core busy;
     # made beside the collectives, they added to that query's peak)

@@ -7,12 +7,13 @@ on DuckDB's profile of each query over the bundled samples."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
 import nsyscomm
 from nsyscomm import duck
-from nsyscomm.combine.calls import JobCalls
+from nsyscomm.combine.calls import SELECT_NEEDS, JobCalls, Needs
 from nsyscomm.discover import sample_jobs
 
 # columns of the wide rows that no window of sql/call_spans.sql reads
@@ -33,7 +34,10 @@ def _operators(node):
 
 
 def _profile(con, tmp_path, name="call_spans", params=None, operator="WINDOW"):
-    """The operators of the named query's run whose name holds `operator` (WINDOW by default)."""
+    """The operators of the named query's run whose name holds `operator` (WINDOW by default);
+    sql/call_spans.sql with every part on (Needs()) unless params say otherwise."""
+    if name == "call_spans" and params is None:
+        params = asdict(Needs())
     out = tmp_path / "profile.json"
     con.execute("PRAGMA enable_profiling = 'json'")
     con.execute(f"PRAGMA profiling_output = '{out}'")
@@ -60,7 +64,9 @@ def sample(request):
     # that sql/call_spans.sql can run again over them
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(JobCalls, "release", lambda self: None)
-        return nsyscomm.load(sample_jobs()[request.param], cache=False)
+        result = nsyscomm.load(sample_jobs()[request.param], cache=False)
+    result.is_streams = request.param == 0
+    return result
 
 
 def test_each_call_goes_through_the_window_of_its_own_queue_only(sample, tmp_path):
@@ -129,3 +135,22 @@ def test_the_hang_calls_look_the_records_up_without_holding_every_call(sample, t
         assert not _profile(cur, tmp_path, "hang_calls", operator="DELIM")
     finally:
         cur.close()
+
+
+def test_the_spans_query_reads_the_calls_for_the_parts_they_need_only(sample, tmp_path):
+    """The windows' query runs no numbering, message or gloo-queue window where no call of the
+    job needs it (calls.Needs, counted in combine's first scan of the calls), and gives the same
+    rows as with every part on."""
+    needs = Needs(*duck.one_row(sample.con, f"SELECT {SELECT_NEEDS} FROM calls_typed"))
+    assert needs == (Needs(False, False, True, False) if sample.is_streams else Needs(False, False, False, True))
+    windows = _profile(sample.con, tmp_path, params=asdict(needs))
+    assert len(windows) == 1  # its calls' queue's: a stream's, or a gloo group's
+    rows = {}
+    for name, params in (("needed", asdict(needs)), ("all", asdict(Needs()))):
+        sample.con.execute(f"CREATE OR REPLACE TEMP TABLE spans_{name} AS {duck.sql('call_spans')}", params)
+    for a, b in (("needed", "all"), ("all", "needed")):
+        rows[a] = duck.scalar(sample.con, f"SELECT count(*) FROM (FROM spans_{a} EXCEPT ALL FROM spans_{b})")
+    assert rows == {"needed": 0, "all": 0}
+    assert duck.scalar(sample.con, "SELECT count(*) FROM spans_all") == duck.scalar(
+        sample.con, "SELECT count(*) FROM collectives"
+    )
