@@ -15,6 +15,9 @@ query and a segment tree per span, for each of the view's five queries.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import threading
 from dataclasses import dataclass
 
 import duckdb
@@ -35,6 +38,8 @@ class Unions:
     parts: dict[str, tuple[str, str]]  # the part's column -> (start column, end column) of its spans
 
 
+_ONE_PASS = threading.Lock()
+
 # the queries whose unions are made here
 UNIONS = {
     "ranks": Unions(("rank",), ("s", "e"), {"comm_ns": ("s", "e"), "wait_ns": ("s", "we")}),
@@ -52,37 +57,59 @@ def query(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None)
     if unions is None:
         return con.execute(duck.sql(name), params or None).to_arrow_table()
     rows = con.execute(duck.sql(f"{name}_spans"), params or None).to_arrow_table()
+    # a relation of this connection alone: the view's cursors each register their own
     con.register("spans", with_parts(rows, unions))
     del rows
     try:
         return con.execute(duck.sql(name)).to_arrow_table()
     finally:
         con.unregister("spans")
+        _trim()
+
+
+def _trim() -> None:
+    """Hand back to the system the memory the pass's arrays freed. glibc's malloc raises its
+    threshold for mapping a block of its own after the first such block is freed, so the arrays
+    of the passes after come from each thread's heap, which keeps them once freed: the view's
+    peak rose by the arrays of several passes on several threads (docs/performance.md)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to hand back this way
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def with_parts(rows: pa.Table, unions: Unions) -> pa.Table:
-    """rows with a column per union of `unions`: each row's part of it (BIGINT, never NULL)."""
-    n = rows.num_rows
-    keys = [k for col in unions.by for k in key_arrays(rows[col])]
-    # per partition, (start, second key) order, NULLs last (np.lexsort: the last key sorts first)
-    order_keys = [k for col in unions.order for k in reversed(key_arrays(rows[col]))]
-    order = np.lexsort([*reversed(order_keys), *keys]) if n else np.zeros(0, np.int64)
-    first = np.arange(n) == 0
-    for k in keys:
-        k = k[order]
-        first[1:] |= k[1:] != k[:-1]
-    back = np.empty_like(order)
-    back[order] = np.arange(n)
-    for name, (start, end) in unions.parts.items():
-        s, s_null = (a[order] for a in ints(rows[start]))
-        e, e_null = (a[order] for a in ints(rows[end]))
-        before, none_before = max_before(e, e_null, first)
-        # greatest(start, latest end before), NULLs passed over as SQL's greatest does: NULL only
-        # when both are
-        base = np.where(s_null, before, np.where(none_before, s, np.maximum(s, before)))
-        part = np.where(e_null | (s_null & none_before), 0, np.maximum(e - base, 0))
-        rows = rows.append_column(name, pa.array(part[back], type=pa.int64()))
-    return rows
+    """rows with a column per union of `unions`: each row's part of it (BIGINT, never NULL).
+
+    One query's pass at a time (_ONE_PASS): the view runs these queries on several cursors at
+    once, and each pass holds a few arrays of every row at its peak; in place where it can."""
+    with _ONE_PASS:
+        n = rows.num_rows
+        keys = [k for col in unions.by for k in key_arrays(rows[col])]
+        # per partition, (start, second key) order, NULLs last (np.lexsort: the last key sorts first)
+        order_keys = [k for col in unions.order for k in reversed(key_arrays(rows[col]))]
+        order = np.lexsort([*reversed(order_keys), *keys]) if n else np.zeros(0, np.int64)
+        del order_keys
+        first = np.arange(n) == 0
+        for k in keys:
+            k = k[order]
+            first[1:] |= k[1:] != k[:-1]
+        del keys, k
+        back = np.empty_like(order)
+        back[order] = np.arange(n)
+        for name, (start, end) in unions.parts.items():
+            e, e_null = (a[order] for a in ints(rows[end]))
+            before, none_before = max_before(e, e_null, first)
+            s, s_null = (a[order] for a in ints(rows[start]))
+            # greatest(start, latest end before), NULLs passed over as SQL's greatest does: NULL
+            # only when both are; then the part, greatest(0, end - that)
+            np.maximum(s, before, out=before, where=~none_before & ~s_null)
+            np.copyto(before, s, where=none_before & ~s_null)
+            np.subtract(e, before, out=e)
+            np.maximum(e, 0, out=e)
+            e[e_null | (s_null & none_before)] = 0
+            del s, s_null, before, none_before
+            rows = rows.append_column(name, pa.array(e[back], type=pa.int64()))
+            del e, e_null
+        return rows
 
 
 def key_arrays(col: pa.ChunkedArray) -> list[np.ndarray]:
@@ -127,16 +154,25 @@ def max_before(v: np.ndarray, null: np.ndarray, first: np.ndarray) -> tuple[np.n
         return np.full(n, low), np.ones(n, bool)
     floor = int(known.min())
     width = int(known.max()) - floor + 2
-    band = np.cumsum(first) - 1
+    del known
+    band = np.cumsum(first, dtype=np.int64)
+    band -= 1
     if (int(band[-1]) + 1) * width >= 2**62:
         return _max_before_by_group(v, null, first)
     band *= width
-    running = np.maximum.accumulate(np.where(null, band, band + 1 + (v - floor)))
+    lifted = v - (floor - 1)
+    lifted += band
+    np.copyto(lifted, band, where=null)
+    np.maximum.accumulate(lifted, out=lifted)
     before = np.empty(n, np.int64)
     before[0] = band[0]
-    before[1:] = running[:-1]
+    before[1:] = lifted[:-1]
+    del lifted
     none = first | (before == band)
-    return np.where(none, low, before - band - 1 + floor), none
+    before -= band
+    before += floor - 1
+    before[none] = low
+    return before, none
 
 
 def _max_before_by_group(v: np.ndarray, null: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

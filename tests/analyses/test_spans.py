@@ -40,7 +40,7 @@ def _one_query(name: str) -> str:
 
 def _random_rows(seed: int, n: int) -> pa.Table:
     rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2_000, n)
+    s = rng.integers(-1_000, 1_000, n)  # times before the epoch too: a NULL start is no 0
     e = s + rng.integers(-50, 400, n)  # some end before they start
     we = s + rng.integers(0, 300, n)
     rank = rng.integers(0, 4, n)
