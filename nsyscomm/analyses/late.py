@@ -246,8 +246,8 @@ def straggler_order(late: pd.DataFrame, caused: pd.DataFrame) -> pd.DataFrame:
     """The ranks with late arrivals, the one that cost the others the most first: rank,
     late_count, delay_ms (its late arrivals' delays summed), caused_wait_ms (the waiting of the
     other participants those arrivals caused: caused, per logical_id its caused_ns, as
-    late_arrivals gives it). A rank last by a hair at
-    many collectives costs little; one late by 50 ms at a few costs much. Ties: the larger
+    late_arrivals gives it). A rank last by a hair at many collectives costs little; one late
+    by 50 ms at a few costs much. Ties: the larger
     delay, then more late arrivals, then the smaller rank. The Diagnosis names the ranks in this
     order, and the first is the straggler of every view (Result.skew)."""
     cols = ["rank", "late_count", "delay_ms", "caused_wait_ms"]
