@@ -11,6 +11,7 @@ import duckdb
 import pandas as pd
 
 from nsyscomm import duck
+from nsyscomm.analyses import spans
 from nsyscomm.analyses.overlap import begin_overlap
 
 SCHEMA_VERSION = 3  # of the JSON output contract (docs/architecture.md, "JSON contract")
@@ -63,7 +64,7 @@ class Result:
         def run(name: str, params: dict):
             cur = duck.quiet(self.con.cursor())
             try:
-                return cur.execute(duck.sql(name), params or None).to_arrow_table()
+                return spans.query(cur, name, params)
             finally:
                 cur.close()
 
@@ -77,7 +78,7 @@ class Result:
         ahead = self._prefetched.get(_query_key(name, params))
         if ahead is not None:
             return duck.arrow_frame(ahead.result())
-        return duck.frame(self.con.execute(duck.sql(name), params or None))
+        return duck.arrow_frame(spans.query(self.con, name, params))
 
     # --- the invariants (nsyscomm.analyses.invariants): an analysis that breaks one is withheld ---
     def _reason(self, section: str) -> str | None:
@@ -319,8 +320,7 @@ class Result:
         from nsyscomm.analyses import late
 
         arrivals = self.late
-        caused = self._query("caused_wait") if len(arrivals) else pd.DataFrame(columns=["logical_id", "caused_ns"])
-        return late.straggler_order(arrivals, caused)
+        return late.straggler_order(arrivals, arrivals[["logical_id", "caused_ns"]].drop_duplicates("logical_id"))
 
     @property
     def late_by_rank(self) -> pd.DataFrame:
