@@ -76,7 +76,7 @@ GROUP BY logical_id
 ),
 -- each collective's lateness window: from its first arrival (or its last rank's arrival at the
 -- collective before on the communicator, when later) to its last arrival
-windows AS (
+windows AS MATERIALIZED (
     SELECT * EXCLUDE (last_prev_arrival),
            greatest(first_arrival, coalesce(last_prev_arrival, first_arrival)) AS late_from,
            greatest(0, last_arrival - late_from)                               AS window_ns
@@ -86,17 +86,22 @@ windows AS (
 -- late in at the earlier collectives it came last to on any communicator (a rank in overlapping
 -- groups keeps a partner waiting on two communicators with one delay): the windows of that rank
 -- that ended inside this one, less the part of the first of them before this one began (a thread's
--- windows follow each other; a device's streams overlap theirs, and there no window is taken off)
+-- windows follow each other; a device's streams overlap theirs: there no window is taken off, and
+-- the window functions run over the host-timed collectives only)
+SELECT * EXCLUDE (host_timed, late_from, window_ns), window_ns::BIGINT AS late_ns
+FROM windows WHERE host_timed IS NOT TRUE
+UNION ALL BY NAME
 SELECT * EXCLUDE (host_timed, late_from, window_ns, counted_ns, counted_from),
        greatest(0, window_ns - coalesce(counted_ns, 0) + greatest(0, late_from - coalesce(counted_from, late_from)))
            ::BIGINT AS late_ns
 FROM (
     SELECT *,
-           CASE WHEN host_timed THEN sum(window_ns) OVER counted_in::BIGINT END AS counted_ns,
-           CASE WHEN host_timed THEN min(late_from) OVER counted_in END         AS counted_from
+           sum(window_ns) OVER counted_in::BIGINT AS counted_ns,
+           min(late_from) OVER counted_in         AS counted_from
     FROM windows
+    WHERE host_timed
     WINDOW counted_in AS (
-        PARTITION BY last_rank, host_timed ORDER BY last_arrival
+        PARTITION BY last_rank ORDER BY last_arrival
         RANGE BETWEEN greatest(window_ns - 1, 0) PRECEDING AND 1 PRECEDING
     )
 )
