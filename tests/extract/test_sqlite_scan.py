@@ -16,6 +16,7 @@ import pytest
 from nsyscomm.ingest import compute_columns
 from nsyscomm.ingest.nsys import extract as nsys_extract
 from nsyscomm.ingest.nsys import reader as nsys_reader
+from nsyscomm.ingest.nsys import scan_arrow
 from tests.conftest import ROOT, real_nsys_files
 
 SAMPLES = ROOT / "sample_reports"
@@ -310,7 +311,7 @@ def test_scan_splits_the_wrapper_layout_only(tmp_path):
         None,
         1,
         0,
-        'SELECT start, "end", eventType, globalTid, textId, text FROM NVTX_EVENTS WHERE rowid BETWEEN ? AND ?',
+        scan_arrow.rows_sql("NVTX_EVENTS", "nsyscomm_range", 'start, "end", eventType, globalTid, textId, text'),
         1,
         len(msgs),
         2,

@@ -413,6 +413,7 @@ def test_no_report_string_is_formatted_into_sql():
         "partition",
         "on_type",
         "values",  # ingest/nsys/reader._scan: "(?, ?, ?)" placeholders, one per span
+        "function",  # ingest/nsys/scan_arrow.rows_sql: a row function of _sqlite_scan.c, fixed names
         "_UNPARSED",  # ingest/nsys/reader: NULL columns named after MESSAGE_FIELDS
         # ingest/limits.cut_sql of a constant column: a CASE cutting it to the name bound
         "limits.cut_sql('value')",

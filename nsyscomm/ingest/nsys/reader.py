@@ -33,7 +33,15 @@ from nsyscomm import duck
 from nsyscomm.errors import InputError
 from nsyscomm.ingest import compute_columns, limits
 from nsyscomm.ingest.nsys import sqlite_guard
-from nsyscomm.ingest.nsys.scan_arrow import MESSAGE_FIELDS, arrow_table, ranges_table, sqlite_scan_module
+from nsyscomm.ingest.nsys.scan_arrow import (
+    MESSAGE_FIELDS,
+    arrow_table,
+    column_or_null,
+    ranges_table,
+    registered_names,
+    rows_sql,
+    sqlite_scan_module,
+)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -206,17 +214,20 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
     k, rt, nv = (tables.get(t) for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"))
     uri = read_only_uri(path)
     parts = duck.threads(con)
-    # the names that matter, through DuckDB as the copy's statements read them (LIKE is
-    # case-sensitive there): the ranges' (nccl% among them), and the NCCL kernels' out of those
-    like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
-    rel = con.execute(f"SELECT id, {limits.cut_sql('value')} FROM r.StringIds WHERE {like} ORDER BY id").fetchall()
-    nccl_names = nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))
-    nccl_ids = np.array([n[0] for n in nccl_names], np.int64)
-
     kcols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"]
-    text_id = _col(nv, "textId") if nv is not None else "NULL"
+    text_id = column_or_null(nv, "textId") if nv is not None else "NULL"
     lite = sqlite3.connect(uri, uri=True)
     try:
+        # the names that matter, as the copy's statements read them: the ranges' (nccl% among
+        # them), and the NCCL kernels' out of those
+        rel = registered_names(lite, _RANGE_PATTERNS)
+        if rel is None:  # DuckDB's reading, its errors included (LIKE is case-sensitive there)
+            like = " OR ".join(f"value LIKE '{p}'" for p in _RANGE_PATTERNS)
+            rel = con.execute(
+                f"SELECT id, {limits.cut_sql('value')} FROM r.StringIds WHERE {like} ORDER BY id"
+            ).fetchall()
+        nccl_names = nccl_kernel_names((i, v) for i, v in rel if v.startswith("nccl"))
+        nccl_ids = np.array([n[0] for n in nccl_names], np.int64)
 
         def bounds(table):  # names from the fixed list above
             if table not in tables:
@@ -232,16 +243,19 @@ def _scan(con, path: Path, tables: dict[str, set[str]], cancel: bytearray):
             return None  # DuckDB's copy, which spills past the limit
         out = _sqlite_scan.scan(
             uri,
-            f'SELECT start, "end", deviceId, streamId, correlationId, {_col(k, "globalPid")}, shortName '
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN ? AND ?"
+            rows_sql(
+                "CUPTI_ACTIVITY_KIND_KERNEL",
+                "nsyscomm_kernel",
+                f'start, "end", deviceId, streamId, correlationId, {column_or_null(k, "globalPid")}, shortName',
+            )
             if k is not None
             else None,
             *kernel_rows,
-            'SELECT start, "end", globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN ? AND ?'
+            rows_sql("CUPTI_ACTIVITY_KIND_RUNTIME", "nsyscomm_launch", 'start, "end", globalTid, correlationId')
             if rt is not None
             else None,
             *bounds("CUPTI_ACTIVITY_KIND_RUNTIME"),
-            f'SELECT start, "end", eventType, globalTid, {text_id}, text FROM NVTX_EVENTS WHERE rowid BETWEEN ? AND ?'
+            rows_sql("NVTX_EVENTS", "nsyscomm_range", f'start, "end", eventType, globalTid, {text_id}, text')
             if nv is not None
             else None,
             *bounds("NVTX_EVENTS"),
