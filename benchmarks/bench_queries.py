@@ -8,8 +8,6 @@ both versions of each query run over it as CREATE TABLE ... AS (so that no time 
 handing rows to Python), in the same process, seconds apart: the ratio holds on a loaded machine
 where whole runs drift. collectives.sql is not among them: the job lets go of the calls it reads
 once the collectives table is made (combine/calls.py), so it is timed whole by bench_combine.py.
-A query whose unions of spans numpy makes (nsyscomm/analyses/spans.py) runs as the view runs it:
-its rows' query, numpy's pass and its aggregate, the rows fetched into Python on the way.
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ from pathlib import Path
 
 import nsyscomm
 from nsyscomm import duck
-from nsyscomm.analyses import spans
 from nsyscomm.analyses.late import NOISE_NS
-from nsyscomm.analyses.spans import UNIONS
 
 QUERIES = {  # name -> parameters
     "logical_collectives": None,
@@ -51,21 +47,12 @@ def main(argv=None) -> int:
         for i in range(a.runs):
             for k in list(texts) if i % 2 == 0 else reversed(list(texts)):
                 t0 = time.perf_counter()
-                if k == "this" and name in UNIONS:  # two queries and numpy's pass between them
-                    con.register("got_rows", spans.query(con, name, params))
-                    con.execute("CREATE OR REPLACE TEMP TABLE got_this AS FROM got_rows")
-                    con.unregister("got_rows")
-                else:
-                    con.execute(f"CREATE OR REPLACE TEMP TABLE got_{k} AS {texts[k]}", params)
+                con.execute(f"CREATE OR REPLACE TEMP TABLE got_{k} AS {texts[k]}", params)
                 best[k] = min(best[k], time.perf_counter() - t0)
-        # the columns both versions give (a version may add some): their rows compared
-        cols = [d[0] for d in con.execute("SELECT * FROM got_baseline LIMIT 0").description]
-        ours = {d[0] for d in con.execute("SELECT * FROM got_this LIMIT 0").description}
-        both = ", ".join(f'"{c}"' for c in cols if c in ours)
         differ = duck.scalar(
             con,
-            f"SELECT count(*) FROM ((SELECT {both} FROM got_baseline EXCEPT ALL SELECT {both} FROM got_this) "
-            f"UNION ALL (SELECT {both} FROM got_this EXCEPT ALL SELECT {both} FROM got_baseline))",
+            "SELECT count(*) FROM ((SELECT * FROM got_baseline EXCEPT ALL SELECT * FROM got_this) "
+            "UNION ALL (SELECT * FROM got_this EXCEPT ALL SELECT * FROM got_baseline))",
         )
         rows = duck.scalar(con, "SELECT count(*) FROM got_this")
         print(

@@ -1,8 +1,6 @@
 """Where the summary's view spends its time once the job is combined: each analysis the view asks
 for (wall and CPU, its own time apart from the analyses it calls), then the job database's
-queries one by one, and optionally a query of sql/ against another text of it (for a query
-whose unions of spans nsyscomm/analyses/spans.py makes, its two texts and numpy's pass against
-one text, e.g. a version that made them by SQL's window).
+queries one by one, and optionally a query of sql/ against another text of it.
 
     python benchmarks/view_phases.py REPORT.sqlite [--format json|text] [--runs 3]
     python benchmarks/view_phases.py REPORT.sqlite --compare late_arrivals OTHER.sql [--runs 9]
@@ -33,14 +31,6 @@ from nsyscomm import duck
 from nsyscomm.analyses import contract, invariants, result
 from nsyscomm.analyses.late import NOISE_NS
 from nsyscomm.commands.summarize import emit
-
-try:
-    from nsyscomm.analyses.spans import query
-except ImportError:  # a tree from before nsyscomm/analyses/spans.py (PYTHONPATH=...): every query one text
-
-    def query(con, name, params=None):
-        return con.execute(duck.sql(name), params or None).to_arrow_table()
-
 
 # the Result's members and the contract's functions a view asks for
 MEMBERS = [
@@ -77,6 +67,7 @@ QUERIES = {  # the view's queries on the job database -> their parameters
     "skew": None,
     "summary": {"by_caller": False},
     "size_histogram": None,
+    "caused_wait": None,
     "rank_ops": None,
     "top_skew": {"limit": 10},
 }
@@ -160,31 +151,26 @@ def phases(report: str, fmt: str, runs: int) -> None:
     con = _load(report).con
     print("the view's queries alone on the job database (best of 3, wall / CPU of the process):")
     for name, params in QUERIES.items():
-        best = min(_run(functools.partial(query, con, name, params)) for _ in range(3))
+        best = min(_run(con, duck.sql(name), params) for _ in range(3))
         print(f"  {name:16} {best[0]:.3f} s / {best[1]:.3f} s")
 
 
-def _text(con, text: str, params):
-    """A query's rows, from another text of it (one query: the parts of its unions made by SQL)."""
-    return lambda: con.execute(text, params).to_arrow_table()
-
-
-def _run(fn) -> tuple[float, float]:
+def _run(con, sql: str, params) -> tuple[float, float]:
     t, c = time.perf_counter(), time.process_time()
-    fn()
+    con.execute(sql, params).fetchall()
     return time.perf_counter() - t, time.process_time() - c
 
 
 def compare(report: str, name: str, other: str, runs: int) -> None:
     con = _load(report).con
     params = QUERIES.get(name)
-    texts = {"sql/": functools.partial(query, con, name, params), other: _text(con, open(other).read(), params)}
-    rows = [fn().to_pylist() for fn in texts.values()]
+    texts = {"sql/": duck.sql(name), other: open(other).read()}
+    rows = [con.execute(text, params).fetchall() for text in texts.values()]
     print(f"{name}: the same rows: {rows[0] == rows[1]} ({len(rows[0])} and {len(rows[1])})")
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in texts}
     for i in range(runs):
         for key in list(texts) if i % 2 == 0 else list(reversed(texts)):
-            got[key].append(_run(texts[key]))
+            got[key].append(_run(con, texts[key], params))
     for key, times in got.items():
         print(
             f"  {key}: wall median {statistics.median(w for w, _ in times):.3f} s, "

@@ -18,10 +18,6 @@
 -- names on the other ranks (the median over their calls; a name not among a call's top counts 0 there):
 -- slower_kernels, the three that ran longest beyond the others, each explaining at least 5% of the
 -- late rank's extra busy time (a few microseconds of jitter on a 1 ms excess names nothing).
--- caused_ns: the waiting the late rank caused, every participant's time between its own arrival
--- and the last one (for a point-to-point message the last arrival is its send's start: a receive
--- posted later waited for nobody), by which the Diagnosis orders the late ranks
--- (nsyscomm.analyses.late.straggler_order).
 -- Inputs: collectives, logical_collectives, host_calls, host_ranges, osrt_reports, gap_kernels,
 -- gap_kernel_names, gap_kernel_reports, rank_spans.
 -- A rank's first call is measured from the rank's first recorded event (rank_spans.first_ns: its
@@ -67,11 +63,6 @@ members AS (
 others AS (
     SELECT logical_id, median(gap) AS gap, median(host_gap) AS host_gap, median(busy_gap) AS busy_gap
     FROM members WHERE NOT is_late GROUP BY logical_id
-),
-caused AS (  -- the waiting the late rank caused: every participant's time between its own arrival
-             -- and the last one (arrivals at the execution start, nothing below zero counted)
-    SELECT l.logical_id, sum(greatest(l.last_arrival - t.arrive, 0)) AS caused_ns
-    FROM late l JOIN timeline t ON t.logical_id = l.logical_id GROUP BY l.logical_id
 ),
 late_rank AS (
     SELECT l.logical_id, l."group", l.seq, l.op, l.step, l.late_ns AS delay,
@@ -189,36 +180,27 @@ kernel_extra AS (  -- per late collective and kernel name of its late rank: how 
     -- one pass over the members' kernels gathers the late call's time and the others' times, where
     -- pairing each late kernel with every other member and looking its name up in that member's
     -- kernels is a join as large as the members' kernels
-    SELECT k.logical_id, k.name_no,
-           k.ns - list_median(list_concat(k.others, list_resize([0], c.calls - len(k.others), 0))) AS extra
-    FROM (SELECT logical_id, name_no, any_value(ns) FILTER (WHERE is_late) AS ns,
-                 coalesce(list(coalesce(ns, 0)) FILTER (WHERE NOT is_late), []) AS others
-          FROM member_kernels GROUP BY logical_id, name_no HAVING bool_or(is_late)) k
-    JOIN (SELECT logical_id, count(*) AS calls FROM members WHERE NOT is_late GROUP BY logical_id) c
-      ON c.logical_id = k.logical_id
-),
-slowest_kernels AS (  -- per late collective, its three kernels that ran longest beyond the others'
-    -- (by extra, then by name; a name's number follows its order): those that explain enough of
-    -- the extra busy time are the first of them, since the bound is on extra alone
-    SELECT e.logical_id,
-           max_by({'name': n.name, 'extra': e.extra},
-                  {'extra': coalesce(e.extra, '-inf'::DOUBLE), 'name': coalesce(-e.name_no, -9223372036854775807)}, 3) AS top
-    FROM kernel_extra e
+    SELECT e.logical_id, n.name, e.extra
+    FROM (SELECT k.logical_id, k.name_no,
+                 k.ns - list_median(list_concat(k.others, list_resize([0], c.calls - len(k.others), 0))) AS extra
+          FROM (SELECT logical_id, name_no, any_value(ns) FILTER (WHERE is_late) AS ns,
+                       coalesce(list(coalesce(ns, 0)) FILTER (WHERE NOT is_late), []) AS others
+                FROM member_kernels GROUP BY logical_id, name_no HAVING bool_or(is_late)) k
+          JOIN (SELECT logical_id, count(*) AS calls FROM members WHERE NOT is_late GROUP BY logical_id) c
+            ON c.logical_id = k.logical_id) e
     LEFT JOIN (SELECT DISTINCT name_no, name FROM kernel_names) n ON n.name_no = e.name_no
-    GROUP BY e.logical_id
 )
 SELECT r.*,
-       nullif(array_to_string(list_transform(
-           list_filter(sk.top, k -> k.extra > 0 AND k.extra >= 0.05 * (r.busy_gap - coalesce(r.others_busy_gap, 0))),
-           k -> k.name || ' +' || round(k.extra / 1e6, 3) || ' ms'), ', '), '')                    AS slower_kernels,
+       (SELECT string_agg(name || ' +' || round(extra / 1e6, 3) || ' ms', ', ' ORDER BY extra DESC, name)
+        FROM (SELECT * FROM kernel_extra k WHERE k.logical_id = r.logical_id AND extra > 0
+                AND extra >= 0.05 * (r.busy_gap - coalesce(r.others_busy_gap, 0))
+              ORDER BY extra DESC, name LIMIT 3))                                                 AS slower_kernels,
        (SELECT max(ns) FROM user_ranges u WHERE u.logical_id = r.logical_id)                AS nvtx_ns,
        (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC, name)
         FROM (SELECT * FROM user_ranges u WHERE u.logical_id = r.logical_id ORDER BY ns DESC, name LIMIT 3)) AS nvtx_ranges,
        (SELECT sum(ns) FROM host h WHERE h.logical_id = r.logical_id)                       AS osrt_ns,
        (SELECT string_agg(name || ' ' || round(ns / 1e6, 1) || ' ms', ', ' ORDER BY ns DESC, name)
-        FROM host h WHERE h.logical_id = r.logical_id)                                      AS osrt_calls,
-       (SELECT caused_ns FROM caused c WHERE c.logical_id = r.logical_id)                   AS caused_ns
+        FROM host h WHERE h.logical_id = r.logical_id)                                      AS osrt_calls
 FROM late_rank r
-LEFT JOIN slowest_kernels sk ON sk.logical_id = r.logical_id
 -- ties broken by the collective, so that equal delays come out in the same order every run
 ORDER BY r.rank, r.delay DESC, r."group", r.seq

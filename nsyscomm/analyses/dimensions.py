@@ -21,7 +21,6 @@ import duckdb
 import pandas as pd
 
 from nsyscomm import duck
-from nsyscomm.analyses import spans
 
 DIMENSIONS = ("dp", "tp", "pp", "ep", "cp", "world", "unknown")
 _NAMES = [
@@ -51,7 +50,7 @@ def _ranks(row) -> list[int]:
 def dimensions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per communicator: group, dimension, source (name/world/p2p/pattern/none),
     group_size, ranks, comm_ms, wait_ms, exposed_ms."""
-    df = duck.arrow_frame(spans.query(con, "dimensions"))
+    df = duck.frame(con.execute(duck.sql("dimensions")))
     cols = ["group", "dimension", "source", "group_size", "ranks", "comm_ms", "wait_ms", "exposed_ms"]
     if df.empty:
         return pd.DataFrame(columns=cols)

@@ -112,9 +112,8 @@ def _cause(r) -> tuple[str, str]:
 
 def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per late arrival: rank, group, seq, op, step, caller, delay_ms, cause, detail,
-    root_rank (the rank a previous_comm chain starts from; the rank itself otherwise), the
-    collective's first and last arrival (ns, the job's clock), and the waiting of its other
-    participants the late rank caused (caused_ns, read by straggler_order)."""
+    root_rank (the rank a previous_comm chain starts from; the rank itself otherwise), and the
+    collective's first and last arrival (ns, the job's clock)."""
     cols = [
         "logical_id",
         "rank",
@@ -129,7 +128,6 @@ def late_arrivals(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         "root_rank",
         "first_arrival",
         "last_arrival",
-        "caused_ns",
     ]
     table = con.execute(duck.sql("late_arrivals"), {"noise_ns": NOISE_NS}).to_arrow_table()
     if not table.num_rows:
@@ -245,9 +243,8 @@ def by_rank_and_cause(late: pd.DataFrame) -> pd.DataFrame:
 def straggler_order(late: pd.DataFrame, caused: pd.DataFrame) -> pd.DataFrame:
     """The ranks with late arrivals, the one that cost the others the most first: rank,
     late_count, delay_ms (its late arrivals' delays summed), caused_wait_ms (the waiting of the
-    other participants those arrivals caused: caused, per logical_id its caused_ns, as
-    late_arrivals gives it). A rank last by a hair at many collectives costs little; one late
-    by 50 ms at a few costs much. Ties: the larger
+    other participants those arrivals caused: sql/caused_wait.sql). A rank last by a hair at
+    many collectives costs little; one late by 50 ms at a few costs much. Ties: the larger
     delay, then more late arrivals, then the smaller rank. The Diagnosis names the ranks in this
     order, and the first is the straggler of every view (Result.skew)."""
     cols = ["rank", "late_count", "delay_ms", "caused_wait_ms"]

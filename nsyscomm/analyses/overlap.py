@@ -30,11 +30,11 @@ from typing import TypeVar
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsyscomm import duck
-from nsyscomm.analyses.spans import groups, ints, max_before
 
 T = TypeVar("T")
 
@@ -109,14 +109,14 @@ def _chunks(counts: list[tuple[T, int]], most: int | None = None) -> list[list[T
 
 def _call_parts(t: pa.Table) -> pa.Table:
     """Per call of t (_CALLS): its rank and step, and each scope's comm_*_ns and exposed_*_ns."""
-    s = ints(t["s"])[0]
-    e, e_null = ints(t["e"])
-    bs, bs_null = ints(t["busy_at_start"])
-    be, be_null = ints(t["busy_at_end"])
-    step, step_null = ints(t["step"])
+    s = _ints(t["s"])[0]
+    e, e_null = _ints(t["e"])
+    bs, bs_null = _ints(t["busy_at_start"])
+    be, be_null = _ints(t["busy_at_end"])
+    step, step_null = _ints(t["step"])
     # the process and device a call ran on, as one number; then with its step
-    where = groups([_codes(t["report"]), *ints(t["pid"]), *ints(t["device"])])
-    in_step = groups([where, step, step_null])
+    where = _groups([_codes(t["report"]), *_ints(t["pid"]), *_ints(t["device"])])
+    in_step = _groups([where, step, step_null])
     by_rank = np.lexsort((e, e_null, s, where))  # (s, e) order per device, e NULLS LAST as in SQL
     # the same per step: a stable sort keeps the (s, e) order within each group
     by_step = by_rank[np.argsort(in_step[by_rank], kind="stable")]
@@ -132,13 +132,13 @@ def _cpu_call_parts(t: pa.Table) -> pa.Table:
     """Per call without kernels (_CPU_CALLS): its rank and step, and per scope its part of the
     union of the process's executions (comm_*_ns) and of the union of their waited parts
     (exposed_*_ns): the same disjoint-part pass as the GPU calls', with no compute to hide them."""
-    s, _ = ints(t["s"])
-    e, _ = ints(t["e"])
-    ws, _ = ints(t["ws"])
-    we = np.maximum(ints(t["we"])[0], ws)  # a wait that ended before the call began: nothing waited
-    step, step_null = ints(t["step"])
-    where = groups([_codes(t["report"]), *ints(t["pid"])])
-    in_step = groups([where, step, step_null])
+    s, _ = _ints(t["s"])
+    e, _ = _ints(t["e"])
+    ws, _ = _ints(t["ws"])
+    we = np.maximum(_ints(t["we"])[0], ws)  # a wait that ended before the call began: nothing waited
+    step, step_null = _ints(t["step"])
+    where = _groups([_codes(t["report"]), *_ints(t["pid"])])
+    in_step = _groups([where, step, step_null])
     out = {"rank": t["rank"], "step": t["step"]}
     none = np.zeros(len(s), bool)
     zero = np.zeros(len(s), np.int64)
@@ -156,8 +156,8 @@ def _parts(o, group, s, e, e_null, bs, bs_null, be, be_null):
     first = np.ones(len(o), bool)
     first[1:] = group[1:] != group[:-1]
     so, eo, en, beo, ben = s[o], e[o], e_null[o], be[o], be_null[o]
-    prev_e, no_prev = max_before(eo, en, first)
-    prev_b, no_prev_b = max_before(beo, ben, first)
+    prev_e, no_prev = _max_before(eo, en, first)
+    prev_b, no_prev_b = _max_before(beo, ben, first)
     # a call that starts past every earlier end adds all of itself, one that ends past them
     # adds its tail, any other adds nothing
     fresh = no_prev | (so >= prev_e)
@@ -171,8 +171,34 @@ def _parts(o, group, s, e, e_null, bs, bs_null, be, be_null):
     return comm[back], exposed[back], (fresh & en)[back]
 
 
+def _ints(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as int64 values (0 where NULL) and its NULL mask."""
+    return (pc.fill_null(col, 0).to_numpy().astype(np.int64, copy=False), col.is_null().to_numpy(zero_copy_only=False))
+
+
 def _codes(col: pa.ChunkedArray) -> np.ndarray:
     return pc.dictionary_encode(col.combine_chunks()).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _groups(keys: list[np.ndarray]) -> np.ndarray:
+    """Rows -> a number per distinct combination of the key columns (exact: no hashing)."""
+    g = np.zeros(len(keys[0]), np.int64)
+    for k in keys:
+        codes, uniques = pd.factorize(k)
+        g = pd.factorize(g * len(uniques) + codes)[0]
+    return g
+
+
+def _max_before(v: np.ndarray, null: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the largest non-NULL v of the rows before it in its group (rows sorted by group,
+    first: where a group starts), and where there is none."""
+    low = np.iinfo(np.int64).min
+    running = pd.Series(np.where(null, low, v)).groupby(np.cumsum(first)).cummax().to_numpy()
+    before = np.empty_like(running)
+    before[:1] = low
+    before[1:] = running[:-1]
+    before[first] = low
+    return before, before == low
 
 
 def begin_overlap(con: duckdb.DuckDBPyConnection) -> Future:

@@ -11,7 +11,6 @@ import duckdb
 import pandas as pd
 
 from nsyscomm import duck
-from nsyscomm.analyses import spans
 from nsyscomm.analyses.overlap import begin_overlap
 
 SCHEMA_VERSION = 3  # of the JSON output contract (docs/architecture.md, "JSON contract")
@@ -64,7 +63,7 @@ class Result:
         def run(name: str, params: dict):
             cur = duck.quiet(self.con.cursor())
             try:
-                return spans.query(cur, name, params)
+                return cur.execute(duck.sql(name), params or None).to_arrow_table()
             finally:
                 cur.close()
 
@@ -78,7 +77,7 @@ class Result:
         ahead = self._prefetched.get(_query_key(name, params))
         if ahead is not None:
             return duck.arrow_frame(ahead.result())
-        return duck.arrow_frame(spans.query(self.con, name, params))
+        return duck.frame(self.con.execute(duck.sql(name), params or None))
 
     # --- the invariants (nsyscomm.analyses.invariants): an analysis that breaks one is withheld ---
     def _reason(self, section: str) -> str | None:
@@ -320,7 +319,8 @@ class Result:
         from nsyscomm.analyses import late
 
         arrivals = self.late
-        return late.straggler_order(arrivals, arrivals[["logical_id", "caused_ns"]].drop_duplicates("logical_id"))
+        caused = self._query("caused_wait") if len(arrivals) else pd.DataFrame(columns=["logical_id", "caused_ns"])
+        return late.straggler_order(arrivals, caused)
 
     @property
     def late_by_rank(self) -> pd.DataFrame:

@@ -50,7 +50,6 @@ def blocks(result: Result, by_caller: bool = False) -> list[Block]:
         ("link_metrics", {}),
         ("skew", {}),
         ("top_skew", {"limit": 5}),
-        ("top_skew", {"limit": 10}),  # the ten the invariants check before the five are shown
     )
     from nsyscomm.analyses.hang import lines as hang_lines
     from nsyscomm.views import diagnosis_out, whatif_out

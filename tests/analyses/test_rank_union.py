@@ -9,7 +9,6 @@ import random
 import pytest
 
 from nsyscomm import duck
-from nsyscomm.analyses.spans import query
 
 
 def _union(spans: list[tuple[int, int]]) -> int:
@@ -40,8 +39,7 @@ def _ranks(calls: list[tuple[int, int, int, int]], latency: dict[int, int], span
         con.executemany("INSERT INTO logical_collectives VALUES (?, ?, false)", list(latency.items()))
         con.execute("CREATE TABLE rank_spans (rank INTEGER, host VARCHAR, first_ns BIGINT, last_ns BIGINT)")
         con.executemany("INSERT INTO rank_spans VALUES (?, 'h', ?, ?)", [(r, a, b) for r, (a, b) in spans.items()])
-        rows = query(con, "ranks").to_pydict().values()
-        return {row[0]: row for row in zip(*rows)}
+        return {row[0]: row for row in con.execute(duck.sql("ranks")).fetchall()}
     finally:
         con.close()
 

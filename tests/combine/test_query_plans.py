@@ -1,7 +1,7 @@
 """How the job's queries run, not only what they give (their figures are the samples' truth and
 the goldens): a window function sorts every column it carries, so the windows over every call
 carry the few columns they read; sql/call_spans.sql sends each call through the window of its
-own queue only; the unions of a rank's spans take no window. Checked
+own queue only; the union of a rank's spans takes one sort for its comm and its wait. Checked
 on DuckDB's profile of each query over the bundled samples."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 
 import nsyscomm
 from nsyscomm import duck
-from nsyscomm.analyses.spans import UNIONS, with_parts
 from nsyscomm.combine.calls import SELECT_NEEDS, JobCalls, Needs
 from nsyscomm.discover import sample_jobs
 
@@ -114,18 +113,11 @@ def test_the_spans_windows_sort_narrow_rows_and_no_call_is_stored(sample, tmp_pa
 
 
 @pytest.mark.parametrize(
-    "name, params", [(name, {"warmup": ""} if name == "steady_ranks" else None) for name in UNIONS]
+    "name, params",
+    [("ranks", None), ("steady_ranks", {"warmup": ""}), ("dimensions", None)],
 )
-def test_a_union_of_spans_sorts_in_no_window(sample, tmp_path, name, params):
-    """The unions of spans are made in numpy (nsyscomm/analyses/spans.py): neither the rows'
-    query nor the aggregate over their parts sorts the calls in a window."""
-    assert not _profile(sample.con, tmp_path, f"{name}_spans", params)
-    rows = sample.con.execute(duck.sql(f"{name}_spans"), params).to_arrow_table()
-    sample.con.register("spans", with_parts(rows, UNIONS[name]))
-    try:
-        assert not _profile(sample.con, tmp_path, name)
-    finally:
-        sample.con.unregister("spans")
+def test_a_union_of_spans_takes_one_sort_for_comm_and_wait(sample, tmp_path, name, params):
+    assert len(_profile(sample.con, tmp_path, name, params)) == 1
 
 
 def test_the_hang_calls_look_the_records_up_without_holding_every_call(sample, tmp_path):
