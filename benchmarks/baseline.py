@@ -15,12 +15,16 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 PROBE = "import nsyscomm, nsyscomm.duck as d; print(nsyscomm.__file__); print(d.sql_dir())"
 # the folder every measured run starts in: `python -c` puts its current folder first on sys.path,
 # ahead of PYTHONPATH, so run from a checkout, a baseline's runs would import that checkout's nsyscomm
 RUN_DIR = tempfile.gettempdir()
+
+T = TypeVar("T")
 
 
 def check(directory: str | os.PathLike, env: dict) -> None:
@@ -54,3 +58,11 @@ def environments(env: dict, directory: str | os.PathLike | None) -> tuple[dict, 
     base_env = dict(env, PYTHONPATH=os.path.abspath(directory))
     check(directory, base_env)  # its own code and SQL, not this checkout's
     return env, base_env
+
+
+def in_turn(run: int, arms: Iterable[T]) -> list[T]:
+    """The arms of a side-by-side comparison in the order of its run number `run`: as given on
+    even runs, reversed on odd ones, so that neither always runs first, just after the other has
+    warmed the caches or while the load it left is still on the machine."""
+    arms = list(arms)
+    return arms if run % 2 == 0 else arms[::-1]

@@ -55,8 +55,7 @@ def main(argv=None) -> int:
     for i in range(a.runs):
         warm(report)
         floors.append(floor_s(report)[0])
-        order = list(arms) if i % 2 == 0 else list(reversed(arms))
-        for name in order:
+        for name in baseline.in_turn(i, arms):
             got[name].append(run(report, *extra, env=arms[name]))
         loads.append(os.getloadavg()[0])
     size = os.path.getsize(report) / 1e6

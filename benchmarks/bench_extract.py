@@ -65,8 +65,7 @@ def main(argv=None) -> int:
     base: list[dict] = []
     loads = [os.getloadavg()[0]]
     for i in range(a.runs):
-        order = [(mine, env), (base, base_env)] if i % 2 == 0 else [(base, base_env), (mine, env)]
-        for out, e in order:
+        for out, e in baseline.in_turn(i, [(mine, env), (base, base_env)]):
             if e is not None:
                 out.append(run(path, e))
         loads.append(os.getloadavg()[0])

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import baseline  # benchmarks/baseline.py, beside this script
+
 import nsyscomm
 from nsyscomm import duck
 from nsyscomm.analyses.late import NOISE_NS
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
         texts = {"baseline": (Path(a.baseline) / "sql" / f"{name}.sql").read_text(), "this": duck.sql(name)}
         best = {k: float("inf") for k in texts}
         for i in range(a.runs):
-            for k in list(texts) if i % 2 == 0 else reversed(list(texts)):
+            for k in baseline.in_turn(i, texts):
                 t0 = time.perf_counter()
                 con.execute(f"CREATE OR REPLACE TEMP TABLE got_{k} AS {texts[k]}", params)
                 best[k] = min(best[k], time.perf_counter() - t0)

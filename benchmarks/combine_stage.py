@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     digests: dict[str, set] = {k: set() for k in arms}
     loads = []
     for i in range(a.runs):
-        for name in list(arms) if i % 2 == 0 else list(reversed(arms)):
+        for name in baseline.in_turn(i, arms):
             out = subprocess.run(
                 [sys.executable, "-c", CHILD, report, str(a.loads)],
                 capture_output=True,

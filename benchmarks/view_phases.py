@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 
+import baseline  # benchmarks/baseline.py, beside this script
+
 import nsyscomm
 from nsyscomm import duck
 from nsyscomm.analyses import contract, invariants, result
@@ -169,7 +171,7 @@ def compare(report: str, name: str, other: str, runs: int) -> None:
     print(f"{name}: the same rows: {rows[0] == rows[1]} ({len(rows[0])} and {len(rows[1])})")
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in texts}
     for i in range(runs):
-        for key in list(texts) if i % 2 == 0 else list(reversed(texts)):
+        for key in baseline.in_turn(i, texts):
             got[key].append(_run(con, texts[key], params))
     for key, times in got.items():
         print(
